@@ -1,0 +1,58 @@
+// Package runner ties a module's long-running Run(ctx) method to an fx
+// lifecycle. It is internal: embedders use the modules' own Run methods when
+// they build without fx.
+package runner
+
+import (
+	"context"
+	"errors"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	"k8s.io/klog/v2"
+)
+
+// Hook appends an fx hook to lc that starts run in its own goroutine on
+// OnStart and cancels it and waits for it to return on OnStop.
+//
+// run receives a context that carries logger named after the component, so
+// it logs with klog.FromContext. A run that returns an error other than
+// context.Canceled before the application stops is logged and, when sd is
+// not nil, shuts the application down with exit code 1: a component that
+// cannot do its job must not leave a half-working agent behind. Hook does not
+// block.
+func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, run func(ctx context.Context) error) {
+	var (
+		cancel context.CancelFunc
+		done   chan struct{}
+	)
+	logger = logger.WithName(name)
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			var ctx context.Context
+			ctx, cancel = context.WithCancel(klog.NewContext(context.Background(), logger))
+			done = make(chan struct{})
+			go func() {
+				defer close(done)
+				err := run(ctx)
+				if err == nil || errors.Is(err, context.Canceled) || ctx.Err() != nil {
+					return
+				}
+				logger.Error(err, "Component stopped unexpectedly")
+				if sd != nil {
+					_ = sd.Shutdown(fx.ExitCode(1))
+				}
+			}()
+			return nil
+		},
+		OnStop: func(stopCtx context.Context) error {
+			cancel()
+			select {
+			case <-done:
+				return nil
+			case <-stopCtx.Done():
+				return stopCtx.Err()
+			}
+		},
+	})
+}
