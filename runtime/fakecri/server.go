@@ -1,0 +1,355 @@
+package fakecri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+)
+
+// Defaults applied by New to zero Options fields.
+const (
+	DefaultRuntimeName       = "fakecri"
+	DefaultRuntimeVersion    = "1.0.0"
+	DefaultImageFsMountpoint = "/var/lib/fakecri/images"
+	// PullAnyImageSize is the size of an image that Options.PullAny makes up.
+	PullAnyImageSize = 1 << 20
+)
+
+// maxSocketPath is the longest unix socket path Linux accepts (sun_path is
+// 108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+// Options configures a Server. The zero value is a ready runtime named
+// "fakecri" with no images, an empty fake registry and the systemd cgroup
+// driver.
+type Options struct {
+	// RuntimeName and RuntimeVersion are reported by Version
+	// (defaults DefaultRuntimeName and DefaultRuntimeVersion).
+	RuntimeName    string
+	RuntimeVersion string
+	// Images are present in the image store from the start. New copies them;
+	// an image without an ID gets one derived from its first tag or digest.
+	Images []*runtimeapi.Image
+	// Pullable is the fake registry: PullImage succeeds for a reference that
+	// names one of these images (by tag, digest or ID) and copies it into the
+	// image store. Any other reference fails with codes.NotFound unless
+	// PullAny is set.
+	Pullable []*runtimeapi.Image
+	// PullAny makes PullImage succeed for every valid reference that is not
+	// in Pullable, storing NewImage(reference, PullAnyImageSize). Useful for
+	// demos and simulations that run arbitrary pod specs.
+	PullAny bool
+	// CgroupDriver is reported by RuntimeConfig. The zero value is
+	// runtimeapi.CgroupDriver_SYSTEMD.
+	CgroupDriver runtimeapi.CgroupDriver
+	// RuntimeHandlers are reported by Status. nil means the default handler
+	// "" and "runc", like containerd, without optional features.
+	RuntimeHandlers []*runtimeapi.RuntimeHandler
+	// Features is reported by Status (nil: none reported).
+	Features *runtimeapi.RuntimeFeatures
+	// ImageFsMountpoint is the mount point ImageFsInfo reports for the image
+	// and container filesystems (default DefaultImageFsMountpoint).
+	ImageFsMountpoint string
+	// Clock stamps ImageFsInfo (default clock.RealClock{}).
+	Clock clock.PassiveClock
+}
+
+// Server is a fake CRI runtime. Create it with New; it serves nothing until
+// Serve or Start is called, and one Server may serve several sockets at once,
+// all sharing its state. All methods are safe for concurrent use.
+type Server struct {
+	clock      clock.PassiveClock
+	mountpoint string
+
+	mu             sync.Mutex
+	runtimeName    string
+	runtimeVersion string
+	runtimeReady   *runtimeapi.RuntimeCondition
+	networkReady   *runtimeapi.RuntimeCondition
+	cgroupDriver   runtimeapi.CgroupDriver
+	handlers       []*runtimeapi.RuntimeHandler
+	features       *runtimeapi.RuntimeFeatures
+	images         imageStore
+	pullable       imageStore
+	pullAny        bool
+	faults         map[string]error
+	calls          map[string]int
+}
+
+// New returns a Server configured by opts. It does no I/O.
+func New(opts Options) *Server {
+	s := &Server{
+		clock:          opts.Clock,
+		mountpoint:     opts.ImageFsMountpoint,
+		runtimeName:    opts.RuntimeName,
+		runtimeVersion: opts.RuntimeVersion,
+		runtimeReady:   &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true},
+		networkReady:   &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true},
+		cgroupDriver:   opts.CgroupDriver,
+		handlers:       cloneAll(opts.RuntimeHandlers),
+		features:       clone(opts.Features),
+		pullAny:        opts.PullAny,
+		faults:         map[string]error{},
+		calls:          map[string]int{},
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	if s.mountpoint == "" {
+		s.mountpoint = DefaultImageFsMountpoint
+	}
+	if s.runtimeName == "" {
+		s.runtimeName = DefaultRuntimeName
+	}
+	if s.runtimeVersion == "" {
+		s.runtimeVersion = DefaultRuntimeVersion
+	}
+	if opts.RuntimeHandlers == nil {
+		s.handlers = []*runtimeapi.RuntimeHandler{
+			{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{}},
+			{Name: "runc", Features: &runtimeapi.RuntimeHandlerFeatures{}},
+		}
+	}
+	for _, img := range opts.Images {
+		s.images.add(img)
+	}
+	for _, img := range opts.Pullable {
+		s.pullable.add(img)
+	}
+	return s
+}
+
+// SetRuntimeReady sets the RuntimeReady condition that Status reports.
+func (s *Server) SetRuntimeReady(ready bool, reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runtimeReady = &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: ready, Reason: reason, Message: message}
+}
+
+// SetNetworkReady sets the NetworkReady condition that Status reports.
+func (s *Server) SetNetworkReady(ready bool, reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.networkReady = &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: ready, Reason: reason, Message: message}
+}
+
+// SetVersion sets the runtime name and version that Version reports. Empty
+// values are reported as they are (a real client rejects them).
+func (s *Server) SetVersion(name, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runtimeName, s.runtimeVersion = name, version
+}
+
+// SetCgroupDriver sets the cgroup driver that RuntimeConfig reports.
+func (s *Server) SetCgroupDriver(driver runtimeapi.CgroupDriver) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cgroupDriver = driver
+}
+
+// SetError makes every later call of the RPC named method (its short name,
+// such as "PullImage" or "RuntimeConfig") fail with err before it reaches the
+// fake runtime; a nil err clears the fault. A status error (status.Error)
+// reaches the client with its code, any other error as codes.Unknown. It
+// returns an error if method is not an RPC of the CRI v1 RuntimeService or
+// ImageService.
+func (s *Server) SetError(method string, err error) error {
+	if !criMethods[method] {
+		return fmt.Errorf("fakecri: %q is not a CRI v1 RuntimeService or ImageService method", method)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.faults, method)
+	} else {
+		s.faults[method] = err
+	}
+	return nil
+}
+
+// SetUnimplemented makes the RPC named method answer codes.Unimplemented, the
+// way a runtime that predates it does (containerd 1.6 and RuntimeConfig). It
+// is SetError with an Unimplemented status; SetError(method, nil) undoes it.
+func (s *Server) SetUnimplemented(method string) error {
+	return s.SetError(method, status.Errorf(codes.Unimplemented, "fakecri: method %s not implemented", method))
+}
+
+// Calls returns how many calls of the RPC named method (its short name) the
+// server has received on all its sockets, including failed ones.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method]
+}
+
+// criMethods holds the short names of all RPCs of the CRI v1 services.
+var criMethods = func() map[string]bool {
+	m := map[string]bool{}
+	for _, desc := range []grpc.ServiceDesc{runtimeapi.RuntimeService_ServiceDesc, runtimeapi.ImageService_ServiceDesc} {
+		for _, md := range desc.Methods {
+			m[md.MethodName] = true
+		}
+		for _, sd := range desc.Streams {
+			m[sd.StreamName] = true
+		}
+	}
+	return m
+}()
+
+// admit counts a call of fullMethod and returns the fault injected for it.
+func (s *Server) admit(fullMethod string) error {
+	method := path.Base(fullMethod)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[method]++
+	return s.faults[method]
+}
+
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.admit(info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := s.admit(info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// Serve serves the CRI on a unix socket at socketPath until ctx is done, then
+// stops the server and removes the socket. A stale socket left at
+// socketPath is replaced; any other file there is an error. It returns nil
+// when ctx ends and an error if the socket cannot be created or serving
+// fails.
+func (s *Server) Serve(ctx context.Context, socketPath string) error {
+	lis, err := listen(socketPath)
+	if err != nil {
+		return err
+	}
+	served, stop := s.serve(lis)
+	select {
+	case <-ctx.Done():
+		stop()
+		return nil
+	case err := <-served:
+		stop()
+		return fmt.Errorf("fakecri: serve %s: %w", socketPath, err)
+	}
+}
+
+// Start serves the CRI on a unix socket at socketPath in the background. The
+// socket accepts connections when Start returns. It returns the endpoint to
+// dial ("unix://" and the absolute socket path) and stop, which stops the
+// server, waits for it and removes the socket; stop may be called more than
+// once.
+func (s *Server) Start(socketPath string) (endpoint string, stop func(), err error) {
+	abs, err := filepath.Abs(socketPath)
+	if err != nil {
+		return "", nil, fmt.Errorf("fakecri: socket path %q: %w", socketPath, err)
+	}
+	lis, err := listen(abs)
+	if err != nil {
+		return "", nil, err
+	}
+	_, stopServer := s.serve(lis)
+	var once sync.Once
+	return "unix://" + abs, func() { once.Do(stopServer) }, nil
+}
+
+// serve runs a gRPC server for s on lis in a goroutine. The channel receives
+// the error if serving fails before stop; stop ends serving (closing lis,
+// which removes the socket) and waits for the goroutine.
+func (s *Server) serve(lis *net.UnixListener) (<-chan error, func()) {
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	)
+	runtimeapi.RegisterRuntimeServiceServer(g, &runtimeService{s: s})
+	runtimeapi.RegisterImageServiceServer(g, &imageService{s: s})
+	served := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(lis); err != nil {
+			served <- err
+		}
+	}()
+	return served, func() {
+		// The listener unlinks the socket when the gRPC server closes it.
+		g.Stop()
+		<-done
+	}
+}
+
+// listen creates a unix socket at socketPath, replacing a stale socket. The
+// listener removes the socket when it is closed.
+func listen(socketPath string) (*net.UnixListener, error) {
+	if socketPath == "" {
+		return nil, errors.New("fakecri: socket path is empty")
+	}
+	if len(socketPath) > maxSocketPath {
+		return nil, fmt.Errorf("fakecri: socket path %q is %d bytes, longer than the %d bytes a unix socket allows", socketPath, len(socketPath), maxSocketPath)
+	}
+	if fi, err := os.Lstat(socketPath); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("fakecri: %s exists and is not a socket", socketPath)
+		}
+		if err := os.Remove(socketPath); err != nil {
+			return nil, fmt.Errorf("fakecri: remove stale socket %s: %w", socketPath, err)
+		}
+	}
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: socketPath, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("fakecri: listen on %s: %w", socketPath, err)
+	}
+	lis.SetUnlinkOnClose(true)
+	return lis, nil
+}
+
+// SetImages replaces the image store with copies of imgs (normalized as for
+// Options.Images).
+func (s *Server) SetImages(imgs []*runtimeapi.Image) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.images.set(imgs)
+}
+
+// AddImage stores a copy of img as if it had been pulled: its tags and
+// digests are normalized, an empty ID is derived from its first reference, an
+// image with the same ID is replaced and a tag naming another image moves to
+// it. It returns the ID stored.
+func (s *Server) AddImage(img *runtimeapi.Image) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.images.add(img).Id
+}
+
+// AddPullable adds a copy of img to the fake registry PullImage draws from
+// (normalized as for AddImage) and returns its ID.
+func (s *Server) AddPullable(img *runtimeapi.Image) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pullable.add(img).Id
+}
+
+// Images returns copies of the images in the store, ordered by ID.
+func (s *Server) Images() []*runtimeapi.Image {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.images.list()
+}
