@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"fmt"
+	"github.com/nodekit/nodekit"
+	"net"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/connrotation"
+)
+
+// Clients are the agent's connections to the apiserver, authenticated with
+// the node's kubeconfig. They share one connection tracker so that
+// CloseConnections drops every connection when heartbeats keep failing (a
+// half-open TCP connection otherwise keeps a node NotReady for the kernel's
+// retransmission timeout, as the kubelet learned).
+type Clients struct {
+	// Client is for everything but heartbeats: pods, events, watches. Rate
+	// limited by kubeAPIQPS/kubeAPIBurst.
+	Client kubernetes.Interface
+	// Heartbeat is for the node Lease and node status: not rate limited, and
+	// its requests time out within one status update period (at most the
+	// lease duration), as the kubelet's heartbeat client.
+	Heartbeat kubernetes.Interface
+
+	tracker *connrotation.ConnectionTracker
+}
+
+// NewClients builds the clientsets from cfg.KubeconfigPath. It does not
+// contact the apiserver.
+func NewClients(cfg *Config) (*Clients, error) {
+	if cfg.KubeconfigPath == "" {
+		return nil, fmt.Errorf("no --kubeconfig given: nodekit needs an apiserver to register node %q", cfg.NodeName)
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.KubeconfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %q: %w", cfg.KubeconfigPath, err)
+	}
+	return NewClientsFromRESTConfig(cfg, restCfg)
+}
+
+// NewClientsFromRESTConfig builds the clientsets from a REST config, applying
+// the KubeletConfiguration's client settings (content type, QPS, burst) and
+// the kubelet's user agent. restCfg is copied, not modified.
+func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, error) {
+	kc := &cfg.Kubelet
+	base := rest.CopyConfig(restCfg)
+	base.UserAgent = "nodekit/" + nodekit.Version + " (" + cfg.NodeName + ")"
+	base.ContentType = kc.ContentType
+	base.AcceptContentTypes = kc.ContentType
+	if kc.ContentType == runtime.ContentTypeProtobuf {
+		base.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
+
+	tracker := connrotation.NewConnectionTracker()
+	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	base.Dial = connrotation.NewDialerWithTracker(dial, tracker).DialContext
+
+	main := rest.CopyConfig(base)
+	main.QPS = float32(*kc.KubeAPIQPS)
+	main.Burst = int(kc.KubeAPIBurst)
+	client, err := kubernetes.NewForConfig(main)
+	if err != nil {
+		return nil, fmt.Errorf("build apiserver client: %w", err)
+	}
+
+	hb := rest.CopyConfig(base)
+	hb.QPS = float32(-1)
+	hb.Timeout = kc.NodeStatusUpdateFrequency.Duration
+	if lease := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second; hb.Timeout > lease {
+		hb.Timeout = lease
+	}
+	heartbeat, err := kubernetes.NewForConfig(hb)
+	if err != nil {
+		return nil, fmt.Errorf("build heartbeat client: %w", err)
+	}
+	return &Clients{Client: client, Heartbeat: heartbeat, tracker: tracker}, nil
+}
+
+// CloseConnections closes every open connection to the apiserver so the
+// next request dials afresh. Safe for concurrent use.
+func (c *Clients) CloseConnections() {
+	if c.tracker != nil {
+		c.tracker.CloseAll()
+	}
+}
+
+// newRecorder returns an event recorder that writes events as the kubelet
+// does (source component "kubelet", host = node name), rate limited by
+// eventRecordQPS/eventBurst, and a func that stops its broadcaster.
+func newRecorder(cfg *Config, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
+	kc := &cfg.Kubelet
+	opts := record.CorrelatorOptions{QPS: float32(*kc.EventRecordQPS), BurstSize: int(kc.EventBurst)}
+	b := record.NewBroadcaster(record.WithCorrelatorOptions(opts))
+	b.StartStructuredLogging(4)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), b.Shutdown
+}

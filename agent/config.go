@@ -1,0 +1,355 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
+)
+
+// Config is what a node agent is configured with: the kubelet's own
+// configuration file type, KubeletConfiguration, plus the settings the kubelet
+// takes only on its command line. An operator who replaces the kubelet with a
+// nodekit agent keeps both unchanged.
+//
+// A Config is built by ParseFlags (or by hand, then Complete) and is read-only
+// once the agent starts; modules receive copies of the parts they need.
+type Config struct {
+	// Kubelet is the KubeletConfiguration, defaulted as the kubelet defaults it.
+	Kubelet kubeletconfig.KubeletConfiguration
+
+	// KubeconfigPath is the kubeconfig the agent authenticates with
+	// (--kubeconfig). Empty means "standalone": no apiserver.
+	KubeconfigPath string
+	// HostnameOverride replaces the machine's hostname as the node name
+	// (--hostname-override).
+	HostnameOverride string
+	// NodeIPs are the node's addresses (--node-ip, comma separated, at most
+	// one per family).
+	NodeIPs []net.IP
+	// NodeLabels are added to the Node at registration (--node-labels).
+	NodeLabels map[string]string
+	// RootDir is the agent's state directory (--root-dir, /var/lib/kubelet).
+	RootDir string
+	// CertDir holds the serving certificate (--cert-dir, <root-dir>/pki).
+	CertDir string
+
+	// NodeName is the Node's name, derived by Complete: HostnameOverride or
+	// the machine's hostname, lower-cased.
+	NodeName string
+	// Hostname is the name reported as the node's Hostname address; it
+	// equals NodeName as in the kubelet.
+	Hostname string
+}
+
+// DefaultRootDir is the kubelet's default state directory.
+const DefaultRootDir = "/var/lib/kubelet"
+
+// LoadKubeletConfiguration reads a KubeletConfiguration file (YAML or JSON,
+// kubelet.config.k8s.io/v1beta1). Like the kubelet it decodes strictly first
+// and, when only strictness fails (an unknown or duplicated field), logs the
+// problem and accepts the lenient result, so a file written for a newer
+// kubelet still loads. Defaults are not applied; see SetDefaults.
+func LoadKubeletConfiguration(logger klog.Logger, path string) (*kubeletconfig.KubeletConfiguration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read kubelet config file %q: %w", path, err)
+	}
+	return DecodeKubeletConfiguration(logger, data, path)
+}
+
+var configScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := kubeletconfig.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// DecodeKubeletConfiguration decodes data as LoadKubeletConfiguration does;
+// source names the data in errors and logs.
+func DecodeKubeletConfiguration(logger klog.Logger, data []byte, source string) (*kubeletconfig.KubeletConfiguration, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil, fmt.Errorf("kubelet config file %q is empty", source)
+	}
+	strict := serializer.NewCodecFactory(configScheme, serializer.EnableStrict).UniversalDeserializer()
+	obj, gvk, err := strict.Decode(data, nil, &kubeletconfig.KubeletConfiguration{})
+	if err != nil && runtime.IsStrictDecodingError(err) {
+		logger.Info("Kubelet config file has fields nodekit does not know; they are ignored", "file", source, "err", err)
+		lenient := serializer.NewCodecFactory(configScheme).UniversalDeserializer()
+		obj, gvk, err = lenient.Decode(data, nil, &kubeletconfig.KubeletConfiguration{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode kubelet config file %q: %w", source, err)
+	}
+	kc, ok := obj.(*kubeletconfig.KubeletConfiguration)
+	if !ok {
+		return nil, fmt.Errorf("kubelet config file %q holds %s, want KubeletConfiguration", source, gvk)
+	}
+	return kc, nil
+}
+
+// DefaultEvictionHard is the kubelet's default hard eviction thresholds on Linux.
+var DefaultEvictionHard = map[string]string{
+	"memory.available":   "100Mi",
+	"nodefs.available":   "10%",
+	"nodefs.inodesFree":  "5%",
+	"imagefs.available":  "15%",
+	"imagefs.inodesFree": "5%",
+}
+
+func setDuration(d *metav1.Duration, def time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = def
+	}
+}
+
+// SetDefaults fills every unset field of kc with the value the kubelet
+// v1.37 defaults it to (pkg/kubelet/apis/config/v1beta1/defaults.go). It
+// only fills: a field already set is kept.
+func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
+	if kc.EnableServer == nil {
+		kc.EnableServer = ptr.To(true)
+	}
+	setDuration(&kc.SyncFrequency, time.Minute)
+	setDuration(&kc.FileCheckFrequency, 20*time.Second)
+	setDuration(&kc.HTTPCheckFrequency, 20*time.Second)
+	if kc.Address == "" {
+		kc.Address = "0.0.0.0"
+	}
+	if kc.Port == 0 {
+		kc.Port = 10250
+	}
+	if kc.Authentication.Anonymous.Enabled == nil {
+		kc.Authentication.Anonymous.Enabled = ptr.To(false)
+	}
+	if kc.Authentication.Webhook.Enabled == nil {
+		kc.Authentication.Webhook.Enabled = ptr.To(true)
+	}
+	setDuration(&kc.Authentication.Webhook.CacheTTL, 2*time.Minute)
+	if kc.Authorization.Mode == "" {
+		kc.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeWebhook
+	}
+	setDuration(&kc.Authorization.Webhook.CacheAuthorizedTTL, 5*time.Minute)
+	setDuration(&kc.Authorization.Webhook.CacheUnauthorizedTTL, 30*time.Second)
+	if kc.RegistryPullQPS == nil {
+		kc.RegistryPullQPS = ptr.To[int32](5)
+	}
+	if kc.RegistryBurst == 0 {
+		kc.RegistryBurst = 10
+	}
+	if kc.EventRecordQPS == nil {
+		kc.EventRecordQPS = ptr.To[int32](50)
+	}
+	if kc.EventBurst == 0 {
+		kc.EventBurst = 100
+	}
+	if kc.HealthzPort == nil {
+		kc.HealthzPort = ptr.To[int32](10248)
+	}
+	if kc.HealthzBindAddress == "" {
+		kc.HealthzBindAddress = "127.0.0.1"
+	}
+	if kc.OOMScoreAdj == nil {
+		kc.OOMScoreAdj = ptr.To[int32](-999)
+	}
+	setDuration(&kc.StreamingConnectionIdleTimeout, 4*time.Hour)
+	if kc.NodeStatusReportFrequency.Duration == 0 {
+		// As in the kubelet: an explicitly set update frequency also
+		// becomes the report frequency, else the report is every 5m.
+		if kc.NodeStatusUpdateFrequency.Duration == 0 {
+			kc.NodeStatusReportFrequency.Duration = 5 * time.Minute
+		} else {
+			kc.NodeStatusReportFrequency = kc.NodeStatusUpdateFrequency
+		}
+	}
+	setDuration(&kc.NodeStatusUpdateFrequency, 10*time.Second)
+	if kc.NodeLeaseDurationSeconds == 0 {
+		kc.NodeLeaseDurationSeconds = 40
+	}
+	setDuration(&kc.ImageMinimumGCAge, 2*time.Minute)
+	if kc.ImageGCHighThresholdPercent == nil {
+		kc.ImageGCHighThresholdPercent = ptr.To[int32](85)
+	}
+	if kc.ImageGCLowThresholdPercent == nil {
+		kc.ImageGCLowThresholdPercent = ptr.To[int32](80)
+	}
+	setDuration(&kc.VolumeStatsAggPeriod, time.Minute)
+	if kc.CgroupsPerQOS == nil {
+		kc.CgroupsPerQOS = ptr.To(true)
+	}
+	if kc.CgroupDriver == "" {
+		kc.CgroupDriver = "cgroupfs"
+	}
+	setDuration(&kc.RuntimeRequestTimeout, 2*time.Minute)
+	if kc.MaxPods == 0 {
+		kc.MaxPods = 110
+	}
+	if kc.PodPidsLimit == nil || *kc.PodPidsLimit < 0 {
+		kc.PodPidsLimit = ptr.To[int64](-1)
+	}
+	if kc.ResolverConfig == nil {
+		kc.ResolverConfig = ptr.To("/etc/resolv.conf")
+	}
+	if kc.CPUCFSQuota == nil {
+		kc.CPUCFSQuota = ptr.To(true)
+	}
+	if kc.CPUCFSQuotaPeriod == nil {
+		kc.CPUCFSQuotaPeriod = &metav1.Duration{Duration: 100 * time.Millisecond}
+	}
+	if kc.NodeStatusMaxImages == nil {
+		kc.NodeStatusMaxImages = ptr.To[int32](50)
+	}
+	if kc.ContentType == "" {
+		kc.ContentType = "application/vnd.kubernetes.protobuf"
+	}
+	if kc.KubeAPIQPS == nil {
+		kc.KubeAPIQPS = ptr.To[int32](50)
+	}
+	if kc.KubeAPIBurst == 0 {
+		kc.KubeAPIBurst = 100
+	}
+	if kc.SerializeImagePulls == nil {
+		kc.SerializeImagePulls = ptr.To(kc.MaxParallelImagePulls == nil || *kc.MaxParallelImagePulls < 2)
+	}
+	if kc.EvictionHard == nil {
+		kc.EvictionHard = make(map[string]string, len(DefaultEvictionHard))
+		for k, v := range DefaultEvictionHard {
+			kc.EvictionHard[k] = v
+		}
+	}
+	setDuration(&kc.EvictionPressureTransitionPeriod, 5*time.Minute)
+	if kc.MergeDefaultEvictionSettings == nil {
+		kc.MergeDefaultEvictionSettings = ptr.To(false)
+	}
+	if kc.FailSwapOn == nil {
+		kc.FailSwapOn = ptr.To(true)
+	}
+	if kc.ContainerLogMaxSize == "" {
+		kc.ContainerLogMaxSize = "10Mi"
+	}
+	if kc.ContainerLogMaxFiles == nil {
+		kc.ContainerLogMaxFiles = ptr.To[int32](5)
+	}
+	if kc.EnforceNodeAllocatable == nil {
+		kc.EnforceNodeAllocatable = []string{"pods"}
+	}
+	if kc.FailCgroupV1 == nil {
+		kc.FailCgroupV1 = ptr.To(true)
+	}
+	if kc.RegisterNode == nil {
+		kc.RegisterNode = ptr.To(true)
+	}
+	if kc.LocalStorageCapacityIsolation == nil {
+		kc.LocalStorageCapacityIsolation = ptr.To(true)
+	}
+	if kc.ContainerRuntimeEndpoint == "" {
+		kc.ContainerRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	}
+	if kc.PodLogsDir == "" {
+		kc.PodLogsDir = "/var/log/pods"
+	}
+}
+
+// Complete derives the fields computed from others (NodeName, Hostname,
+// CertDir), applies SetDefaults to Kubelet and validates the result. It is
+// idempotent.
+func (c *Config) Complete() error {
+	SetDefaults(&c.Kubelet)
+	if c.RootDir == "" {
+		c.RootDir = DefaultRootDir
+	}
+	if c.CertDir == "" {
+		c.CertDir = c.RootDir + "/pki"
+	}
+	name := c.HostnameOverride
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("determine node name: %w (set --hostname-override)", err)
+		}
+		name = h
+	}
+	c.NodeName = strings.ToLower(strings.TrimSpace(name))
+	c.Hostname = c.NodeName
+	return c.Validate()
+}
+
+// Validate reports every invalid setting at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("node name %q: %s", c.NodeName, strings.Join(msgs, "; ")))
+	}
+	kc := &c.Kubelet
+	if kc.NodeStatusUpdateFrequency.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("nodeStatusUpdateFrequency must be positive, got %v", kc.NodeStatusUpdateFrequency.Duration))
+	}
+	if kc.NodeStatusReportFrequency.Duration < kc.NodeStatusUpdateFrequency.Duration {
+		errs = append(errs, fmt.Errorf("nodeStatusReportFrequency (%v) must not be shorter than nodeStatusUpdateFrequency (%v)",
+			kc.NodeStatusReportFrequency.Duration, kc.NodeStatusUpdateFrequency.Duration))
+	}
+	if kc.NodeLeaseDurationSeconds <= 0 {
+		errs = append(errs, fmt.Errorf("nodeLeaseDurationSeconds must be positive, got %d", kc.NodeLeaseDurationSeconds))
+	}
+	if kc.MaxPods < 0 {
+		errs = append(errs, fmt.Errorf("maxPods must not be negative, got %d", kc.MaxPods))
+	}
+	if kc.CgroupDriver != "cgroupfs" && kc.CgroupDriver != "systemd" {
+		errs = append(errs, fmt.Errorf("cgroupDriver must be cgroupfs or systemd, got %q", kc.CgroupDriver))
+	}
+	if p := *kc.HealthzPort; p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("healthzPort %d out of range", p))
+	}
+	if net.ParseIP(kc.HealthzBindAddress) == nil {
+		errs = append(errs, fmt.Errorf("healthzBindAddress %q is not an IP address", kc.HealthzBindAddress))
+	}
+	if kc.ContainerRuntimeEndpoint == "" {
+		errs = append(errs, errors.New("containerRuntimeEndpoint must be set"))
+	}
+	if len(c.NodeIPs) > 2 || (len(c.NodeIPs) == 2 && (c.NodeIPs[0].To4() == nil) == (c.NodeIPs[1].To4() == nil)) {
+		errs = append(errs, fmt.Errorf("node IPs %v: at most one IPv4 and one IPv6 address", c.NodeIPs))
+	}
+	for k, v := range c.NodeLabels {
+		for _, m := range validation.IsQualifiedName(k) {
+			errs = append(errs, fmt.Errorf("node label key %q: %s", k, m))
+		}
+		for _, m := range validation.IsValidLabelValue(v) {
+			errs = append(errs, fmt.Errorf("node label %q value %q: %s", k, v, m))
+		}
+	}
+	for _, t := range kc.RegisterWithTaints {
+		if err := validateTaint(t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateTaint(t v1.Taint) error {
+	var msgs []string
+	msgs = append(msgs, validation.IsQualifiedName(t.Key)...)
+	if t.Value != "" {
+		msgs = append(msgs, validation.IsValidLabelValue(t.Value)...)
+	}
+	switch t.Effect {
+	case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
+	default:
+		msgs = append(msgs, fmt.Sprintf("effect %q is not one of NoSchedule, PreferNoSchedule, NoExecute", t.Effect))
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("taint %q: %s", t.ToString(), strings.Join(msgs, "; "))
+	}
+	return nil
+}
