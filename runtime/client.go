@@ -157,14 +157,18 @@ func parseEndpoint(kind, endpoint string) (string, string, func(context.Context,
 		return "", "", nil, fmt.Errorf("container %s endpoint is empty", kind)
 	}
 	if !strings.Contains(endpoint, "://") {
+		if !strings.HasPrefix(endpoint, "/") {
+			return "", "", nil, fmt.Errorf("container %s endpoint %q: a socket path must be absolute", kind, endpoint)
+		}
 		endpoint = "unix://" + endpoint
+	}
+	// "unix://run/x.sock" would silently mean /x.sock on host "run".
+	if strings.HasPrefix(endpoint, "unix://") && !strings.HasPrefix(endpoint, "unix:///") {
+		return "", "", nil, fmt.Errorf("container %s endpoint %q: want unix:// followed by an absolute socket path", kind, endpoint)
 	}
 	addr, dial, err := criutil.GetAddressAndDialer(endpoint)
 	if err != nil {
 		return "", "", nil, fmt.Errorf("container %s endpoint %q: %w", kind, endpoint, err)
-	}
-	if !strings.HasPrefix(addr, "/") {
-		return "", "", nil, fmt.Errorf("container %s endpoint %q: want unix:// and an absolute socket path", kind, endpoint)
 	}
 	return endpoint, addr, dial, nil
 }
