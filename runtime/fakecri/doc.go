@@ -16,7 +16,7 @@
 // registry that PullImage draws from), [Server.SetError] and
 // [Server.SetUnimplemented] (fault injection for any RPC by its method name,
 // for example emulating containerd 1.6, which lacks RuntimeConfig), and
-// [Server.Calls] to count the RPCs received.
+// [Server.Calls] and [Server.Images] to inspect what clients did.
 //
 // Image references are normalized the way containerd does
 // ("nginx" is "docker.io/library/nginx:latest"), so a pod spec's image name
