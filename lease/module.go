@@ -1,0 +1,59 @@
+package lease
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// Module provides the node lease *Controller, built from the graph's
+// Options, and runs it for the application's lifetime: it starts on
+// OnStart, stops on OnStop. Options fields left zero are filled from the
+// graph: Client from kubernetes.Interface, Clock and Registerer from the
+// optional clock.Clock and prometheus.Registerer. The controller logs with
+// the optional logr.Logger (klog's by default) under the name "lease".
+var Module = fx.Module("lease",
+	fx.Provide(provide),
+	fx.Invoke(func(*Controller) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options    Options
+	Client     kubernetes.Interface
+	Registerer prometheus.Registerer `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Controller, error) {
+	opts := p.Options
+	if opts.Client == nil {
+		opts.Client = p.Client
+	}
+	if opts.Clock == nil {
+		opts.Clock = p.Clock
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = p.Registerer
+	}
+	c, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	logger := p.Logger
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "lease", c.Run)
+	return c, nil
+}
