@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -68,9 +68,10 @@ type Options struct {
 	// means none. It must not block and the Manager does not modify the
 	// returned pods.
 	ActivePods func() []*v1.Pod
-	// RuntimeCgroupDriver, when set, is asked once on start which driver the
-	// container runtime uses (see RuntimeCgroupDriver); a mismatch with the
-	// driver's Name fails Start.
+	// RuntimeCgroupDriver, when set, is asked on Start which driver the
+	// container runtime uses (the runtime package's Client.CgroupDriver has
+	// this signature); ok false skips the check, and a mismatch with the
+	// driver's Name fails Start (see CheckRuntimeDriver).
 	RuntimeCgroupDriver func(ctx context.Context) (driver runtimeapi.CgroupDriver, ok bool, err error)
 	// QoSUpdateInterval is how often Run refreshes the QoS cgroups. Default
 	// DefaultQoSUpdateInterval.
