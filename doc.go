@@ -19,7 +19,22 @@
 // package documentation of each module and examples/.
 package nodekit
 
+import "strings"
+
 // Version is nodekit's release, reported as the node's kubeletVersion and in
 // the agent's user agent. Release builds set it with
 // -ldflags "-X github.com/nodekit/nodekit.Version=vX.Y.Z".
 var Version = "v0.1.0"
+
+// KubernetesVersion is the Kubernetes release whose kubelet behaviour nodekit
+// matches.
+const KubernetesVersion = "v1.37.2"
+
+// KubeletVersion is what a nodekit agent reports as the node's
+// nodeInfo.kubeletVersion: the Kubernetes release it matches, so version-skew
+// checks (kubeadm, kubectl) treat it as that kubelet, with nodekit and its
+// version as semver build metadata, so an operator can tell it apart, e.g.
+// "v1.37.2+nodekit.0.1.0".
+func KubeletVersion() string {
+	return KubernetesVersion + "+nodekit." + strings.TrimPrefix(Version, "v")
+}

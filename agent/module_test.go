@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// testConfig returns a complete Config for node "node-a" on the fakecri
+// listening at endpoint, with the healthz server on a free loopback port.
+func testConfig(t *testing.T, endpoint string) *Config {
+	t.Helper()
+	cfg, err := ParseFlags(klog.Background(), []string{
+		"--hostname-override=node-a",
+		"--node-ip=127.0.0.1",
+		"--container-runtime-endpoint=" + endpoint,
+		"--healthz-port=0",
+		"--root-dir=" + t.TempDir(),
+		"--node-labels=example.com/role=test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func startFakeCRI(t *testing.T) (*fakecri.Server, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv := fakecri.New(fakecri.Options{})
+	endpoint, stop, err := srv.Start(filepath.Join(dir, "cri.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return srv, endpoint
+}
+
+func TestModuleGraphIsValid(t *testing.T) {
+	_, endpoint := startFakeCRI(t)
+	cfg := testConfig(t, endpoint)
+	if err := fx.ValidateApp(fx.Supply(cfg), Module); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentRegistersReadyNodeAndLease runs the whole default graph against a
+// fake clientset and fakecri: the node registers with its labels, turns
+// Ready from the runtime's health, and its Lease is created.
+func TestAgentRegistersReadyNodeAndLease(t *testing.T) {
+	cri, endpoint := startFakeCRI(t)
+	cfg := testConfig(t, endpoint)
+	client := fake.NewClientset()
+	var health *HealthServer
+	app := fxtest.New(t,
+		fx.Supply(cfg),
+		Module,
+		fx.Replace(&Clients{Client: client, Heartbeat: client}),
+		fx.Populate(&health),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node := waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue })
+	if node.Labels["example.com/role"] != "test" || node.Labels[v1.LabelHostname] != "node-a" {
+		t.Errorf("labels = %v", node.Labels)
+	}
+	if got := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(got, "fakecri://") {
+		t.Errorf("containerRuntimeVersion = %q, want fakecri://…", got)
+	}
+	if node.Status.NodeInfo.KubeletVersion == "" {
+		t.Error("kubeletVersion is empty")
+	}
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoordinationV1().Leases("kube-node-lease").Get(ctx, "node-a", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("lease kube-node-lease/node-a was not created: %v", err)
+	}
+
+	// The runtime goes down: Ready turns False with the runtime's reason.
+	cri.SetRuntimeReady(false, "ContainerdDown", "containerd is stopping")
+	node = waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionFalse })
+	if msg := readyMessage(node); !strings.Contains(msg, "ContainerdDown") {
+		t.Errorf("Ready message = %q, want the runtime's reason", msg)
+	}
+
+	addr, err := health.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "kubelet_runtime_operations_total"} {
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s = %d, body lacks %q", path, resp.StatusCode, want)
+		}
+	}
+}
+
+func waitForNode(ctx context.Context, t *testing.T, client *fake.Clientset, cond func(*v1.Node) bool) *v1.Node {
+	t.Helper()
+	var node *v1.Node
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = n
+		return cond(n), nil
+	})
+	if err != nil {
+		t.Fatalf("node node-a did not reach the expected state: %v; last seen: %+v", err, node)
+	}
+	return node
+}
+
+func readyCondition(n *v1.Node) *v1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == v1.NodeReady {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func readyStatus(n *v1.Node) v1.ConditionStatus {
+	if c := readyCondition(n); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+func readyMessage(n *v1.Node) string {
+	if c := readyCondition(n); c != nil {
+		return c.Message
+	}
+	return ""
+}
