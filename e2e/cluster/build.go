@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/mod/modfile"
+)
+
+// Binaries are the control-plane programs the harness runs, built from Go
+// modules at the versions e2e/tools/go.mod pins.
+type Binaries struct {
+	// KubernetesVersion is the k8s.io/kubernetes version, e.g. "v1.37.2".
+	KubernetesVersion string
+	// EtcdVersion is the etcd version Kubernetes pins, e.g. "v3.7.0".
+	EtcdVersion string
+
+	Etcd                  string
+	KubeAPIServer         string
+	KubeControllerManager string
+	KubeScheduler         string
+	Kubectl               string
+}
+
+// BuildOptions configure BuildControlPlane.
+type BuildOptions struct {
+	// Source is the checkout to build from; zero means LocateSource().
+	Source Source
+	// CacheDir keeps built binaries between runs, keyed by version;
+	// empty means DefaultCacheDir().
+	CacheDir string
+	// Log receives progress and the go command's output; nil discards it.
+	Log io.Writer
+}
+
+const (
+	kubernetesModule = "k8s.io/kubernetes"
+	etcdAPIModule    = "go.etcd.io/etcd/api/v3"
+	etcdServerModule = "go.etcd.io/etcd/server/v3"
+)
+
+// BuildControlPlane returns etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kubectl, building them with the go command when the
+// cache does not hold them for the pinned versions. A cold build takes about
+// ten minutes on two cores; a cached one returns at once. Concurrent callers
+// (several test processes) serialize on a lock file in the cache directory.
+func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error) {
+	if opts.Source == (Source{}) {
+		src, err := LocateSource()
+		if err != nil {
+			return Binaries{}, err
+		}
+		opts.Source = src
+	}
+	if opts.CacheDir == "" {
+		dir, err := DefaultCacheDir()
+		if err != nil {
+			return Binaries{}, err
+		}
+		opts.CacheDir = dir
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	goBin, err := goCommand()
+	if err != nil {
+		return Binaries{}, err
+	}
+	k8sVersion, etcdVersion, err := pinnedVersions(opts.Source.Tools)
+	if err != nil {
+		return Binaries{}, err
+	}
+	goVersion, err := runCommand(ctx, opts.Source.Tools, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build control plane: %w", err)
+	}
+	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
+		return Binaries{}, fmt.Errorf("build control plane: %w", err)
+	}
+
+	bins := Binaries{KubernetesVersion: k8sVersion, EtcdVersion: etcdVersion}
+	k8sDir := filepath.Join(opts.CacheDir, "k8s-"+k8sVersion, "bin")
+	bins.KubeAPIServer = filepath.Join(k8sDir, "kube-apiserver")
+	bins.KubeControllerManager = filepath.Join(k8sDir, "kube-controller-manager")
+	bins.KubeScheduler = filepath.Join(k8sDir, "kube-scheduler")
+	bins.Kubectl = filepath.Join(k8sDir, "kubectl")
+	ldflags := versionLDFlags(k8sVersion)
+	goMod, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.mod"))
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build control plane: %w", err)
+	}
+	goSum, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.sum"))
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build control plane: %w", err)
+	}
+	k8sKey := cacheKey(goMod, goSum, goVersion, []byte(ldflags))
+	err = cached(opts.CacheDir, "k8s-"+k8sVersion, k8sDir, k8sKey,
+		[]string{bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl},
+		func(staging string) error {
+			fmt.Fprintf(opts.Log, "building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl %s into %s (cold: ~10 min on 2 cores)\n", k8sVersion, k8sDir)
+			args := []string{"build", "-ldflags", ldflags, "-o", staging + string(filepath.Separator)}
+			for _, cmd := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"} {
+				args = append(args, kubernetesModule+"/cmd/"+cmd)
+			}
+			_, err := runCommand(ctx, opts.Source.Tools, []string{"GOWORK=off"}, opts.Log, goBin, args...)
+			return err
+		})
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build kubernetes %s: %w", k8sVersion, err)
+	}
+
+	etcdDir := filepath.Join(opts.CacheDir, "etcd-"+etcdVersion, "bin")
+	bins.Etcd = filepath.Join(etcdDir, "etcd")
+	etcdKey := cacheKey([]byte(etcdServerModule+"@"+etcdVersion), goVersion)
+	err = cached(opts.CacheDir, "etcd-"+etcdVersion, etcdDir, etcdKey, []string{bins.Etcd}, func(staging string) error {
+		fmt.Fprintf(opts.Log, "building etcd %s into %s\n", etcdVersion, etcdDir)
+		// The server module is itself the etcd main package; go install
+		// names the binary after the last path element, "v3".
+		_, err := runCommand(ctx, opts.CacheDir, []string{"GOWORK=off", "GOBIN=" + staging}, opts.Log, goBin, "install", etcdServerModule+"@"+etcdVersion)
+		if err != nil {
+			return err
+		}
+		return os.Rename(filepath.Join(staging, "v3"), filepath.Join(staging, "etcd"))
+	})
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build etcd %s: %w", etcdVersion, err)
+	}
+	return bins, nil
+}
+
+// pinnedVersions reads the Kubernetes and etcd versions from the tools
+// module: etcd is built at the version of the etcd API module Kubernetes
+// requires.
+func pinnedVersions(toolsDir string) (k8s, etcd string, err error) {
+	path := filepath.Join(toolsDir, "go.mod")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("read pinned versions: %w", err)
+	}
+	f, err := modfile.ParseLax(path, data, nil)
+	if err != nil {
+		return "", "", fmt.Errorf("read pinned versions: %w", err)
+	}
+	for _, r := range f.Require {
+		switch r.Mod.Path {
+		case kubernetesModule:
+			k8s = r.Mod.Version
+		case etcdAPIModule:
+			etcd = r.Mod.Version
+		}
+	}
+	if k8s == "" || etcd == "" {
+		return "", "", fmt.Errorf("read pinned versions: %s must require %s and %s", path, kubernetesModule, etcdAPIModule)
+	}
+	return k8s, etcd, nil
+}
+
+// versionLDFlags stamps the version into component-base and client-go, as
+// the upstream build does; without it every binary reports v0.0.0-master.
+func versionLDFlags(version string) string {
+	major, minor := "", ""
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) >= 2 {
+		major, minor = parts[0], parts[1]
+	}
+	flags := []string{"-s", "-w"}
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		flags = append(flags,
+			"-X", pkg+".gitVersion="+version,
+			"-X", pkg+".gitMajor="+major,
+			"-X", pkg+".gitMinor="+minor,
+			"-X", pkg+".gitTreeState=clean")
+	}
+	return strings.Join(flags, " ")
+}
+
+func cacheKey(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:", len(p))
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// cached makes sure binDir holds outputs built for key. Under an exclusive
+// lock on CacheDir/<name>.lock it checks the stamp file; when stale, build
+// writes the outputs (by base name) into a staging directory, which are then
+// renamed into binDir one by one and the stamp written last, so an
+// interrupted build never leaves a valid-looking cache.
+func cached(cacheDir, name, binDir, key string, outputs []string, build func(staging string) error) error {
+	lock, err := os.OpenFile(filepath.Join(cacheDir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+
+	stamp := filepath.Join(binDir, ".stamp")
+	if got, err := os.ReadFile(stamp); err == nil && string(got) == key && allExist(outputs) {
+		return nil
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(stamp)
+	staging, err := os.MkdirTemp(filepath.Dir(binDir), "staging-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(staging)
+	if err := build(staging); err != nil {
+		return err
+	}
+	for _, out := range outputs {
+		if err := os.Rename(filepath.Join(staging, filepath.Base(out)), out); err != nil {
+			return fmt.Errorf("install %s: %w", out, err)
+		}
+	}
+	return os.WriteFile(stamp, []byte(key), 0o644)
+}
+
+func allExist(paths []string) bool {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// goCommand finds the go command: on PATH, else next to the toolchain this
+// program was built with.
+func goCommand() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("the go command is neither on PATH nor in %s", filepath.Dir(p))
+}
+
+// BuildAgent compiles the node agent under test,
+// github.com/nodekit/nodekit/examples/nodeagent, into outDir and returns the
+// binary's path. The go build cache makes repeated builds quick.
+func BuildAgent(ctx context.Context, src Source, outDir string, log io.Writer) (string, error) {
+	return buildProgram(ctx, src.Root, "./examples/nodeagent", filepath.Join(outDir, "nodeagent"), nil, log)
+}
+
+// buildProgram runs go build for one main package of the module in dir.
+func buildProgram(ctx context.Context, dir, pkg, out string, env []string, log io.Writer) (string, error) {
+	goBin, err := goCommand()
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(pkg))); err != nil {
+		return "", fmt.Errorf("build %s: %w", pkg, err)
+	}
+	if _, err := runCommand(ctx, dir, append([]string{"GOWORK=off"}, env...), log, goBin, "build", "-o", out, pkg); err != nil {
+		return "", fmt.Errorf("build %s: %w", pkg, err)
+	}
+	return out, nil
+}

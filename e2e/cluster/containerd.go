@@ -1,0 +1,739 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/template"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ContainerdOptions configure StartContainerd.
+type ContainerdOptions struct {
+	// Source is the checkout the images are built from; zero means
+	// LocateSource().
+	Source Source
+	// Dir holds containerd's root, state, socket, CNI config and log; empty
+	// means a new temporary directory, removed by Close.
+	Dir string
+	// StartTimeout bounds the wait for the CRI to report ready. Default 1m.
+	StartTimeout time.Duration
+	// Log receives progress messages; nil discards them.
+	Log io.Writer
+}
+
+// Containerd is a containerd daemon from the Debian package, with runc and
+// the cgroupfs driver, its root, state and socket under Dir, pod networking
+// by Debian's bridge and host-local CNI plugins, and PauseImage and
+// BusyboxImage imported. Its methods are safe for concurrent use.
+type Containerd struct {
+	// Dir holds everything the daemon writes, except the few paths
+	// containerd 1.6 does not let a configuration move, which Close cleans.
+	Dir string
+	// Socket is the daemon's gRPC socket; Endpoint is the same as a CRI
+	// endpoint, unix://<Socket>.
+	Socket   string
+	Endpoint string
+	// LogPath is the daemon's log (all starts append to it).
+	LogPath string
+	// PodSubnet is the CIDR pod IPs come from.
+	PodSubnet string
+
+	configPath string
+	network    string // CNI network name, unique per instance
+	bridge     string // Linux bridge the CNI plugin creates in the host
+	removeDir  bool
+	timeout    time.Duration
+	log        io.Writer
+
+	mu     sync.Mutex
+	proc   *process
+	closed bool
+}
+
+// Paths containerd 1.6 uses whatever its configuration says.
+const (
+	shimSocketDir  = "/run/containerd/s"
+	cniResultsDir  = "/var/lib/cni/results"
+	criNamespace   = "k8s.io"
+	cniPluginDir   = "/usr/lib/cni"
+	shimBinaryName = "containerd-shim-runc-v2"
+)
+
+// CheckContainerd reports what this machine lacks to run StartContainerd:
+// root, the containerd, runc and CNI plugin binaries, a static busybox and
+// the ip command. hack/install-deps.sh installs the Debian packages.
+func CheckContainerd() error {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root privileges (containerd and runc run as root)")
+	}
+	for _, cmd := range []string{"containerd", shimBinaryName, "ctr", "runc", "ip"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			missing = append(missing, cmd+" on PATH")
+		}
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniPluginDir, plugin)); err != nil {
+			missing = append(missing, filepath.Join(cniPluginDir, plugin))
+		}
+	}
+	if _, err := os.Stat(busyboxPath); err != nil {
+		missing = append(missing, busyboxPath)
+	} else if err := checkStatic(busyboxPath); err != nil {
+		missing = append(missing, err.Error())
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("containerd runtime unavailable, missing: %s (hack/install-deps.sh installs the Debian packages containerd, runc, containernetworking-plugins, busybox-static, iproute2)", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+var containerdInstances atomic.Uint32
+
+// StartContainerd builds the images, writes the configuration, starts
+// containerd and imports the images, returning once the CRI reports the
+// runtime and the network ready. On failure it cleans up what it started.
+// The caller must Close the returned daemon.
+func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd, err error) {
+	if err := CheckContainerd(); err != nil {
+		return nil, err
+	}
+	if opts.Source == (Source{}) {
+		if opts.Source, err = LocateSource(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = time.Minute
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	c := &Containerd{Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "nodekit-containerd-"); err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
+		}
+		c.removeDir = true
+	}
+	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
+	hostDirs.acquire()
+	defer func() {
+		if err != nil {
+			_ = c.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	c.Socket = filepath.Join(c.Dir, "containerd.sock")
+	c.Endpoint = "unix://" + c.Socket
+	c.LogPath = filepath.Join(c.Dir, "containerd.log")
+	c.configPath = filepath.Join(c.Dir, "config.toml")
+	instance := fmt.Sprintf("%d-%d", os.Getpid(), containerdInstances.Add(1))
+	c.network = "nodekit-e2e-" + instance
+	c.bridge = fmt.Sprintf("nk%x", sha256.Sum256([]byte(c.Dir)))[:15]
+	if c.PodSubnet, err = freePodSubnet(c.Dir); err != nil {
+		return nil, err
+	}
+	if err := c.writeConfig(); err != nil {
+		return nil, err
+	}
+	images, err := BuildImages(ctx, opts.Source, c.Dir, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	for _, image := range images {
+		if _, err := runCommand(ctx, c.Dir, nil, nil, "ctr", "--address", c.Socket, "--namespace", criNamespace, "images", "import", image); err != nil {
+			return nil, fmt.Errorf("start containerd: import %s: %w", image, err)
+		}
+	}
+	fmt.Fprintf(c.log, "containerd ready at %s (log %s)\n", c.Endpoint, c.LogPath)
+	return c, nil
+}
+
+// freePodSubnet picks a /24 in 10.88.0.0/16 that no host interface uses,
+// starting from one derived from seed so concurrent instances spread out.
+func freePodSubnet(seed string) (string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", fmt.Errorf("list host addresses: %w", err)
+	}
+	start := int(sha256.Sum256([]byte(seed))[0])
+	for i := range 256 {
+		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.88.%d.0/24", (start+i)%256))
+		used := false
+		for _, a := range addrs {
+			if ipnet, ok := a.(*net.IPNet); ok && subnet.Contains(ipnet.IP) {
+				used = true
+			}
+		}
+		if !used {
+			return subnet.String(), nil
+		}
+	}
+	return "", errors.New("no free /24 for pods in 10.88.0.0/16")
+}
+
+var containerdConfig = template.Must(template.New("config").Parse(`version = 2
+root = "{{.Dir}}/root"
+state = "{{.Dir}}/state"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "{{.Socket}}"
+
+[ttrpc]
+  address = "{{.Socket}}.ttrpc"
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{{.Dir}}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{{.PauseImage}}"
+  # Root lacks CAP_SYS_RESOURCE on some machines; without this every
+  # sandbox fails with runc's "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{{.Dir}}/runc"
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{{.CNIBinDir}}"
+    conf_dir = "{{.Dir}}/cni/net.d"
+    max_conf_num = 1
+`))
+
+func (c *Containerd) writeConfig() error {
+	var cfg strings.Builder
+	err := containerdConfig.Execute(&cfg, map[string]string{
+		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": PauseImage, "CNIBinDir": cniPluginDir,
+	})
+	if err != nil {
+		return fmt.Errorf("containerd config: %w", err)
+	}
+	if err := os.WriteFile(c.configPath, []byte(cfg.String()), 0o644); err != nil {
+		return fmt.Errorf("containerd config: %w", err)
+	}
+	cni := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       c.network,
+		"plugins": []any{map[string]any{
+			"type":        "bridge",
+			"bridge":      c.bridge,
+			"isGateway":   true,
+			"ipMasq":      false,
+			"hairpinMode": true,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": c.PodSubnet}}},
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"dataDir": filepath.Join(c.Dir, "cni", "ipam"),
+			},
+		}},
+	}
+	data, err := json.MarshalIndent(cni, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cni config: %w", err)
+	}
+	confDir := filepath.Join(c.Dir, "cni", "net.d")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		return fmt.Errorf("cni config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "10-nodekit-e2e.conflist"), data, 0o644); err != nil {
+		return fmt.Errorf("cni config: %w", err)
+	}
+	return nil
+}
+
+// Start starts the daemon (again, after Stop) and waits until the CRI
+// reports RuntimeReady and NetworkReady. Starting a running daemon is a
+// no-op.
+func (c *Containerd) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("start containerd: already closed")
+	}
+	if c.proc != nil && !c.proc.exited() {
+		return nil
+	}
+	p, err := startProcess("containerd", c.LogPath, "containerd", []string{"--config", c.configPath}, nil)
+	if err != nil {
+		return err
+	}
+	c.proc = p
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, c.timeout, true, func(ctx context.Context) (bool, error) {
+		if p.exited() {
+			return false, p.exitErr()
+		}
+		last = c.criReady(ctx)
+		if status.Code(last) == codes.Unimplemented {
+			// The socket serves only once every plugin loaded: the CRI
+			// plugin failed, and waiting will not help.
+			return false, last
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		if last != nil {
+			err = fmt.Errorf("%w (last: %v)", err, last)
+		}
+		return fmt.Errorf("start containerd: CRI not ready at %s: %w\n--- last lines of %s:\n%s", c.Endpoint, err, c.LogPath, logTail(c.LogPath, 30))
+	}
+	fmt.Fprintf(c.log, "containerd running (pid %d)\n", p.pid())
+	return nil
+}
+
+// Stop terminates the daemon (SIGTERM, SIGKILL after 15 s) but leaves its
+// shims and containers running, as stopping the containerd service on a node
+// does. Stopping a stopped daemon is a no-op.
+func (c *Containerd) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopLocked()
+}
+
+func (c *Containerd) stopLocked() error {
+	if c.proc == nil || c.proc.exited() {
+		return nil
+	}
+	err := c.proc.stop(15 * time.Second)
+	if errors.Is(err, errTimeout) {
+		return err
+	}
+	fmt.Fprintf(c.log, "containerd stopped (pid %d)\n", c.proc.pid())
+	return nil
+}
+
+// Running reports whether the daemon process is up.
+func (c *Containerd) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.proc != nil && !c.proc.exited()
+}
+
+// dialCRI connects to the daemon's CRI service. The caller closes the
+// connection.
+func (c *Containerd) dialCRI() (*grpc.ClientConn, runtimeapi.RuntimeServiceClient, error) {
+	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial %s: %w", c.Endpoint, err)
+	}
+	return conn, runtimeapi.NewRuntimeServiceClient(conn), nil
+}
+
+func (c *Containerd) criReady(ctx context.Context) error {
+	conn, client, err := c.dialCRI()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := client.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	for _, cond := range resp.GetStatus().GetConditions() {
+		if !cond.Status {
+			return fmt.Errorf("CRI condition %s is false: %s: %s", cond.Type, cond.Reason, cond.Message)
+		}
+	}
+	return nil
+}
+
+// Version returns the runtime's CRI name and version, e.g. "containerd" and
+// "1.6.20~ds1".
+func (c *Containerd) Version(ctx context.Context) (name, version string, err error) {
+	conn, client, err := c.dialCRI()
+	if err != nil {
+		return "", "", err
+	}
+	defer conn.Close()
+	resp, err := client.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return "", "", fmt.Errorf("CRI version of %s: %w", c.Endpoint, err)
+	}
+	return resp.RuntimeName, resp.RuntimeVersion, nil
+}
+
+// Close tears everything down: it stops and removes every pod sandbox
+// through the CRI (releasing their network), stops the daemon, kills shims
+// and container processes that remain, unmounts whatever is mounted under
+// Dir, deletes the pod bridge, the shim sockets and CNI results containerd
+// 1.6 leaves outside Dir, and removes Dir if StartContainerd created it.
+// Close may be called more than once.
+func (c *Containerd) Close(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var errs []error
+	ids := map[string]bool{}
+	if c.proc != nil && !c.proc.exited() {
+		removed, err := c.removeSandboxes(ctx)
+		for _, id := range removed {
+			ids[id] = true
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.stopLocked(); err != nil {
+		errs = append(errs, err)
+	}
+	shims, err := killShims(c.Socket)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range shims {
+		ids[id] = true
+	}
+	if err := unmountUnder(c.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	for id := range ids {
+		if err := removeIfExists(shimSocketPath(c.Socket, criNamespace, id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.network != "" {
+		results, _ := filepath.Glob(filepath.Join(cniResultsDir, c.network+"-*"))
+		for _, r := range results {
+			if err := removeIfExists(r); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if c.bridge != "" {
+		if _, err := net.InterfaceByName(c.bridge); err == nil {
+			if _, err := runCommand(ctx, "/", nil, nil, "ip", "link", "delete", c.bridge); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if c.removeDir {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	hostDirs.release()
+	return errors.Join(errs...)
+}
+
+// hostDirs tracks the directories outside Dir that containerd 1.6 creates
+// whatever its configuration says: /run/containerd/s for shim sockets,
+// /var/lib/cni/results, and a k8s.io cgroup in every hierarchy for
+// containers without a cgroup parent. Those that did not exist when the
+// first instance of this process started are removed, if empty, when the
+// last one closes.
+var hostDirs hostDirTracker
+
+type hostDirTracker struct {
+	mu      sync.Mutex
+	live    int
+	created []string
+}
+
+func (h *hostDirTracker) acquire() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.live++
+	if h.live > 1 {
+		return
+	}
+	h.created = nil
+	candidates := []string{shimSocketDir, filepath.Dir(shimSocketDir), cniResultsDir, filepath.Dir(cniResultsDir)}
+	candidates = append(candidates, cgroupDirs(criNamespace)...)
+	for _, dir := range candidates {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			h.created = append(h.created, dir)
+		}
+	}
+}
+
+func (h *hostDirTracker) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.live--
+	if h.live > 0 {
+		return
+	}
+	// Children before parents; rmdir fails harmlessly on a non-empty one.
+	sort.Slice(h.created, func(i, j int) bool { return len(h.created[i]) > len(h.created[j]) })
+	for _, dir := range h.created {
+		_ = syscall.Rmdir(dir)
+	}
+	h.created = nil
+}
+
+// cgroupDirs returns <mount>/<name> for every mounted cgroup hierarchy.
+func cgroupDirs(name string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// The filesystem type follows the " - " separator.
+		_, post, ok := strings.Cut(line, " - ")
+		fields := strings.Fields(line)
+		if !ok || len(fields) < 5 {
+			continue
+		}
+		if fsType := strings.Fields(post); len(fsType) > 0 && (fsType[0] == "cgroup" || fsType[0] == "cgroup2") {
+			dirs = append(dirs, filepath.Join(unescapeMountPath(fields[4]), name))
+		}
+	}
+	return dirs
+}
+
+// removeSandboxes stops and removes every pod sandbox, returning their ids.
+func (c *Containerd) removeSandboxes(ctx context.Context) ([]string, error) {
+	conn, client, err := c.dialCRI()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list pod sandboxes on %s: %w", c.Endpoint, err)
+	}
+	var ids []string
+	var errs []error
+	for _, sb := range resp.Items {
+		ids = append(ids, sb.Id)
+		if _, err := client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("stop pod sandbox %s: %w", sb.Id, err))
+			continue
+		}
+		if _, err := client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("remove pod sandbox %s: %w", sb.Id, err))
+		}
+	}
+	return ids, errors.Join(errs...)
+}
+
+// shimSocketPath is where containerd 1.6 puts a shim's socket: a hash of the
+// daemon address, namespace and shim id under /run/containerd/s.
+func shimSocketPath(address, namespace, id string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(address, namespace, id)))
+	return filepath.Join(shimSocketDir, fmt.Sprintf("%x", sum))
+}
+
+// procEntry is what teardown needs to know about a process.
+type procEntry struct {
+	pid, ppid int
+	args      []string
+}
+
+func listProcs() ([]procEntry, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var procs []procEntry
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// The command name may hold spaces and parentheses; fields resume
+		// after the last ')': state, then ppid.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		fields := strings.Fields(rest)
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		procs = append(procs, procEntry{pid: pid, ppid: ppid, args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")})
+	}
+	return procs, nil
+}
+
+// killShims SIGKILLs every shim serving the daemon at address, and every
+// process below them (the containers), and waits until they are gone. It
+// returns the shims' ids.
+func killShims(address string) ([]string, error) {
+	procs, err := listProcs()
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	children := map[int][]int{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	var ids []string
+	var victims []int
+	for _, p := range procs {
+		if filepath.Base(p.args[0]) != shimBinaryName || flagValue(p.args, "-address") != address {
+			continue
+		}
+		ids = append(ids, flagValue(p.args, "-id"))
+		// Children first, so a shim never sees its container die.
+		var walk func(pid int)
+		walk = func(pid int) {
+			for _, child := range children[pid] {
+				walk(child)
+			}
+			victims = append(victims, pid)
+		}
+		walk(p.pid)
+	}
+	for _, pid := range victims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, pid := range victims {
+			if alive(pid) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return ids, fmt.Errorf("kill shims of %s: processes %v survive SIGKILL", address, victims)
+	}
+	return ids, nil
+}
+
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var targets []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		target := unescapeMountPath(fields[4])
+		if target == dir || strings.HasPrefix(target, dir+"/") {
+			targets = append(targets, target)
+		}
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	sort.Slice(targets, func(i, j int) bool { return len(targets[i]) > len(targets[j]) })
+	var errs []error
+	for _, t := range targets {
+		if err := syscall.Unmount(t, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for space, …).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

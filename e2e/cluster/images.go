@@ -1,0 +1,203 @@
+package cluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Images built locally for the e2e runtime (no registry is reachable, so
+// pods use them with imagePullPolicy IfNotPresent or Never).
+const (
+	// PauseImage is the sandbox image containerd is configured with: the
+	// static program in e2e/images/pause.
+	PauseImage = "nodekit.local/e2e/pause:1.0"
+	// BusyboxImage holds Debian's static busybox with a symlink per applet
+	// (sh, sleep, wget, nc, …) and minimal /etc/passwd and /etc/group.
+	BusyboxImage = "nodekit.local/e2e/busybox:1.0"
+)
+
+// busyboxPath is where Debian's busybox-static package installs busybox.
+const busyboxPath = "/bin/busybox"
+
+// BuildImages writes PauseImage and BusyboxImage as docker-archive tarballs
+// into dir (for `ctr images import`) and returns their paths. Layers are
+// reproducible: every file has a fixed modification time and owner.
+func BuildImages(ctx context.Context, src Source, dir string, log io.Writer) ([]string, error) {
+	pauseBin, err := buildProgram(ctx, src.E2E, "./images/pause", filepath.Join(dir, "pause-bin"), []string{"CGO_ENABLED=0"}, log)
+	if err != nil {
+		return nil, fmt.Errorf("build image %s: %w", PauseImage, err)
+	}
+	pause, err := os.ReadFile(pauseBin)
+	if err != nil {
+		return nil, fmt.Errorf("build image %s: %w", PauseImage, err)
+	}
+	pauseLayer := newLayer()
+	pauseLayer.file("pause", pause, 0o755)
+	pauseTar := filepath.Join(dir, "pause.tar")
+	if err := writeImage(pauseTar, PauseImage, pauseLayer, v1.Config{Entrypoint: []string{"/pause"}}); err != nil {
+		return nil, err
+	}
+
+	busybox, err := busyboxLayer(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("build image %s: %w", BusyboxImage, err)
+	}
+	busyboxTar := filepath.Join(dir, "busybox.tar")
+	err = writeImage(busyboxTar, BusyboxImage, busybox, v1.Config{
+		Cmd: []string{"sh"},
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []string{pauseTar, busyboxTar}, nil
+}
+
+// busyboxLayer packs the static busybox with its applet links.
+func busyboxLayer(ctx context.Context) (*layerBuilder, error) {
+	data, err := os.ReadFile(busyboxPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w (install Debian's busybox-static)", err)
+	}
+	if err := checkStatic(busyboxPath); err != nil {
+		return nil, err
+	}
+	out, err := runCommand(ctx, "/", nil, nil, busyboxPath, "--list-full")
+	if err != nil {
+		return nil, err
+	}
+	l := newLayer()
+	l.file("bin/busybox", data, 0o755)
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "bin/busybox" {
+			continue
+		}
+		l.symlink(applet, "/bin/busybox")
+	}
+	l.file("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"), 0o644)
+	l.file("etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"), 0o644)
+	l.dir("tmp", 0o1777)
+	l.dir("root", 0o700)
+	return l, nil
+}
+
+// checkStatic fails unless path is an ELF executable without an interpreter:
+// the image holds nothing but the binary, so it must not need a loader.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; install Debian's busybox-static", path)
+		}
+	}
+	return nil
+}
+
+// layerBuilder assembles an uncompressed layer tar with parent directories
+// created implicitly, in the order entries are added.
+type layerBuilder struct {
+	buf  bytes.Buffer
+	tw   *tar.Writer
+	dirs map[string]bool
+	err  error
+}
+
+// epoch is the modification time of every layer entry, for reproducibility.
+var epoch = time.Unix(0, 0)
+
+func newLayer() *layerBuilder {
+	l := &layerBuilder{dirs: map[string]bool{}}
+	l.tw = tar.NewWriter(&l.buf)
+	return l
+}
+
+func (l *layerBuilder) write(h *tar.Header, data []byte) {
+	if l.err != nil {
+		return
+	}
+	if parent := filepath.Dir(strings.TrimSuffix(h.Name, "/")); parent != "." {
+		l.dir(parent, 0o755)
+	}
+	h.ModTime, h.Format = epoch, tar.FormatPAX
+	if l.err = l.tw.WriteHeader(h); l.err == nil && len(data) > 0 {
+		_, l.err = l.tw.Write(data)
+	}
+}
+
+func (l *layerBuilder) dir(name string, mode int64) {
+	if l.dirs[name] {
+		return
+	}
+	l.dirs[name] = true
+	l.write(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode}, nil)
+}
+
+func (l *layerBuilder) file(name string, data []byte, mode int64) {
+	l.write(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data))}, data)
+}
+
+func (l *layerBuilder) symlink(name, target string) {
+	l.write(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777}, nil)
+}
+
+func (l *layerBuilder) bytes() ([]byte, error) {
+	if l.err == nil {
+		l.err = l.tw.Close()
+	}
+	return l.buf.Bytes(), l.err
+}
+
+// writeImage writes a one-layer image for the host's platform, tagged ref,
+// as a docker archive at path.
+func writeImage(path, ref string, layer *layerBuilder, config v1.Config) error {
+	data, err := layer.bytes()
+	if err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+	cf.Created = v1.Time{Time: epoch}
+	cf.Config = config
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	if err := tarball.WriteToFile(path, tag, img); err != nil {
+		return fmt.Errorf("build image %s: %w", ref, err)
+	}
+	return nil
+}
