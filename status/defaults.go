@@ -1,0 +1,146 @@
+package status
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+)
+
+// PressureFuncs report whether the node is under memory, disk or PID
+// pressure, typically the eviction manager's IsUnder*Pressure methods. A nil
+// func means no pressure. They must be cheap and safe for concurrent use.
+type PressureFuncs struct {
+	Memory, Disk, PID func() bool
+}
+
+// SetterOptions configures the kubelet's default setters (DefaultSetters).
+// The agent builds it from the KubeletConfiguration and its flags; in the fx
+// Module the func fields left nil are filled from the graph.
+type SetterOptions struct {
+	// Hostname is reported as the node's Hostname address; in the fx Module
+	// it defaults to Options.Hostname.
+	Hostname string
+	// NodeIPs is --node-ip; see NodeAddressOptions.
+	NodeIPs []net.IP
+	// MaxPods (default 110) and PodsPerCore; see MachineInfoOptions.
+	MaxPods, PodsPerCore int32
+	// KubeReserved, SystemReserved and EvictionHard shape allocatable; see
+	// MachineInfoOptions.
+	KubeReserved, SystemReserved v1.ResourceList
+	EvictionHard                 map[string]string
+	// NoLocalStorageCapacityIsolation is kubelet
+	// localStorageCapacityIsolation=false: no ephemeral-storage capacity, and
+	// Ready does not need it.
+	NoLocalStorageCapacityIsolation bool
+	// NodeStatusMaxImages caps status.images; nil means 50, -1 all, 0 none.
+	NodeStatusMaxImages *int32
+	// KubeletPort is reported in daemonEndpoints; default 10250.
+	KubeletPort int32
+	// KubeletVersion is reported in nodeInfo; default Version.
+	KubeletVersion string
+	// DeclaredFeatures is status.declaredFeatures; nil leaves it alone.
+	DeclaredFeatures []string
+	// Roots locate the host's files for the default Machine.
+	Roots MachineRoots
+	// Machine overrides where machine facts come from (e.g. a simulated
+	// node); default CachedMachine of ReadMachine(Roots).
+	Machine MachineFunc
+
+	// RuntimeVersion and RuntimeHealth are required.
+	RuntimeVersion RuntimeVersionFunc
+	RuntimeHealth  RuntimeHealthFunc
+	// RuntimeHandlers, RuntimeFeatures and ListImages are optional: without
+	// them the matching setter is left out.
+	RuntimeHandlers RuntimeHandlersFunc
+	RuntimeFeatures RuntimeFeaturesFunc
+	ListImages      ListImagesFunc
+	// Pressure feeds the pressure conditions; nil funcs report no pressure.
+	Pressure PressureFuncs
+	// HealthChecks also gate Ready (e.g. PLEG).
+	HealthChecks []HealthCheck
+	// SoftRequirements; see ReadyOptions.
+	SoftRequirements func() error
+	// Recorder receives the node events; nil records none.
+	Recorder record.EventRecorder
+	// Clock stamps conditions; default clock.RealClock{}.
+	Clock clock.PassiveClock
+}
+
+// DefaultSetters builds the kubelet's setters, in its order, each named
+// (Setter* constants) and ordered (Order* constants) so that an embedder's
+// OrderedSetter of the same Name replaces it. The returned setters carry
+// state (last events, the runtime name) and belong to one Reporter.
+func DefaultSetters(opts SetterOptions) ([]OrderedSetter, error) {
+	if opts.Hostname == "" {
+		return nil, errors.New("default node status setters: Hostname is required")
+	}
+	machine := opts.Machine
+	if machine == nil {
+		roots := opts.Roots
+		machine = CachedMachine(func() (*Machine, error) { return ReadMachine(roots) })
+	}
+	maxImages := int32(DefaultNodeStatusMaxImages)
+	if opts.NodeStatusMaxImages != nil {
+		maxImages = *opts.NodeStatusMaxImages
+	}
+	port := opts.KubeletPort
+	if port == 0 {
+		port = DefaultKubeletPort
+	}
+
+	var out []OrderedSetter
+	var errs []error
+	add := func(name string, order int, s Setter, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		out = append(out, OrderedSetter{Name: name, Order: order, Set: s, isDefault: true})
+	}
+	s, err := NodeAddress(NodeAddressOptions{NodeIPs: opts.NodeIPs, Hostname: opts.Hostname})
+	add(SetterNodeAddress, OrderNodeAddress, s, err)
+	s, err = MachineInfo(MachineInfoOptions{
+		Machine: machine, MaxPods: opts.MaxPods, PodsPerCore: opts.PodsPerCore,
+		KubeReserved: opts.KubeReserved, SystemReserved: opts.SystemReserved, EvictionHard: opts.EvictionHard,
+		NoLocalStorageCapacityIsolation: opts.NoLocalStorageCapacityIsolation, Recorder: opts.Recorder,
+	})
+	add(SetterMachineInfo, OrderMachineInfo, s, err)
+	s, err = VersionInfo(VersionInfoOptions{Machine: machine, RuntimeVersion: opts.RuntimeVersion, KubeletVersion: opts.KubeletVersion})
+	add(SetterVersionInfo, OrderVersionInfo, s, err)
+	s, err = DaemonEndpoints(port)
+	add(SetterDaemonEndpoints, OrderDaemonEndpoints, s, err)
+	if opts.ListImages != nil {
+		s, err = Images(maxImages, opts.ListImages)
+		add(SetterImages, OrderImages, s, err)
+	}
+	add(SetterGoRuntime, OrderGoRuntime, GoRuntime(), nil)
+	if opts.RuntimeHandlers != nil {
+		s, err = RuntimeHandlers(opts.RuntimeHandlers)
+		add(SetterRuntimeHandlers, OrderRuntimeHandlers, s, err)
+	}
+	if opts.RuntimeFeatures != nil {
+		s, err = NodeFeatures(opts.RuntimeFeatures)
+		add(SetterNodeFeatures, OrderNodeFeatures, s, err)
+	}
+	add(SetterDeclaredFeatures, OrderDeclaredFeatures, DeclaredFeatures(opts.DeclaredFeatures), nil)
+	pressure := func(f func() bool) PressureOptions {
+		return PressureOptions{Pressure: f, Clock: opts.Clock, Recorder: opts.Recorder}
+	}
+	add(SetterMemoryPressure, OrderMemoryPressure, MemoryPressureCondition(pressure(opts.Pressure.Memory)), nil)
+	add(SetterDiskPressure, OrderDiskPressure, DiskPressureCondition(pressure(opts.Pressure.Disk)), nil)
+	add(SetterPIDPressure, OrderPIDPressure, PIDPressureCondition(pressure(opts.Pressure.PID)), nil)
+	add(SetterNodeSchedulable, OrderNodeSchedulable, NodeSchedulable(opts.Recorder), nil)
+	s, err = ReadyCondition(ReadyOptions{
+		RuntimeHealth: opts.RuntimeHealth, HealthChecks: opts.HealthChecks, SoftRequirements: opts.SoftRequirements,
+		NoLocalStorageCapacityIsolation: opts.NoLocalStorageCapacityIsolation, Clock: opts.Clock, Recorder: opts.Recorder,
+	})
+	add(SetterReady, OrderReady, s, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("default node status setters for host %s: %w", opts.Hostname, err)
+	}
+	return out, nil
+}

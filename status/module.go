@@ -1,0 +1,135 @@
+package status
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// SetterGroup is the fx value group of OrderedSetter the Reporter runs.
+const SetterGroup = "node_status_setters"
+
+// HealthCheckGroup is the fx value group of HealthCheck that gate Ready.
+const HealthCheckGroup = "node_health_checks"
+
+// Module provides the default setters into the "node_status_setters" group
+// and a *Reporter that runs from the application's start to its stop. The
+// graph must supply Options and SetterOptions (the agent builds both from
+// its configuration), a kubernetes.Interface, and the runtime funcs
+// RuntimeVersionFunc and RuntimeHealthFunc unless SetterOptions carries them.
+// See the package documentation for what an embedder can add or replace.
+var Module = fx.Module("status",
+	fx.Provide(
+		fx.Annotate(provideDefaultSetters, fx.ResultTags(`group:"`+SetterGroup+`,flatten"`)),
+		provideReporter,
+	),
+	fx.Invoke(func(*Reporter) {}),
+)
+
+// SetterParams are what the default setters take from the graph. Fields of
+// Config left nil are filled from the matching optional values.
+type SetterParams struct {
+	fx.In
+
+	Options Options
+	Config  SetterOptions
+
+	RuntimeVersion  RuntimeVersionFunc  `optional:"true"`
+	RuntimeHealth   RuntimeHealthFunc   `optional:"true"`
+	RuntimeHandlers RuntimeHandlersFunc `optional:"true"`
+	RuntimeFeatures RuntimeFeaturesFunc `optional:"true"`
+	ListImages      ListImagesFunc      `optional:"true"`
+	Pressure        PressureFuncs       `optional:"true"`
+	HealthChecks    []HealthCheck       `group:"node_health_checks"`
+
+	Recorder record.EventRecorder `optional:"true"`
+	Clock    clock.Clock          `optional:"true"`
+}
+
+func provideDefaultSetters(p SetterParams) ([]OrderedSetter, error) {
+	c := p.Config
+	if c.Hostname == "" {
+		c.Hostname = p.Options.Hostname
+	}
+	if c.Hostname == "" {
+		c.Hostname = p.Options.NodeName
+	}
+	if c.RuntimeVersion == nil {
+		c.RuntimeVersion = p.RuntimeVersion
+	}
+	if c.RuntimeHealth == nil {
+		c.RuntimeHealth = p.RuntimeHealth
+	}
+	if c.RuntimeHandlers == nil {
+		c.RuntimeHandlers = p.RuntimeHandlers
+	}
+	if c.RuntimeFeatures == nil {
+		c.RuntimeFeatures = p.RuntimeFeatures
+	}
+	if c.ListImages == nil {
+		c.ListImages = p.ListImages
+	}
+	if c.Pressure.Memory == nil {
+		c.Pressure.Memory = p.Pressure.Memory
+	}
+	if c.Pressure.Disk == nil {
+		c.Pressure.Disk = p.Pressure.Disk
+	}
+	if c.Pressure.PID == nil {
+		c.Pressure.PID = p.Pressure.PID
+	}
+	c.HealthChecks = append(append([]HealthCheck(nil), c.HealthChecks...), p.HealthChecks...)
+	if c.Recorder == nil {
+		c.Recorder = p.Recorder
+	}
+	if c.Clock == nil && p.Clock != nil {
+		c.Clock = p.Clock
+	}
+	return DefaultSetters(c)
+}
+
+// Params are what the Reporter takes from the graph. Options fields left
+// zero (Client, Clock, Registerer) are filled from the graph's values; the
+// group's setters are added to Options.Setters.
+type Params struct {
+	fx.In
+
+	Options    Options
+	Setters    []OrderedSetter `group:"node_status_setters"`
+	Client     kubernetes.Interface
+	Registerer prometheus.Registerer `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provideReporter(p Params) (*Reporter, error) {
+	o := p.Options
+	if o.Client == nil {
+		o.Client = p.Client
+	}
+	if o.Clock == nil {
+		o.Clock = p.Clock
+	}
+	if o.Registerer == nil {
+		o.Registerer = p.Registerer
+	}
+	o.Setters = append(append([]OrderedSetter(nil), o.Setters...), p.Setters...)
+	r, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	logger := p.Logger
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "status", r.Run)
+	return r, nil
+}

@@ -1,0 +1,419 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the reporter, as the kubelet's.
+const (
+	// DefaultUpdateFrequency is nodeStatusUpdateFrequency: how often the
+	// status is computed.
+	DefaultUpdateFrequency = 10 * time.Second
+	// DefaultReportFrequency is nodeStatusReportFrequency: how often the
+	// status is patched when nothing changed.
+	DefaultReportFrequency = 5 * time.Minute
+	// UpdateRetries is the kubelet's nodeStatusUpdateRetry.
+	UpdateRetries = 5
+	// FastReadyInterval is how often the status is re-evaluated at startup,
+	// without calling the API, until the node turns Ready.
+	FastReadyInterval = 100 * time.Millisecond
+	// FastReadyTimeout ends the fast startup loop (the kubelet's
+	// nodeReadyGracePeriod).
+	FastReadyTimeout = 120 * time.Second
+)
+
+// Options configures a Reporter.
+type Options struct {
+	// Client talks to the API server as the node; required.
+	Client kubernetes.Interface
+	// NodeName is the Node's name; required.
+	NodeName string
+	// Hostname is the kubernetes.io/hostname label; default NodeName.
+	Hostname string
+
+	// Labels are added at registration (kubelet --node-labels); they win
+	// over the default labels.
+	Labels map[string]string
+	// Taints are set at registration (kubelet --register-with-taints).
+	Taints []v1.Taint
+	// Unschedulable registers the node cordoned, with the
+	// node.kubernetes.io/unschedulable:NoSchedule taint.
+	Unschedulable bool
+
+	// UpdateFrequency is how often the status is computed; default 10s.
+	UpdateFrequency time.Duration
+	// ReportFrequency is how often the status is patched when nothing
+	// changed; default 5m. As in the kubelet, the first forced report after a
+	// change comes after ReportFrequency ± 50% so that nodes spread out.
+	ReportFrequency time.Duration
+
+	// Setters compute the status, in Order (see OrderedSetter for
+	// replacement by Name). Typically DefaultSetters plus the embedder's.
+	Setters []OrderedSetter
+
+	// Clock drives every timer and timestamp; default clock.RealClock{}.
+	Clock clock.Clock
+	// Registerer receives the metrics (Metric* constants); nil registers
+	// none.
+	Registerer prometheus.Registerer
+	// OnRepeatedFailure is called after every failed retry of a status
+	// update (from the second try on), e.g. to close the client's
+	// connections as the kubelet does. It runs on the reporter's goroutine
+	// and must not block.
+	OnRepeatedFailure func()
+}
+
+// Reporter registers the Node and keeps its status up to date, as the
+// kubelet's node status loop does.
+type Reporter struct {
+	opts       Options
+	setters    []OrderedSetter
+	clock      clock.Clock
+	metrics    *metrics
+	registered chan struct{}
+	regOnce    sync.Once
+	started    atomic.Bool
+	// jitter returns a float in [0, 1) for the report delay.
+	jitter func() float64
+	// waits counts the times the loop went back to waiting for its timers,
+	// so that tests can tell when a round is over.
+	waits atomic.Int64
+
+	// The fields below belong to Run's goroutine.
+	store         cache.Store
+	lastReport    time.Time
+	reportDelay   time.Duration
+	lastPatched   *v1.Node // the API's answer to the last patch
+	patchedFromRV string   // resourceVersion of the node that patch was computed from
+}
+
+// New validates opts, applies defaults and returns a Reporter. It does not
+// contact the API server.
+func New(opts Options) (*Reporter, error) {
+	if opts.Client == nil {
+		return nil, errors.New("node status reporter: Client is required")
+	}
+	if opts.NodeName == "" {
+		return nil, errors.New("node status reporter: NodeName is required")
+	}
+	if errs := validation.IsDNS1123Subdomain(opts.NodeName); len(errs) > 0 {
+		return nil, fmt.Errorf("node status reporter: node name %q: %v", opts.NodeName, errs)
+	}
+	if opts.Hostname == "" {
+		opts.Hostname = opts.NodeName
+	}
+	if errs := validation.IsValidLabelValue(opts.Hostname); len(errs) > 0 {
+		return nil, fmt.Errorf("node status reporter: hostname %q is not a valid label value: %v", opts.Hostname, errs)
+	}
+	for k, v := range opts.Labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("node status reporter: node label key %q: %v", k, errs)
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return nil, fmt.Errorf("node status reporter: node label %s=%q: %v", k, v, errs)
+		}
+	}
+	for _, t := range opts.Taints {
+		if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
+			return nil, fmt.Errorf("node status reporter: taint key %q: %v", t.Key, errs)
+		}
+		switch t.Effect {
+		case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
+		default:
+			return nil, fmt.Errorf("node status reporter: taint %s has unknown effect %q", t.Key, t.Effect)
+		}
+	}
+	if opts.UpdateFrequency < 0 || opts.ReportFrequency < 0 {
+		return nil, fmt.Errorf("node status reporter: frequencies must not be negative (update %v, report %v)", opts.UpdateFrequency, opts.ReportFrequency)
+	}
+	if opts.UpdateFrequency == 0 {
+		opts.UpdateFrequency = DefaultUpdateFrequency
+	}
+	if opts.ReportFrequency == 0 {
+		opts.ReportFrequency = DefaultReportFrequency
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	setters, err := resolveSetters(opts.Setters)
+	if err != nil {
+		return nil, fmt.Errorf("node status reporter: %w", err)
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("node status reporter: %w", err)
+	}
+	return &Reporter{
+		opts:       opts,
+		setters:    setters,
+		clock:      opts.Clock,
+		metrics:    m,
+		registered: make(chan struct{}),
+		jitter:     rand.Float64,
+	}, nil
+}
+
+// Registered returns a channel that is closed once the Node exists (created
+// or found by this Reporter). It is safe for concurrent use.
+func (r *Reporter) Registered() <-chan struct{} { return r.registered }
+
+// Run registers the Node, then computes its status every UpdateFrequency
+// and patches it when it changed or ReportFrequency elapsed, until ctx is
+// done. At startup it also re-evaluates the status every FastReadyInterval,
+// without calling the API, and patches as soon as the node turns Ready.
+// Run blocks; it returns nil when ctx is done and an error only if called
+// twice.
+func (r *Reporter) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("node status reporter for node %s: Run called twice", r.opts.NodeName)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	informer := r.newInformer()
+	r.store = informer.GetStore()
+	wg.Go(func() { informer.RunWithContext(ctx) })
+
+	if err := r.register(ctx); err != nil {
+		return nil // ctx is done
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return nil
+	}
+	r.loop(ctx)
+	return nil
+}
+
+// newInformer watches this one Node (field selector metadata.name).
+func (r *Reporter) newInformer() cache.SharedIndexInformer {
+	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, r.opts.NodeName).String()
+	return coreinformers.NewFilteredNodeInformer(r.opts.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = selector
+	})
+}
+
+func (r *Reporter) markRegistered() {
+	r.regOnce.Do(func() { close(r.registered) })
+}
+
+// loop runs the status cycles and the fast startup loop.
+func (r *Reporter) loop(ctx context.Context) {
+	start := r.clock.Now()
+	r.syncStatus(ctx)
+	regular := r.clock.NewTimer(r.opts.UpdateFrequency)
+	defer regular.Stop()
+	fast := r.clock.NewTimer(FastReadyInterval)
+	defer fast.Stop()
+	fastC := fast.C()
+	for {
+		r.waits.Add(1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-regular.C():
+			r.syncStatus(ctx)
+			regular.Reset(r.opts.UpdateFrequency)
+		case <-fastC:
+			if r.fastReady(ctx, start) {
+				fastC = nil
+			} else {
+				fast.Reset(FastReadyInterval)
+			}
+		}
+	}
+}
+
+// syncStatus is one status cycle: up to UpdateRetries tries.
+func (r *Reporter) syncStatus(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for try := range UpdateRetries {
+		patched, err := r.tryUpdate(ctx, try)
+		if err == nil {
+			if patched {
+				r.metrics.cycles.WithLabelValues(CyclePatched).Inc()
+			} else {
+				r.metrics.cycles.WithLabelValues(CycleUnchanged).Inc()
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if try > 0 && r.opts.OnRepeatedFailure != nil {
+			r.opts.OnRepeatedFailure()
+		}
+		logger.Error(err, "Error updating node status, will retry", "node", klog.KRef("", r.opts.NodeName), "try", try)
+	}
+	r.metrics.cycles.WithLabelValues(CycleFailed).Inc()
+	logger.Error(nil, "Unable to update node status: retries exhausted", "node", klog.KRef("", r.opts.NodeName), "retries", UpdateRetries)
+}
+
+// tryUpdate reads the Node (try 0 from the informer, later tries from the
+// API), runs the setters and patches when the status changed or the report
+// period elapsed. It reports whether it patched.
+func (r *Reporter) tryUpdate(ctx context.Context, try int) (bool, error) {
+	original, err := r.readNode(ctx, try == 0)
+	if err != nil {
+		return false, err
+	}
+	node, changed := r.updateNode(ctx, original)
+	due := r.clock.Since(r.lastReport) >= r.opts.ReportFrequency+r.reportDelay
+	if !changed && !due {
+		return false, nil
+	}
+	reason := PatchReasonReport
+	if changed || r.lastReport.IsZero() {
+		// Spread the next forced report of many nodes, as the kubelet does.
+		r.reportDelay = time.Duration(float64(r.opts.ReportFrequency) * (r.jitter() - 0.5))
+	} else {
+		r.reportDelay = 0
+	}
+	if changed {
+		reason = PatchReasonChanged
+	}
+	return true, r.patch(ctx, original, node, reason)
+}
+
+// readNode returns the Node as last seen. fromCache reads the informer's
+// copy, unless it has not yet seen this reporter's last patch (then the
+// patch's answer is newer) or does not have the Node yet (then it GETs).
+// The returned Node is shared: do not modify it.
+func (r *Reporter) readNode(ctx context.Context, fromCache bool) (*v1.Node, error) {
+	if fromCache {
+		if node := r.cachedNode(); node != nil {
+			return node, nil
+		}
+	}
+	node, err := r.opts.Client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", r.opts.NodeName, err)
+	}
+	return node, nil
+}
+
+// cachedNode is the Node as the informer has it, or the answer to the last
+// patch when the informer has not caught up with it yet; nil when the
+// informer does not have the Node. The returned Node is shared.
+func (r *Reporter) cachedNode() *v1.Node {
+	obj, ok, err := r.store.GetByKey(r.opts.NodeName)
+	if err != nil || !ok {
+		return nil
+	}
+	node := obj.(*v1.Node)
+	if r.lastPatched != nil && r.patchedFromRV != "" && node.ResourceVersion == r.patchedFromRV {
+		return r.lastPatched
+	}
+	return node
+}
+
+// updateNode returns a copy of original with the os/arch labels the kubelet
+// enforces and every setter applied, and whether it differs from original
+// in anything but heartbeat times.
+func (r *Reporter) updateNode(ctx context.Context, original *v1.Node) (*v1.Node, bool) {
+	node := original.DeepCopy()
+	if node.Labels[v1.LabelOSStable] != goruntime.GOOS || node.Labels[v1.LabelArchStable] != goruntime.GOARCH {
+		if node.Labels == nil {
+			node.Labels = map[string]string{}
+		}
+		node.Labels[v1.LabelOSStable] = goruntime.GOOS
+		node.Labels[v1.LabelArchStable] = goruntime.GOARCH
+	}
+	r.runSetters(ctx, node)
+	return node, nodeChanged(original, node)
+}
+
+// runSetters applies every setter in order, logging their errors.
+func (r *Reporter) runSetters(ctx context.Context, node *v1.Node) {
+	logger := klog.FromContext(ctx)
+	for _, s := range r.setters {
+		if err := s.Set(ctx, node); err != nil {
+			if IsDryRun(ctx) {
+				logger.V(4).Info("Setter failed during a trial evaluation", "node", klog.KObj(node), "setter", s.Name, "err", err)
+				continue
+			}
+			logger.Error(err, "Failed to set some node status fields", "node", klog.KObj(node), "setter", s.Name)
+		}
+	}
+}
+
+// patch sends the status patch of a cycle and records the report.
+func (r *Reporter) patch(ctx context.Context, original, node *v1.Node, reason string) error {
+	updated, err := r.sendPatch(ctx, original, node, reason)
+	if err != nil {
+		return err
+	}
+	r.lastReport = r.clock.Now()
+	r.lastPatched = updated
+	r.patchedFromRV = original.ResourceVersion
+	return nil
+}
+
+// sendPatch PATCHes the status subresource with the difference from
+// original to node and returns the API's answer.
+func (r *Reporter) sendPatch(ctx context.Context, original, node *v1.Node, reason string) (*v1.Node, error) {
+	data, err := statusPatch(original, node)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics.patches.WithLabelValues(reason).Inc()
+	r.metrics.patchBytes.WithLabelValues(reason).Add(float64(len(data)))
+	updated, err := r.opts.Client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+	if err != nil {
+		r.metrics.patchErrors.Inc()
+		return nil, fmt.Errorf("patch status of node %s: %w", r.opts.NodeName, err)
+	}
+	klog.FromContext(ctx).V(4).Info("Patched node status", "node", klog.KObj(updated), "reason", reason, "bytes", len(data))
+	return updated, nil
+}
+
+// fastReady is one round of the fast startup loop. It reports whether the
+// loop is over: the node is Ready, it was just patched Ready, or
+// FastReadyTimeout passed. It calls the API only to patch.
+func (r *Reporter) fastReady(ctx context.Context, start time.Time) bool {
+	logger := klog.FromContext(ctx)
+	if r.clock.Since(start) >= FastReadyTimeout {
+		logger.Info("Node did not become ready in time after startup; status updates continue at the normal period", "node", klog.KRef("", r.opts.NodeName), "timeout", FastReadyTimeout)
+		return true
+	}
+	original := r.cachedNode()
+	if original == nil {
+		return false
+	}
+	if ready := findCondition(original, v1.NodeReady); ready != nil && ready.Status == v1.ConditionTrue {
+		return true
+	}
+	trial, changed := r.updateNode(withDryRun(ctx), original)
+	if ready := findCondition(trial, v1.NodeReady); !changed || ready == nil || ready.Status != v1.ConditionTrue {
+		return false
+	}
+	// The node turns Ready now: evaluate for real (events) and patch.
+	logger.Info("Fast updating node status as it just became ready", "node", klog.KObj(original))
+	node, _ := r.updateNode(ctx, original)
+	if err := r.patch(ctx, original, node, PatchReasonReady); err != nil {
+		logger.Error(err, "Error updating node status, will retry with a full status update", "node", klog.KObj(original))
+		r.syncStatus(ctx)
+	}
+	return true
+}

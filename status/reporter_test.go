@@ -1,0 +1,564 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"net"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+const testNode = "node-a"
+
+// harness runs a Reporter against a fake clientset and a fake clock, with
+// the default setters on a fixed machine and a controllable runtime.
+type harness struct {
+	t      *testing.T
+	client *fake.Clientset
+	clk    *testingclock.FakeClock
+	reg    *prometheus.Registry
+	rec    *record.FakeRecorder
+	r      *Reporter
+
+	mu         sync.Mutex
+	runtimeErr error
+
+	repeatedFailures atomic.Int32
+	done             chan struct{}
+}
+
+func newHarness(t *testing.T, edit func(*Options), objects ...runtime.Object) *harness {
+	t.Helper()
+	h := &harness{
+		t:      t,
+		client: fake.NewClientset(objects...),
+		clk:    testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+		reg:    prometheus.NewRegistry(),
+		rec:    record.NewFakeRecorder(1000),
+	}
+	setters, err := DefaultSetters(SetterOptions{
+		Hostname: testNode,
+		NodeIPs:  []net.IP{net.ParseIP("127.0.0.5")},
+		Machine:  machineFunc(testMachine()),
+		RuntimeVersion: func(context.Context) (string, string, error) {
+			return "fakecri", "0.1.0", nil
+		},
+		RuntimeHealth: func(context.Context) (error, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.runtimeErr, nil
+		},
+		ListImages: func(context.Context) ([]*runtimeapi.Image, error) {
+			return []*runtimeapi.Image{{Id: "sha256:pause", Size: 700000, RepoTags: []string{"registry.k8s.io/pause:3.10"}}}, nil
+		},
+		Recorder: h.rec,
+		Clock:    h.clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Client:            h.client,
+		NodeName:          testNode,
+		Setters:           setters,
+		Clock:             h.clk,
+		Registerer:        h.reg,
+		ReportFrequency:   time.Minute,
+		OnRepeatedFailure: func() { h.repeatedFailures.Add(1) },
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	if h.r, err = New(opts); err != nil {
+		t.Fatal(err)
+	}
+	h.r.jitter = func() float64 { return 0.5 } // no report delay
+	return h
+}
+
+func (h *harness) setRuntimeErr(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.runtimeErr = err
+}
+
+// start runs the Reporter until the test ends.
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.done = make(chan struct{})
+	go func() {
+		defer close(h.done)
+		if err := h.r.Run(ctx); err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+	}()
+	h.t.Cleanup(func() {
+		cancel()
+		<-h.done
+	})
+}
+
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		h.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func (h *harness) waitRegistered() {
+	h.t.Helper()
+	h.waitFor("registration", func() bool {
+		select {
+		case <-h.r.Registered():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// step advances the clock by d and waits until the reporter's loop has
+// handled rounds timer firings and the informer has the Node as the API has
+// it, so that the next step starts from a known state.
+func (h *harness) step(d time.Duration, rounds int64) {
+	h.t.Helper()
+	before := h.r.waits.Load()
+	h.clk.Step(d)
+	h.waitLoop(before + rounds)
+}
+
+// waitLoop waits until the loop has gone back to waiting n times in all.
+func (h *harness) waitLoop(n int64) {
+	h.t.Helper()
+	h.waitFor("the reporter's loop", func() bool { return h.r.waits.Load() >= n })
+	h.waitFor("the informer to catch up", func() bool {
+		obj, ok, _ := h.r.store.GetByKey(testNode)
+		return ok && apiequality.Semantic.DeepEqual(obj, h.node())
+	})
+}
+
+// startSteady starts a healthy reporter and waits until its fast startup
+// loop is over.
+func (h *harness) startSteady() {
+	h.t.Helper()
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	h.step(FastReadyInterval, 1)
+	if n := h.clk.Waiters(); n != 1 {
+		h.t.Fatalf("%d timers after the node was seen Ready, want 1 (the fast loop is over)", n)
+	}
+}
+
+// cycle steps the clock by UpdateFrequency and waits for the status cycle.
+func (h *harness) cycle() {
+	h.t.Helper()
+	before := h.cycles()
+	h.step(DefaultUpdateFrequency, 1)
+	if h.cycles() != before+1 {
+		h.t.Fatalf("cycles %v, want %v", h.cycles(), before+1)
+	}
+}
+
+func (h *harness) cycles() float64 {
+	total := 0.0
+	for _, r := range []string{CycleUnchanged, CyclePatched, CycleFailed} {
+		total += testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(r))
+	}
+	return total
+}
+
+func (h *harness) patchCount(reason string) int {
+	return int(testutil.ToFloat64(h.r.metrics.patches.WithLabelValues(reason)))
+}
+
+func (h *harness) node() *v1.Node {
+	h.t.Helper()
+	obj, err := h.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("nodes"), "", testNode)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return obj.(*v1.Node)
+}
+
+// actions returns the client's actions of a verb on nodes.
+func (h *harness) actions(verb string) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == "nodes" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func TestRegisterCreatesNode(t *testing.T) {
+	h := newHarness(t, func(o *Options) {
+		o.Labels = map[string]string{"example.com/role": "edge", v1.LabelHostname: "custom-host"}
+		o.Taints = []v1.Taint{{Key: "dedicated", Value: "edge", Effect: v1.TaintEffectNoExecute}}
+		o.Unschedulable = true
+	})
+	h.start()
+	h.waitRegistered()
+	node := h.node()
+	wantLabels := map[string]string{
+		"kubernetes.io/hostname": "custom-host", "example.com/role": "edge",
+		"kubernetes.io/os": "linux", "kubernetes.io/arch": node.Labels["kubernetes.io/arch"],
+		"beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": node.Labels["kubernetes.io/arch"],
+	}
+	if !reflect.DeepEqual(node.Labels, wantLabels) || node.Labels["kubernetes.io/arch"] == "" {
+		t.Errorf("labels = %v, want %v", node.Labels, wantLabels)
+	}
+	if node.Annotations[AnnotationControllerManagedAttachDetach] != "true" {
+		t.Errorf("annotations = %v", node.Annotations)
+	}
+	wantTaints := []v1.Taint{
+		{Key: "dedicated", Value: "edge", Effect: v1.TaintEffectNoExecute},
+		{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule},
+	}
+	if !node.Spec.Unschedulable || !reflect.DeepEqual(node.Spec.Taints, wantTaints) {
+		t.Errorf("spec = %+v, want unschedulable with taints %v", node.Spec, wantTaints)
+	}
+	var types []v1.NodeConditionType
+	for _, c := range node.Status.Conditions {
+		types = append(types, c.Type)
+	}
+	if want := []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure, v1.NodeReady}; !reflect.DeepEqual(types, want) {
+		t.Errorf("conditions = %v, want %v", types, want)
+	}
+	if c := findCondition(node, v1.NodeReady); c.Status != v1.ConditionTrue {
+		t.Errorf("Ready = %+v", c)
+	}
+	if got := node.Status.NodeInfo.ContainerRuntimeVersion; got != "fakecri://0.1.0" {
+		t.Errorf("runtime version = %q", got)
+	}
+	wantAddrs := []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.5"}, {Type: v1.NodeHostName, Address: testNode}}
+	if !reflect.DeepEqual(node.Status.Addresses, wantAddrs) {
+		t.Errorf("addresses = %v", node.Status.Addresses)
+	}
+	if len(node.Status.Images) != 1 || node.Status.Capacity.Cpu().Value() != 4 {
+		t.Errorf("images %v, capacity %v", node.Status.Images, node.Status.Capacity)
+	}
+	if n := len(h.actions("create")); n != 1 {
+		t.Errorf("%d create requests, want 1", n)
+	}
+}
+
+func TestRegisterReconcilesExistingNode(t *testing.T) {
+	existing := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   testNode,
+			Labels: map[string]string{v1.LabelHostname: "old-host", "user": "kept"},
+		},
+		Status: v1.NodeStatus{
+			Capacity:    v1.ResourceList{v1.ResourceCPU: q("1"), "hugepages-1Gi": q("1Gi")},
+			Allocatable: v1.ResourceList{v1.ResourceCPU: q("1"), "hugepages-1Gi": q("1Gi")},
+			Conditions:  []v1.NodeCondition{{Type: "KernelDeadlock", Status: v1.ConditionFalse, Reason: "KernelHasNoDeadlock"}},
+		},
+	}
+	h := newHarness(t, nil, existing)
+	h.start()
+	h.waitRegistered()
+	if h.patchCount(PatchReasonRegister) != 1 {
+		t.Fatalf("register patches = %d, want 1", h.patchCount(PatchReasonRegister))
+	}
+	var patch k8stesting.PatchAction
+	for _, a := range h.actions("patch") {
+		patch = a.(k8stesting.PatchAction)
+		break
+	}
+	if patch.GetSubresource() != "status" || patch.GetPatchType() != types.StrategicMergePatchType {
+		t.Errorf("reconcile patch went to %q as %s, want a strategic merge patch of status", patch.GetSubresource(), patch.GetPatchType())
+	}
+	node := h.node()
+	if node.Labels[v1.LabelHostname] != testNode || node.Labels["user"] != "kept" || node.Labels[v1.LabelOSStable] != "linux" {
+		t.Errorf("labels = %v", node.Labels)
+	}
+	if node.Annotations[AnnotationControllerManagedAttachDetach] != "true" {
+		t.Errorf("annotations = %v", node.Annotations)
+	}
+	if _, ok := node.Status.Capacity["hugepages-1Gi"]; ok {
+		t.Errorf("stale huge page size kept: %v", node.Status.Capacity)
+	}
+	if got := node.Status.Capacity["hugepages-2Mi"]; got.Cmp(q("200Mi")) != 0 {
+		t.Errorf("hugepages-2Mi capacity = %v", got.String())
+	}
+	if findCondition(node, "KernelDeadlock") == nil {
+		t.Error("the foreign condition was lost")
+	}
+}
+
+func TestRegisterBacksOff(t *testing.T) {
+	h := newHarness(t, nil)
+	var creates atomic.Int32
+	h.client.PrependReactor("create", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if creates.Add(1) <= 3 {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is busy"))
+		}
+		return false, nil, nil
+	})
+	h.start()
+	for attempt, backoff := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		h.waitFor("a create attempt", func() bool { return int(creates.Load()) == attempt+1 && h.clk.Waiters() == 1 })
+		h.clk.Step(backoff - time.Millisecond)
+		if got := creates.Load(); int(got) != attempt+1 {
+			t.Fatalf("attempt %d came before its %v back-off", got, backoff)
+		}
+		h.clk.Step(time.Millisecond)
+	}
+	h.waitRegistered()
+	if creates.Load() != 4 {
+		t.Errorf("%d create attempts, want 4", creates.Load())
+	}
+}
+
+func TestPatchesOnlyOnChangeOrReport(t *testing.T) {
+	h := newHarness(t, nil)
+	h.startSteady()
+	// The first cycle after a start always reports.
+	if h.patchCount(PatchReasonReport) != 1 || h.patchCount(PatchReasonChanged) != 0 {
+		t.Fatalf("after start: report %d changed %d, want 1 and 0", h.patchCount(PatchReasonReport), h.patchCount(PatchReasonChanged))
+	}
+	gets := len(h.actions("get"))
+	patches := len(h.actions("patch"))
+	heartbeat := findCondition(h.node(), v1.NodeReady).LastHeartbeatTime
+
+	for range 5 { // 50s: within the 1m report period
+		h.cycle()
+	}
+	if n := len(h.actions("patch")); n != patches {
+		t.Fatalf("%d patches while idle, want none", n-patches)
+	}
+	if n := len(h.actions("get")); n != gets {
+		t.Errorf("%d GETs while idle, want 0: the first try reads the informer", n-gets)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(CycleUnchanged)); got != 5 {
+		t.Errorf("unchanged cycles = %v, want 5", got)
+	}
+
+	h.cycle() // 60s: forced report
+	if h.patchCount(PatchReasonReport) != 2 {
+		t.Fatalf("report patches = %d, want 2 after ReportFrequency", h.patchCount(PatchReasonReport))
+	}
+	ready := findCondition(h.node(), v1.NodeReady)
+	if !ready.LastHeartbeatTime.After(heartbeat.Time) {
+		t.Errorf("forced report did not move the heartbeat: %v", ready.LastHeartbeatTime)
+	}
+
+	h.setRuntimeErr(errors.New("container runtime is down"))
+	h.cycle()
+	if h.patchCount(PatchReasonChanged) != 1 {
+		t.Fatalf("changed patches = %d, want 1", h.patchCount(PatchReasonChanged))
+	}
+	ready = findCondition(h.node(), v1.NodeReady)
+	if ready.Status != v1.ConditionFalse || ready.Message != "container runtime is down" || ready.Reason != ReasonKubeletNotReady {
+		t.Errorf("Ready = %+v", ready)
+	}
+	var sawNotReady bool
+	for _, e := range drainEvents(h.rec) {
+		sawNotReady = sawNotReady || strings.Contains(e, "NodeNotReady")
+	}
+	if !sawNotReady {
+		t.Error("no NodeNotReady event")
+	}
+	h.setRuntimeErr(nil)
+	h.cycle()
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue || h.patchCount(PatchReasonChanged) != 2 {
+		t.Errorf("Ready = %+v after the runtime came back (changed patches %d)", c, h.patchCount(PatchReasonChanged))
+	}
+	bytes := testutil.ToFloat64(h.r.metrics.patchBytes.WithLabelValues(PatchReasonChanged))
+	if bytes <= 0 {
+		t.Errorf("patch bytes = %v", bytes)
+	}
+}
+
+func TestRetriesFromTheAPIAndRepeatedFailure(t *testing.T) {
+	h := newHarness(t, nil)
+	h.startSteady()
+	var failures atomic.Int32
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failures.Add(-1) >= 0 {
+			return true, nil, apierrors.NewConflict(v1.Resource("nodes"), testNode, errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	failures.Store(3)
+	gets := len(h.actions("get"))
+	h.setRuntimeErr(errors.New("runtime down"))
+	h.cycle()
+	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(CyclePatched)); got != 2 {
+		t.Errorf("patched cycles = %v, want 2 (start + this one)", got)
+	}
+	if n := len(h.actions("get")) - gets; n != 3 {
+		t.Errorf("%d GETs, want 3: tries 1-3 read from the API", n)
+	}
+	if n := h.repeatedFailures.Load(); n != 2 {
+		t.Errorf("OnRepeatedFailure called %d times, want 2 (after tries 1 and 2)", n)
+	}
+	if got := testutil.ToFloat64(h.r.metrics.patchErrors); got != 3 {
+		t.Errorf("patch errors = %v, want 3", got)
+	}
+
+	failures.Store(UpdateRetries)
+	h.setRuntimeErr(nil)
+	h.cycle()
+	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(CycleFailed)); got != 1 {
+		t.Errorf("failed cycles = %v, want 1", got)
+	}
+	if n := h.repeatedFailures.Load(); n != 2+UpdateRetries-1 {
+		t.Errorf("OnRepeatedFailure called %d times, want %d", n, 2+UpdateRetries-1)
+	}
+	h.cycle()
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue {
+		t.Errorf("Ready = %+v after the API recovered", c)
+	}
+}
+
+func TestFastReadyPatchesAsSoonAsReady(t *testing.T) {
+	h := newHarness(t, nil)
+	h.setRuntimeErr(errors.New("runtime starting"))
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionFalse {
+		t.Fatalf("registered Ready = %+v, want False", c)
+	}
+	drainEvents(h.rec)
+	patches, gets := len(h.actions("patch")), len(h.actions("get"))
+	for range 5 {
+		h.step(FastReadyInterval, 1)
+	}
+	if n := len(h.actions("patch")) - patches; n != 0 {
+		t.Fatalf("%d patches while still not ready", n)
+	}
+	if n := len(h.actions("get")) - gets; n != 0 {
+		t.Errorf("%d GETs in the fast loop, want none", n)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 0 {
+		t.Errorf("trial evaluations recorded events: %q", ev)
+	}
+	h.setRuntimeErr(nil)
+	h.step(FastReadyInterval, 1)
+	if h.patchCount(PatchReasonReady) != 1 {
+		t.Fatalf("ready patches = %d, want 1", h.patchCount(PatchReasonReady))
+	}
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue {
+		t.Errorf("Ready = %+v", c)
+	}
+	if ev := drainEvents(h.rec); !reflect.DeepEqual(ev, []string{"Normal NodeReady Node node-a status is now: NodeReady"}) {
+		t.Errorf("events = %q, want one NodeReady", ev)
+	}
+	if n := h.clk.Waiters(); n != 1 {
+		t.Errorf("%d timers after the fast patch, want 1 (the fast loop is over)", n)
+	}
+}
+
+func TestFastReadyGivesUpAfterTimeout(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.UpdateFrequency = time.Hour; o.ReportFrequency = 2 * time.Hour })
+	h.setRuntimeErr(errors.New("never ready"))
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	h.step(FastReadyTimeout, 1)
+	if n := h.clk.Waiters(); n != 1 {
+		t.Fatalf("%d timers after the fast loop timed out, want 1", n)
+	}
+	h.setRuntimeErr(nil)
+	h.step(time.Hour, 1)
+	if h.patchCount(PatchReasonReady) != 0 || h.patchCount(PatchReasonChanged) != 1 {
+		t.Errorf("ready patches %d, changed %d: want the regular cycle to report Ready", h.patchCount(PatchReasonReady), h.patchCount(PatchReasonChanged))
+	}
+}
+
+func TestForeignConditionsSurvive(t *testing.T) {
+	h := newHarness(t, nil)
+	h.startSteady()
+	npd := []byte(`{"status":{"conditions":[{"type":"KernelDeadlock","status":"False","reason":"KernelHasNoDeadlock","message":"kernel has no deadlock"}]}}`)
+	if _, err := h.client.CoreV1().Nodes().Patch(context.Background(), testNode, types.StrategicMergePatchType, npd, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLoop(h.r.waits.Load())
+	for i := range 10 {
+		if i%2 == 0 {
+			h.setRuntimeErr(errors.New("flap"))
+		} else {
+			h.setRuntimeErr(nil)
+		}
+		h.cycle()
+		node := h.node()
+		if c := findCondition(node, "KernelDeadlock"); c == nil || c.Reason != "KernelHasNoDeadlock" {
+			t.Fatalf("cycle %d: foreign condition = %+v, conditions %v", i, c, node.Status.Conditions)
+		}
+	}
+	if h.patchCount(PatchReasonChanged) != 10 {
+		t.Errorf("changed patches = %d, want 10", h.patchCount(PatchReasonChanged))
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	client := fake.NewClientset()
+	for name, opts := range map[string]Options{
+		"no client":          {NodeName: "n"},
+		"no name":            {Client: client},
+		"bad name":           {Client: client, NodeName: "Not_A_Name"},
+		"bad label key":      {Client: client, NodeName: "n", Labels: map[string]string{"a b": "c"}},
+		"bad label value":    {Client: client, NodeName: "n", Labels: map[string]string{"a": "c d"}},
+		"bad taint effect":   {Client: client, NodeName: "n", Taints: []v1.Taint{{Key: "k", Effect: "Sometimes"}}},
+		"bad taint key":      {Client: client, NodeName: "n", Taints: []v1.Taint{{Key: "k k", Effect: v1.TaintEffectNoSchedule}}},
+		"negative frequency": {Client: client, NodeName: "n", UpdateFrequency: -time.Second},
+		"bad setter":         {Client: client, NodeName: "n", Setters: []OrderedSetter{{Name: "x"}}},
+	} {
+		if _, err := New(opts); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := New(Options{Client: client, NodeName: "n", Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Client: client, NodeName: "n", Registerer: reg}); err == nil {
+		t.Error("registering the metrics twice succeeded")
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	want := []string{MetricCycles, MetricPatchBytes, MetricPatchErrors, MetricPatches}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("metrics = %v, want %v", names, want)
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	h.waitRegistered()
+	if err := h.r.Run(context.Background()); err == nil {
+		t.Error("second Run succeeded")
+	}
+}

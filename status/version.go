@@ -1,0 +1,74 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Version is the version nodekit reports as nodeInfo.kubeletVersion unless
+// VersionInfoOptions.KubeletVersion says otherwise: the Kubernetes release
+// whose kubelet nodekit follows, with build metadata naming nodekit (semver
+// build metadata does not change precedence, so version-skew checks treat it
+// as that release). Set it at link time with
+// -ldflags "-X github.com/nodekit/nodekit/status.Version=v1.37.2+nodekit.abc123".
+var Version = "v1.37.2+nodekit"
+
+// RuntimeVersionFunc returns the container runtime's name and version, as
+// CRI Version reports them (RuntimeName, RuntimeVersion), e.g. "containerd",
+// "1.6.20". It must honour ctx.
+type RuntimeVersionFunc func(ctx context.Context) (name, version string, err error)
+
+// VersionInfoOptions configures VersionInfo.
+type VersionInfoOptions struct {
+	// Machine supplies the kernel version and OS image; required.
+	Machine MachineFunc
+	// RuntimeVersion is required.
+	RuntimeVersion RuntimeVersionFunc
+	// KubeletVersion is reported as nodeInfo.kubeletVersion; default Version.
+	KubeletVersion string
+}
+
+// VersionInfo returns a Setter for nodeInfo.kernelVersion, osImage,
+// containerRuntimeVersion ("<name>://<version>"), kubeletVersion, and clears
+// the deprecated kubeProxyVersion. When the runtime does not answer, the
+// runtime version is reported as "<name>://Unknown" with the last name it
+// gave (or the name already on the node, else "Unknown"), as the kubelet does.
+func VersionInfo(opts VersionInfoOptions) (Setter, error) {
+	if opts.Machine == nil || opts.RuntimeVersion == nil {
+		return nil, errors.New("version info: Machine and RuntimeVersion are required")
+	}
+	if opts.KubeletVersion == "" {
+		opts.KubeletVersion = Version
+	}
+	lastName := ""
+	return func(ctx context.Context, node *v1.Node) error {
+		info := &node.Status.NodeInfo
+		name, version, err := opts.RuntimeVersion(ctx)
+		if err != nil || name == "" {
+			if lastName != "" {
+				name = lastName
+			} else if prev, _, ok := strings.Cut(info.ContainerRuntimeVersion, "://"); ok && prev != "" {
+				name = prev
+			} else {
+				name = "Unknown"
+			}
+			version = "Unknown"
+		} else {
+			lastName = name
+		}
+		info.ContainerRuntimeVersion = name + "://" + version
+		info.KubeletVersion = opts.KubeletVersion
+		info.KubeProxyVersion = ""
+		m, machineErr := opts.Machine()
+		if machineErr != nil {
+			return fmt.Errorf("read version info of node %s: %w", node.Name, machineErr)
+		}
+		info.KernelVersion = m.KernelVersion
+		info.OSImage = m.OSImage
+		return nil
+	}, nil
+}
