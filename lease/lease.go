@@ -80,7 +80,8 @@ type Options struct {
 
 // Controller keeps the node's Lease in the kube-node-lease namespace
 // renewed, the heartbeat the node lifecycle controller watches. Create it
-// with New and drive it with Run.
+// with New and drive it with Run; only one Run may be active at a time, and
+// a Controller may be run again after Run returned.
 type Controller struct {
 	leases         coordclient.LeaseInterface
 	nodes          nodeGetter
@@ -162,8 +163,8 @@ func New(opts Options) (*Controller, error) {
 	}, nil
 }
 
-// Run renews the lease right away and then every RenewInterval plus up to
-// 4% jitter, measured from the end of the previous renewal, until ctx is
+// Run renews the lease right away and then every renew interval
+// (LeaseDurationSeconds × RenewIntervalFraction) plus up to 4% jitter, measured from the end of the previous renewal, until ctx is
 // done. It blocks, returns nil once ctx is done (a pending back-off or
 // interval wait wakes at once; an API request in flight is cancelled via
 // ctx), and never gives up on API errors: it logs them and retries.
