@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// AdmitHandlerGroup is the fx value group of AdmitHandler the pod workers
+// consult, in addition to the general predicates, before a pod starts.
+const AdmitHandlerGroup = "pod_admit_handlers"
+
+// AdmitAttributes is what an admit handler decides on.
+type AdmitAttributes struct {
+	// Pod is the pod to admit. Handlers must not modify it.
+	Pod *v1.Pod
+	// OtherPods are the pods already admitted on the node and not yet
+	// terminated.
+	OtherPods []*v1.Pod
+	// Node is the node as last seen; nil before it is known.
+	Node *v1.Node
+}
+
+// AdmitResult is an admit handler's decision. Reason is a CamelCase word
+// (it becomes the pod's status.reason, e.g. "OutOfcpu") and Message says
+// what was wrong.
+type AdmitResult struct {
+	Admit   bool
+	Reason  string
+	Message string
+}
+
+// AdmitHandler decides whether a pod may start on the node, as the
+// kubelet's lifecycle.PodAdmitHandler. A rejected pod is failed with the
+// result's reason and message and never started. Admit is called from one
+// goroutine at a time and must not block on the network.
+type AdmitHandler interface {
+	Admit(attrs AdmitAttributes) AdmitResult
+}
+
+// AdmitFunc adapts a func to AdmitHandler.
+type AdmitFunc func(attrs AdmitAttributes) AdmitResult
+
+// Admit calls f.
+func (f AdmitFunc) Admit(attrs AdmitAttributes) AdmitResult { return f(attrs) }
+
+// Admission failure reasons, as the kubelet writes them.
+const (
+	ReasonOutOfCPU              = "OutOfcpu"
+	ReasonOutOfMemory           = "OutOfmemory"
+	ReasonOutOfEphemeralStorage = "OutOfephemeral-storage"
+	ReasonOutOfPods             = "OutOfpods"
+	ReasonNodeAffinity          = "NodeAffinity"
+	ReasonNodeName              = "NodeName"
+	ReasonNodePorts             = "NodePorts"
+	ReasonTaintToleration       = "TaintToleration"
+	ReasonInvalidNodeInfo       = "InvalidNodeInfo"
+)
+
+// GeneralPredicates is the kubelet's predicate admit handler: the pod's
+// requests fit the node's allocatable beside the other pods (cpu, memory,
+// ephemeral-storage, extended resources, pod count), its node selector and
+// required node affinity match, its nodeName is this node, its host ports
+// are free, and it tolerates the node's NoExecute taints (static pods, those
+// with the kubernetes.io/config.source annotation other than "api", are not
+// checked against taints). As the kubelet, only the first failure is
+// reported.
+func GeneralPredicates(logger klog.Logger) AdmitHandler {
+	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
+		if a.Node == nil {
+			return AdmitResult{Reason: ReasonInvalidNodeInfo, Message: "Kubelet cannot get node info."}
+		}
+		if r, ok := fitsResources(a.Pod, a.OtherPods, a.Node); !ok {
+			return r
+		}
+		if ok, _ := nodeaffinity.GetRequiredNodeAffinity(a.Pod).Match(a.Node); !ok {
+			return predicateFailure(ReasonNodeAffinity, "node(s) didn't match Pod's node affinity/selector")
+		}
+		if a.Pod.Spec.NodeName != "" && a.Pod.Spec.NodeName != a.Node.Name {
+			return predicateFailure(ReasonNodeName, "node(s) didn't match the requested node name")
+		}
+		if !hostPortsFree(a.Pod, a.OtherPods) {
+			return predicateFailure(ReasonNodePorts, "node(s) didn't have free ports for the requested pod ports")
+		}
+		if !isStaticPod(a.Pod) {
+			_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logger, a.Node.Spec.Taints, a.Pod.Spec.Tolerations,
+				func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }, false)
+			if untolerated {
+				return predicateFailure(ReasonTaintToleration, "node(s) had taints that the pod didn't tolerate")
+			}
+		}
+		return AdmitResult{Admit: true}
+	})
+}
+
+func predicateFailure(name, desc string) AdmitResult {
+	return AdmitResult{Reason: name, Message: fmt.Sprintf("Predicate %s failed: %s", name, desc)}
+}
+
+// ConfigSourceAnnotation names the source a pod came from ("api", "file",
+// "http"), as the kubelet's kubernetes.io/config.source.
+const ConfigSourceAnnotation = "kubernetes.io/config.source"
+
+func isStaticPod(pod *v1.Pod) bool {
+	src, ok := pod.Annotations[ConfigSourceAnnotation]
+	return ok && src != "api"
+}
+
+// fitsResources checks the pod count and every requested resource against
+// allocatable, reporting the first shortage as the kubelet does.
+func fitsResources(pod *v1.Pod, others []*v1.Pod, node *v1.Node) (AdmitResult, bool) {
+	alloc := node.Status.Allocatable
+	if maxPods := alloc.Pods().Value(); int64(len(others))+1 > maxPods {
+		return insufficient(v1.ResourcePods, 1, int64(len(others)), maxPods), false
+	}
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	if len(requests) == 0 {
+		return AdmitResult{}, true
+	}
+	used := v1.ResourceList{}
+	for _, p := range others {
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+			sum := used[name]
+			sum.Add(q)
+			used[name] = sum
+		}
+	}
+	// Check in the kubelet's order: cpu, memory, ephemeral-storage, then the
+	// rest by name.
+	var extra []v1.ResourceName
+	for name := range requests {
+		if name != v1.ResourceCPU && name != v1.ResourceMemory && name != v1.ResourceEphemeralStorage {
+			extra = append(extra, name)
+		}
+	}
+	slices.Sort(extra)
+	names := append([]v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage}, extra...)
+	for _, name := range names {
+		req, ok := requests[name]
+		if !ok || req.IsZero() {
+			continue
+		}
+		capacity, hasCap := alloc[name]
+		if !hasCap && isNativeResource(name) {
+			continue // the node reports no such capacity; nothing to check
+		}
+		r, u, c := resourceValue(name, req), resourceValue(name, used[name]), resourceValue(name, capacity)
+		if r+u > c {
+			return insufficient(name, r, u, c), false
+		}
+	}
+	return AdmitResult{}, true
+}
+
+// resourceValue is q in the unit the kubelet reports: millicores for cpu,
+// whole units otherwise.
+func resourceValue(name v1.ResourceName, q resource.Quantity) int64 {
+	if name == v1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+func isNativeResource(name v1.ResourceName) bool {
+	return !strings.Contains(string(name), "/") || strings.HasPrefix(string(name), "kubernetes.io/")
+}
+
+func insufficient(name v1.ResourceName, requested, used, capacity int64) AdmitResult {
+	reason := "OutOf" + string(name)
+	return AdmitResult{
+		Reason: reason,
+		Message: fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+			name, requested, used, capacity),
+	}
+}
+
+type hostPort struct {
+	ip       string
+	protocol v1.Protocol
+	port     int32
+}
+
+func podHostPorts(pod *v1.Pod) []hostPort {
+	var out []hostPort
+	add := func(cs []v1.Container) {
+		for _, c := range cs {
+			for _, p := range c.Ports {
+				if p.HostPort <= 0 {
+					continue
+				}
+				proto := p.Protocol
+				if proto == "" {
+					proto = v1.ProtocolTCP
+				}
+				ip := p.HostIP
+				if ip == "" {
+					ip = "0.0.0.0"
+				}
+				out = append(out, hostPort{ip: ip, protocol: proto, port: p.HostPort})
+			}
+		}
+	}
+	add(pod.Spec.InitContainers)
+	add(pod.Spec.Containers)
+	return out
+}
+
+// hostPortsFree reports whether none of pod's host ports conflicts with one
+// of others': same protocol and port, and the same IP or either wildcard.
+func hostPortsFree(pod *v1.Pod, others []*v1.Pod) bool {
+	want := podHostPorts(pod)
+	if len(want) == 0 {
+		return true
+	}
+	for _, o := range others {
+		for _, used := range podHostPorts(o) {
+			for _, w := range want {
+				if w.port == used.port && w.protocol == used.protocol &&
+					(w.ip == used.ip || w.ip == "0.0.0.0" || used.ip == "0.0.0.0") {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
