@@ -118,18 +118,22 @@ func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error)
 		return Binaries{}, fmt.Errorf("build kubernetes %s: %w", k8sVersion, err)
 	}
 
+	etcdModDir := filepath.Join(opts.Source.Tools, "etcd")
+	etcdMod, err := os.ReadFile(filepath.Join(etcdModDir, "go.mod"))
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build etcd: %w", err)
+	}
+	etcdSum, err := os.ReadFile(filepath.Join(etcdModDir, "go.sum"))
+	if err != nil {
+		return Binaries{}, fmt.Errorf("build etcd: %w", err)
+	}
 	etcdDir := filepath.Join(opts.CacheDir, "etcd-"+etcdVersion, "bin")
 	bins.Etcd = filepath.Join(etcdDir, "etcd")
-	etcdKey := cacheKey([]byte(etcdServerModule+"@"+etcdVersion), goVersion)
+	etcdKey := cacheKey(etcdMod, etcdSum, goVersion)
 	err = cached(opts.CacheDir, "etcd-"+etcdVersion, etcdDir, etcdKey, []string{bins.Etcd}, func(staging string) error {
 		fmt.Fprintf(opts.Log, "building etcd %s into %s\n", etcdVersion, etcdDir)
-		// The server module is itself the etcd main package; go install
-		// names the binary after the last path element, "v3".
-		_, err := runCommand(ctx, opts.CacheDir, []string{"GOWORK=off", "GOBIN=" + staging}, opts.Log, goBin, "install", etcdServerModule+"@"+etcdVersion)
-		if err != nil {
-			return err
-		}
-		return os.Rename(filepath.Join(staging, "v3"), filepath.Join(staging, "etcd"))
+		_, err := runCommand(ctx, etcdModDir, []string{"GOWORK=off"}, opts.Log, goBin, "build", "-o", filepath.Join(staging, "etcd"), etcdServerModule)
+		return err
 	})
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build etcd %s: %w", etcdVersion, err)
@@ -137,11 +141,26 @@ func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error)
 	return bins, nil
 }
 
-// pinnedVersions reads the Kubernetes and etcd versions from the tools
-// module: etcd is built at the version of the etcd API module Kubernetes
-// requires.
+// pinnedVersions reads the Kubernetes version from the tools module and the
+// etcd server version from tools/etcd, which must match the version of the
+// etcd API Kubernetes requires.
 func pinnedVersions(toolsDir string) (k8s, etcd string, err error) {
-	path := filepath.Join(toolsDir, "go.mod")
+	k8s, etcdAPI, err := requiredVersions(filepath.Join(toolsDir, "go.mod"), kubernetesModule, etcdAPIModule)
+	if err != nil {
+		return "", "", err
+	}
+	etcd, _, err = requiredVersions(filepath.Join(toolsDir, "etcd", "go.mod"), etcdServerModule, etcdServerModule)
+	if err != nil {
+		return "", "", err
+	}
+	if etcd != etcdAPI {
+		return "", "", fmt.Errorf("pinned versions: e2e/tools/etcd builds etcd %s but Kubernetes %s requires %s %s; update e2e/tools/etcd/go.mod", etcd, k8s, etcdAPIModule, etcdAPI)
+	}
+	return k8s, etcd, nil
+}
+
+// requiredVersions returns the versions a go.mod requires of modules a and b.
+func requiredVersions(path, a, b string) (string, string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", "", fmt.Errorf("read pinned versions: %w", err)
@@ -150,18 +169,19 @@ func pinnedVersions(toolsDir string) (k8s, etcd string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("read pinned versions: %w", err)
 	}
+	var va, vb string
 	for _, r := range f.Require {
-		switch r.Mod.Path {
-		case kubernetesModule:
-			k8s = r.Mod.Version
-		case etcdAPIModule:
-			etcd = r.Mod.Version
+		if r.Mod.Path == a {
+			va = r.Mod.Version
+		}
+		if r.Mod.Path == b {
+			vb = r.Mod.Version
 		}
 	}
-	if k8s == "" || etcd == "" {
-		return "", "", fmt.Errorf("read pinned versions: %s must require %s and %s", path, kubernetesModule, etcdAPIModule)
+	if va == "" || vb == "" {
+		return "", "", fmt.Errorf("read pinned versions: %s must require %s and %s", path, a, b)
 	}
-	return k8s, etcd, nil
+	return va, vb, nil
 }
 
 // versionLDFlags stamps the version into component-base and client-go, as
