@@ -214,11 +214,25 @@ func (m *Manager) QOSCgroups() QOSCgroups { return m.qos }
 
 // Start checks the runtime's cgroup driver (when Options.RuntimeCgroupDriver
 // is set) and creates or updates the kubepods, burstable and besteffort
-// cgroups with their current values. It is idempotent; with CgroupsPerQOS
-// false it only checks the runtime.
+// cgroups with their current values. It may be called again (it redoes the
+// work); with CgroupsPerQOS false it only checks the runtime.
 func (m *Manager) Start(ctx context.Context) error {
 	m.startMu.Lock()
 	defer m.startMu.Unlock()
+	return m.startLocked(ctx)
+}
+
+// ensureStarted runs Start unless it has succeeded before.
+func (m *Manager) ensureStarted(ctx context.Context) error {
+	m.startMu.Lock()
+	defer m.startMu.Unlock()
+	if m.started {
+		return nil
+	}
+	return m.startLocked(ctx)
+}
+
+func (m *Manager) startLocked(ctx context.Context) error {
 	if m.runtimeDrv != nil {
 		drv, ok, err := m.runtimeDrv(ctx)
 		if err != nil {
@@ -237,24 +251,13 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// ensureStarted runs Start once.
-func (m *Manager) ensureStarted(ctx context.Context) error {
-	m.startMu.Lock()
-	started := m.started
-	m.startMu.Unlock()
-	if started {
-		return nil
-	}
-	return m.Start(ctx)
-}
-
-// Run starts the Manager (see Start) and then refreshes the QoS cgroups
-// every QoSUpdateInterval, until ctx is done, when it returns nil. A failed
-// Start is returned; a failed refresh is logged and retried at the next
-// tick, as the kubelet does.
+// Run starts the Manager (see Start) unless EnsurePod already did, and then
+// refreshes the QoS cgroups every QoSUpdateInterval, until ctx is done, when
+// it returns nil. A failed Start is returned; a failed refresh is logged and
+// retried at the next tick, as the kubelet does.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	if err := m.Start(ctx); err != nil {
+	if err := m.ensureStarted(ctx); err != nil {
 		return err
 	}
 	if !m.perQOS {
