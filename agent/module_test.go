@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +31,7 @@ func testConfig(t *testing.T, endpoint string) *Config {
 		"--hostname-override=node-a",
 		"--node-ip=127.0.0.1",
 		"--container-runtime-endpoint=" + endpoint,
-		"--healthz-port=0",
+		"--healthz-port=" + freePort(t),
 		"--root-dir=" + t.TempDir(),
 		"--node-labels=example.com/role=test",
 	})
@@ -37,6 +39,17 @@ func testConfig(t *testing.T, endpoint string) *Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 func startFakeCRI(t *testing.T) (*fakecri.Server, string) {
