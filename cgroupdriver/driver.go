@@ -48,9 +48,10 @@ type Driver interface {
 	// Exists reports whether the cgroup name exists with the controllers
 	// the driver manages.
 	Exists(ctx context.Context, name Name) (bool, error)
-	// Children returns the sorted Names of name's direct child cgroups that
-	// the driver can parse (others, e.g. a runtime's container scopes under
-	// the systemd driver, are skipped). A missing cgroup has no children.
+	// Children returns the Names of name's direct child cgroups that the
+	// driver can parse (others, e.g. a runtime's container scopes under the
+	// systemd driver, are skipped), in the order of their directory names,
+	// found in any hierarchy. A missing cgroup has no children.
 	Children(ctx context.Context, name Name) ([]Name, error)
 	// Read returns the values in name's control files; fields whose file
 	// does not exist are nil, -1 means unlimited, and on cgroup v2

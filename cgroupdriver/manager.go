@@ -80,7 +80,8 @@ type Options struct {
 	// Default: SIGKILL, a vanished process is not an error.
 	KillProcess func(pid int) error
 
-	// Clock drives Run's ticker. Default clock.RealClock{}.
+	// Clock drives Run's refresh timer and times the operations for the
+	// metrics. Default clock.RealClock{}.
 	Clock clock.Clock
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer

@@ -36,8 +36,8 @@ const (
 const PIDResource v1.ResourceName = "pid"
 
 // ResourceConfig is the set of cgroup values nodekit manages. A nil field
-// (and a zero CPUQuota or Memory, which the kernel cannot mean) leaves the
-// cgroup's current value untouched. The value -1 means "no limit" for
+// (and a zero CPUQuota, CPUPeriod or Memory, which cannot be meant) leaves
+// the cgroup's current value untouched. The value -1 means "no limit" for
 // CPUQuota, Memory and PidsLimit. A ResourceConfig is a plain value; the
 // package never keeps a pointer to one it was given.
 type ResourceConfig struct {
