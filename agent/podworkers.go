@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// podWork is the latest intent for one pod, as its worker sees it.
+type podWork struct {
+	// Pod is the newest spec from the sources; owned by the worker's sync
+	// function for the duration of a call, never modified.
+	Pod *v1.Pod
+	// Terminate is set once the pod must stop: deleted in the API,
+	// removed from its source, or finished. It never goes back to false.
+	Terminate bool
+	// GracePeriod overrides the pod's grace period when set.
+	GracePeriod *int64
+	// Removed is set when the pod is gone from every source: once its
+	// containers are stopped the worker ends.
+	Removed bool
+}
+
+// podSyncFunc syncs one pod. It returns when to sync again when nothing
+// else triggers it (0 means only on a trigger) and whether the pod is done:
+// stopped and removed, so its worker ends.
+type podSyncFunc func(ctx context.Context, work podWork) (requeueAfter time.Duration, done bool)
+
+// podWorkers runs one goroutine per pod so that a pod's syncs never overlap
+// while different pods sync in parallel, as the kubelet's pod workers. A
+// worker syncs when its pod is updated, when it is poked (a runtime event
+// for the pod) and when its requeue timer fires; triggers that arrive during
+// a sync coalesce into one more sync.
+type podWorkers struct {
+	sync  podSyncFunc
+	clock clock.Clock
+
+	mu      sync.Mutex
+	workers map[types.UID]*podWorker
+	wg      sync.WaitGroup
+}
+
+type podWorker struct {
+	notify chan struct{}
+
+	mu   sync.Mutex
+	work podWork
+}
+
+func newPodWorkers(sync podSyncFunc, clk clock.Clock) *podWorkers {
+	return &podWorkers{sync: sync, clock: clk, workers: map[types.UID]*podWorker{}}
+}
+
+// update records the newest state of pod and triggers its worker, starting
+// one on ctx when the pod has none. terminate and removed only ever turn a
+// pod's flags on. It does not block.
+func (p *podWorkers) update(ctx context.Context, pod *v1.Pod, terminate, removed bool, grace *int64) {
+	p.mu.Lock()
+	w, ok := p.workers[pod.UID]
+	if !ok {
+		if ctx.Err() != nil {
+			p.mu.Unlock()
+			return
+		}
+		w = &podWorker{notify: make(chan struct{}, 1)}
+		p.workers[pod.UID] = w
+		p.wg.Add(1)
+		go p.run(ctx, pod.UID, w)
+	}
+	p.mu.Unlock()
+
+	w.mu.Lock()
+	w.work.Pod = pod
+	w.work.Terminate = w.work.Terminate || terminate || removed
+	w.work.Removed = w.work.Removed || removed
+	if grace != nil && (w.work.GracePeriod == nil || *grace < *w.work.GracePeriod) {
+		w.work.GracePeriod = grace
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+// poke triggers a sync of the pod with uid, if it has a worker.
+func (p *podWorkers) poke(uid types.UID) {
+	p.mu.Lock()
+	w := p.workers[uid]
+	p.mu.Unlock()
+	if w != nil {
+		w.poke()
+	}
+}
+
+// known reports whether the pod with uid has a worker.
+func (p *podWorkers) known(uid types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.workers[uid]
+	return ok
+}
+
+// wait blocks until every worker has returned (after ctx of update is done).
+func (p *podWorkers) wait() { p.wg.Wait() }
+
+func (w *podWorker) poke() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
+	defer p.wg.Done()
+	var timer clock.Timer
+	var timerC <-chan time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.notify:
+		case <-timerC:
+		}
+		w.mu.Lock()
+		work := w.work
+		w.mu.Unlock()
+
+		requeue, done := p.sync(ctx, work)
+		if done {
+			p.mu.Lock()
+			delete(p.workers, uid)
+			p.mu.Unlock()
+			return
+		}
+		if timer != nil {
+			timer.Stop()
+			timerC = nil
+		}
+		if requeue > 0 {
+			timer = p.clock.NewTimer(requeue)
+			timerC = timer.C()
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+func workPod(uid string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID(uid)}}
+}
+
+func TestPodWorkersSerializePerPodAndRunPodsInParallel(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		running = map[types.UID]bool{}
+		overlap atomic.Bool
+		calls   = map[types.UID]int{}
+	)
+	release := make(chan struct{})
+	bothIn := make(chan types.UID, 10)
+	sync := func(ctx context.Context, w podWork) (time.Duration, bool) {
+		mu.Lock()
+		if running[w.Pod.UID] {
+			overlap.Store(true)
+		}
+		running[w.Pod.UID] = true
+		calls[w.Pod.UID]++
+		mu.Unlock()
+		bothIn <- w.Pod.UID
+		<-release
+		mu.Lock()
+		running[w.Pod.UID] = false
+		mu.Unlock()
+		return 0, false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pw := newPodWorkers(sync, testclock.NewFakeClock(time.Now()))
+	pw.update(ctx, workPod("a"), false, false, nil)
+	pw.update(ctx, workPod("b"), false, false, nil)
+	// Both pods are inside their sync at once: different pods run in parallel.
+	<-bothIn
+	<-bothIn
+	// Three more triggers for "a" while it syncs coalesce into one more sync.
+	pw.update(ctx, workPod("a"), false, false, nil)
+	pw.poke("a")
+	pw.poke("a")
+	close(release)
+	<-bothIn // the coalesced second sync of "a"
+	cancel()
+	pw.wait()
+	if overlap.Load() {
+		t.Fatal("two syncs of one pod overlapped")
+	}
+	if calls["a"] != 2 || calls["b"] != 1 {
+		t.Fatalf("calls = %v, want a:2 b:1", calls)
+	}
+}
+
+func TestPodWorkersRequeueTerminateAndFinish(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	works := make(chan podWork, 10)
+	sync := func(ctx context.Context, w podWork) (time.Duration, bool) {
+		works <- w
+		if w.Removed {
+			return 0, true
+		}
+		return 10 * time.Second, false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pw := newPodWorkers(sync, clk)
+	pw.update(ctx, workPod("a"), false, false, nil)
+	if w := <-works; w.Terminate {
+		t.Fatal("a new pod must not be terminating")
+	}
+	// The requeue timer drives the next sync.
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(10 * time.Second)
+	<-works
+
+	grace := int64(5)
+	pw.update(ctx, workPod("a"), true, false, &grace)
+	w := <-works
+	if !w.Terminate || w.GracePeriod == nil || *w.GracePeriod != 5 {
+		t.Fatalf("work = %+v, want terminating with grace 5", w)
+	}
+	// Termination never goes back, and a longer grace does not replace a shorter one.
+	longer := int64(30)
+	pw.update(ctx, workPod("a"), false, false, &longer)
+	if w := <-works; !w.Terminate || *w.GracePeriod != 5 {
+		t.Fatalf("work = %+v, want still terminating with grace 5", w)
+	}
+	pw.update(ctx, workPod("a"), false, true, nil)
+	if w := <-works; !w.Removed {
+		t.Fatalf("work = %+v, want removed", w)
+	}
+	cancel()
+	pw.wait()
+	if pw.known("a") {
+		t.Fatal("the worker of a finished pod must end")
+	}
+}
