@@ -225,9 +225,9 @@ func (t *tree) createV2(l *layout, parts []string) error {
 }
 
 // enableControllers adds the root's controllers to dir's
-// cgroup.subtree_control when some are missing. The kernel refuses a
-// controller dir's own parent does not offer; such errors are left for the
-// writes of that controller's files to report.
+// cgroup.subtree_control when some are missing. When the kernel refuses the
+// whole set, each controller is tried alone; a controller that stays off is
+// reported by the writes of its files.
 func enableControllers(l *layout, dir string) error {
 	if len(l.available) == 0 {
 		return nil
@@ -237,23 +237,25 @@ func enableControllers(l *layout, dir string) error {
 		return err
 	}
 	enabled := strings.Fields(current)
-	var missing []string
+	var missing, plus []string
 	for _, c := range l.available {
 		if !slices.Contains(enabled, c) {
-			missing = append(missing, "+"+c)
+			missing = append(missing, c)
+			plus = append(plus, "+"+c)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
 	if l.emulated {
-		return writeFile(l, dir, "cgroup.subtree_control", strings.Join(append(enabled, l.available...), " "))
+		// The file then lists the enabled controllers, as the kernel's does.
+		return writeFile(l, dir, "cgroup.subtree_control", strings.Join(append(enabled, missing...), " "))
 	}
-	if err := writeFile(l, dir, "cgroup.subtree_control", strings.Join(missing, " ")); err == nil {
+	if err := writeFile(l, dir, "cgroup.subtree_control", strings.Join(plus, " ")); err == nil {
 		return nil
 	}
-	for _, m := range missing {
-		_ = writeFile(l, dir, "cgroup.subtree_control", m) // reported by the later writes
+	for _, p := range plus {
+		_ = writeFile(l, dir, "cgroup.subtree_control", p) // reported by the later writes
 	}
 	return nil
 }
