@@ -1,0 +1,88 @@
+// Package status registers the Node and keeps its status current, as the
+// kubelet's node status loop does (k/k pkg/kubelet/kubelet_node_status.go and
+// pkg/kubelet/nodestatus).
+//
+// # What lives here
+//
+//   - Reporter (New, Run): creates the Node with the kubelet's labels
+//     (kubernetes.io/hostname, os, arch and their beta aliases), the
+//     configured labels and taints and the controller-managed attach-detach
+//     annotation, retrying with back-off (100 ms doubling to 7 s); on
+//     AlreadyExists it reconciles the labels, annotation and huge page sizes
+//     the kubelet owns. Then every UpdateFrequency (10 s) it reads the Node
+//     (first from a single-node informer, on retries from the API), runs the
+//     setters on a copy and, only when something other than heartbeat times
+//     changed or ReportFrequency (5 m, ± 50 % after a change) elapsed, sends
+//     a strategic merge PATCH of the status subresource, retried up to 5
+//     times. The patch is a two-way diff from the Node as read, so
+//     conditions and fields written by others (node-problem-detector,
+//     kubectl) are never touched. At startup the status is also re-evaluated
+//     every 100 ms without calling the API and patched the moment the node
+//     turns Ready. Metrics: nodekit_node_status_patches_total,
+//     nodekit_node_status_patch_bytes_total (by reason: changed, report,
+//     ready, register), nodekit_node_status_patch_errors_total and
+//     nodekit_node_status_cycles_total (by result).
+//   - Setters: one func per part of the status, built from plain funcs and
+//     values, as in the kubelet: NodeAddress, MachineInfo (capacity and
+//     allocatable), VersionInfo, DaemonEndpoints, Images, GoRuntime,
+//     RuntimeHandlers, NodeFeatures, DeclaredFeatures,
+//     Memory/Disk/PIDPressureCondition, NodeSchedulable (events only) and
+//     ReadyCondition. DefaultSetters builds them all in the kubelet's order.
+//   - Machine facts without cAdvisor: ReadMachine reads CPUs (online ∩ this
+//     process's cpuset), memory, swap, huge pages, the root directory's
+//     filesystem size, machine ID, system UUID, boot ID, kernel and OS image
+//     from /proc, /sys and statfs, under roots given in MachineRoots.
+//   - Module: the fx wiring.
+//
+// nodeInfo.kubeletVersion is the package variable Version unless
+// SetterOptions.KubeletVersion is set.
+//
+// # Contracts
+//
+// The Reporter runs its setters one at a time on a single goroutine; a
+// setter may keep state and must not block for long. Setters see a private
+// deep copy of the Node and may change its status and metadata; spec changes
+// are dropped. A setter with side effects must skip them when IsDryRun(ctx)
+// (the fast startup loop evaluates setters on trial). Objects passed in
+// (Machine, image lists) are not modified. status does not import the
+// runtime, lease, eviction or agent packages: they are wired in through the
+// func types RuntimeVersionFunc, RuntimeHealthFunc, RuntimeHandlersFunc,
+// RuntimeFeaturesFunc, ListImagesFunc, PressureFuncs and HealthCheck.
+//
+// # Wiring with fx
+//
+// Module needs from the graph: Options and SetterOptions (the agent builds
+// both from its KubeletConfiguration), a kubernetes.Interface, and a
+// RuntimeVersionFunc and a RuntimeHealthFunc (unless SetterOptions carries
+// them). Optional: RuntimeHandlersFunc, RuntimeFeaturesFunc, ListImagesFunc,
+// PressureFuncs (absent: no pressure), record.EventRecorder (absent: no
+// events), clock.Clock, prometheus.Registerer, logr.Logger, and HealthCheck
+// values in the group "node_health_checks". It provides *Reporter (wait on
+// Registered() for the Node to exist) and runs it from start to stop.
+//
+// # What an embedder can swap
+//
+// The setters are the value group "node_status_setters" of OrderedSetter.
+// The default ones are built by DefaultSetters and named by the Setter*
+// constants; everything else in the group is the embedder's.
+//
+// To add a setter, provide an OrderedSetter into the group with a new Name
+// and an Order that places it (custom conditions usually below OrderReady,
+// which runs last):
+//
+//	fx.Provide(fx.Annotate(func() status.OrderedSetter {
+//		return status.OrderedSetter{Name: "GPUHealthy", Order: status.OrderPIDPressure + 50, Set: mySetter}
+//	}, fx.ResultTags(`group:"node_status_setters"`)))
+//
+// To replace a default setter, provide one with the default's Name (for
+// example status.SetterNodeAddress): it takes the default's place and runs
+// at its own Order. To remove a default setter, provide an OrderedSetter
+// with its Name and a nil Set. To change only what a default setter sees,
+// fx.Decorate its input (the RuntimeHealthFunc, the PressureFuncs, or
+// SetterOptions, e.g. SetterOptions.Machine for a simulated node), or add a
+// HealthCheck to the group "node_health_checks". The package example shows
+// an addition and a replacement.
+//
+// Without fx, pass DefaultSetters(...) plus your own OrderedSetters in
+// Options.Setters: the same replacement rules apply.
+package status
