@@ -139,6 +139,19 @@ func TestIntegrationRealCgroupfsV1(t *testing.T) {
 	if !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), "cpu.cfs_quota_us") {
 		t.Errorf("a quota above the parent's = %v, want EINVAL naming cpu.cfs_quota_us", err)
 	}
+	// Shrinking the period first would put the child above its parent
+	// (20000/50000 > 25000/100000): the kernel refuses it until the quota is
+	// lowered, and the driver retries the period after the quota.
+	if err := d.Update(ctx, child, ResourceConfig{CPUQuota: i64(20000), CPUPeriod: u64(100000)}); err != nil {
+		t.Fatalf("set the child's quota: %v", err)
+	}
+	if err := d.Update(ctx, child, ResourceConfig{CPUQuota: i64(10000), CPUPeriod: u64(50000)}); err != nil {
+		t.Fatalf("shrink the child's period and quota: %v", err)
+	}
+	expectFiles(t, "/", map[string]string{
+		filepath.Join(cpu, g, "ctr", "cpu.cfs_quota_us"):  "10000",
+		filepath.Join(cpu, g, "ctr", "cpu.cfs_period_us"): "50000",
+	})
 
 	// A process left in a pod cgroup is killed by RemovePod.
 	sleeper := exec.Command("sleep", "600")
