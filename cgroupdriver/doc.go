@@ -57,15 +57,16 @@
 // removes its control files. On a real cgroup filesystem neither ever
 // happens.
 //
-// github.com/opencontainers/cgroups (what the kubelet uses) is not used for
-// the file I/O, because it cannot work on such a root: its file access
-// refuses any file that is not on a cgroup filesystem unless the
-// process-wide cgroups.TestMode is set, its cgroup v2 manager creates cgroups
-// only below the hard-coded /sys/fs/cgroup, and its systemd managers dial
-// D-Bus themselves, which no test can fake. Its v2 weight conversion also
-// differs from the kubelet's. The package writes the few files it needs
-// itself, with runc's care for the kernel's ordering rules (a CFS period the
-// kernel refuses is retried after the quota), and talks to systemd through
+// The package does not use github.com/opencontainers/cgroups (through which
+// the kubelet drives cgroups), because it cannot work on such a root: its
+// file access refuses any file that is not on a cgroup filesystem unless the
+// process-wide cgroups.TestMode is set, its cgroup v2 manager creates
+// cgroups only below the hard-coded /sys/fs/cgroup and detects v2 there, and
+// its systemd managers dial D-Bus themselves, which no test can fake (its
+// shares-to-weight helper is also runc's quadratic mapping, not the
+// kubelet's linear one). The package writes the few files it needs itself,
+// with runc's care for the kernel's ordering rules (a CFS period the kernel
+// refuses is retried after the quota), and talks to systemd through
 // github.com/coreos/go-systemd.
 //
 // # systemd
