@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -61,16 +62,41 @@ type Options struct {
 	// ImageFsMountpoint is the mount point ImageFsInfo reports for the image
 	// and container filesystems (default DefaultImageFsMountpoint).
 	ImageFsMountpoint string
-	// Clock stamps ImageFsInfo (default clock.RealClock{}).
-	Clock clock.PassiveClock
+	// Clock drives everything time-dependent: timestamps, scripted container
+	// exits, stop grace periods, exec delays and stats (default
+	// clock.RealClock{}). With a fake clock (k8s.io/utils/clock/testing)
+	// tests step time deterministically: a container scripted to exit after
+	// 10s exits when the clock passes that point, and a StopContainer call
+	// that must wait for a grace period blocks until the clock is stepped.
+	Clock clock.Clock
+	// PodCIDRs are the ranges pod sandbox IPs are allocated from, one per IP
+	// family, the first giving the primary IP (default DefaultPodCIDR).
+	// Sandboxes in the node's network namespace get no IP, as with
+	// containerd: the kubelet reports the node's IPs for them.
+	PodCIDRs []string
+	// Unimplemented lists RPCs (short names, such as "GetContainerEvents")
+	// that answer codes.Unimplemented from the start, to emulate an older
+	// runtime (containerd 1.6 lacks GetContainerEvents and RuntimeConfig).
+	// See also SetUnimplemented.
+	Unimplemented []string
+	// EventBuffer is how many container events each GetContainerEvents
+	// stream may have queued before further events for it are dropped
+	// (default DefaultEventBuffer).
+	EventBuffer int
+	// Exec answers ExecSync; nil answers every command with exit code 0 and
+	// no output. See SetExecHandler.
+	Exec ExecHandler
 }
 
 // Server is a fake CRI runtime. Create it with New; it serves nothing until
 // Serve or Start is called, and one Server may serve several sockets at once,
 // all sharing its state. All methods are safe for concurrent use.
 type Server struct {
-	clock      clock.PassiveClock
+	optsErr    error
+	clock      clock.Clock
 	mountpoint string
+	ipam       *ipam
+	eventBuf   int
 
 	mu             sync.Mutex
 	runtimeName    string
@@ -85,11 +111,43 @@ type Server struct {
 	pullAny        bool
 	faults         map[string]error
 	calls          map[string]int
+
+	// Pods and containers (see pods.go).
+	sandboxes   map[string]*sandbox
+	containers  map[string]*container
+	nextID      uint64
+	exec        ExecHandler
+	subscribers map[*subscriber]struct{}
+	dropped     int
+	timer       clock.Timer // fires at nextWake
+	nextWake    time.Time
 }
 
-// New returns a Server configured by opts. It does no I/O.
+// Defaults applied by New to zero Options fields.
+const (
+	DefaultPodCIDR     = "10.88.0.0/16"
+	DefaultEventBuffer = 1000
+)
+
+// New returns a Server configured by opts. It does no I/O. Options that
+// cannot be used (a malformed PodCIDRs entry, an unknown method in
+// Unimplemented) do not make New fail: Err reports them, and every RPC
+// answers codes.InvalidArgument with the same message, so a misconfigured
+// fake fails loudly at its first use.
 func New(opts Options) *Server {
+	cidrs := opts.PodCIDRs
+	if len(cidrs) == 0 {
+		cidrs = []string{DefaultPodCIDR}
+	}
+	pool, err := newIPAM(cidrs)
 	s := &Server{
+		optsErr:        err,
+		ipam:           pool,
+		eventBuf:       opts.EventBuffer,
+		sandboxes:      map[string]*sandbox{},
+		containers:     map[string]*container{},
+		exec:           opts.Exec,
+		subscribers:    map[*subscriber]struct{}{},
 		clock:          opts.Clock,
 		mountpoint:     opts.ImageFsMountpoint,
 		runtimeName:    opts.RuntimeName,
@@ -127,8 +185,23 @@ func New(opts Options) *Server {
 	for _, img := range opts.Pullable {
 		s.pullable.add(img)
 	}
+	if s.eventBuf <= 0 {
+		s.eventBuf = DefaultEventBuffer
+	}
+	for _, m := range opts.Unimplemented {
+		if err := s.SetUnimplemented(m); err != nil {
+			s.optsErr = errors.Join(s.optsErr, err)
+		}
+	}
+	if s.optsErr != nil {
+		s.optsErr = fmt.Errorf("fakecri: invalid Options: %w", s.optsErr)
+	}
 	return s
 }
+
+// Err returns the error that makes every RPC fail because the Options given
+// to New cannot be used, or nil.
+func (s *Server) Err() error { return s.optsErr }
 
 // SetRuntimeReady sets the RuntimeReady condition that Status reports.
 func (s *Server) SetRuntimeReady(ready bool, reason, message string) {
@@ -210,6 +283,9 @@ var criMethods = func() map[string]bool {
 
 // admit counts a call of fullMethod and returns the fault injected for it.
 func (s *Server) admit(fullMethod string) error {
+	if s.optsErr != nil {
+		return status.Error(codes.InvalidArgument, s.optsErr.Error())
+	}
 	method := path.Base(fullMethod)
 	s.mu.Lock()
 	defer s.mu.Unlock()

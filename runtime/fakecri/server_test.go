@@ -205,7 +205,7 @@ func TestImageStatusAndList(t *testing.T) {
 }
 
 func TestPullRemoveAndFsInfo(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	busybox := mustImage(t, "busybox:1.36", 300)
 	s := fakecri.New(fakecri.Options{
 		Images:            []*runtimeapi.Image{mustImage(t, "pause", 50)},
@@ -361,16 +361,33 @@ func TestFaultInjection(t *testing.T) {
 }
 
 func TestUnimplementedRPCs(t *testing.T) {
-	c := start(t, fakecri.New(fakecri.Options{}))
-	_, err := c.rt.RunPodSandbox(ctx(t), &runtimeapi.RunPodSandboxRequest{})
+	// The streaming RPCs are not faked; Options.Unimplemented emulates an
+	// older runtime.
+	c := start(t, fakecri.New(fakecri.Options{Unimplemented: []string{"GetContainerEvents", "RuntimeConfig"}}))
+	_, err := c.rt.Exec(ctx(t), &runtimeapi.ExecRequest{})
 	wantCode(t, err, codes.Unimplemented)
-	_, err = c.rt.ListContainers(ctx(t), &runtimeapi.ListContainersRequest{})
+	_, err = c.rt.RuntimeConfig(ctx(t), &runtimeapi.RuntimeConfigRequest{})
 	wantCode(t, err, codes.Unimplemented)
 	stream, err := c.rt.GetContainerEvents(ctx(t), &runtimeapi.GetEventsRequest{})
 	if err == nil {
 		_, err = stream.Recv()
 	}
 	wantCode(t, err, codes.Unimplemented)
+}
+
+func TestInvalidOptions(t *testing.T) {
+	s := fakecri.New(fakecri.Options{PodCIDRs: []string{"10.0.0.0/33"}, Unimplemented: []string{"Nope"}})
+	if s.Err() == nil {
+		t.Fatal("Err() = nil for invalid options")
+	}
+	for _, want := range []string{"10.0.0.0/33", "Nope"} {
+		if !strings.Contains(s.Err().Error(), want) {
+			t.Errorf("Err() = %v, does not mention %q", s.Err(), want)
+		}
+	}
+	c := start(t, s)
+	_, err := c.rt.Version(ctx(t), &runtimeapi.VersionRequest{})
+	wantCode(t, err, codes.InvalidArgument)
 }
 
 func TestServeStopsOnCancelAndRemovesSocket(t *testing.T) {

@@ -167,3 +167,165 @@ func imageRef(spec *runtimeapi.ImageSpec) (string, error) {
 	}
 	return spec.GetImage(), nil
 }
+
+func (r *runtimeService) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	id, err := r.s.runSandbox(req.GetConfig(), req.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+func (r *runtimeService) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	if err := r.s.stopSandbox(req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (r *runtimeService) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	if err := r.s.removeSandbox(req.GetPodSandboxId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+func (r *runtimeService) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advanceLocked()
+	sb, err := r.s.lookupSandbox(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Status: r.s.sandboxStatusLocked(sb)}, nil
+}
+
+func (r *runtimeService) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	return &runtimeapi.ListPodSandboxResponse{Items: r.s.listSandboxes(req.GetFilter())}, nil
+}
+
+func (r *runtimeService) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	id, err := r.s.createContainer(req.GetPodSandboxId(), req.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+func (r *runtimeService) StartContainer(_ context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	if err := r.s.startContainer(req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+func (r *runtimeService) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	if err := r.s.stopContainer(ctx.Done(), req.GetContainerId(), req.GetTimeout()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (r *runtimeService) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	if err := r.s.removeContainer(req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (r *runtimeService) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	return &runtimeapi.ListContainersResponse{Containers: r.s.listContainers(req.GetFilter())}, nil
+}
+
+func (r *runtimeService) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advanceLocked()
+	c, err := r.s.lookupContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: r.s.containerStatusLocked(c)}, nil
+}
+
+func (r *runtimeService) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advanceLocked()
+	c, err := r.s.lookupContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if c.state == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s has exited; its resources cannot be updated", c.id)
+	}
+	if req.GetLinux() != nil {
+		c.resources = &runtimeapi.ContainerResources{Linux: clone(req.GetLinux())}
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+func (r *runtimeService) ReopenContainerLog(_ context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advanceLocked()
+	c, err := r.s.lookupContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", c.id)
+	}
+	return &runtimeapi.ReopenContainerLogResponse{}, nil
+}
+
+func (r *runtimeService) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	return r.s.execSync(ctx.Done(), req)
+}
+
+func (r *runtimeService) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advanceLocked()
+	c, err := r.s.lookupContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: r.s.containerStatsLocked(c, r.s.clock.Now())}, nil
+}
+
+func (r *runtimeService) ListContainerStats(_ context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	return &runtimeapi.ListContainerStatsResponse{Stats: r.s.listContainerStats(req.GetFilter())}, nil
+}
+
+func (r *runtimeService) PodSandboxStats(_ context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advanceLocked()
+	sb, err := r.s.lookupSandbox(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatsResponse{Stats: r.s.sandboxStatsLocked(sb, r.s.clock.Now())}, nil
+}
+
+func (r *runtimeService) ListPodSandboxStats(_ context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: r.s.listSandboxStats(req.GetFilter())}, nil
+}
+
+// GetContainerEvents streams container events until the client goes away.
+func (r *runtimeService) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	sub := r.s.subscribe()
+	defer r.s.unsubscribe(sub)
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case ev := <-sub.ch:
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
