@@ -1,0 +1,42 @@
+// Package podsource merges the node's pod sources into one stream of pod
+// updates with the kubelet's pod config semantics
+// (k8s.io/kubernetes/pkg/kubelet/config).
+//
+// A Source (the API server in podsource/apiserver; static manifest files and
+// URLs later) sends full snapshots of its pods. A Config keeps the latest
+// snapshot of every source and turns each new one into Updates:
+//
+//   - OpAdd for a pod whose UID the source had not sent before; the Config
+//     annotates it with kubernetes.io/config.source (the source's name) and
+//     kubernetes.io/config.seen (when it was first seen);
+//   - OpReconcile when only the status changed: spec, labels,
+//     deletionTimestamp, deletionGracePeriodSeconds and the annotations
+//     other than the Config's own are equal;
+//   - OpDelete when one of those changed and deletionTimestamp is set (a
+//     graceful deletion), OpUpdate when it is not;
+//   - OpRemove for a pod missing from the new snapshot;
+//   - nothing when nothing the agent acts on changed.
+//
+// Updates of one snapshot are delivered in the order REMOVE, ADD, UPDATE,
+// DELETE, RECONCILE, and a source's first snapshot always yields an OpAdd
+// (empty when the source has no pods). AllReady reports whether the consumer
+// has received the first update of every source, the kubelet's
+// SeenAllSources gate: until then it must not remove pods it does not know.
+// GetPodByUID returns the latest version of a pod, including its status as
+// the source last saw it.
+//
+// # Swapping pieces
+//
+// Without fx, build the sources (e.g. apiserver.New), pass them in
+// Options.Sources to New, call Run and consume Updates. With fx, Module
+// provides the *Config and runs it; it merges every Source in the
+// "pod_sources" value group (SourceGroup), so an embedder adds a source of
+// its own next to the defaults:
+//
+//	fx.Provide(fx.Annotate(newMySource, fx.ResultTags(`group:"pod_sources"`)))
+//
+// where newMySource returns a podsource.Source with a unique Name. Leaving
+// podsource/apiserver.Module out of the graph removes the API server source
+// (a standalone node running static pods only). The Config itself is
+// replaced with fx.Decorate on *Config.
+package podsource

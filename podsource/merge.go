@@ -1,0 +1,188 @@
+package podsource
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// localAnnotations are set by the agent, not by a pod's author: they are
+// ignored when two versions of a pod are compared, and the first value the
+// agent stored wins.
+var localAnnotations = [...]string{
+	ConfigSourceAnnotationKey,
+	ConfigMirrorAnnotationKey,
+	ConfigFirstSeenAnnotationKey,
+}
+
+func isLocalAnnotation(key string) bool {
+	for _, k := range localAnnotations {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// merge replaces the pods of source with the snapshot pods and returns the
+// updates the change implies, in delivery order. The caller holds mergeMu.
+// pods are not modified.
+func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Update {
+	logger := klog.FromContext(ctx)
+	c.podsMu.RLock()
+	old, seenBefore := c.pods[source]
+	c.podsMu.RUnlock()
+
+	next := make(map[types.UID]entry, len(pods))
+	names := make(map[types.NamespacedName]bool, len(pods))
+	var adds, updates, deletes, removes, reconciles []*v1.Pod
+	now := c.clock.Now()
+	for i, ref := range pods {
+		if ref == nil {
+			logger.Info("Ignoring a nil pod in a source snapshot", "index", i)
+			continue
+		}
+		name := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+		if names[name] {
+			logger.Info("Ignoring pod with a duplicate name", "pod", klog.KObj(ref), "podUID", ref.UID, "index", i)
+			if c.recorder != nil {
+				c.recorder.Eventf(ref, v1.EventTypeWarning, "FailedValidation",
+					"Error validating pod %s from %s due to duplicate pod name %q, ignoring", klog.KObj(ref), source, ref.Name)
+			}
+			continue
+		}
+		names[name] = true
+		if _, dup := next[ref.UID]; dup {
+			logger.Info("Ignoring pod with a duplicate UID", "pod", klog.KObj(ref), "podUID", ref.UID, "index", i)
+			continue
+		}
+
+		existing, found := old[ref.UID]
+		if !found {
+			stored := c.annotated(ref, nil, source, now)
+			logger.V(4).Info("Receiving a new pod", "pod", klog.KObj(ref), "podUID", ref.UID)
+			next[ref.UID] = entry{pod: stored, rv: ref.ResourceVersion}
+			adds = append(adds, stored)
+			continue
+		}
+		if ref.ResourceVersion != "" && ref.ResourceVersion == existing.rv {
+			// The same version as last time: nothing changed.
+			next[ref.UID] = existing
+			continue
+		}
+		switch {
+		case podsDifferSemantically(existing.pod, ref):
+			stored := c.annotated(ref, existing.pod, source, now)
+			next[ref.UID] = entry{pod: stored, rv: ref.ResourceVersion}
+			if ref.DeletionTimestamp != nil {
+				deletes = append(deletes, stored)
+			} else {
+				updates = append(updates, stored)
+			}
+		case !reflect.DeepEqual(existing.pod.Status, ref.Status):
+			stored := c.annotated(ref, existing.pod, source, now)
+			next[ref.UID] = entry{pod: stored, rv: ref.ResourceVersion}
+			reconciles = append(reconciles, stored)
+		case ref.ResourceVersion != "":
+			// Only metadata nobody acts on changed (managed fields, owner
+			// references, finalizers): keep the new object, emit nothing.
+			next[ref.UID] = entry{pod: c.annotated(ref, existing.pod, source, now), rv: ref.ResourceVersion}
+		default:
+			next[ref.UID] = existing
+		}
+	}
+	for uid, e := range old {
+		if _, ok := next[uid]; !ok {
+			removes = append(removes, e.pod)
+		}
+	}
+
+	c.podsMu.Lock()
+	c.pods[source] = next
+	c.podsMu.Unlock()
+
+	var out []Update
+	emit := func(op Op, pods []*v1.Pod) {
+		if len(pods) > 0 {
+			out = append(out, Update{Op: op, Pods: copyPods(pods), Source: source})
+		}
+	}
+	emit(OpRemove, removes)
+	emit(OpAdd, adds)
+	emit(OpUpdate, updates)
+	emit(OpDelete, deletes)
+	if !seenBefore && len(adds)+len(updates)+len(deletes) == 0 {
+		out = append(out, Update{Op: OpAdd, Pods: []*v1.Pod{}, Source: source})
+	}
+	emit(OpReconcile, reconciles)
+	logger.V(4).Info("Merged pod source snapshot", "pods", len(next), "added", len(adds), "updated", len(updates),
+		"deleted", len(deletes), "removed", len(removes), "reconciled", len(reconciles))
+	return out
+}
+
+// annotated returns a deep copy of ref carrying the local annotations: the
+// values of existing when it has them (the first values win), otherwise
+// the source and, for a new pod, the time it was first seen.
+func (c *Config) annotated(ref, existing *v1.Pod, source string, now time.Time) *v1.Pod {
+	pod := ref.DeepCopy()
+	annotations := make(map[string]string, len(ref.Annotations)+len(localAnnotations))
+	maps.Copy(annotations, ref.Annotations)
+	annotations[ConfigSourceAnnotationKey] = source
+	if existing == nil {
+		annotations[ConfigFirstSeenAnnotationKey] = now.UTC().Format(time.RFC3339Nano)
+	} else {
+		for _, k := range localAnnotations {
+			if v, ok := existing.Annotations[k]; ok {
+				annotations[k] = v
+			}
+		}
+	}
+	pod.Annotations = annotations
+	return pod
+}
+
+// podsDifferSemantically reports whether ref changes what the agent acts on
+// compared to existing: spec, labels, deletion timestamp or grace period,
+// or an annotation other than the local ones.
+func podsDifferSemantically(existing, ref *v1.Pod) bool {
+	return !reflect.DeepEqual(existing.Spec, ref.Spec) ||
+		!reflect.DeepEqual(existing.Labels, ref.Labels) ||
+		!reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) ||
+		!reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) ||
+		!annotationsEqual(existing.Annotations, ref.Annotations)
+}
+
+// annotationsEqual compares two annotation maps without the local keys.
+func annotationsEqual(a, b map[string]string) bool {
+	for k, v := range b {
+		if isLocalAnnotation(k) {
+			continue
+		}
+		if av, ok := a[k]; !ok || av != v {
+			return false
+		}
+	}
+	for k := range a {
+		if isLocalAnnotation(k) {
+			continue
+		}
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// copyPods deep-copies pods for a consumer that owns them.
+func copyPods(pods []*v1.Pod) []*v1.Pod {
+	out := make([]*v1.Pod, len(pods))
+	for i, p := range pods {
+		out[i] = p.DeepCopy()
+	}
+	return out
+}

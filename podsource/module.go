@@ -1,0 +1,64 @@
+package podsource
+
+import (
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// Module provides the *Config merging every Source in the "pod_sources"
+// value group (after Options.Sources) and runs it for the application's
+// lifetime under the name "podsource"; nil group values are skipped, so a
+// provider of a source that configuration turns off may return nil. Options is optional in the graph;
+// its zero Clock and Recorder are filled from the graph's optional
+// clock.Clock and record.EventRecorder. The Config logs with the optional
+// logr.Logger (klog's by default).
+var Module = fx.Module("podsource",
+	fx.Provide(provide),
+	fx.Invoke(func(*Config) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options    Options              `optional:"true"`
+	Sources    []Source             `group:"pod_sources"`
+	Clock      clock.Clock          `optional:"true"`
+	Recorder   record.EventRecorder `optional:"true"`
+	Logger     logr.Logger          `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Config, error) {
+	opts := p.Options
+	opts.Sources = append([]Source(nil), opts.Sources...)
+	for _, s := range p.Sources {
+		// A provider with nothing to contribute (a source turned off by
+		// configuration) may give nil.
+		if s != nil {
+			opts.Sources = append(opts.Sources, s)
+		}
+	}
+	if opts.Clock == nil {
+		opts.Clock = p.Clock
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = p.Recorder
+	}
+	c, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	logger := p.Logger
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "podsource", c.Run)
+	return c, nil
+}
