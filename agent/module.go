@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +43,7 @@ import (
 //     record.EventRecorder (events as component "kubelet");
 //   - the Options of lease, status and runtime, derived from the Config;
 //   - the runtime's funcs the status setters take (RuntimeVersionFunc,
-//     RuntimeHealthFunc, ListImagesFunc, RuntimeHandlersFunc).
+//     RuntimeHealthFunc, ListImagesFunc, RuntimeHandlersFunc, RuntimeFeaturesFunc).
 //
 // Replace any of them with fx.Decorate (e.g. a fake clock, a different
 // status.Options) or add node status setters to the status.SetterGroup
@@ -144,7 +146,6 @@ func setterOptions(cfg *Config) (status.SetterOptions, error) {
 		NoLocalStorageCapacityIsolation: kc.LocalStorageCapacityIsolation != nil && !*kc.LocalStorageCapacityIsolation,
 		NodeStatusMaxImages:             kc.NodeStatusMaxImages,
 		KubeletPort:                     kc.Port,
-		KubeletVersion:                  nodekit.KubeletVersion(),
 		Roots:                           status.MachineRoots{RootDir: cfg.RootDir},
 	}, nil
 }
@@ -181,21 +182,43 @@ type RuntimeFuncs struct {
 	Health   status.RuntimeHealthFunc
 	Images   status.ListImagesFunc
 	Handlers status.RuntimeHandlersFunc
+	Features status.RuntimeFeaturesFunc
 }
 
-func runtimeFuncs(c *runtime.Client) RuntimeFuncs {
+// healthTTL is how long one CRI Status answer serves the node status
+// setters: the Ready and runtime handler setters of one cycle share it.
+const healthTTL = time.Second
+
+func runtimeFuncs(c *runtime.Client, clk clock.Clock) RuntimeFuncs {
+	var (
+		mu     sync.Mutex
+		last   runtime.Health
+		lastAt time.Time
+	)
+	health := func(ctx context.Context) runtime.Health {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := clk.Now(); lastAt.IsZero() || now.Sub(lastAt) >= healthTTL {
+			last, lastAt = c.Health(ctx), now
+		}
+		return last
+	}
 	return RuntimeFuncs{
 		Version: c.Version,
 		Health: func(ctx context.Context) (error, error) {
-			h := c.Health(ctx)
+			h := health(ctx)
 			return h.RuntimeErr, h.NetworkErr
 		},
 		Images: func(ctx context.Context) ([]*runtimeapi.Image, error) {
 			return c.ImageService().ListImages(ctx, nil)
 		},
 		Handlers: func(ctx context.Context) ([]*runtimeapi.RuntimeHandler, error) {
-			h := c.Health(ctx)
+			h := health(ctx)
 			return h.Handlers, h.RuntimeErr
+		},
+		Features: func(ctx context.Context) (*runtimeapi.RuntimeFeatures, error) {
+			h := health(ctx)
+			return h.Features, h.RuntimeErr
 		},
 	}
 }

@@ -40,7 +40,8 @@ type SetterOptions struct {
 	NodeStatusMaxImages *int32
 	// KubeletPort is reported in daemonEndpoints; default 10250.
 	KubeletPort int32
-	// KubeletVersion is reported in nodeInfo; default Version.
+	// KubeletVersion is reported in nodeInfo; default
+	// nodekit.KubeletVersion().
 	KubeletVersion string
 	// DeclaredFeatures is status.declaredFeatures; nil leaves it alone.
 	DeclaredFeatures []string

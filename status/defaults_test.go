@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"github.com/nodekit/nodekit"
 	"net"
 	"os"
 	"reflect"
@@ -103,7 +104,7 @@ func TestDefaultSettersOnFixture(t *testing.T) {
 	info := node.Status.NodeInfo
 	if info.OSImage != "Debian GNU/Linux 12 (bookworm)" || info.KernelVersion != "6.1.0-18-amd64" ||
 		info.BootID != "5c3b1d7e-8a42-4f6b-9e0d-2a1c3b4d5e6f" || info.ContainerRuntimeVersion != "containerd://1.6.20" ||
-		info.OperatingSystem == "" || info.KubeletVersion != Version {
+		info.OperatingSystem == "" || info.KubeletVersion != nodekit.KubeletVersion() {
 		t.Errorf("nodeInfo = %+v", info)
 	}
 	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != DefaultKubeletPort {

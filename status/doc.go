@@ -34,7 +34,7 @@
 //     from /proc, /sys and statfs, under roots given in MachineRoots.
 //   - Module: the fx wiring.
 //
-// nodeInfo.kubeletVersion is the package variable Version unless
+// nodeInfo.kubeletVersion is nodekit.KubeletVersion() unless
 // SetterOptions.KubeletVersion is set.
 //
 // # Contracts

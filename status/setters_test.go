@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"github.com/nodekit/nodekit"
 	"net"
 	"reflect"
 	goruntime "runtime"
@@ -339,7 +340,7 @@ func TestVersionInfo(t *testing.T) {
 	mustSet(t, s, node)
 	want := v1.NodeSystemInfo{
 		KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12 (bookworm)",
-		ContainerRuntimeVersion: "containerd://1.6.20", KubeletVersion: Version,
+		ContainerRuntimeVersion: "containerd://1.6.20", KubeletVersion: nodekit.KubeletVersion(),
 	}
 	if node.Status.NodeInfo != want {
 		t.Errorf("nodeInfo = %+v, want %+v", node.Status.NodeInfo, want)

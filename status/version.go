@@ -7,15 +7,9 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-)
 
-// Version is the version nodekit reports as nodeInfo.kubeletVersion unless
-// VersionInfoOptions.KubeletVersion says otherwise: the Kubernetes release
-// whose kubelet nodekit follows, with build metadata naming nodekit (semver
-// build metadata does not change precedence, so version-skew checks treat it
-// as that release). Set it at link time with
-// -ldflags "-X github.com/nodekit/nodekit/status.Version=v1.37.2+nodekit.abc123".
-var Version = "v1.37.2+nodekit"
+	"github.com/nodekit/nodekit"
+)
 
 // RuntimeVersionFunc returns the container runtime's name and version, as
 // CRI Version reports them (RuntimeName, RuntimeVersion), e.g. "containerd",
@@ -28,7 +22,8 @@ type VersionInfoOptions struct {
 	Machine MachineFunc
 	// RuntimeVersion is required.
 	RuntimeVersion RuntimeVersionFunc
-	// KubeletVersion is reported as nodeInfo.kubeletVersion; default Version.
+	// KubeletVersion is reported as nodeInfo.kubeletVersion; default
+	// nodekit.KubeletVersion().
 	KubeletVersion string
 }
 
@@ -42,7 +37,7 @@ func VersionInfo(opts VersionInfoOptions) (Setter, error) {
 		return nil, errors.New("version info: Machine and RuntimeVersion are required")
 	}
 	if opts.KubeletVersion == "" {
-		opts.KubeletVersion = Version
+		opts.KubeletVersion = nodekit.KubeletVersion()
 	}
 	lastName := ""
 	return func(ctx context.Context, node *v1.Node) error {
