@@ -62,3 +62,10 @@ func (s *Server) DroppedEvents() int {
 	defer s.mu.Unlock()
 	return s.dropped
 }
+
+// EventStreams returns how many GetContainerEvents streams are open.
+func (s *Server) EventStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subscribers)
+}
