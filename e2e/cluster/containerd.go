@@ -63,6 +63,7 @@ type Containerd struct {
 	configPath string
 	network    string // CNI network name, unique per instance
 	bridge     string // Linux bridge the CNI plugin creates in the host
+	cniConfig  []byte
 	removeDir  bool
 	timeout    time.Duration
 	log        io.Writer
@@ -139,6 +140,9 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 		c.removeDir = true
 	}
 	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
 	hostDirs.acquire()
@@ -286,12 +290,35 @@ func (c *Containerd) writeConfig() error {
 	if err != nil {
 		return fmt.Errorf("cni config: %w", err)
 	}
-	confDir := filepath.Join(c.Dir, "cni", "net.d")
-	if err := os.MkdirAll(confDir, 0o755); err != nil {
+	c.cniConfig = data
+	if err := os.MkdirAll(filepath.Dir(c.cniConfigPath()), 0o755); err != nil {
 		return fmt.Errorf("cni config: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(confDir, "10-nodekit-e2e.conflist"), data, 0o644); err != nil {
-		return fmt.Errorf("cni config: %w", err)
+	return c.SetNetworkConfigured(true)
+}
+
+func (c *Containerd) cniConfigPath() string {
+	return filepath.Join(c.Dir, "cni", "net.d", "10-nodekit-e2e.conflist")
+}
+
+// SetNetworkConfigured writes (true) or removes (false) the CNI network
+// configuration. containerd watches the directory: without a configuration
+// it reports NetworkReady=false (reason NetworkPluginNotReady) and runs only
+// host-network pods.
+func (c *Containerd) SetNetworkConfigured(configured bool) error {
+	if !configured {
+		if err := removeIfExists(c.cniConfigPath()); err != nil {
+			return fmt.Errorf("remove cni config: %w", err)
+		}
+		return nil
+	}
+	// Write and rename, so containerd never loads a partial file.
+	tmp := filepath.Join(c.Dir, "cni", "conflist.tmp")
+	if err := os.WriteFile(tmp, c.cniConfig, 0o644); err != nil {
+		return fmt.Errorf("write cni config: %w", err)
+	}
+	if err := os.Rename(tmp, c.cniConfigPath()); err != nil {
+		return fmt.Errorf("write cni config: %w", err)
 	}
 	return nil
 }

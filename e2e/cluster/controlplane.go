@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -491,4 +492,13 @@ func (c *ControlPlane) Stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// APIServerMetrics scrapes kube-apiserver's /metrics as the admin.
+func (c *ControlPlane) APIServerMetrics(ctx context.Context) (Metrics, error) {
+	data, err := c.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape kube-apiserver metrics: %w", err)
+	}
+	return ParseMetrics(bytes.NewReader(data))
 }

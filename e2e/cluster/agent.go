@@ -1,0 +1,293 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+)
+
+// AgentOptions describe one node agent process: examples/nodeagent run with
+// the kubelet's flags and a KubeletConfiguration file the harness writes.
+type AgentOptions struct {
+	// Binary is the agent program (BuildAgent). Required.
+	Binary string
+	// NodeName is --hostname-override. Required.
+	NodeName string
+	// NodeIP is --node-ip; empty means ControlPlane.AllocateNodeIP(). The
+	// agent's healthz, metrics and kubelet API bind to it.
+	NodeIP string
+	// RuntimeEndpoint is --container-runtime-endpoint (unix://…). Required.
+	RuntimeEndpoint string
+	// Labels are --node-labels.
+	Labels map[string]string
+	// RegisterWithTaints are --register-with-taints ("key=value:Effect").
+	RegisterWithTaints []string
+	// NodeStatusUpdateFrequency, NodeStatusReportFrequency and
+	// NodeLeaseDurationSeconds go into the KubeletConfiguration; zero
+	// leaves the kubelet's default (10s, 5m, 40).
+	NodeStatusUpdateFrequency time.Duration
+	NodeStatusReportFrequency time.Duration
+	NodeLeaseDurationSeconds  int32
+	// CgroupDriver goes into the KubeletConfiguration; empty leaves the
+	// default (cgroupfs).
+	CgroupDriver string
+	// Verbosity is --v (default 2).
+	Verbosity int
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+}
+
+// Agent is one node agent process. Start and Stop may be called repeatedly
+// (a restart keeps the node's name, IP, credentials and ports); all methods
+// are safe for concurrent use.
+type Agent struct {
+	// Name and IP are the node's name and InternalIP.
+	Name string
+	IP   string
+	// Dir holds the node's kubeconfig, configuration, root dir and log.
+	Dir        string
+	Kubeconfig string
+	ConfigPath string
+	// LogPath is the agent's log; every start appends to it.
+	LogPath string
+	// HealthzURL and MetricsURL are served by the agent on its node IP.
+	HealthzURL string
+	MetricsURL string
+
+	binary string
+	args   []string
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// NewAgent prepares a node agent: it issues the node's client certificate
+// (system:node:<name>) and kubeconfig and writes its KubeletConfiguration
+// under Dir/nodes/<name>. It starts nothing; call Start.
+func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
+	if opts.Binary == "" || opts.NodeName == "" || opts.RuntimeEndpoint == "" {
+		return nil, errors.New("new agent: Binary, NodeName and RuntimeEndpoint are required")
+	}
+	if opts.NodeIP == "" {
+		opts.NodeIP = c.AllocateNodeIP()
+	}
+	if opts.Verbosity == 0 {
+		opts.Verbosity = 2
+	}
+	a := &Agent{Name: opts.NodeName, IP: opts.NodeIP, Dir: filepath.Join(c.Dir, "nodes", opts.NodeName), binary: opts.Binary}
+	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
+	}
+	var err error
+	if a.Kubeconfig, err = c.NodeCredentials(a.Name, a.Dir); err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
+	}
+	healthzPort, err := freePort(a.IP)
+	if err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
+	}
+	apiPort, err := freePort(a.IP)
+	if err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
+	}
+	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
+	a.MetricsURL = "http://" + hostPort(a.IP, healthzPort) + "/metrics"
+	a.LogPath = filepath.Join(a.Dir, "agent.log")
+
+	// Only the fields set here appear in the file, so everything else keeps
+	// the kubelet's defaults.
+	cfg := map[string]any{
+		"apiVersion":         "kubelet.config.k8s.io/v1beta1",
+		"kind":               "KubeletConfiguration",
+		"healthzBindAddress": a.IP,
+		"healthzPort":        healthzPort,
+		"address":            a.IP,
+		"port":               apiPort,
+		"readOnlyPort":       0,
+		"authentication": map[string]any{
+			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
+		},
+	}
+	if opts.NodeStatusUpdateFrequency > 0 {
+		cfg["nodeStatusUpdateFrequency"] = opts.NodeStatusUpdateFrequency.String()
+	}
+	if opts.NodeStatusReportFrequency > 0 {
+		cfg["nodeStatusReportFrequency"] = opts.NodeStatusReportFrequency.String()
+	}
+	if opts.NodeLeaseDurationSeconds > 0 {
+		cfg["nodeLeaseDurationSeconds"] = opts.NodeLeaseDurationSeconds
+	}
+	if opts.CgroupDriver != "" {
+		cfg["cgroupDriver"] = opts.CgroupDriver
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new agent %s: encode configuration: %w", a.Name, err)
+	}
+	a.ConfigPath = filepath.Join(a.Dir, "config.yaml")
+	if err := os.WriteFile(a.ConfigPath, data, 0o644); err != nil {
+		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
+	}
+
+	a.args = []string{
+		"--kubeconfig=" + a.Kubeconfig,
+		"--config=" + a.ConfigPath,
+		"--hostname-override=" + a.Name,
+		"--node-ip=" + a.IP,
+		"--container-runtime-endpoint=" + opts.RuntimeEndpoint,
+		"--root-dir=" + filepath.Join(a.Dir, "root"),
+		"--v=" + strconv.Itoa(opts.Verbosity),
+	}
+	if len(opts.Labels) > 0 {
+		var labels []string
+		for k, v := range opts.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		sort.Strings(labels)
+		a.args = append(a.args, "--node-labels="+strings.Join(labels, ","))
+	}
+	if len(opts.RegisterWithTaints) > 0 {
+		a.args = append(a.args, "--register-with-taints="+strings.Join(opts.RegisterWithTaints, ","))
+	}
+	a.args = append(a.args, opts.ExtraArgs...)
+	return a, nil
+}
+
+// Start runs the agent and waits (up to a minute, or ctx) until its
+// /healthz answers. It fails, with the tail of the agent's log, if the agent
+// exits first. Starting a running agent is a no-op.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc != nil && !a.proc.exited() {
+		return nil
+	}
+	p, err := startProcess("agent "+a.Name, a.LogPath, a.binary, a.args, nil)
+	if err != nil {
+		return err
+	}
+	a.proc = p
+	client := &http.Client{Timeout: 5 * time.Second}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if p.exited() {
+			return false, p.exitErr()
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.HealthzURL, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("start agent %s: not healthy at %s: %w\n--- last lines of %s:\n%s", a.Name, a.HealthzURL, err, a.LogPath, logTail(a.LogPath, 40))
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits up to 30 s. It returns an error if the agent
+// had to be killed or exited with a non-zero status (an agent stops cleanly
+// on SIGTERM). Stopping a stopped agent returns how it exited.
+func (a *Agent) Stop() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc == nil {
+		return nil
+	}
+	return a.proc.stop(30 * time.Second)
+}
+
+// Running reports whether the agent process is up.
+func (a *Agent) Running() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc != nil && !a.proc.exited()
+}
+
+// Metrics scrapes the agent's /metrics.
+func (a *Agent) Metrics(ctx context.Context) (Metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.MetricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape agent %s: %w", a.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape agent %s: %s", a.Name, resp.Status)
+	}
+	return ParseMetrics(resp.Body)
+}
+
+// Metrics are parsed Prometheus metric families by name.
+type Metrics map[string]*dto.MetricFamily
+
+// ParseMetrics parses the Prometheus text format.
+func ParseMetrics(r io.Reader) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	return families, nil
+}
+
+// Sum adds the values of the counters, gauges or untyped samples of family
+// name whose labels include all of match; 0 if there are none.
+func (m Metrics) Sum(name string, match map[string]string) float64 {
+	family, ok := m[name]
+	if !ok {
+		return 0
+	}
+	var sum float64
+	for _, metric := range family.Metric {
+		if !hasLabels(metric, match) {
+			continue
+		}
+		switch {
+		case metric.Counter != nil:
+			sum += metric.Counter.GetValue()
+		case metric.Gauge != nil:
+			sum += metric.Gauge.GetValue()
+		case metric.Untyped != nil:
+			sum += metric.Untyped.GetValue()
+		}
+	}
+	return sum
+}
+
+func hasLabels(metric *dto.Metric, match map[string]string) bool {
+	for k, v := range match {
+		found := false
+		for _, l := range metric.Label {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,194 @@
+// Command localcluster brings up the e2e harness's cluster on this machine
+// for a person to use: a real control plane (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler) on 127.0.0.1 and nodekit node
+// agents (examples/nodeagent) on containerd or on the in-process fake
+// runtime, every node on its own loopback address.
+//
+//	go -C e2e run ./cmd/localcluster up                  # one node, containerd if possible
+//	go -C e2e run ./cmd/localcluster up -nodes=3 -runtime=fakecri
+//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane
+//
+// up prints the admin kubeconfig and runs until Ctrl-C (SIGINT) or SIGTERM,
+// then stops everything and removes its state (unless -dir was given).
+// Binaries are cached in $NODEKIT_CACHE (default ~/.cache/nodekit).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodekit/nodekit/e2e/cluster"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: localcluster <command> [flags]
+
+commands:
+  build   build (or reuse from the cache) etcd, kube-apiserver,
+          kube-controller-manager, kube-scheduler and kubectl; print their paths
+  up      start a control plane and node agents, print how to reach them,
+          and run until interrupted
+
+flags of up:
+`
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		upFlags(io.Discard).PrintDefaults()
+		return errors.New("no command")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "build":
+		bins, err := cluster.BuildControlPlane(ctx, cluster.BuildOptions{Log: os.Stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("etcd %s\n%s\n%s\n%s\n%s\n", bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl)
+		return nil
+	case "up":
+		opts := &upOptions{}
+		fs := upFlags(os.Stderr)
+		fs.IntVar(&opts.nodes, "nodes", 1, "number of node agents")
+		fs.StringVar(&opts.runtime, "runtime", "auto", "container runtime of the nodes: containerd, fakecri, none (control plane only) or auto (containerd when this machine can run it, else fakecri)")
+		fs.StringVar(&opts.dir, "dir", "", "keep all state (certificates, kubeconfigs, logs) in this directory instead of a temporary one")
+		fs.DurationVar(&opts.grace, "node-monitor-grace-period", 20*time.Second, "kube-controller-manager's --node-monitor-grace-period")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return up(ctx, opts)
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		upFlags(io.Discard).PrintDefaults()
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}
+
+func upFlags(out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(out)
+	return fs
+}
+
+type upOptions struct {
+	nodes   int
+	runtime string
+	dir     string
+	grace   time.Duration
+}
+
+func up(ctx context.Context, opts *upOptions) (err error) {
+	switch opts.runtime {
+	case "auto":
+		opts.runtime = "containerd"
+		if cerr := cluster.CheckContainerd(); cerr != nil {
+			fmt.Fprintf(os.Stderr, "using the fake runtime: %v\n", cerr)
+			opts.runtime = "fakecri"
+		}
+	case "containerd", "fakecri", "none":
+	default:
+		return fmt.Errorf("-runtime=%s: want auto, containerd, fakecri or none", opts.runtime)
+	}
+	dir := opts.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "nodekit-local-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	src, err := cluster.LocateSource()
+	if err != nil {
+		return err
+	}
+	bins, err := cluster.BuildControlPlane(ctx, cluster.BuildOptions{Source: src, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	cp, err := cluster.StartControlPlane(ctx, cluster.ControlPlaneOptions{
+		Binaries: bins, Dir: filepath.Join(dir, "controlplane"), NodeMonitorGracePeriod: opts.grace, Log: os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cp.Stop()) }()
+
+	var agents []*cluster.Agent
+	defer func() {
+		for _, a := range agents {
+			err = errors.Join(err, a.Stop())
+		}
+	}()
+	if opts.runtime != "none" && opts.nodes > 0 {
+		binDir := filepath.Join(dir, "bin")
+		if err := os.MkdirAll(binDir, 0o755); err != nil {
+			return err
+		}
+		agentBin, err := cluster.BuildAgent(ctx, src, binDir, os.Stderr)
+		if err != nil {
+			return err
+		}
+		for i := 1; i <= opts.nodes; i++ {
+			name := fmt.Sprintf("node-%d", i)
+			endpoint, closeRuntime, err := startRuntime(ctx, opts.runtime, src, filepath.Join(dir, name))
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, closeRuntime()) }()
+			a, err := cp.NewAgent(cluster.AgentOptions{Binary: agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs"})
+			if err != nil {
+				return err
+			}
+			if err := a.Start(ctx); err != nil {
+				return err
+			}
+			agents = append(agents, a)
+			fmt.Printf("node %s: InternalIP %s, runtime %s (%s)\n  log %s\n", a.Name, a.IP, opts.runtime, endpoint, a.LogPath)
+		}
+	}
+	fmt.Printf("\nnodekit local cluster is up (%s). In another shell:\n\n", cp.Server)
+	fmt.Printf("  export KUBECONFIG=%s\n  export PATH=%s:$PATH\n  kubectl get nodes -o wide\n\n", cp.AdminKubeconfig, filepath.Dir(bins.Kubectl))
+	fmt.Printf("control-plane logs: %s\nPress Ctrl-C to stop.\n", filepath.Join(cp.Dir, "logs"))
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "\nstopping")
+	return nil
+}
+
+// startRuntime starts a runtime for one node with its state under dir and
+// returns its CRI endpoint and how to tear it down.
+func startRuntime(ctx context.Context, kind string, src cluster.Source, dir string) (string, func() error, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	if kind == "containerd" {
+		c, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{Source: src, Dir: filepath.Join(dir, "containerd"), Log: os.Stderr})
+		if err != nil {
+			return "", nil, err
+		}
+		return c.Endpoint, func() error { return c.Close(context.Background()) }, nil
+	}
+	fake := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS})
+	endpoint, stop, err := fake.Start(filepath.Join(dir, "fakecri.sock"))
+	if err != nil {
+		return "", nil, err
+	}
+	return endpoint, func() error { stop(); return nil }, nil
+}
