@@ -1,0 +1,263 @@
+package podstatus
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodekit/nodekit/runtime"
+)
+
+// Reasons the generated status carries, the kubelet's.
+const (
+	// ContainerCreating is the waiting reason of a container not created
+	// yet in a pod without init containers.
+	ContainerCreating = "ContainerCreating"
+	// PodInitializing is the waiting reason of a container not created yet
+	// in a pod with init containers.
+	PodInitializing = "PodInitializing"
+	// ContainerStatusUnknown is the terminated reason of a container that
+	// disappeared from the runtime.
+	ContainerStatusUnknown = "ContainerStatusUnknown"
+
+	// UnknownContainerStatuses: no container has a status at all.
+	UnknownContainerStatuses = "UnknownContainerStatuses"
+	// PodCompleted: the pod succeeded.
+	PodCompleted = "PodCompleted"
+	// PodFailed: the pod failed.
+	PodFailed = "PodFailed"
+	// ContainersNotReady: one or more containers are not ready.
+	ContainersNotReady = "ContainersNotReady"
+	// ContainersNotInitialized: one or more init containers have not
+	// completed (or sidecars not started).
+	ContainersNotInitialized = "ContainersNotInitialized"
+	// ReadinessGatesNotReady: a readiness gate's condition is not True.
+	ReadinessGatesNotReady = "ReadinessGatesNotReady"
+	// PodSandboxNotReady: the pod has no ready sandbox with its network.
+	PodSandboxNotReady = "PodSandboxNotReady"
+)
+
+// kubeletConditions are the condition types the kubelet owns (with the
+// 1.37 default feature gates): it writes them on every status update and
+// replaces what anyone else wrote. Every other type belongs to someone else
+// and is kept as is.
+var kubeletConditions = []v1.PodConditionType{
+	v1.PodScheduled,
+	v1.PodReady,
+	v1.PodInitialized,
+	v1.ContainersReady,
+	v1.PodResizeInProgress,
+	v1.PodResizePending,
+	v1.PodReadyToStartContainers,
+	v1.AllContainersRestarting,
+}
+
+// IsKubeletCondition reports whether the agent owns condition type t: the
+// pod status manager writes these and never the others.
+func IsKubeletCondition(t v1.PodConditionType) bool {
+	return slices.Contains(kubeletConditions, t)
+}
+
+// isSharedCondition reports whether the kubelet writes t alongside others
+// (the eviction manager's and the node shutdown manager's
+// DisruptionTarget).
+func isSharedCondition(t v1.PodConditionType) bool { return t == v1.DisruptionTarget }
+
+func condition(pod *v1.Pod, t v1.PodConditionType, status v1.ConditionStatus, reason, message string) v1.PodCondition {
+	return v1.PodCondition{Type: t, ObservedGeneration: pod.Generation, Status: status, Reason: reason, Message: message}
+}
+
+// readyToStartContainersCondition is True when the pod has exactly one ready
+// sandbox, the newest, in the right network namespace and with an IP unless
+// it uses the host's network.
+func readyToStartContainersCondition(pod *v1.Pod, rs *runtime.PodStatus) v1.PodCondition {
+	if msg := sandboxNotReadyMessage(pod, rs); msg != "" {
+		return condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, PodSandboxNotReady, msg)
+	}
+	return condition(pod, v1.PodReadyToStartContainers, v1.ConditionTrue, "", "")
+}
+
+// sandboxNotReadyMessage says why the pod needs a new sandbox, or "".
+func sandboxNotReadyMessage(pod *v1.Pod, rs *runtime.PodStatus) string {
+	if len(rs.Sandboxes) == 0 || rs.Sandboxes[0] == nil {
+		return "no pod sandbox exists"
+	}
+	ready := 0
+	for _, s := range rs.Sandboxes {
+		if s.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+			ready++
+		}
+	}
+	newest := rs.Sandboxes[0]
+	switch {
+	case ready > 1:
+		return "multiple pod sandboxes are ready and need to be reconciled"
+	case newest.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY:
+		return "pod sandbox is not ready"
+	}
+	want := runtimeapi.NamespaceMode_POD
+	if pod.Spec.HostNetwork {
+		want = runtimeapi.NamespaceMode_NODE
+	}
+	if newest.GetLinux().GetNamespaces().GetOptions().GetNetwork() != want {
+		return "network namespace mode changed and sandbox needs to be recreated"
+	}
+	if !pod.Spec.HostNetwork && newest.GetNetwork() != nil && newest.GetNetwork().GetIp() == "" {
+		return "pod sandbox has no IP address"
+	}
+	return ""
+}
+
+// initializedCondition is True once every regular init container completed
+// and every sidecar started, or once a regular container started.
+func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+	if statuses == nil && len(pod.Spec.InitContainers) > 0 {
+		return condition(pod, v1.PodInitialized, v1.ConditionFalse, UnknownContainerStatuses, "")
+	}
+	var unknown, incomplete []string
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		st := findStatus(statuses, c.Name)
+		switch {
+		case st == nil:
+			unknown = append(unknown, c.Name)
+		case isSidecar(c) && (st.Started == nil || !*st.Started), !isSidecar(c) && !st.Ready:
+			incomplete = append(incomplete, c.Name)
+		}
+	}
+	if phase == v1.PodSucceeded && len(unknown) == 0 {
+		return condition(pod, v1.PodInitialized, v1.ConditionTrue, PodCompleted, "")
+	}
+	// A regular container that ran means the pod was initialized, even when
+	// a sidecar restarts now.
+	if anyRegularContainerStarted(pod, statuses) {
+		return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")
+	}
+	if msg := listMessage("containers with incomplete status", unknown, incomplete); msg != "" {
+		return condition(pod, v1.PodInitialized, v1.ConditionFalse, ContainersNotInitialized, msg)
+	}
+	return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")
+}
+
+// containersReadyCondition is True when every regular container and sidecar
+// is ready.
+func containersReadyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+	if statuses == nil {
+		return condition(pod, v1.ContainersReady, v1.ConditionFalse, UnknownContainerStatuses, "")
+	}
+	var unknown, unready []string
+	check := func(name string) {
+		switch st := findStatus(statuses, name); {
+		case st == nil:
+			unknown = append(unknown, name)
+		case !st.Ready:
+			unready = append(unready, name)
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			check(pod.Spec.InitContainers[i].Name)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		check(pod.Spec.Containers[i].Name)
+	}
+	if (phase == v1.PodSucceeded && len(unknown) == 0) || phase == v1.PodFailed {
+		return terminalReadyCondition(pod, v1.ContainersReady, phase)
+	}
+	if msg := listMessage("containers with unready status", unknown, unready); msg != "" {
+		return condition(pod, v1.ContainersReady, v1.ConditionFalse, ContainersNotReady, msg)
+	}
+	return condition(pod, v1.ContainersReady, v1.ConditionTrue, "", "")
+}
+
+// readyCondition is ContainersReady further gated by the pod's readiness
+// gates, looked up in conditions.
+func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+	cr := containersReadyCondition(pod, statuses, phase)
+	if cr.Status != v1.ConditionTrue {
+		return condition(pod, v1.PodReady, cr.Status, cr.Reason, cr.Message)
+	}
+	var msgs []string
+	for _, gate := range pod.Spec.ReadinessGates {
+		c := findCondition(conditions, gate.ConditionType)
+		switch {
+		case c == nil:
+			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(gate.ConditionType)))
+		case c.Status != v1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(gate.ConditionType), c.Status))
+		}
+	}
+	if len(msgs) > 0 {
+		return condition(pod, v1.PodReady, v1.ConditionFalse, ReadinessGatesNotReady, strings.Join(msgs, ", "))
+	}
+	return condition(pod, v1.PodReady, v1.ConditionTrue, "", "")
+}
+
+// terminalReadyCondition is the False Ready or ContainersReady condition of
+// a pod in a terminal phase.
+func terminalReadyCondition(pod *v1.Pod, t v1.PodConditionType, phase v1.PodPhase) v1.PodCondition {
+	reason := ""
+	switch phase {
+	case v1.PodFailed:
+		reason = PodFailed
+	case v1.PodSucceeded:
+		reason = PodCompleted
+	}
+	return condition(pod, t, v1.ConditionFalse, reason, "")
+}
+
+// listMessage is the kubelet's "containers with unknown status: [a], <what>:
+// [b c]".
+func listMessage(what string, unknown, other []string) string {
+	var parts []string
+	if len(unknown) > 0 {
+		parts = append(parts, fmt.Sprintf("containers with unknown status: %s", unknown))
+	}
+	if len(other) > 0 {
+		parts = append(parts, fmt.Sprintf("%s: %s", what, other))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func findCondition(conditions []v1.PodCondition, t v1.PodConditionType) *v1.PodCondition {
+	for i := range conditions {
+		if conditions[i].Type == t {
+			return &conditions[i]
+		}
+	}
+	return nil
+}
+
+// setCondition replaces the condition of c's type in conditions, or
+// appends c.
+func setCondition(conditions []v1.PodCondition, c v1.PodCondition) []v1.PodCondition {
+	if old := findCondition(conditions, c.Type); old != nil {
+		*old = c
+		return conditions
+	}
+	return append(conditions, c)
+}
+
+func findStatus(statuses []v1.ContainerStatus, name string) *v1.ContainerStatus {
+	for i := range statuses {
+		if statuses[i].Name == name {
+			return &statuses[i]
+		}
+	}
+	return nil
+}
+
+// anyRegularContainerStarted reports whether a regular container of pod is
+// running or terminated in statuses.
+func anyRegularContainerStarted(pod *v1.Pod, statuses []v1.ContainerStatus) bool {
+	for i := range pod.Spec.Containers {
+		if st := findStatus(statuses, pod.Spec.Containers[i].Name); st != nil && (st.State.Running != nil || st.State.Terminated != nil) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,77 @@
+// Package podstatus computes a pod's API status from what the container
+// runtime reports and writes it to the API server, as the kubelet's
+// generateAPIPodStatus and status manager do.
+//
+// # Generating a status
+//
+// Generate turns the runtime's runtime.PodStatus of a pod, the reasons its
+// waiting containers wait (runtime.ContainerWaiting: CrashLoopBackOff,
+// ErrImagePull, ...) and the prober's results into a v1.PodStatus:
+//
+//   - the phase, by the kubelet's rules: regular init containers first (a
+//     failed one that will not restart fails the pod), sidecars (restartable
+//     init containers) must have started, then the regular containers
+//     decide with their restart policies and restart rules; a pod the agent
+//     declares terminal (GenerateOptions.Terminal) ends Succeeded or Failed
+//     once its containers stopped; Succeeded and Failed never change again;
+//   - container, init container and ephemeral container statuses: waiting
+//     (ContainerCreating, PodInitializing, or the runtime's reason), running
+//     or terminated with exit code, reason, message and times, the previous
+//     instance's state as lastState, restart count, ready, started, image,
+//     imageID and containerID "<runtime>://<id>";
+//   - the kubelet's conditions PodReadyToStartContainers, Initialized,
+//     Ready (with readiness gates), ContainersReady and PodScheduled, with
+//     its reasons and messages ("containers with unready status: [a b]");
+//     other writers' conditions are kept;
+//   - podIP(s) (ordered by the node's IP family) and hostIP(s), start time,
+//     QoS class, pod and container resources, observed generation.
+//
+// # Writing it
+//
+// A Manager caches the latest status per pod (SetPodStatus, GetPodStatus)
+// and Run writes changes with a strategic merge patch of the status
+// subresource carrying the pod's UID as precondition, only when the API
+// server's status differs, and never touching the condition types it does
+// not own. It refuses illegal transitions (a terminal phase or a finished
+// container coming back), keeps a pod from turning terminal on the API
+// server before TerminatePod says its containers stopped, deletes a
+// finished pod's object (grace period 0, UID precondition) once it is
+// being deleted and terminal, and retries failed writes with the next
+// write and at least every 10 s.
+//
+// The agent's pod worker wires it this way on every sync of a pod:
+//
+//	rs, _ := runtime.GetPodStatus(...)                  // the runtime's view
+//	prev, _ := manager.GetPodStatus(pod.UID)
+//	status := podstatus.Generate(pod, rs, waiting, podstatus.GenerateOptions{
+//		Previous: &prev, Terminal: terminating, Readiness: ..., Startup: ...,
+//		HostIPs: nodeIPs, QOSClass: cgroupdriver.PodQOS,
+//	})
+//	manager.SetPodStatus(pod, status)
+//
+// then TerminatePod once the pod's containers all stopped for good, and
+// RemovePod when its source removes it.
+//
+// # Metrics
+//
+// Registered on Options.Registerer when it is set:
+//
+//   - kubelet_pod_status_sync_duration_seconds (histogram): from a status
+//     change to its successful write, as the kubelet's;
+//   - kubelet_terminated_containers_total{container_type,exit_code,reason}
+//     (counter): container terminations seen in statuses, as the kubelet's;
+//   - nodekit_pod_status_patches_total{result} (counter): status writes,
+//     result patched, unchanged (no request needed) or failed;
+//   - nodekit_pod_deletions_total{result} (counter): deletions of finished
+//     pods, deleted or failed.
+//
+// # Swapping pieces
+//
+// Generate is a plain function: an agent with its own status rules calls
+// its own. Without fx, build a Manager with NewManager and call Run. With
+// fx, Module provides *Manager and Interface; an embedder writes statuses
+// some other way by decorating Interface (fx.Decorate) with its own
+// implementation, or tunes the Manager by decorating podstatus.Options
+// (e.g. a shorter SyncPeriod). Events are not recorded here: the runtime
+// side records them.
+package podstatus

@@ -1,0 +1,592 @@
+package podstatus
+
+import (
+	"net"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	netutils "k8s.io/utils/net"
+
+	"github.com/nodekit/nodekit/runtime"
+)
+
+// ProbeResultFunc returns a container's latest probe result: success, and
+// known false when the probe has no result for the container (it has not
+// run yet, or the container has no such probe). containerID is the API's
+// "<runtime>://<id>". It must not block.
+type ProbeResultFunc func(containerID string) (success, known bool)
+
+// GenerateOptions are the inputs of Generate besides the pod and its
+// runtime status. The zero value is valid.
+type GenerateOptions struct {
+	// Previous is the status last generated for the pod
+	// (Manager.GetPodStatus); nil means the pod's API status. Restart
+	// counts, last termination states, the start time, DisruptionTarget and
+	// a terminal phase carry over from it.
+	Previous *v1.PodStatus
+	// Terminal says the agent decided the pod's containers are not to run
+	// again (it is being deleted or was killed): once all of them stopped,
+	// the phase is Succeeded or Failed whatever the restart policy. It is
+	// the kubelet's podIsTerminal.
+	Terminal bool
+	// Readiness and Startup are the prober's results. A nil func knows no
+	// results: a container with a readiness (startup) probe is then not
+	// ready (not started), one without is, as with a prober that has not
+	// run yet.
+	Readiness, Startup ProbeResultFunc
+	// HostIPs are the node's IPs, primary first, at most one per family
+	// (from the Node's addresses or --node-ip). They become hostIP(s), and
+	// podIP(s) of host-network pods; the primary's family orders the pod's
+	// IPs. Empty keeps the previous host IPs.
+	HostIPs []net.IP
+	// QOSClass classifies the pod (the agent passes cgroupdriver.PodQOS);
+	// nil keeps the class already in the pod's status, which the API server
+	// sets when it creates a pod.
+	QOSClass func(*v1.Pod) v1.PodQOSClass
+}
+
+// Generate returns the API status of pod from its runtime status rs, as the
+// kubelet's generateAPIPodStatus: phase, conditions, container, init
+// container and ephemeral container statuses, pod and host IPs, QoS class,
+// resources, observed generation. waiting holds, by container name, why a
+// container the agent will (re)start is not running (back-off, image pull
+// errors, ...); it becomes that container's waiting state. Conditions other
+// than the kubelet's are kept from pod.Status. Condition transition times
+// and the start time of a new pod are left for the Manager to set.
+//
+// Generate is a pure function: it reads its arguments, modifies none and
+// shares no memory with them. A nil rs is a pod the runtime knows nothing
+// of; a nil pod yields an empty status.
+func Generate(pod *v1.Pod, rs *runtime.PodStatus, waiting map[string]runtime.ContainerWaiting, opts GenerateOptions) v1.PodStatus {
+	if pod == nil {
+		return v1.PodStatus{}
+	}
+	if rs == nil {
+		rs = &runtime.PodStatus{}
+	}
+	old := &pod.Status
+	if opts.Previous != nil {
+		old = opts.Previous
+	}
+	g := &generator{pod: pod, rs: rs, waiting: waiting, opts: opts, old: old, containers: newestFirst(rs.Containers)}
+
+	var s v1.PodStatus
+	for _, ip := range sortPodIPs(rs.IPs, opts.HostIPs) {
+		s.PodIPs = append(s.PodIPs, v1.PodIP{IP: ip})
+	}
+	if len(s.PodIPs) > 0 {
+		s.PodIP = s.PodIPs[0].IP
+	}
+	s.QOSClass = pod.Status.QOSClass
+	if opts.QOSClass != nil {
+		s.QOSClass = opts.QOSClass(pod)
+	}
+	hasInit := len(pod.Spec.InitContainers) > 0
+	s.ContainerStatuses = g.containerStatuses(pod.Spec.Containers, old.ContainerStatuses, hasInit, false)
+	s.InitContainerStatuses = g.containerStatuses(pod.Spec.InitContainers, old.InitContainerStatuses, hasInit, true)
+	if len(pod.Spec.EphemeralContainers) > 0 {
+		specs := make([]v1.Container, len(pod.Spec.EphemeralContainers))
+		for i := range pod.Spec.EphemeralContainers {
+			specs[i] = v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		}
+		s.EphemeralContainerStatuses = g.containerStatuses(specs, old.EphemeralContainerStatuses, hasInit, false)
+	}
+	g.applyProbes(s.ContainerStatuses, pod.Spec.Containers, false)
+	g.applyProbes(s.InitContainerStatuses, pod.Spec.InitContainers, true)
+	s.Resources, s.AllocatedResources = podResources(pod)
+
+	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
+	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
+	// Terminal phases are sticky: what the agent or the API server once
+	// said is final stays.
+	if !isTerminal(s.Phase) {
+		switch {
+		case isTerminal(old.Phase):
+			s.Phase = old.Phase
+		case isTerminal(pod.Status.Phase):
+			s.Phase = pod.Status.Phase
+		}
+	}
+	if isTerminal(pod.Status.Phase) {
+		s.Phase = pod.Status.Phase
+	}
+	if s.Phase == old.Phase {
+		// The reason and message belong to the phase (Evicted,
+		// UnexpectedAdmissionError, ...).
+		s.Reason, s.Message = old.Reason, old.Message
+		if s.Reason == "" {
+			s.Reason = pod.Status.Reason
+		}
+		if s.Message == "" {
+			s.Message = pod.Status.Message
+		}
+	}
+
+	for _, c := range pod.Status.Conditions {
+		if !IsKubeletCondition(c.Type) {
+			s.Conditions = append(s.Conditions, *c.DeepCopy())
+		}
+	}
+	if c := findCondition(old.Conditions, v1.DisruptionTarget); c != nil {
+		s.Conditions = setCondition(s.Conditions, *c.DeepCopy())
+	}
+	initAndRegular := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+	if len(initAndRegular) == 0 {
+		initAndRegular = nil
+	}
+	s.Conditions = append(s.Conditions,
+		readyToStartContainersCondition(pod, rs),
+		initializedCondition(pod, initAndRegular, s.Phase),
+	)
+	s.Conditions = append(s.Conditions,
+		readyCondition(pod, s.Conditions, initAndRegular, s.Phase),
+		containersReadyCondition(pod, initAndRegular, s.Phase),
+		condition(pod, v1.PodScheduled, v1.ConditionTrue, "", ""),
+	)
+
+	g.setHostIPs(&s)
+	if old.StartTime != nil {
+		s.StartTime = old.StartTime.DeepCopy()
+	}
+	s.ObservedGeneration = pod.Generation
+	return s
+}
+
+type generator struct {
+	pod     *v1.Pod
+	rs      *runtime.PodStatus
+	waiting map[string]runtime.ContainerWaiting
+	opts    GenerateOptions
+	old     *v1.PodStatus
+	// containers are rs.Containers, newest first.
+	containers []*runtime.ContainerStatus
+}
+
+// newestFirst returns the non-nil statuses sorted by creation time, newest
+// first (stable, so the runtime's order breaks ties).
+func newestFirst(cs []*runtime.ContainerStatus) []*runtime.ContainerStatus {
+	out := make([]*runtime.ContainerStatus, 0, len(cs))
+	for _, c := range cs {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out
+}
+
+// latest returns the newest runtime status of the container name, or nil.
+func (g *generator) latest(name string) *runtime.ContainerStatus {
+	for _, c := range g.containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// containerStatuses converts the runtime's view of containers into their
+// API statuses, the kubelet's convertToAPIContainerStatuses. previous are
+// the statuses last generated.
+func (g *generator) containerStatuses(containers []v1.Container, previous []v1.ContainerStatus, hasInit, isInit bool) []v1.ContainerStatus {
+	if len(containers) == 0 {
+		return nil
+	}
+	olds := make(map[string]*v1.ContainerStatus, len(previous))
+	for i := range previous {
+		olds[previous[i].Name] = &previous[i]
+	}
+	defaultReason := ContainerCreating
+	if hasInit {
+		defaultReason = PodInitializing
+	}
+	specs := make(map[string]*v1.Container, len(containers))
+	statuses := make(map[string]*v1.ContainerStatus, len(containers))
+	for i := range containers {
+		c := &containers[i]
+		specs[c.Name] = c
+		st := &v1.ContainerStatus{
+			Name:  c.Name,
+			Image: c.Image,
+			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: defaultReason}},
+		}
+		if old := olds[c.Name]; old != nil {
+			if old.State.Terminated != nil {
+				st = old.DeepCopy()
+			} else {
+				st.RestartCount = old.RestartCount
+				st.LastTerminationState = *old.LastTerminationState.DeepCopy()
+			}
+		}
+		st.VolumeMounts = volumeMountStatuses(c)
+		statuses[c.Name] = st
+	}
+
+	// A container that was running and is gone from the runtime ran and
+	// ended; say so instead of pretending it never started.
+	for i := range containers {
+		c := &containers[i]
+		old := olds[c.Name]
+		if g.latest(c.Name) != nil || old == nil || old.State.Terminated != nil || old.State.Running == nil {
+			continue
+		}
+		st := statuses[c.Name]
+		if st.State.Waiting == nil || st.State.Waiting.Reason != defaultReason || st.LastTerminationState.Terminated != nil {
+			continue
+		}
+		st.LastTerminationState.Terminated = &v1.ContainerStateTerminated{
+			Reason:   ContainerStatusUnknown,
+			Message:  "The container could not be located when the pod was deleted.  The container used to be Running",
+			ExitCode: 137,
+		}
+		if g.pod.DeletionTimestamp == nil {
+			st.RestartCount++
+		}
+	}
+
+	// The newest instance is the state, the one before the last termination.
+	seen := make(map[string]int, len(containers))
+	for _, cs := range g.containers {
+		spec := specs[cs.Name]
+		if spec == nil || seen[cs.Name] >= 2 {
+			continue
+		}
+		st := convertContainerStatus(cs, olds[cs.Name], spec)
+		if seen[cs.Name] == 0 {
+			st.VolumeMounts = statuses[cs.Name].VolumeMounts
+			statuses[cs.Name] = st
+		} else {
+			statuses[cs.Name].LastTerminationState = st.State
+		}
+		seen[cs.Name]++
+	}
+
+	// Containers the agent will (re)start wait, for the reason it gave.
+	for i := range containers {
+		c := &containers[i]
+		st := statuses[c.Name]
+		if isInit {
+			latest := g.latest(c.Name)
+			if latest != nil && latest.State == runtime.ContainerStateExited && latest.ExitCode == 0 {
+				continue
+			}
+			// An init container removed from the runtime after the pod's
+			// regular containers were created did complete.
+			if latest == nil && g.anyRegularContainerCreated() && !isSidecar(c) && st.State.Waiting != nil {
+				st.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+					Reason:   "Completed",
+					Message:  "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally",
+					ExitCode: 0,
+				}}
+				continue
+			}
+		}
+		if !g.shouldRestart(c) {
+			continue
+		}
+		w, ok := g.waiting[c.Name]
+		if !ok || w.Reason == nil {
+			continue
+		}
+		if st.State.Terminated != nil {
+			st.LastTerminationState = st.State
+		}
+		st.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason.Error(), Message: w.Message}}
+	}
+
+	out := make([]v1.ContainerStatus, 0, len(statuses))
+	if isInit {
+		// Init containers in spec order.
+		for i := range containers {
+			out = append(out, *statuses[containers[i].Name])
+		}
+		return out
+	}
+	for _, st := range statuses {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// convertContainerStatus is the API status of one runtime container
+// instance; old is the container's previous API status, or nil.
+func convertContainerStatus(cs *runtime.ContainerStatus, old *v1.ContainerStatus, spec *v1.Container) *v1.ContainerStatus {
+	cid := containerID(cs)
+	imageID := cs.ImageRef
+	if imageID == "" {
+		imageID = cs.ImageID
+	}
+	image := cs.Image
+	if image == "" {
+		image = spec.Image
+	}
+	st := &v1.ContainerStatus{
+		Name:         cs.Name,
+		RestartCount: int32(cs.RestartCount),
+		Image:        image,
+		ImageID:      imageID,
+		ContainerID:  cid,
+		// Without in-place resize, what runs is what was allocated: the
+		// spec.
+		Resources:          spec.Resources.DeepCopy(),
+		AllocatedResources: spec.Resources.Requests.DeepCopy(),
+	}
+	switch {
+	case cs.State == runtime.ContainerStateRunning:
+		st.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(cs.StartedAt)}
+	case cs.State == runtime.ContainerStateExited:
+		st.State.Terminated = &v1.ContainerStateTerminated{
+			ExitCode:    int32(cs.ExitCode),
+			Reason:      cs.Reason,
+			Message:     cs.Message,
+			StartedAt:   metav1.NewTime(cs.StartedAt),
+			FinishedAt:  metav1.NewTime(cs.FinishedAt),
+			ContainerID: cid,
+		}
+	case cs.State == runtime.ContainerStateUnknown && old != nil && old.State.Running != nil:
+		// It was running and is not any more, but the runtime cannot say
+		// how it ended: it failed, it did not "never run".
+		st.State.Terminated = &v1.ContainerStateTerminated{
+			Reason:   ContainerStatusUnknown,
+			Message:  "The container could not be located when the pod was terminated",
+			ExitCode: 137,
+		}
+		st.RestartCount = old.RestartCount + 1
+	default:
+		// Created (not started yet) and unknown states wait.
+		st.State.Waiting = &v1.ContainerStateWaiting{}
+	}
+	return st
+}
+
+// containerID is the API's "<runtime>://<id>".
+func containerID(cs *runtime.ContainerStatus) string {
+	if cs.ID == "" {
+		return ""
+	}
+	return cs.Type + "://" + cs.ID
+}
+
+// volumeMountStatuses lists c's volume mounts as the kubelet reports them.
+// Recursive read-only mounts are reported Disabled: the runtime's support
+// for them is not known here.
+func volumeMountStatuses(c *v1.Container) []v1.VolumeMountStatus {
+	if len(c.VolumeMounts) == 0 {
+		return nil
+	}
+	out := make([]v1.VolumeMountStatus, len(c.VolumeMounts))
+	for i, m := range c.VolumeMounts {
+		out[i] = v1.VolumeMountStatus{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly}
+		if m.ReadOnly {
+			mode := v1.RecursiveReadOnlyDisabled
+			out[i].RecursiveReadOnly = &mode
+		}
+	}
+	return out
+}
+
+// applyProbes sets started and ready from the prober's results, the
+// kubelet prober manager's UpdatePodStatus.
+func (g *generator) applyProbes(statuses []v1.ContainerStatus, specs []v1.Container, isInit bool) {
+	var olds []v1.ContainerStatus
+	if isInit {
+		olds = g.old.InitContainerStatuses
+	} else {
+		olds = g.old.ContainerStatuses
+	}
+	for i := range statuses {
+		st := &statuses[i]
+		spec := findSpec(specs, st.Name)
+		if spec == nil {
+			continue
+		}
+		old := findStatus(olds, st.Name)
+		if old != nil && old.ContainerID != st.ContainerID {
+			old = nil
+		}
+		started := g.started(spec, st, old)
+		st.Started = &started
+		if isInit && !isSidecar(spec) {
+			if st.State.Terminated != nil && st.State.Terminated.ExitCode == 0 {
+				st.Ready = true
+			}
+			continue
+		}
+		if started {
+			st.Ready = g.ready(spec, st, old)
+		}
+	}
+}
+
+// started: running, and the startup probe succeeded, or there is none.
+// old is the previous status of the same container instance, or nil.
+func (g *generator) started(spec *v1.Container, st *v1.ContainerStatus, old *v1.ContainerStatus) bool {
+	if st.State.Running == nil {
+		return false
+	}
+	if g.opts.Startup != nil {
+		if ok, known := g.opts.Startup(st.ContainerID); known {
+			return ok
+		}
+	}
+	if old != nil && old.Started != nil && *old.Started {
+		// Started before the prober knew it (the agent restarted).
+		return true
+	}
+	return spec.StartupProbe == nil
+}
+
+// ready: running, and the readiness probe succeeded, or there is none.
+func (g *generator) ready(spec *v1.Container, st *v1.ContainerStatus, old *v1.ContainerStatus) bool {
+	if st.State.Running == nil {
+		return false
+	}
+	if g.opts.Readiness != nil {
+		if ok, known := g.opts.Readiness(st.ContainerID); known {
+			return ok
+		}
+	}
+	if spec.ReadinessProbe == nil {
+		return true
+	}
+	// No result yet: a container that was ready in a Ready pod before the
+	// prober knew it (the agent restarted) stays ready, so it does not
+	// flap.
+	if old != nil && old.Ready {
+		c := findCondition(g.pod.Status.Conditions, v1.PodReady)
+		return c != nil && c.Status == v1.ConditionTrue
+	}
+	return false
+}
+
+func findSpec(specs []v1.Container, name string) *v1.Container {
+	for i := range specs {
+		if specs[i].Name == name {
+			return &specs[i]
+		}
+	}
+	return nil
+}
+
+// shouldRestart reports whether the agent will (re)start c: the kubelet's
+// ShouldContainerBeRestarted.
+func (g *generator) shouldRestart(c *v1.Container) bool {
+	if g.pod.DeletionTimestamp != nil {
+		return false
+	}
+	cs := g.latest(c.Name)
+	switch {
+	case cs == nil:
+		return true
+	case cs.State == runtime.ContainerStateRunning:
+		return false
+	case cs.State == runtime.ContainerStateExited:
+		return containerShouldRestart(c, &g.pod.Spec, int32(cs.ExitCode))
+	default:
+		return true
+	}
+}
+
+// activeSandboxID is the newest sandbox's ID when it is ready, else "".
+func (g *generator) activeSandboxID() string {
+	if len(g.rs.Sandboxes) > 0 && g.rs.Sandboxes[0].GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+		return g.rs.Sandboxes[0].GetId()
+	}
+	return ""
+}
+
+// anyActiveRegularContainer reports whether a regular container exists in
+// the active sandbox: then the pod has initialized.
+func (g *generator) anyActiveRegularContainer() bool {
+	active := g.activeSandboxID()
+	if active == "" {
+		return false
+	}
+	for _, cs := range g.containers {
+		if cs.SandboxID == active && findSpec(g.pod.Spec.Containers, cs.Name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// anyRegularContainerCreated reports whether the newest instance of a
+// regular container was created, running or exited.
+func (g *generator) anyRegularContainerCreated() bool {
+	for i := range g.pod.Spec.Containers {
+		if cs := g.latest(g.pod.Spec.Containers[i].Name); cs != nil && cs.State != runtime.ContainerStateUnknown {
+			return true
+		}
+	}
+	return false
+}
+
+// setHostIPs sets hostIP(s), and podIP(s) of a host-network pod, from the
+// node's IPs; without them, the previous values stay.
+func (g *generator) setHostIPs(s *v1.PodStatus) {
+	hostIPs := g.opts.HostIPs
+	if len(hostIPs) == 0 || hostIPs[0] == nil {
+		s.HostIP = g.old.HostIP
+		s.HostIPs = append([]v1.HostIP(nil), g.old.HostIPs...)
+		if g.pod.Spec.HostNetwork && s.PodIP == "" {
+			s.PodIP = g.old.PodIP
+			s.PodIPs = append([]v1.PodIP(nil), g.old.PodIPs...)
+		}
+		return
+	}
+	s.HostIP = hostIPs[0].String()
+	s.HostIPs = []v1.HostIP{{IP: s.HostIP}}
+	if len(hostIPs) == 2 && hostIPs[1] != nil {
+		s.HostIPs = append(s.HostIPs, v1.HostIP{IP: hostIPs[1].String()})
+	}
+	if !g.pod.Spec.HostNetwork {
+		return
+	}
+	// Host-network pods have the node's IPs.
+	if s.PodIP == "" {
+		s.PodIP = hostIPs[0].String()
+		s.PodIPs = []v1.PodIP{{IP: s.PodIP}}
+	}
+	if len(hostIPs) == 2 && hostIPs[1] != nil && len(s.PodIPs) == 1 &&
+		netutils.IsIPv6String(s.PodIPs[0].IP) != netutils.IsIPv6(hostIPs[1]) {
+		s.PodIPs = append(s.PodIPs, v1.PodIP{IP: hostIPs[1].String()})
+	}
+}
+
+// sortPodIPs returns the first IP of the primary family (the first host
+// IP's, IPv4 without one) and then the first of the other family, parsed
+// and printed canonically; invalid IPs are skipped.
+func sortPodIPs(ips []string, hostIPs []net.IP) []string {
+	primaryV6 := len(hostIPs) > 0 && hostIPs[0] != nil && netutils.IsIPv6(hostIPs[0])
+	var out []string
+	for _, v6 := range []bool{primaryV6, !primaryV6} {
+		for _, s := range ips {
+			ip := netutils.ParseIPSloppy(s)
+			if ip != nil && netutils.IsIPv6(ip) == v6 {
+				out = append(out, ip.String())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// podResources are the pod-level resources the kubelet reports: the
+// allocated (spec) requests and limits aggregated over the containers, or
+// the pod-level ones, overhead included.
+func podResources(pod *v1.Pod) (*v1.ResourceRequirements, v1.ResourceList) {
+	r := pod.Spec.Resources.DeepCopy()
+	if r == nil {
+		r = &v1.ResourceRequirements{}
+	}
+	opts := resourcehelper.PodResourcesOptions{}
+	r.Requests = resourcehelper.PodRequests(pod, opts)
+	r.Limits = resourcehelper.PodLimits(pod, opts)
+	return r, resourcehelper.PodRequests(pod, opts)
+}
+
+func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }

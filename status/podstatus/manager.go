@@ -1,0 +1,594 @@
+package podstatus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// DefaultSyncPeriod is how often the Manager checks every cached status
+// against the API server, the kubelet status manager's syncPeriod.
+const DefaultSyncPeriod = 10 * time.Second
+
+// PodGetter returns the latest version of a pod the agent's sources know,
+// by UID, and whether there is one; the returned pod is read-only.
+// podsource's *Config is one.
+type PodGetter interface {
+	GetPodByUID(uid types.UID) (*v1.Pod, bool)
+}
+
+// Options configures a Manager.
+type Options struct {
+	// Client writes pod statuses and deletes finished pods; required.
+	Client kubernetes.Interface
+	// Clock sets condition transition times and start times and paces the
+	// periodic sync; default clock.RealClock{}.
+	Clock clock.Clock
+	// Registerer receives the manager's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Pods, when set, gives the pods as the agent's sources see them. The
+	// periodic sync then rewrites a status someone else changed on the API
+	// server, and deletes a finished pod whose deletion came after its
+	// last status write. Without it, that happens on the next SetPodStatus
+	// or TerminatePod.
+	Pods PodGetter
+	// SyncPeriod is the period of the full sync; default 10 s.
+	SyncPeriod time.Duration
+	// Logger logs what the methods without a context do; default klog's.
+	Logger logr.Logger
+}
+
+// Manager is the source of truth of the node's pod statuses, the kubelet's
+// status manager: the agent sets a pod's status after every sync, the
+// Manager keeps it, versioned, and writes it to the API server from Run.
+//
+// Writes are strategic merge patches of the status subresource with the
+// pod's UID as precondition (a pod deleted and recreated under the same
+// name is left alone and its status forgotten), sent only when the status
+// differs from the API server's. The patch carries only the kubelet's
+// condition types; conditions others own are left as they are, as are the
+// resource claim statuses. A pod does not turn Succeeded or Failed on the
+// API server before TerminatePod says its containers stopped, and a
+// terminal phase never changes again. Once a pod being deleted is terminal
+// and finished, the Manager deletes its API object with grace period 0 and
+// the UID precondition, as the kubelet does, and forgets its status.
+//
+// A status that failed to be written is retried with the next write of
+// any pod, and at least every SyncPeriod. All methods are safe for
+// concurrent use; only Run talks to the API server.
+type Manager struct {
+	client     kubernetes.Interface
+	clock      clock.Clock
+	pods       PodGetter
+	syncPeriod time.Duration
+	logger     logr.Logger
+	metrics    *metrics
+
+	mu       sync.RWMutex
+	statuses map[types.UID]*versionedStatus
+	// signal has a pending write when it holds a value.
+	signal chan struct{}
+
+	// synced is, per pod UID, the version last written; only Run's
+	// goroutine touches it.
+	synced  map[types.UID]uint64
+	running atomic.Bool
+}
+
+// versionedStatus is one pod's cached status. The Manager replaces entries,
+// never modifies one in place, so a snapshot may be read without the lock.
+type versionedStatus struct {
+	status    v1.PodStatus
+	version   uint64
+	name      string
+	namespace string
+	// at is when the oldest unwritten change was set, zero when written.
+	at time.Time
+	// finished: TerminatePod was called; the pod's containers stopped.
+	finished bool
+	// static pods write their status to their mirror pod, the API pod
+	// whose mirror annotation is their config hash.
+	static bool
+	hash   string
+}
+
+// NewManager validates opts, applies defaults and registers the metrics
+// when opts.Registerer is set. It makes no API calls.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Client == nil {
+		return nil, errors.New("podstatus: Options.Client is required")
+	}
+	switch {
+	case opts.SyncPeriod < 0:
+		return nil, fmt.Errorf("podstatus: SyncPeriod %v must not be negative", opts.SyncPeriod)
+	case opts.SyncPeriod == 0:
+		opts.SyncPeriod = DefaultSyncPeriod
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = klog.Background()
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{
+		client:     opts.Client,
+		clock:      opts.Clock,
+		pods:       opts.Pods,
+		syncPeriod: opts.SyncPeriod,
+		logger:     opts.Logger.WithName("podstatus"),
+		metrics:    m,
+		statuses:   make(map[types.UID]*versionedStatus),
+		signal:     make(chan struct{}, 1),
+		synced:     make(map[types.UID]uint64),
+	}, nil
+}
+
+// GetPodStatus returns a copy of the pod's cached status (the caller owns
+// it) and whether there is one. It does not block on the API server.
+func (m *Manager) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.statuses[uid]
+	if !ok {
+		return v1.PodStatus{}, false
+	}
+	return *e.status.DeepCopy(), true
+}
+
+// SetPodStatus caches status as the pod's latest and queues its write; it
+// returns at once. Neither argument is kept or modified. The Manager sets
+// the condition transition times (kept while a condition's status stays),
+// the start time (the first one stays), the observed generation, and
+// rounds times to seconds as the API server stores them. A status equal to
+// the cached one (for the kubelet's fields) is dropped, unless the pod is
+// being deleted. A status that would move a container out of a terminated
+// state its restart policy does not restart is refused and logged, and a
+// terminal phase, once set, stays.
+func (m *Manager) SetPodStatus(pod *v1.Pod, status v1.PodStatus) {
+	if pod == nil {
+		m.logger.Error(nil, "SetPodStatus called without a pod")
+		return
+	}
+	status = *status.DeepCopy()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.updateLocked(pod, status, pod.DeletionTimestamp != nil, false)
+}
+
+// TerminatePod marks the pod finished: its containers stopped and will not
+// run again (the kubelet's SyncTerminatedPod). Call it after the last
+// SetPodStatus of a pod that is terminal or being deleted. A container that
+// is not terminated in the cached status is reported terminated with
+// reason ContainerStatusUnknown and exit code 137, and a pod that is not
+// Succeeded or Failed becomes Failed (static pods keep their phase). The
+// status is then written even if unchanged; a pod with a deletion
+// timestamp is deleted once the API server shows it terminal. Calling it
+// again (say, when the pod's deletion comes after it finished) is allowed.
+func (m *Manager) TerminatePod(pod *v1.Pod) {
+	if pod == nil {
+		m.logger.Error(nil, "TerminatePod called without a pod")
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	status := pod.Status.DeepCopy()
+	if e, ok := m.statuses[pod.UID]; ok {
+		status = e.status.DeepCopy()
+	}
+
+	unknown := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+		Reason:   ContainerStatusUnknown,
+		Message:  "The container could not be located when the pod was terminated",
+		ExitCode: 137,
+	}}
+	// Once the pod initialized, a regular container without a final state
+	// failed; before, it never ran.
+	if hasPodInitialized(pod) {
+		for i := range status.ContainerStatuses {
+			if status.ContainerStatuses[i].State.Terminated == nil {
+				status.ContainerStatuses[i].State = *unknown.DeepCopy()
+			}
+		}
+	}
+	// Init containers that attempted to start and have no final state
+	// failed.
+	for i := range startedInitContainers(status.InitContainerStatuses) {
+		if status.InitContainerStatuses[i].State.Terminated == nil {
+			status.InitContainerStatuses[i].State = *unknown.DeepCopy()
+		}
+	}
+	if !isStaticPod(pod) && !isTerminal(status.Phase) {
+		m.logger.V(3).Info("Marking terminated pod as failed", "pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", status.Phase)
+		status.Phase = v1.PodFailed
+	}
+	m.updateLocked(pod, *status, true, true)
+}
+
+// RemovePod forgets the pod's status: the pod is gone from every source.
+// A write in progress may still complete.
+func (m *Manager) RemovePod(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.statuses, uid)
+}
+
+// updateLocked caches status for pod, the kubelet's updateStatusInternal.
+// The caller holds mu and no longer uses status.
+func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished bool) {
+	now := m.clock.Now()
+	status.ObservedGeneration = pod.Generation
+	cached, isCached := m.statuses[pod.UID]
+	old := &pod.Status
+	var version uint64
+	at := now
+	if isCached {
+		old = &cached.status
+		version = cached.version
+		finished = finished || cached.finished
+		if !cached.at.IsZero() {
+			at = cached.at
+		}
+	}
+	logger := m.logger.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	if err := checkContainerStateTransition(old, &status, &pod.Spec); err != nil {
+		logger.Error(err, "Status update on pod aborted")
+		return
+	}
+	for _, terminalPhase := range []v1.PodPhase{pod.Status.Phase, old.Phase} {
+		if isTerminal(terminalPhase) && status.Phase != terminalPhase {
+			logger.Error(nil, "Pod attempted illegal phase transition", "phase", terminalPhase, "newPhase", status.Phase)
+			status.Phase = terminalPhase
+			break
+		}
+	}
+	stamp := metav1.NewTime(now).Rfc3339Copy()
+	for _, t := range kubeletConditions {
+		setTransitionTime(&status, old, t, stamp)
+	}
+	setTransitionTime(&status, old, v1.DisruptionTarget, stamp)
+	switch {
+	case old.StartTime != nil && !old.StartTime.IsZero():
+		status.StartTime = old.StartTime.DeepCopy()
+	case status.StartTime == nil || status.StartTime.IsZero():
+		t := metav1.NewTime(now)
+		status.StartTime = &t
+	}
+	if len(status.VolumeHealth) == 0 && len(old.VolumeHealth) > 0 {
+		for i := range old.VolumeHealth {
+			status.VolumeHealth = append(status.VolumeHealth, *old.VolumeHealth[i].DeepCopy())
+		}
+	}
+	if old.ObservedGeneration > status.ObservedGeneration {
+		status.ObservedGeneration = old.ObservedGeneration
+	}
+	normalize(pod, &status)
+	m.metrics.countTerminations(old, &status)
+
+	if isCached && statusEqual(&cached.status, &status) && !force {
+		logger.V(5).Info("Ignoring same status for pod")
+		return
+	}
+	m.statuses[pod.UID] = &versionedStatus{
+		status:    status,
+		version:   version + 1,
+		name:      pod.Name,
+		namespace: pod.Namespace,
+		at:        at,
+		finished:  finished,
+		static:    isStaticPod(pod),
+		hash:      pod.Annotations[configHashAnnotation],
+	}
+	select {
+	case m.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Run writes cached statuses to the API server until ctx is done: at once
+// when one changed, and every SyncPeriod all of them that differ from what
+// was written or from what the API server shows (with Options.Pods). It
+// returns nil when ctx is done; it may be called once at a time.
+func (m *Manager) Run(ctx context.Context) error {
+	if !m.running.CompareAndSwap(false, true) {
+		return errors.New("podstatus: Manager is already running")
+	}
+	defer m.running.Store(false)
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
+	timer := m.clock.NewTimer(m.syncPeriod)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logger.V(2).Info("Stopped syncing pod status")
+			return nil
+		case <-m.signal:
+			m.syncBatch(ctx, false)
+		case <-timer.C():
+			m.syncBatch(ctx, true)
+			timer.Reset(m.syncPeriod)
+		}
+	}
+}
+
+type podSync struct {
+	uid    types.UID
+	status *versionedStatus
+}
+
+// syncBatch writes the statuses not written yet; with all, also those that
+// differ from the API server's or belong to a pod to delete.
+func (m *Manager) syncBatch(ctx context.Context, all bool) {
+	var todo []podSync
+	m.mu.RLock()
+	if all {
+		for uid := range m.synced {
+			if _, ok := m.statuses[uid]; !ok {
+				delete(m.synced, uid)
+			}
+		}
+	}
+	for uid, e := range m.statuses {
+		written, ok := m.synced[uid]
+		switch {
+		case !ok || written < e.version:
+			todo = append(todo, podSync{uid, e})
+		case !all:
+		case m.needsDeletion(uid, e):
+			todo = append(todo, podSync{uid, e})
+		case m.needsReconcile(ctx, uid, e):
+			delete(m.synced, uid)
+			todo = append(todo, podSync{uid, e})
+		}
+	}
+	m.mu.RUnlock()
+	for _, s := range todo {
+		if ctx.Err() != nil {
+			return
+		}
+		m.syncPod(ctx, s.uid, s.status)
+	}
+}
+
+// needsDeletion reports whether the sources show the pod deleted and
+// terminal while its status is finished.
+func (m *Manager) needsDeletion(uid types.UID, e *versionedStatus) bool {
+	if m.pods == nil {
+		return false
+	}
+	pod, ok := m.pods.GetPodByUID(uid)
+	return ok && canBeDeleted(pod, e)
+}
+
+// needsReconcile reports whether the API status the sources last saw
+// differs from the cached one: someone else wrote it.
+func (m *Manager) needsReconcile(ctx context.Context, uid types.UID, e *versionedStatus) bool {
+	if m.pods == nil || e.static {
+		return false
+	}
+	pod, ok := m.pods.GetPodByUID(uid)
+	if !ok {
+		return false
+	}
+	apiStatus := pod.Status.DeepCopy()
+	normalize(pod, apiStatus)
+	if statusEqual(apiStatus, &e.status) {
+		return false
+	}
+	klog.FromContext(ctx).V(3).Info("Pod status is inconsistent with the cached status, writing it again",
+		"pod", klog.KObj(pod), "podUID", uid)
+	return true
+}
+
+// syncPod writes one status: GET the pod, merge, PATCH when it differs,
+// DELETE when finished.
+func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(e.namespace, e.name), "podUID", uid)
+	pods := m.client.CoreV1().Pods(e.namespace)
+	pod, err := pods.Get(ctx, e.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		logger.V(3).Info("Pod does not exist on the API server")
+		return
+	}
+	if err != nil {
+		m.metrics.patch(resultFailed)
+		logger.Error(err, "Failed to get pod for its status update")
+		return
+	}
+	if pod.UID != uid && !(e.static && isMirrorOf(pod, e.hash)) {
+		logger.V(2).Info("Pod was deleted and then recreated, skipping its status update", "newPodUID", pod.UID)
+		m.forget(uid, e.version)
+		return
+	}
+
+	merged := mergePodStatus(pod, pod.Status, e.status, !e.finished, metav1.NewTime(m.clock.Now()).Rfc3339Copy())
+	patch, unchanged, err := preparePatch(pod.UID, pod.Status, merged)
+	if err != nil {
+		m.metrics.patch(resultFailed)
+		logger.Error(err, "Failed to prepare the status patch")
+		return
+	}
+	if unchanged {
+		m.metrics.patch(resultUnchanged)
+		logger.V(4).Info("Pod status is up to date", "version", e.version)
+	} else {
+		updated, err := pods.Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		if err != nil {
+			m.metrics.patch(resultFailed)
+			logger.Error(err, "Failed to patch pod status", "patch", string(patch))
+			return
+		}
+		m.metrics.patch(resultPatched)
+		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
+		pod = updated
+	}
+	if !e.at.IsZero() {
+		m.metrics.synced(m.clock.Since(e.at))
+	}
+
+	if canBeDeleted(pod, e) {
+		err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: new(int64),
+			// Never delete a pod recreated under the same name.
+			Preconditions: metav1.NewUIDPreconditions(string(pod.UID)),
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			m.metrics.deletion(resultFailed)
+			logger.Error(err, "Failed to delete finished pod")
+			return
+		}
+		m.metrics.deletion(resultDeleted)
+		logger.V(3).Info("Pod fully terminated and removed from the API server")
+		m.forget(uid, e.version)
+		return
+	}
+	m.synced[uid] = e.version
+	m.mu.Lock()
+	if cur, ok := m.statuses[uid]; ok && cur.version == e.version && !cur.at.IsZero() {
+		written := *cur
+		written.at = time.Time{}
+		m.statuses[uid] = &written
+	}
+	m.mu.Unlock()
+}
+
+// forget drops the pod's status unless a newer version came meanwhile.
+func (m *Manager) forget(uid types.UID, version uint64) {
+	delete(m.synced, uid)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.statuses[uid]; ok && cur.version == version {
+		delete(m.statuses, uid)
+	}
+}
+
+// canBeDeleted: the pod is being deleted, the API server shows it terminal,
+// and its containers stopped. Mirror pods are not deleted here.
+func canBeDeleted(pod *v1.Pod, e *versionedStatus) bool {
+	if pod.DeletionTimestamp == nil || isMirrorPod(pod) {
+		return false
+	}
+	return isTerminal(pod.Status.Phase) && e.finished
+}
+
+func isMirrorPod(pod *v1.Pod) bool {
+	_, ok := pod.Annotations[v1.MirrorPodAnnotationKey]
+	return ok
+}
+
+// isMirrorOf reports whether pod is the mirror pod of the static pod with
+// the config hash.
+func isMirrorOf(pod *v1.Pod, hash string) bool {
+	return hash != "" && pod.Annotations[v1.MirrorPodAnnotationKey] == hash
+}
+
+// hasPodInitialized reports whether the pod's API status shows it ever
+// initialized: no init containers, a regular container that left waiting,
+// or a last init container that completed (or, a sidecar, started).
+func hasPodInitialized(pod *v1.Pod) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return true
+	}
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.LastTerminationState.Terminated != nil || st.State.Waiting == nil {
+			return true
+		}
+	}
+	n := len(pod.Status.InitContainerStatuses)
+	if n == 0 {
+		return false
+	}
+	st := pod.Status.InitContainerStatuses[n-1]
+	spec := findSpec(pod.Spec.InitContainers, st.Name)
+	if spec == nil {
+		return false
+	}
+	if isSidecar(spec) {
+		return st.State.Running != nil && st.Started != nil && *st.Started
+	}
+	for _, s := range []v1.ContainerState{st.LastTerminationState, st.State} {
+		if s.Terminated != nil && s.Terminated.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// startedInitContainers returns the init container statuses up to the last
+// one that attempted to start (left waiting, or terminated before); at
+// least the first.
+func startedInitContainers(statuses []v1.ContainerStatus) []v1.ContainerStatus {
+	for i := len(statuses) - 1; i >= 0; i-- {
+		if statuses[i].State.Waiting == nil || statuses[i].LastTerminationState.Terminated != nil {
+			return statuses[:i+1]
+		}
+	}
+	if len(statuses) > 0 {
+		return statuses[:1]
+	}
+	return nil
+}
+
+// checkContainerStateTransition refuses a status that moves a container out
+// of a terminated state its restart policy does not restart.
+func checkContainerStateTransition(old, status *v1.PodStatus, spec *v1.PodSpec) error {
+	if spec.RestartPolicy == v1.RestartPolicyAlways || restartsAllContainers(spec) {
+		return nil
+	}
+	check := func(olds, news []v1.ContainerStatus, specs []v1.Container, what string) error {
+		for _, o := range olds {
+			if o.State.Terminated == nil {
+				continue
+			}
+			c := findSpec(specs, o.Name)
+			if c != nil && (isSidecar(c) || containerShouldRestart(c, spec, o.State.Terminated.ExitCode)) {
+				continue
+			}
+			if n := findStatus(news, o.Name); n != nil && n.State.Terminated == nil {
+				return fmt.Errorf("terminated %s %q attempted illegal transition to non-terminated state", what, o.Name)
+			}
+		}
+		return nil
+	}
+	if err := check(old.ContainerStatuses, status.ContainerStatuses, spec.Containers, "container"); err != nil {
+		return err
+	}
+	return check(old.InitContainerStatuses, status.InitContainerStatuses, spec.InitContainers, "init container")
+}
+
+// restartsAllContainers reports whether a container of spec has a
+// RestartAllContainers rule: then any container may leave its terminated
+// state.
+func restartsAllContainers(spec *v1.PodSpec) bool {
+	for _, list := range [][]v1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			for _, r := range list[i].RestartPolicyRules {
+				if r.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// exitCodeLabel is the exit code as a metric label value.
+func exitCodeLabel(code int32) string { return strconv.Itoa(int(code)) }

@@ -1,0 +1,98 @@
+package podstatus
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+)
+
+// Metric names: the kubelet's where it has one.
+const (
+	metricSyncDuration = "kubelet_pod_status_sync_duration_seconds"
+	metricTerminated   = "kubelet_terminated_containers_total"
+	metricPatches      = "nodekit_pod_status_patches_total"
+	metricDeletions    = "nodekit_pod_deletions_total"
+)
+
+// Results of a status write or pod deletion.
+const (
+	resultPatched   = "patched"
+	resultUnchanged = "unchanged"
+	resultFailed    = "failed"
+	resultDeleted   = "deleted"
+)
+
+// metrics holds the Manager's collectors; they always exist and are
+// registered only when a Registerer is given.
+type metrics struct {
+	syncDuration prometheus.Histogram
+	terminated   *prometheus.CounterVec
+	patches      *prometheus.CounterVec
+	deletions    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    metricSyncDuration,
+			Help:    "Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+			Buckets: []float64{0.010, 0.050, 0.100, 0.500, 1, 5, 10, 20, 30, 45, 60},
+		}),
+		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricTerminated,
+			Help: "Cumulative number of container terminations.",
+		}, []string{"container_type", "exit_code", "reason"}),
+		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricPatches,
+			Help: "Pod status writes by result: patched (a PATCH of the status subresource), unchanged (the API server already had the status, no PATCH), failed (the GET or PATCH failed; retried).",
+		}, []string{"result"}),
+		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricDeletions,
+			Help: "Deletions (grace period 0) of finished pods' API objects by result: deleted or failed (retried).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{resultPatched, resultUnchanged, resultFailed} {
+		m.patches.WithLabelValues(r)
+	}
+	for _, r := range []string{resultDeleted, resultFailed} {
+		m.deletions.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	collectors := []prometheus.Collector{m.syncDuration, m.terminated, m.patches, m.deletions}
+	for i, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("podstatus: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) patch(result string)    { m.patches.WithLabelValues(result).Inc() }
+func (m *metrics) deletion(result string) { m.deletions.WithLabelValues(result).Inc() }
+func (m *metrics) synced(d time.Duration) { m.syncDuration.Observe(d.Seconds()) }
+
+// countTerminations counts the containers status shows terminated that old
+// did not.
+func (m *metrics) countTerminations(old, status *v1.PodStatus) {
+	count := func(olds, news []v1.ContainerStatus, kind string) {
+		for _, n := range news {
+			if n.State.Terminated == nil {
+				continue
+			}
+			if o := findStatus(olds, n.Name); o != nil && o.State.Terminated != nil {
+				continue
+			}
+			m.terminated.WithLabelValues(kind, exitCodeLabel(n.State.Terminated.ExitCode), n.State.Terminated.Reason).Inc()
+		}
+	}
+	count(old.InitContainerStatuses, status.InitContainerStatuses, "init_container")
+	count(old.ContainerStatuses, status.ContainerStatuses, "container")
+	count(old.EphemeralContainerStatuses, status.EphemeralContainerStatuses, "ephemeral_container")
+}

@@ -1,0 +1,79 @@
+package podstatus
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// Interface is what the agent's pod workers need from a pod status manager;
+// *Manager implements it. The methods must not block on the API server.
+type Interface interface {
+	GetPodStatus(uid types.UID) (v1.PodStatus, bool)
+	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
+	TerminatePod(pod *v1.Pod)
+	RemovePod(uid types.UID)
+}
+
+var _ Interface = (*Manager)(nil)
+
+// Module provides the pod status *Manager, also as Interface, and runs it
+// for the application's lifetime under the name "podstatus". Options is
+// optional in the graph; its zero fields are filled from the graph: Client
+// from kubernetes.Interface, Clock, Registerer and Logger from the optional
+// clock.Clock, prometheus.Registerer and logr.Logger, and Pods from an
+// optional PodGetter (the agent provides its pod source's).
+var Module = fx.Module("podstatus",
+	fx.Provide(fx.Annotate(provide, fx.As(fx.Self()), fx.As(new(Interface)))),
+	fx.Invoke(func(*Manager) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options    Options `optional:"true"`
+	Client     kubernetes.Interface
+	Pods       PodGetter             `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Manager, error) {
+	opts := p.Options
+	if opts.Client == nil {
+		opts.Client = p.Client
+	}
+	if opts.Pods == nil {
+		opts.Pods = p.Pods
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = p.Registerer
+	}
+	if opts.Clock == nil {
+		opts.Clock = p.Clock
+	}
+	logger := p.Logger
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logger
+	}
+	m, err := NewManager(opts)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "podstatus", m.Run)
+	return m, nil
+}
