@@ -1,0 +1,359 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// killReason says why a running container is killed; it picks the grace
+// period (a probe's own terminationGracePeriodSeconds for probe kills).
+type killReason int
+
+const (
+	killReasonOther killReason = iota
+	killReasonLiveness
+	killReasonStartup
+)
+
+// containerToKill is a running container SyncPod stops.
+type containerToKill struct {
+	name    string
+	spec    *v1.Container
+	message string
+	reason  killReason
+}
+
+// podActions is what SyncPod does to bring the runtime in line with a pod:
+// the kubelet's computePodActions.
+type podActions struct {
+	// killPod stops every container and the sandbox(es).
+	killPod bool
+	// createSandbox creates a new sandbox, with attempt as its attempt
+	// number; sandboxID is the current sandbox (the one to start containers
+	// in, or the one being replaced).
+	createSandbox bool
+	sandboxID     string
+	attempt       uint32
+	// initToStart and containersToStart index pod.Spec.InitContainers and
+	// pod.Spec.Containers, in start order.
+	initToStart       []int
+	containersToStart []int
+	// containersToKill are keyed by container ID.
+	containersToKill map[string]containerToKill
+}
+
+// isSidecar reports whether c is a restartable init container.
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// sandboxChanged reports whether pod needs a new sandbox: it has none,
+// several ready ones, or its newest is not ready, in the wrong network
+// namespace, or without an IP. It returns the attempt number for a new one
+// and the current sandbox's ID.
+func sandboxChanged(ctx context.Context, pod *v1.Pod, st *PodStatus) (bool, uint32, string) {
+	logger := klog.FromContext(ctx)
+	if len(st.Sandboxes) == 0 {
+		logger.V(2).Info("No sandbox for pod can be found, need to start a new one", "pod", klog.KObj(pod))
+		return true, 0, ""
+	}
+	ready := 0
+	for _, sb := range st.Sandboxes {
+		if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+			ready++
+		}
+	}
+	newest := st.Sandboxes[0]
+	next := newest.GetMetadata().GetAttempt() + 1
+	switch {
+	case ready > 1:
+		logger.V(2).Info("Multiple sandboxes are ready for pod, need to reconcile them", "pod", klog.KObj(pod))
+		return true, next, newest.GetId()
+	case newest.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY:
+		logger.V(2).Info("No ready sandbox for pod can be found, need to start a new one", "pod", klog.KObj(pod))
+		return true, next, newest.GetId()
+	case newest.GetLinux().GetNamespaces().GetOptions().GetNetwork() != networkMode(pod):
+		logger.V(2).Info("Sandbox for pod has changed network mode, need to start a new one", "pod", klog.KObj(pod))
+		return true, next, ""
+	case !pod.Spec.HostNetwork && newest.GetNetwork() != nil && newest.GetNetwork().GetIp() == "":
+		logger.V(2).Info("Sandbox for pod has no IP address, need to start a new one", "pod", klog.KObj(pod))
+		return true, next, newest.GetId()
+	}
+	return false, newest.GetMetadata().GetAttempt(), newest.GetId()
+}
+
+func networkMode(pod *v1.Pod) runtimeapi.NamespaceMode {
+	if pod.Spec.HostNetwork {
+		return runtimeapi.NamespaceMode_NODE
+	}
+	return runtimeapi.NamespaceMode_POD
+}
+
+// activeContainer returns the newest status of container name in the
+// current (newest, ready) sandbox, or nil.
+func activeContainer(st *PodStatus, name string) *ContainerStatus {
+	if len(st.Sandboxes) == 0 || st.Sandboxes[0].GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return nil
+	}
+	active := st.Sandboxes[0].GetId()
+	for _, c := range st.Containers {
+		if c.Name == name && c.SandboxID == active {
+			return c
+		}
+	}
+	return nil
+}
+
+// shouldRestart reports whether a container that is not running must be
+// (re)started by the pod's restart policy.
+func shouldRestart(pod *v1.Pod, c *v1.Container, st *PodStatus) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	cs := st.Container(c.Name)
+	if cs == nil {
+		return true
+	}
+	switch cs.State {
+	case ContainerStateRunning:
+		return false
+	case ContainerStateUnknown, ContainerStateCreated:
+		return true
+	}
+	switch pod.Spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return cs.ExitCode != 0
+	}
+	return true
+}
+
+func succeeded(c *v1.Container, st *PodStatus) bool {
+	cs := st.Container(c.Name)
+	return cs != nil && cs.State == ContainerStateExited && cs.ExitCode == 0
+}
+
+// probeVerdict returns probes' verdict, treating a nil ProbeResults as a
+// node without probes.
+func probeVerdict(probes ProbeResults, id string, startup bool) ProbeResult {
+	if probes == nil {
+		if startup {
+			return ProbeSuccess
+		}
+		return ProbeUnknown
+	}
+	if startup {
+		return probes.Startup(id)
+	}
+	return probes.Liveness(id)
+}
+
+// computePodActions decides what SyncPod does, with the kubelet's rules.
+func computePodActions(ctx context.Context, pod *v1.Pod, st *PodStatus, probes ProbeResults) podActions {
+	create, attempt, sandboxID := sandboxChanged(ctx, pod, st)
+	a := podActions{
+		killPod:          create,
+		createSandbox:    create,
+		sandboxID:        sandboxID,
+		attempt:          attempt,
+		containersToKill: map[string]containerToKill{},
+	}
+	if create {
+		// A pod that must not restart and already ran keeps its final state
+		// instead of getting a new sandbox. With no container status at
+		// all, nothing ever ran: retry.
+		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && attempt != 0 && len(st.Containers) != 0 {
+			a.createSandbox = false
+			return a
+		}
+		var toStart []int
+		for i := range pod.Spec.Containers {
+			c := &pod.Spec.Containers[i]
+			if pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure && succeeded(c, st) {
+				continue
+			}
+			toStart = append(toStart, i)
+		}
+		if len(toStart) == 0 && anyRegularCreated(pod, st) {
+			// Initialized and nothing left to run.
+			a.createSandbox = false
+			return a
+		}
+		if len(pod.Spec.InitContainers) != 0 {
+			a.initToStart = []int{0}
+			return a
+		}
+		a.containersToStart = toStart
+		return a
+	}
+
+	if initialized := computeInitActions(pod, st, probes, &a); a.killPod || !initialized {
+		return a
+	}
+
+	keep := 0
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cs := st.Container(c.Name)
+		if cs == nil || cs.State != ContainerStateRunning {
+			if shouldRestart(pod, c, st) {
+				a.containersToStart = append(a.containersToStart, i)
+				if cs != nil && cs.State == ContainerStateUnknown {
+					a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c,
+						message: fmt.Sprintf("Container is in %q state, try killing it before restart", cs.State)}
+				}
+			}
+			continue
+		}
+		restart := pod.Spec.RestartPolicy != v1.RestartPolicyNever
+		var (
+			message string
+			reason  killReason
+		)
+		switch {
+		case cs.Hash != HashContainer(c):
+			message = fmt.Sprintf("Container %s definition changed", c.Name)
+			restart = true // whatever the restart policy
+		case c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == ProbeFailure:
+			message, reason = fmt.Sprintf("Container %s failed liveness probe", c.Name), killReasonLiveness
+		case c.StartupProbe != nil && probes != nil && probes.Startup(cs.ID) == ProbeFailure:
+			message, reason = fmt.Sprintf("Container %s failed startup probe", c.Name), killReasonStartup
+		default:
+			keep++
+			continue
+		}
+		if restart {
+			message += ", will be restarted"
+			a.containersToStart = append(a.containersToStart, i)
+		}
+		a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, message: message, reason: reason}
+	}
+	if keep == 0 && len(a.containersToStart) == 0 {
+		a.killPod = true
+		// Sidecars must not keep a finished pod alive.
+		a.initToStart = nil
+	}
+	return a
+}
+
+// anyRegularCreated reports whether a regular container ever got past
+// creation, which means the pod was initialized.
+func anyRegularCreated(pod *v1.Pod, st *PodStatus) bool {
+	for i := range pod.Spec.Containers {
+		if cs := st.Container(pod.Spec.Containers[i].Name); cs != nil && cs.State != ContainerStateUnknown {
+			return true
+		}
+	}
+	return false
+}
+
+// computeInitActions fills a's init container starts and kills and reports
+// whether the pod is initialized. Regular init containers run one after the
+// other to completion; a sidecar counts as initialized once running (and,
+// with a startup probe, started), then the next init container starts, and
+// it keeps being restarted afterwards. The list is walked backwards because
+// finished init containers may have been removed.
+func computeInitActions(pod *v1.Pod, st *PodStatus, probes ProbeResults, a *podActions) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return true
+	}
+	initialized := false
+	for i := range pod.Spec.Containers {
+		if activeContainer(st, pod.Spec.Containers[i].Name) != nil {
+			initialized = true
+			break
+		}
+	}
+	previouslyInitialized := initialized
+	restartOnFailure := pod.Spec.RestartPolicy != v1.RestartPolicyNever
+	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
+		c := &pod.Spec.InitContainers[i]
+		cs := activeContainer(st, c.Name)
+		if cs == nil {
+			if previouslyInitialized && isSidecar(c) {
+				a.initToStart = append(a.initToStart, i)
+			}
+			continue
+		}
+		if previouslyInitialized && !isSidecar(c) {
+			continue
+		}
+		switch cs.State {
+		case ContainerStateCreated:
+			// Created but never started: the start failed; start anew.
+			a.initToStart = append(a.initToStart, i)
+		case ContainerStateRunning:
+			if !isSidecar(c) {
+				break
+			}
+			if c.StartupProbe != nil {
+				switch probeVerdict(probes, cs.ID, true) {
+				case ProbeFailure:
+					a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, reason: killReasonStartup,
+						message: fmt.Sprintf("Init container %s failed startup probe", c.Name)}
+					a.initToStart = append(a.initToStart, i)
+					goto next
+				case ProbeUnknown:
+					goto next // wait for the startup probe
+				}
+			}
+			if i == len(pod.Spec.InitContainers)-1 {
+				initialized = true
+			} else if !previouslyInitialized {
+				a.initToStart = append(a.initToStart, i+1)
+			}
+			if cs.Hash != HashContainer(c) {
+				a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c,
+					message: fmt.Sprintf("Init container %s definition changed", c.Name)}
+				a.initToStart = append(a.initToStart, i)
+				break
+			}
+			if c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == ProbeFailure {
+				a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, reason: killReasonLiveness,
+					message: fmt.Sprintf("Init container %s failed liveness probe", c.Name)}
+				a.initToStart = append(a.initToStart, i)
+			}
+		case ContainerStateExited:
+			if isSidecar(c) {
+				a.initToStart = append(a.initToStart, i)
+				break
+			}
+			if cs.ExitCode != 0 {
+				if !restartOnFailure {
+					a.killPod = true
+					a.initToStart = nil
+					return false
+				}
+				a.initToStart = append(a.initToStart, i)
+				break
+			}
+			if i == len(pod.Spec.InitContainers)-1 {
+				initialized = true
+			} else {
+				a.initToStart = append(a.initToStart, i+1)
+			}
+		default: // unknown
+			if !isSidecar(c) && !restartOnFailure {
+				a.killPod = true
+				a.initToStart = nil
+				return false
+			}
+			a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c,
+				message: fmt.Sprintf("Init container is in %q state, try killing it before restart", cs.State)}
+			a.initToStart = append(a.initToStart, i)
+		}
+	next:
+		previouslyInitialized = true
+	}
+	if !previouslyInitialized {
+		a.initToStart = append(a.initToStart, 0)
+	}
+	slices.Reverse(a.initToStart)
+	return initialized
+}

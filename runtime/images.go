@@ -1,0 +1,232 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distribution/reference"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	cri "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// ErrImageInspect says the runtime could not tell whether an image is
+// present (the kubelet's ImageInspectError).
+var ErrImageInspect = errors.New("ImageInspectError")
+
+// imageManager makes sure containers' images are present, with the
+// kubelet's pull policies, credentials, back-off and events.
+type imageManager struct {
+	is       cri.ImageManagerService
+	recorder record.EventRecorder
+	backOff  *flowcontrol.Backoff
+	clock    clock.Clock
+	limiter  flowcontrol.RateLimiter // nil: no limit
+	tokens   chan struct{}           // nil: any number of pulls at once
+
+	mu       sync.Mutex
+	failures map[string]pullFailure // by back-off key
+}
+
+// pullFailure is the last failed pull of an image for a pod.
+type pullFailure struct {
+	msg string
+	at  time.Time
+}
+
+func newImageManager(is cri.ImageManagerService, recorder record.EventRecorder, backOff *flowcontrol.Backoff, clk clock.Clock, parallel int, qps float32, burst int) *imageManager {
+	im := &imageManager{is: is, recorder: recorder, backOff: backOff, clock: clk, failures: map[string]pullFailure{}}
+	switch {
+	case parallel >= 0 && parallel <= 1:
+		im.tokens = make(chan struct{}, 1)
+	case parallel > 1:
+		im.tokens = make(chan struct{}, parallel)
+	}
+	if qps > 0 {
+		im.limiter = flowcontrol.NewTokenBucketRateLimiterWithClock(qps, max(burst, 1), clk)
+	}
+	return im
+}
+
+// imageResult is an image made present, or why not.
+type imageResult struct {
+	ref  string // the image ID to create the container from
+	user imageUser
+	// err is nil or one of ErrInvalidImageName, ErrImageInspect,
+	// ErrImageNeverPull, ErrImagePull, ErrImagePullBackOff; msg details it.
+	err     error
+	msg     string
+	retryAt time.Time // when the pull back-off ends
+}
+
+// defaultTag appends ":latest" to an image without tag or digest.
+func defaultTag(image string) (string, reference.Named, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", nil, err
+	}
+	_, tagged := named.(reference.Tagged)
+	_, digested := named.(reference.Digested)
+	if !tagged && !digested {
+		return image + ":latest", named, nil
+	}
+	return image, named, nil
+}
+
+// ensure makes c's image present: IfNotPresent and Never use a present
+// image, Always (and IfNotPresent when absent) pull with the credentials of
+// pullSecrets matching the image's registry, each in turn, anonymously when
+// none match. A failed pull backs off per pod and image (ImagePullBackOff).
+// withUser also looks up the image's user (for runAsNonRoot).
+func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool) imageResult {
+	logger := klog.FromContext(ctx)
+	image, named, err := defaultTag(c.Image)
+	if err != nil {
+		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err)
+		im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
+		return imageResult{err: ErrInvalidImageName, msg: msg}
+	}
+	spec := &runtimeapi.ImageSpec{Image: image, Annotations: pod.Annotations}
+	policy := c.ImagePullPolicy
+	if policy == "" {
+		policy = v1.PullIfNotPresent
+		if _, digested := named.(reference.Digested); !digested && (image == c.Image+":latest" || hasLatestTag(named)) {
+			policy = v1.PullAlways
+		}
+	}
+	if policy != v1.PullAlways {
+		resp, err := im.is.ImageStatus(ctx, spec, false)
+		if err != nil {
+			msg := fmt.Sprintf("Failed to inspect image %q: %v", image, err)
+			im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
+			return imageResult{err: ErrImageInspect, msg: msg}
+		}
+		if img := resp.GetImage(); img != nil {
+			im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+			return imageResult{ref: img.GetId(), user: userOf(img)}
+		}
+		if policy == v1.PullNever {
+			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+			im.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
+			return imageResult{err: ErrImageNeverPull, msg: msg}
+		}
+	}
+
+	key := string(pod.UID) + "_" + image
+	now := im.clock.Now()
+	if im.backOff.IsInBackOffSinceUpdate(key, now) {
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		im.recorder.Event(ref, v1.EventTypeNormal, "BackOff", msg)
+		im.mu.Lock()
+		prev, ok := im.failures[key]
+		im.mu.Unlock()
+		retryAt := now.Add(im.backOff.Get(key))
+		if ok {
+			msg += ": " + prev.msg
+			retryAt = prev.at.Add(im.backOff.Get(key))
+		}
+		return imageResult{err: ErrImagePullBackOff, msg: msg, retryAt: retryAt}
+	}
+	keys, err := newKeyring(pullSecrets)
+	if err != nil {
+		return im.pullFailed(ref, key, c.Image, err)
+	}
+	im.recorder.Event(ref, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+	start := im.clock.Now()
+	if im.tokens != nil {
+		select {
+		case im.tokens <- struct{}{}:
+		case <-ctx.Done():
+			return im.pullFailed(ref, key, c.Image, ctx.Err())
+		}
+	}
+	pullStart := im.clock.Now()
+	id, err := im.pull(ctx, spec, keys.lookup(named.Name()), sandbox)
+	if im.tokens != nil {
+		<-im.tokens
+	}
+	if err != nil {
+		return im.pullFailed(ref, key, c.Image, err)
+	}
+	im.mu.Lock()
+	delete(im.failures, key)
+	im.mu.Unlock()
+	var size uint64
+	var user imageUser
+	if resp, err := im.is.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: id}, false); err == nil && resp.GetImage() != nil {
+		size, user = resp.GetImage().GetSize(), userOf(resp.GetImage())
+	} else if withUser {
+		logger.Info("Cannot read the user of a pulled image", "pod", klog.KObj(pod), "image", c.Image, "err", err)
+	}
+	end := im.clock.Now()
+	im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
+		c.Image, end.Sub(pullStart).Truncate(time.Millisecond), end.Sub(start).Truncate(time.Millisecond), size))
+	im.backOff.GC()
+	return imageResult{ref: id, user: user}
+}
+
+func hasLatestTag(named reference.Named) bool {
+	t, ok := named.(reference.Tagged)
+	return ok && t.Tag() == "latest"
+}
+
+func userOf(img *runtimeapi.Image) imageUser {
+	u := imageUser{username: img.GetUsername()}
+	if img.GetUid() != nil {
+		uid := img.GetUid().GetValue()
+		u.uid = &uid
+	}
+	return u
+}
+
+// pull pulls with each set of credentials until one works, or anonymously
+// when there are none; it returns the image ID.
+func (im *imageManager) pull(ctx context.Context, spec *runtimeapi.ImageSpec, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+	if im.limiter != nil && !im.limiter.TryAccept() {
+		return "", errors.New("pull QPS exceeded")
+	}
+	if len(auths) == 0 {
+		return im.is.PullImage(ctx, spec, nil, sandbox)
+	}
+	var errs []error
+	for _, auth := range auths {
+		id, err := im.is.PullImage(ctx, spec, auth, sandbox)
+		if err == nil {
+			return id, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
+}
+
+// pullFailed records a failed pull: a Failed event, the next back-off step
+// and the error for the BackOff message.
+func (im *imageManager) pullFailed(ref *v1.ObjectReference, key, image string, err error) imageResult {
+	im.recorder.Event(ref, v1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", image, err))
+	now := im.clock.Now()
+	im.backOff.Next(key, now)
+	im.mu.Lock()
+	im.failures[key] = pullFailure{msg: ErrImagePull.Error() + ": " + err.Error(), at: now}
+	im.mu.Unlock()
+	return imageResult{err: ErrImagePull, msg: err.Error(), retryAt: now.Add(im.backOff.Get(key))}
+}
+
+// forget drops the pull failures of pod uid.
+func (im *imageManager) forget(uid types.UID) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	for key := range im.failures {
+		if strings.HasPrefix(key, string(uid)+"_") {
+			delete(im.failures, key)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// Labels and annotations the agent puts on sandboxes and containers. They
+// are the kubelet's, so crictl shows POD and NAMESPACE, log collectors find
+// pods, and an agent restarted on a node (nodekit's or the kubelet itself)
+// recognises the pods it owns.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+
+	AnnotationContainerHash            = "io.kubernetes.container.hash"
+	AnnotationRestartCount             = "io.kubernetes.container.restartCount"
+	AnnotationTerminationMessagePath   = "io.kubernetes.container.terminationMessagePath"
+	AnnotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
+	AnnotationPreStopHandler           = "io.kubernetes.container.preStopHandler"
+	AnnotationContainerPorts           = "io.kubernetes.container.ports"
+	AnnotationDeletionGracePeriod      = "io.kubernetes.pod.deletionGracePeriod"
+	AnnotationTerminationGracePeriod   = "io.kubernetes.pod.terminationGracePeriod"
+)
+
+// HashContainer returns the hash of the fields of c whose change makes the
+// agent restart the container (its name and image, the only mutable fields
+// the kubelet hashes). It is recorded in the container's
+// io.kubernetes.container.hash annotation, in hex.
+func HashContainer(c *v1.Container) uint64 {
+	data, _ := json.Marshal(map[string]string{"name": c.Name, "image": c.Image})
+	h := fnv.New32a()
+	h.Write(data)
+	return uint64(h.Sum32())
+}
+
+// sandboxLabels are the pod's labels plus the pod identity labels.
+func sandboxLabels(pod *v1.Pod) map[string]string {
+	labels := make(map[string]string, len(pod.Labels)+3)
+	maps.Copy(labels, pod.Labels)
+	labels[LabelPodName] = pod.Name
+	labels[LabelPodNamespace] = pod.Namespace
+	labels[LabelPodUID] = string(pod.UID)
+	return labels
+}
+
+func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
+	return map[string]string{
+		LabelPodName:       pod.Name,
+		LabelPodNamespace:  pod.Namespace,
+		LabelPodUID:        string(pod.UID),
+		LabelContainerName: c.Name,
+	}
+}
+
+// containerAnnotations records what the agent needs to know about a
+// container later, even without its pod: the spec hash, the restart count,
+// the termination message settings, the grace periods, the preStop hook and
+// the ports.
+func containerAnnotations(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int) map[string]string {
+	a := map[string]string{
+		AnnotationContainerHash:            strconv.FormatUint(HashContainer(c), 16),
+		AnnotationRestartCount:             strconv.Itoa(restartCount),
+		AnnotationTerminationMessagePath:   c.TerminationMessagePath,
+		AnnotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
+	}
+	if pod.DeletionGracePeriodSeconds != nil {
+		a[AnnotationDeletionGracePeriod] = strconv.FormatInt(*pod.DeletionGracePeriodSeconds, 10)
+	}
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		a[AnnotationTerminationGracePeriod] = strconv.FormatInt(*pod.Spec.TerminationGracePeriodSeconds, 10)
+	}
+	logger := klog.FromContext(ctx)
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		if raw, err := json.Marshal(c.Lifecycle.PreStop); err != nil {
+			logger.Error(err, "Cannot record the preStop hook of a container", "pod", klog.KObj(pod), "container", c.Name)
+		} else {
+			a[AnnotationPreStopHandler] = string(raw)
+		}
+	}
+	if len(c.Ports) > 0 {
+		if raw, err := json.Marshal(c.Ports); err != nil {
+			logger.Error(err, "Cannot record the ports of a container", "pod", klog.KObj(pod), "container", c.Name)
+		} else {
+			a[AnnotationContainerPorts] = string(raw)
+		}
+	}
+	return a
+}
+
+// recordedContainer is what a container's labels and annotations say about
+// it and its pod.
+type recordedContainer struct {
+	podName, podNamespace    string
+	podUID                   types.UID
+	name                     string
+	hash                     uint64
+	restartCount             int
+	terminationMessagePath   string
+	terminationMessagePolicy v1.TerminationMessagePolicy
+	deletionGracePeriod      *int64
+	terminationGracePeriod   *int64
+	preStop                  *v1.LifecycleHandler
+	ports                    []v1.ContainerPort
+}
+
+// readRecorded parses what containerAnnotations and containerLabels wrote.
+// Malformed values are logged and read as unset: a container created by
+// something else must not break the agent.
+func readRecorded(ctx context.Context, labels, annotations map[string]string) recordedContainer {
+	r := recordedContainer{
+		podName:                  labels[LabelPodName],
+		podNamespace:             labels[LabelPodNamespace],
+		podUID:                   types.UID(labels[LabelPodUID]),
+		name:                     labels[LabelContainerName],
+		terminationMessagePath:   annotations[AnnotationTerminationMessagePath],
+		terminationMessagePolicy: v1.TerminationMessagePolicy(annotations[AnnotationTerminationMessagePolicy]),
+	}
+	logger := klog.FromContext(ctx)
+	bad := func(key string, err error) {
+		logger.V(2).Info("Ignoring a malformed container annotation", "annotation", key, "value", annotations[key], "err", err,
+			"pod", klog.KRef(r.podNamespace, r.podName), "container", r.name)
+	}
+	if v, ok := annotations[AnnotationContainerHash]; ok {
+		h, err := strconv.ParseUint(v, 16, 64)
+		if err != nil {
+			bad(AnnotationContainerHash, err)
+		}
+		r.hash = h
+	}
+	if v, ok := annotations[AnnotationRestartCount]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			bad(AnnotationRestartCount, fmt.Errorf("not a restart count"))
+		} else {
+			r.restartCount = n
+		}
+	}
+	for key, dst := range map[string]**int64{AnnotationDeletionGracePeriod: &r.deletionGracePeriod, AnnotationTerminationGracePeriod: &r.terminationGracePeriod} {
+		if v, ok := annotations[key]; ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				bad(key, err)
+				continue
+			}
+			*dst = &n
+		}
+	}
+	if v, ok := annotations[AnnotationPreStopHandler]; ok {
+		h := &v1.LifecycleHandler{}
+		if err := json.Unmarshal([]byte(v), h); err != nil {
+			bad(AnnotationPreStopHandler, err)
+		} else {
+			r.preStop = h
+		}
+	}
+	if v, ok := annotations[AnnotationContainerPorts]; ok {
+		if err := json.Unmarshal([]byte(v), &r.ports); err != nil {
+			bad(AnnotationContainerPorts, err)
+			r.ports = nil
+		}
+	}
+	return r
+}

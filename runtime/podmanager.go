@@ -1,0 +1,418 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	cri "k8s.io/cri-api/pkg/apis"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of PodManagerOptions, the kubelet's.
+const (
+	DefaultPodLogsDir          = "/var/log/pods"
+	DefaultPodsDir             = "/var/lib/kubelet/pods"
+	DefaultSeccompProfileRoot  = "/var/lib/kubelet/seccomp"
+	DefaultHostsFile           = "/etc/hosts"
+	DefaultContainerBackOff    = 10 * time.Second
+	DefaultMaxContainerBackOff = 300 * time.Second
+	DefaultImageBackOff        = 10 * time.Second
+	DefaultMaxImageBackOff     = 300 * time.Second
+	DefaultCPUCFSQuotaPeriod   = 100 * time.Millisecond
+	// MinimumGracePeriodSeconds is the shortest time a container is given
+	// to stop, whatever its pod asks for.
+	MinimumGracePeriodSeconds = 2
+)
+
+// PodManagerOptions configures a PodManager. Runtime and Images are
+// required; everything else has the kubelet's default or is optional.
+type PodManagerOptions struct {
+	// Runtime and Images are the CRI services, typically a Client's
+	// RuntimeService() and ImageService().
+	Runtime cri.RuntimeService
+	Images  cri.ImageManagerService
+	// RuntimeName is the runtime's name, the type in API container IDs
+	// ("containerd://<id>"). Empty means asked from the runtime's Version
+	// the first time it is needed.
+	RuntimeName string
+
+	// NodeName is the node's name (spec.nodeName in events' sources is the
+	// recorder's business; this is for logs). NodeIPs are the node's IPs:
+	// the IPs of hostNetwork pods and the downward API's status.hostIP(s).
+	NodeName string
+	NodeIPs  []net.IP
+
+	// PodLogsDir is where container logs go:
+	// <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restartCount>.log
+	// (default DefaultPodLogsDir).
+	PodLogsDir string
+	// PodsDir holds the per-pod files the agent makes: emptyDir volumes
+	// (<PodsDir>/<uid>/volumes/kubernetes.io~empty-dir/<name>), the pod's
+	// /etc/hosts and the containers' termination message files (default
+	// DefaultPodsDir).
+	PodsDir string
+	// HostsFile is the node's hosts file, copied for hostNetwork pods
+	// (default DefaultHostsFile; a file that cannot be read is treated as
+	// empty).
+	HostsFile string
+
+	// ClusterDNS, ClusterDomain and ResolverConfig are the kubelet's
+	// clusterDNS, clusterDomain and resolvConf settings for the sandbox DNS
+	// configuration. An empty ResolverConfig means no host resolver file
+	// (the kubelet's resolvConf: ""), not its default path.
+	ClusterDNS     []net.IP
+	ClusterDomain  string
+	ResolverConfig string
+
+	// CgroupParent returns the cgroup a pod's sandbox is created under,
+	// creating it if needed (cgroupdriver's Manager.EnsurePod). nil leaves
+	// the choice to the runtime.
+	CgroupParent func(ctx context.Context, pod *v1.Pod) (string, error)
+	// CgroupV2 makes container resources carry the cgroup v2 settings the
+	// kubelet adds on a unified hierarchy (memory.oom.group=1 so an OOM
+	// kills the whole container, memory.high=max).
+	CgroupV2 bool
+	// QOSClass classifies a pod for its containers' OOM score adjustment
+	// (cgroupdriver.PodQOS fits). nil uses pod.Status.QOSClass, and
+	// Burstable when that is empty.
+	QOSClass func(*v1.Pod) v1.PodQOSClass
+	// MemoryCapacity is the node's memory in bytes, for the OOM score of
+	// Burstable containers. Zero means read from /proc/meminfo.
+	MemoryCapacity int64
+	// CPUCFSQuota enforces CPU limits with CFS quota (default true);
+	// CPUCFSQuotaPeriod is the quota period (default 100ms).
+	CPUCFSQuota       *bool
+	CPUCFSQuotaPeriod time.Duration
+	// SeccompDefault gives containers without a seccomp profile the
+	// runtime's default profile instead of none; SeccompProfileRoot is where
+	// Localhost profiles live (default DefaultSeccompProfileRoot).
+	SeccompDefault     bool
+	SeccompProfileRoot string
+	// RuntimeHandler resolves a pod's runtimeClassName to a CRI runtime
+	// handler. nil makes pods that name a runtime class fail to start.
+	RuntimeHandler func(ctx context.Context, runtimeClassName string) (string, error)
+
+	// ContainerBackOff paces restarts of crashing containers
+	// (CrashLoopBackOff); nil means 10s doubling to 5m on Clock, reset after
+	// a container ran for 10 minutes. ImageBackOff paces failed image pulls
+	// (ImagePullBackOff); nil means 10s doubling to 5m.
+	ContainerBackOff *flowcontrol.Backoff
+	ImageBackOff     *flowcontrol.Backoff
+	// MaxParallelImagePulls bounds concurrent image pulls: 0 or 1 pulls one
+	// image at a time (the kubelet's serializeImagePulls default), n > 1 at
+	// most n, a negative value any number.
+	MaxParallelImagePulls int
+	// RegistryPullQPS and RegistryBurst rate-limit image pulls (the
+	// kubelet's registryPullQPS and registryBurst); zero QPS means no limit.
+	RegistryPullQPS float32
+	RegistryBurst   int
+
+	// ConfigMaps and Secrets fetch what containers' env and envFrom refer
+	// to; Services lists the cluster's services for the service link
+	// variables (KUBERNETES_SERVICE_HOST...). nil sources make containers
+	// that need them wait with CreateContainerConfigError (Services: no
+	// service variables).
+	ConfigMaps func(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+	Secrets    func(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	Services   func() ([]*v1.Service, error)
+	// Allocatable returns the node's allocatable resources, which the
+	// downward API reports for limits a container does not set.
+	Allocatable func() v1.ResourceList
+	// VolumePaths returns the host paths of the pod's volumes that the
+	// PodManager does not set up itself (it handles emptyDir and hostPath),
+	// by volume name, for a volume manager to plug in. Mounts of volumes
+	// nobody provides are left out of the container.
+	VolumePaths func(ctx context.Context, pod *v1.Pod) (map[string]string, error)
+	// HTTPClient runs httpGet lifecycle hooks (default: a client that skips
+	// TLS verification, as the kubelet's).
+	HTTPClient *http.Client
+
+	// DeadContainersPerContainer is how many exited instances of each
+	// container of a live pod GarbageCollect keeps (default 1, the kubelet's
+	// minimum, which keeps the last exit status and restart count).
+	DeadContainersPerContainer int
+
+	// Recorder receives the kubelet's events (Pulling, Created, Started,
+	// Killing, BackOff, FailedCreatePodSandBox...). nil records nothing.
+	Recorder record.EventRecorder
+	// Clock paces back-offs, grace periods and hooks (default
+	// clock.RealClock{}).
+	Clock clock.Clock
+	// Registerer registers kubelet_started_pods_total and friends; nil
+	// registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// PodManager runs pods on a CRI runtime with the kubelet's semantics: it
+// reads a pod's runtime status (GetPodStatus), brings the runtime in line
+// with the pod's spec (SyncPod), stops pods (KillPod), finds the pods the
+// runtime has (ListPods) and removes what is no longer needed (RemovePod,
+// GarbageCollect).
+//
+// Calls for one pod must not overlap (the agent's pod worker serializes
+// them); calls for different pods may run concurrently.
+type PodManager struct {
+	opts     PodManagerOptions
+	rs       cri.RuntimeService
+	recorder record.EventRecorder
+	clock    clock.Clock
+	backOff  *flowcontrol.Backoff
+	images   *imageManager
+	http     *http.Client
+	metrics  *podMetrics
+	cfsQuota bool
+
+	mu          sync.Mutex
+	runtimeName string
+	reasons     map[types.UID]map[string]ContainerWaiting
+}
+
+// NewPodManager returns a PodManager for opts, applying defaults. It does
+// no I/O except reading /proc/meminfo when MemoryCapacity is zero.
+func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
+	if opts.Runtime == nil || opts.Images == nil {
+		return nil, errors.New("pod manager: the CRI runtime and image services are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.PodLogsDir == "" {
+		opts.PodLogsDir = DefaultPodLogsDir
+	}
+	if opts.PodsDir == "" {
+		opts.PodsDir = DefaultPodsDir
+	}
+	if opts.HostsFile == "" {
+		opts.HostsFile = DefaultHostsFile
+	}
+	if opts.SeccompProfileRoot == "" {
+		opts.SeccompProfileRoot = DefaultSeccompProfileRoot
+	}
+	if opts.CPUCFSQuotaPeriod == 0 {
+		opts.CPUCFSQuotaPeriod = DefaultCPUCFSQuotaPeriod
+	}
+	if opts.CPUCFSQuotaPeriod < time.Millisecond || opts.CPUCFSQuotaPeriod > time.Second {
+		return nil, fmt.Errorf("pod manager: CPU CFS quota period %v is not within [1ms, 1s]", opts.CPUCFSQuotaPeriod)
+	}
+	if opts.DeadContainersPerContainer <= 0 {
+		opts.DeadContainersPerContainer = 1
+	}
+	if opts.MemoryCapacity == 0 {
+		mem, err := readMemTotal("/proc/meminfo")
+		if err != nil {
+			return nil, fmt.Errorf("pod manager: MemoryCapacity is not set: %w", err)
+		}
+		opts.MemoryCapacity = mem
+	}
+	if opts.MemoryCapacity < 0 {
+		return nil, fmt.Errorf("pod manager: memory capacity %d is negative", opts.MemoryCapacity)
+	}
+	if opts.ContainerBackOff == nil {
+		opts.ContainerBackOff = flowcontrol.NewFakeBackOff(DefaultContainerBackOff, DefaultMaxContainerBackOff, opts.Clock)
+	}
+	if opts.ImageBackOff == nil {
+		opts.ImageBackOff = flowcontrol.NewFakeBackOff(DefaultImageBackOff, DefaultMaxImageBackOff, opts.Clock)
+	}
+	recorder := opts.Recorder
+	if recorder == nil {
+		recorder = &record.FakeRecorder{}
+	}
+	httpClient := opts.HTTPClient
+	if httpClient == nil {
+		httpClient = defaultHookClient()
+	}
+	pm, err := newPodMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	m := &PodManager{
+		opts:        opts,
+		rs:          opts.Runtime,
+		recorder:    recorder,
+		clock:       opts.Clock,
+		backOff:     opts.ContainerBackOff,
+		http:        httpClient,
+		metrics:     pm,
+		cfsQuota:    opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
+		runtimeName: opts.RuntimeName,
+		reasons:     map[types.UID]map[string]ContainerWaiting{},
+	}
+	m.images = newImageManager(opts.Images, recorder, opts.ImageBackOff, opts.Clock, opts.MaxParallelImagePulls, opts.RegistryPullQPS, opts.RegistryBurst)
+	return m, nil
+}
+
+// readMemTotal returns MemTotal from a meminfo file, in bytes.
+func readMemTotal(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse MemTotal in %s: %w", path, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no MemTotal in %s", path)
+}
+
+// runtimeType returns the runtime's name for container IDs, asking the
+// runtime once if it was not configured.
+func (m *PodManager) runtimeType(ctx context.Context) string {
+	m.mu.Lock()
+	name := m.runtimeName
+	m.mu.Unlock()
+	if name != "" {
+		return name
+	}
+	resp, err := m.rs.Version(ctx, kubeRuntimeAPIVersion)
+	if err != nil || resp.GetRuntimeName() == "" {
+		return ""
+	}
+	m.mu.Lock()
+	m.runtimeName = resp.GetRuntimeName()
+	m.mu.Unlock()
+	return resp.GetRuntimeName()
+}
+
+// ProbeResult is a probe's latest verdict on one container instance.
+type ProbeResult int
+
+// Probe verdicts. ProbeUnknown means not probed yet (or no such probe).
+const (
+	ProbeUnknown ProbeResult = iota
+	ProbeSuccess
+	ProbeFailure
+)
+
+// ProbeResults gives SyncPod the liveness and startup verdicts it acts on:
+// a running container whose liveness or startup probe failed is killed and
+// restarted, and a sidecar (restartable init container) with a startup
+// probe counts as started only once that probe succeeded. Keys are runtime
+// container IDs (ContainerStatus.ID). Implementations must be safe for
+// concurrent use and must not block. A nil ProbeResults means the node runs
+// no probes: nothing is killed for probes and startup probes count as
+// passed.
+type ProbeResults interface {
+	Liveness(containerID string) ProbeResult
+	Startup(containerID string) ProbeResult
+}
+
+// SyncResult is the outcome of one SyncPod.
+type SyncResult struct {
+	// Waiting says why the pod's containers that should run do not, by
+	// container name (init and regular): the reason of each container's
+	// latest failed start (ErrImagePull, CrashLoopBackOff, ...), kept
+	// across syncs until the container starts. The status generator turns
+	// it into containers' Waiting states. The map belongs to the caller.
+	Waiting map[string]ContainerWaiting
+	// RetryAt, when not zero, is the earliest time a back-off that held a
+	// container back ends: the pod worker should sync the pod again then.
+	RetryAt time.Time
+	// Err joins what went wrong in this sync (nil when everything that had
+	// to happen did). errors.Is finds the Err* reasons in it, e.g.
+	// ErrCrashLoopBackOff while a container backs off.
+	Err error
+}
+
+// RunningPod is a pod as the runtime knows it: its sandboxes and
+// containers, found by the labels the agent put on them.
+type RunningPod struct {
+	ID              types.UID
+	Name, Namespace string
+	// Sandboxes and Containers are sorted newest first.
+	Sandboxes  []RunningContainer
+	Containers []RunningContainer
+}
+
+// RunningContainer is one container or sandbox of a RunningPod. A sandbox's
+// State is running while it is ready and exited otherwise.
+type RunningContainer struct {
+	ID        string
+	Name      string
+	State     ContainerState
+	SandboxID string
+	CreatedAt time.Time
+}
+
+// RunningPod returns the parts of s that KillPod must stop: its running
+// containers and all its sandboxes.
+func (s *PodStatus) RunningPod() RunningPod {
+	rp := RunningPod{ID: s.ID, Name: s.Name, Namespace: s.Namespace}
+	for _, c := range s.Containers {
+		if c.State == ContainerStateRunning {
+			rp.Containers = append(rp.Containers, RunningContainer{ID: c.ID, Name: c.Name, State: c.State, SandboxID: c.SandboxID, CreatedAt: c.CreatedAt})
+		}
+	}
+	for _, sb := range s.Sandboxes {
+		rp.Sandboxes = append(rp.Sandboxes, RunningContainer{ID: sb.GetId(), Name: sb.GetMetadata().GetName(), State: sandboxState(sb.GetState()), CreatedAt: time.Unix(0, sb.GetCreatedAt())})
+	}
+	return rp
+}
+
+// podDesc is the kubelet's format.Pod: name_namespace(uid).
+func podDesc(pod *v1.Pod) string {
+	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
+}
+
+// setReason records the outcome of a start attempt of container name: a
+// failure is kept, a success forgets the previous failure.
+func (m *PodManager) setReason(uid types.UID, name string, w *ContainerWaiting) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w == nil {
+		if r := m.reasons[uid]; r != nil {
+			delete(r, name)
+			if len(r) == 0 {
+				delete(m.reasons, uid)
+			}
+		}
+		return
+	}
+	if m.reasons[uid] == nil {
+		m.reasons[uid] = map[string]ContainerWaiting{}
+	}
+	m.reasons[uid][name] = *w
+}
+
+// waiting returns a copy of the recorded reasons of pod uid.
+func (m *PodManager) waiting(uid types.UID) map[string]ContainerWaiting {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]ContainerWaiting, len(m.reasons[uid]))
+	for k, v := range m.reasons[uid] {
+		out[k] = v
+	}
+	return out
+}
+
+// forget drops what the PodManager remembers of pod uid.
+func (m *PodManager) forget(uid types.UID) {
+	m.mu.Lock()
+	delete(m.reasons, uid)
+	m.mu.Unlock()
+	m.images.forget(uid)
+}

@@ -1,0 +1,316 @@
+package runtime
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// Limits of a termination message, as the kubelet's.
+const (
+	maxTerminationMessageBytes    = 4096
+	maxTerminationMessageLogBytes = 2048
+	maxTerminationMessageLogLines = 80
+)
+
+// GetPodStatus asks the runtime for the pod with the given UID: its
+// sandboxes (newest first), its containers (newest first) and its IPs (the
+// newest sandbox's, if it is ready; the node's IPs for a sandbox in the
+// node's network namespace). name and namespace label the result (the
+// runtime may no longer know them). A pod the runtime does not have yields
+// an empty status, not an error. TimeStamp is taken before the runtime is
+// asked, so the status is at least as new as it says. It blocks for
+// 2 + sandboxes + containers CRI calls; the result belongs to the caller.
+func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*PodStatus, error) {
+	st := &PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: m.clock.Now()}
+	selector := map[string]string{LabelPodUID: string(uid)}
+	sandboxes, err := m.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("get status of pod %s/%s: list sandboxes: %w", namespace, name, err)
+	}
+	slices.SortFunc(sandboxes, func(a, b *runtimeapi.PodSandbox) int {
+		return cmp.Or(cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()), cmp.Compare(b.GetId(), a.GetId()))
+	})
+	for i, sb := range sandboxes {
+		resp, err := m.rs.PodSandboxStatus(ctx, sb.GetId(), false)
+		if status.Code(err) == codes.NotFound {
+			continue // removed since the list
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get status of pod %s/%s: sandbox %s: %w", namespace, name, sb.GetId(), err)
+		}
+		if resp.GetStatus() == nil {
+			return nil, fmt.Errorf("get status of pod %s/%s: sandbox %s: the runtime returned no status", namespace, name, sb.GetId())
+		}
+		st.Sandboxes = append(st.Sandboxes, resp.GetStatus())
+		if i == 0 && resp.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+			st.IPs = m.sandboxIPs(ctx, namespace, name, resp.GetStatus())
+		}
+	}
+
+	containers, err := m.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("get status of pod %s/%s: list containers: %w", namespace, name, err)
+	}
+	rt := m.runtimeType(ctx)
+	for _, c := range containers {
+		resp, err := m.rs.ContainerStatus(ctx, c.GetId(), false)
+		if status.Code(err) == codes.NotFound {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get status of pod %s/%s: container %s: %w", namespace, name, c.GetId(), err)
+		}
+		if resp.GetStatus() == nil {
+			return nil, fmt.Errorf("get status of pod %s/%s: container %s: the runtime returned no status", namespace, name, c.GetId())
+		}
+		st.Containers = append(st.Containers, m.containerStatus(ctx, resp.GetStatus(), c.GetPodSandboxId(), rt))
+	}
+	slices.SortStableFunc(st.Containers, func(a, b *ContainerStatus) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return st, nil
+}
+
+// sandboxIPs returns the IPs of a ready sandbox: the node's for a sandbox in
+// the node's network namespace, the sandbox's own otherwise. Unparseable
+// IPs are dropped with a log line.
+func (m *PodManager) sandboxIPs(ctx context.Context, namespace, name string, sb *runtimeapi.PodSandboxStatus) []string {
+	if sb.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		ips := make([]string, len(m.opts.NodeIPs))
+		for i, ip := range m.opts.NodeIPs {
+			ips[i] = ip.String()
+		}
+		return ips
+	}
+	var ips []string
+	candidates := []string{sb.GetNetwork().GetIp()}
+	for _, ip := range sb.GetNetwork().GetAdditionalIps() {
+		candidates = append(candidates, ip.GetIp())
+	}
+	for _, ip := range candidates {
+		if ip == "" {
+			continue
+		}
+		if net.ParseIP(ip) == nil {
+			klog.FromContext(ctx).Info("Pod sandbox reported an unparseable IP", "pod", klog.KRef(namespace, name), "ip", ip)
+			continue
+		}
+		ips = append(ips, ip)
+	}
+	return ips
+}
+
+// containerStatus converts a CRI container status, reading the termination
+// message of an exited container from its termination message file or, when
+// its policy says so, from the tail of its log.
+func (m *PodManager) containerStatus(ctx context.Context, cs *runtimeapi.ContainerStatus, sandboxID, runtimeType string) *ContainerStatus {
+	rec := readRecorded(ctx, cs.GetLabels(), cs.GetAnnotations())
+	out := &ContainerStatus{
+		ID:           cs.GetId(),
+		Type:         runtimeType,
+		Name:         rec.name,
+		State:        containerState(cs.GetState()),
+		CreatedAt:    time.Unix(0, cs.GetCreatedAt()),
+		Image:        cs.GetImage().GetImage(),
+		ImageRef:     cs.GetImageRef(),
+		ImageID:      cs.GetImageRef(),
+		Hash:         rec.hash,
+		RestartCount: rec.restartCount,
+		SandboxID:    sandboxID,
+	}
+	if out.Name == "" {
+		out.Name = cs.GetMetadata().GetName()
+	}
+	if cs.GetImageId() != "" {
+		out.ImageID = cs.GetImageId()
+	}
+	if cs.GetState() != runtimeapi.ContainerState_CONTAINER_CREATED && cs.GetStartedAt() > 0 {
+		out.StartedAt = time.Unix(0, cs.GetStartedAt())
+	}
+	if cs.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return out
+	}
+	out.FinishedAt = time.Unix(0, cs.GetFinishedAt())
+	out.ExitCode = int(cs.GetExitCode())
+	out.Reason = cs.GetReason()
+	out.Message = cs.GetMessage()
+	msg, fallback := terminationMessage(cs, rec.terminationMessagePath)
+	if fallback && rec.terminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError && out.ExitCode != 0 && out.Reason != "ContainerCannotRun" {
+		msg = tailLog(cs.GetLogPath())
+	}
+	if msg != "" {
+		if out.Message != "" {
+			out.Message += ": "
+		}
+		out.Message += msg
+	}
+	return out
+}
+
+// terminationMessage reads the file mounted at the container's termination
+// message path. fallback is true when it is missing or empty.
+func terminationMessage(cs *runtimeapi.ContainerStatus, path string) (string, bool) {
+	if path == "" {
+		return "", true
+	}
+	for _, mnt := range cs.GetMounts() {
+		if mnt.GetContainerPath() != path {
+			continue
+		}
+		data, err := readAtMost(mnt.GetHostPath(), maxTerminationMessageBytes)
+		if os.IsNotExist(err) {
+			return "", true
+		}
+		if err != nil {
+			return fmt.Sprintf("Error on reading termination log %s: %v", mnt.GetHostPath(), err), false
+		}
+		return string(data), len(data) == 0
+	}
+	return "", true
+}
+
+// readAtMost reads the last max bytes of a file.
+func readAtMost(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > max {
+		if _, err := f.Seek(fi.Size()-max, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+// tailLog returns the last lines of a CRI-format container log (at most 80
+// lines and 2048 bytes), the messages only.
+func tailLog(path string) string {
+	if path == "" {
+		return ""
+	}
+	data, err := readAtMost(path, 64<<10)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > maxTerminationMessageLogLines {
+		lines = lines[len(lines)-maxTerminationMessageLogLines:]
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		// <timestamp> <stream> <tag> <message>
+		parts := strings.SplitN(string(l), " ", 4)
+		if len(parts) < 4 {
+			continue
+		}
+		b.WriteString(parts[3])
+		if parts[2] == "F" {
+			b.WriteByte('\n')
+		}
+	}
+	s := b.String()
+	if len(s) > maxTerminationMessageLogBytes {
+		s = s[len(s)-maxTerminationMessageLogBytes:]
+	}
+	return s
+}
+
+func containerState(s runtimeapi.ContainerState) ContainerState {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return ContainerStateCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return ContainerStateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return ContainerStateExited
+	}
+	return ContainerStateUnknown
+}
+
+func sandboxState(s runtimeapi.PodSandboxState) ContainerState {
+	if s == runtimeapi.PodSandboxState_SANDBOX_READY {
+		return ContainerStateRunning
+	}
+	return ContainerStateExited
+}
+
+// ListPods returns the pods the runtime has, found by the pod UID label the
+// agent puts on sandboxes and containers; sandboxes and containers without
+// it are not the agent's and are left out. With all false only ready
+// sandboxes and running containers are listed. It blocks for two CRI calls;
+// the result belongs to the caller.
+func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, error) {
+	sbFilter, cFilter := &runtimeapi.PodSandboxFilter{}, &runtimeapi.ContainerFilter{}
+	if !all {
+		sbFilter.State = &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}
+		cFilter.State = &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	}
+	sandboxes, err := m.rs.ListPodSandbox(ctx, sbFilter)
+	if err != nil {
+		return nil, fmt.Errorf("list pods: list sandboxes: %w", err)
+	}
+	containers, err := m.rs.ListContainers(ctx, cFilter)
+	if err != nil {
+		return nil, fmt.Errorf("list pods: list containers: %w", err)
+	}
+	pods := map[types.UID]*RunningPod{}
+	get := func(labels map[string]string) *RunningPod {
+		uid := types.UID(labels[LabelPodUID])
+		if uid == "" {
+			return nil
+		}
+		p := pods[uid]
+		if p == nil {
+			p = &RunningPod{ID: uid}
+			pods[uid] = p
+		}
+		if p.Name == "" {
+			p.Name, p.Namespace = labels[LabelPodName], labels[LabelPodNamespace]
+		}
+		return p
+	}
+	for _, sb := range sandboxes {
+		if p := get(sb.GetLabels()); p != nil {
+			p.Sandboxes = append(p.Sandboxes, RunningContainer{ID: sb.GetId(), Name: sb.GetMetadata().GetName(), State: sandboxState(sb.GetState()), CreatedAt: time.Unix(0, sb.GetCreatedAt())})
+		}
+	}
+	for _, c := range containers {
+		if p := get(c.GetLabels()); p != nil {
+			name := c.GetLabels()[LabelContainerName]
+			if name == "" {
+				name = c.GetMetadata().GetName()
+			}
+			p.Containers = append(p.Containers, RunningContainer{ID: c.GetId(), Name: name, State: containerState(c.GetState()), SandboxID: c.GetPodSandboxId(), CreatedAt: time.Unix(0, c.GetCreatedAt())})
+		}
+	}
+	out := make([]RunningPod, 0, len(pods))
+	for _, p := range pods {
+		newestFirst := func(a, b RunningContainer) int {
+			return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ID, a.ID))
+		}
+		slices.SortFunc(p.Sandboxes, newestFirst)
+		slices.SortFunc(p.Containers, newestFirst)
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b RunningPod) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}

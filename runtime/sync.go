@@ -1,0 +1,337 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// SyncPod brings the runtime in line with pod, given status, its runtime
+// status from GetPodStatus (nil means the runtime has nothing of it). With
+// the kubelet's computePodActions semantics it: creates the sandbox, or
+// kills everything and recreates it when it died or changed; starts init
+// containers one at a time in order and sidecars (restartable init
+// containers) that keep running; starts regular containers once the pod is
+// initialized; restarts exited containers by the pod's restartPolicy,
+// holding crashing ones back with CrashLoopBackOff; kills and restarts a
+// running container whose image changed or whose liveness or startup probe
+// failed (probes may be nil); and stops the pod when nothing is left to
+// run. pullSecrets are the pod's image pull secrets, fetched by the caller.
+//
+// It blocks for the CRI calls it makes, image pulls included. One call per
+// pod at a time.
+func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, pullSecrets []v1.Secret, probes ProbeResults) SyncResult {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	ctx = klog.NewContext(ctx, logger)
+	if status == nil {
+		status = &PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
+	}
+	s := &podSync{m: m, pod: pod, status: status, pullSecrets: pullSecrets}
+	s.run(ctx, probes)
+	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...)}
+}
+
+// podSync is the state of one SyncPod.
+type podSync struct {
+	m           *PodManager
+	pod         *v1.Pod
+	status      *PodStatus
+	pullSecrets []v1.Secret
+	sandboxID   string
+	sandboxCfg  *runtimeapi.PodSandboxConfig
+	podIPs      []string
+	errs        []error
+	retryAt     time.Time
+}
+
+func (s *podSync) fail(err error) { s.errs = append(s.errs, err) }
+
+func (s *podSync) retry(at time.Time) {
+	if !at.IsZero() && (s.retryAt.IsZero() || at.Before(s.retryAt)) {
+		s.retryAt = at
+	}
+}
+
+func (s *podSync) run(ctx context.Context, probes ProbeResults) {
+	m, pod := s.m, s.pod
+	logger := klog.FromContext(ctx)
+	actions := computePodActions(ctx, pod, s.status, probes)
+	logger.V(3).Info("Computed pod actions", "killPod", actions.killPod, "createSandbox", actions.createSandbox,
+		"attempt", actions.attempt, "initToStart", actions.initToStart, "containersToStart", actions.containersToStart,
+		"containersToKill", len(actions.containersToKill))
+	if actions.createSandbox && actions.sandboxID != "" {
+		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+	}
+
+	if actions.killPod {
+		if err := m.killPod(ctx, pod, s.status.RunningPod(), nil); err != nil {
+			s.fail(err)
+			return
+		}
+		if actions.createSandbox {
+			s.removeInitContainers(ctx, 0)
+		}
+	} else {
+		for id, k := range actions.containersToKill {
+			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, nil, nil); err != nil {
+				s.fail(fmt.Errorf("%w: kill container %s of pod %s: %v", ErrKillContainer, k.name, podDesc(pod), err))
+				return
+			}
+		}
+	}
+	// Keep only the newest exited instance of each init container.
+	s.removeInitContainers(ctx, 1)
+
+	s.sandboxID, s.podIPs = actions.sandboxID, s.status.IPs
+	if actions.createSandbox {
+		if !s.createSandbox(ctx, actions.attempt) {
+			return
+		}
+	}
+	if !actions.createSandbox && len(actions.initToStart) == 0 && len(actions.containersToStart) == 0 {
+		return
+	}
+	var err error
+	if s.sandboxCfg, err = m.sandboxConfig(ctx, pod, actions.attempt); err != nil {
+		s.fail(fmt.Errorf("%w: generate sandbox config of pod %s: %v", ErrConfigPodSandbox, podDesc(pod), err))
+		return
+	}
+
+	for _, i := range actions.initToStart {
+		c := &pod.Spec.InitContainers[i]
+		if err := s.start(ctx, c, "init container"); err != nil && !isSidecar(c) {
+			logger.V(4).Info("Init container failed to start, not starting later ones", "container", c.Name)
+			return
+		}
+	}
+	for _, i := range actions.containersToStart {
+		s.start(ctx, &pod.Spec.Containers[i], "container") //nolint:errcheck // recorded in s
+	}
+}
+
+// createSandbox creates the sandbox and reads its IPs; false means the sync
+// cannot go on.
+func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
+	m, pod := s.m, s.pod
+	m.metrics.startedPod()
+	id, err := m.createSandbox(ctx, pod, attempt)
+	if err != nil {
+		m.metrics.startedPodError()
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		s.fail(fmt.Errorf("%w: %v", ErrCreatePodSandbox, err))
+		return false
+	}
+	resp, err := m.rs.PodSandboxStatus(ctx, id, false)
+	if err == nil && resp.GetStatus() == nil {
+		err = errors.New("the runtime returned no status")
+	}
+	if err != nil {
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPodSandBoxStatus", "Unable to get pod sandbox status: %v", err)
+		s.fail(fmt.Errorf("get status of the new sandbox of pod %s: %w", podDesc(pod), err))
+		return false
+	}
+	s.sandboxID = id
+	s.podIPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
+	return true
+}
+
+// start starts one container unless it backs off, recording the outcome in
+// the pod's waiting reasons.
+func (s *podSync) start(ctx context.Context, c *v1.Container, kind string) error {
+	m, pod := s.m, s.pod
+	if w := s.backOff(ctx, c); w != nil {
+		m.setReason(pod.UID, c.Name, w)
+		err := fmt.Errorf("%w: %s", w.Reason, w.Message)
+		s.fail(err)
+		return err
+	}
+	m.metrics.startedContainer(kind)
+	w := s.startContainer(ctx, c)
+	m.setReason(pod.UID, c.Name, w)
+	if w == nil {
+		return nil
+	}
+	m.metrics.startedContainerError(kind, w.Reason.Error())
+	err := fmt.Errorf("%w: start %s %s of pod %s: %s", w.Reason, kind, c.Name, podDesc(pod), w.Message)
+	s.fail(err)
+	return err
+}
+
+// backOff returns the CrashLoopBackOff reason if c's last instance exited
+// too recently to restart it, and advances the back-off otherwise.
+func (s *podSync) backOff(ctx context.Context, c *v1.Container) *ContainerWaiting {
+	m, pod := s.m, s.pod
+	var last *ContainerStatus
+	for _, cs := range s.status.Containers {
+		if cs.Name == c.Name && cs.State == ContainerStateExited {
+			last = cs
+			break
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	key := fmt.Sprintf("%s_%s_%s_%s_%d", pod.Name, pod.Namespace, pod.UID, c.Name, HashContainer(c))
+	if m.backOff.IsInBackOffSince(key, last.FinishedAt) {
+		delay := m.backOff.Get(key)
+		m.recorder.Eventf(containerRef(pod, c), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
+		s.retry(last.FinishedAt.Add(delay))
+		klog.FromContext(ctx).V(3).Info("Back-off restarting failed container", "container", c.Name, "backOff", delay)
+		return &ContainerWaiting{Reason: ErrCrashLoopBackOff,
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", delay, c.Name, podDesc(pod))}
+	}
+	m.backOff.Next(key, last.FinishedAt)
+	return nil
+}
+
+// containerRef is the event object of a container: its pod, with the
+// container's field path.
+func containerRef(pod *v1.Pod, c *v1.Container) *v1.ObjectReference {
+	path := fmt.Sprintf("spec.containers{%s}", c.Name)
+	if findInit(pod, c.Name) {
+		path = fmt.Sprintf("spec.initContainers{%s}", c.Name)
+	}
+	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+		ResourceVersion: pod.ResourceVersion, FieldPath: path}
+}
+
+// startContainer pulls c's image, creates and starts the container and runs
+// its postStart hook. It returns nil on success and the waiting reason
+// otherwise, having recorded the kubelet's events.
+func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *ContainerWaiting {
+	m, pod := s.m, s.pod
+	ref := containerRef(pod, c)
+	failed := func(reason error, msg string) *ContainerWaiting {
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", msg)
+		return &ContainerWaiting{Reason: reason, Message: msg}
+	}
+	img := m.images.ensure(ctx, pod, c, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c))
+	if img.err != nil {
+		s.retry(img.retryAt)
+		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", img.err)
+		return &ContainerWaiting{Reason: img.err, Message: img.msg}
+	}
+	restartCount := 0
+	if cs := s.status.Container(c.Name); cs != nil {
+		restartCount = cs.RestartCount + 1
+	} else {
+		// The container's instances may all have been removed; its logs
+		// remember how often it ran.
+		restartCount = restartCountFromLogs(filepath.Dir(ContainerLogPath(m.opts.PodLogsDir, pod.Namespace, pod.Name, pod.UID, c.Name, 0)))
+	}
+	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs)
+	if err != nil {
+		return failed(ErrCreateContainerConfig, err.Error())
+	}
+	id, err := m.rs.CreateContainer(ctx, s.sandboxID, cfg, s.sandboxCfg)
+	if err != nil {
+		return failed(ErrCreateContainer, grpcMessage(err))
+	}
+	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Container created")
+	if err := m.rs.StartContainer(ctx, id); err != nil {
+		return failed(ErrRunContainer, grpcMessage(err))
+	}
+	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Container started")
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		podIP := ""
+		if len(s.podIPs) > 0 {
+			podIP = s.podIPs[0]
+		}
+		if msg, err := m.runHook(ctx, pod, c, id, c.Lifecycle.PostStart, func(context.Context) (string, error) { return podIP, nil }); err != nil {
+			klog.FromContext(ctx).Error(err, "PostStart hook failed", "container", c.Name)
+			m.recorder.Eventf(ref, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
+			if kerr := m.killContainer(ctx, pod, id, c.Name, "FailedPostStartHook", killReasonOther, nil, nil); kerr != nil {
+				klog.FromContext(ctx).Error(kerr, "Cannot kill a container whose postStart hook failed", "container", c.Name)
+			}
+			return &ContainerWaiting{Reason: ErrPostStartHook, Message: msg}
+		}
+	}
+	return nil
+}
+
+// needsImageUser reports whether starting c needs the image's user: to
+// enforce runAsNonRoot without an explicit runAsUser.
+func needsImageUser(pod *v1.Pod, c *v1.Container) bool {
+	nonRoot := pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsNonRoot != nil && *pod.Spec.SecurityContext.RunAsNonRoot
+	if c.SecurityContext != nil && c.SecurityContext.RunAsNonRoot != nil {
+		nonRoot = *c.SecurityContext.RunAsNonRoot
+	}
+	return nonRoot
+}
+
+// grpcMessage returns the message of a gRPC status error, or the error's
+// text.
+func grpcMessage(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
+}
+
+var logFileRestart = regexp.MustCompile(`^(\d+)\.log(\..*)?$`)
+
+// restartCountFromLogs returns one more than the highest <n>.log in dir, or
+// 0 when there is none.
+func restartCountFromLogs(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	count := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		if m := logFileRestart.FindStringSubmatch(e.Name()); m != nil {
+			if n, err := strconv.Atoi(m[1]); err == nil && n+1 > count {
+				count = n + 1
+			}
+		}
+	}
+	return count
+}
+
+// removeInitContainers removes exited (or unknown) instances of the pod's
+// init containers, keeping the newest keep of each name; keep 0 removes
+// every instance (a new sandbox starts initialization from scratch).
+func (s *podSync) removeInitContainers(ctx context.Context, keep int) {
+	for i := range s.pod.Spec.InitContainers {
+		name := s.pod.Spec.InitContainers[i].Name
+		seen := 0
+		for _, cs := range s.status.Containers {
+			if cs.Name != name || (keep > 0 && cs.State != ContainerStateExited && cs.State != ContainerStateUnknown) {
+				continue
+			}
+			seen++
+			if seen <= keep {
+				continue
+			}
+			if err := s.m.removeContainer(ctx, cs.ID); err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot remove an init container", "container", name, "containerID", cs.ID)
+			}
+		}
+	}
+}
+
+// removeContainer removes a container and its log file.
+func (m *PodManager) removeContainer(ctx context.Context, id string) error {
+	if resp, err := m.rs.ContainerStatus(ctx, id, false); err == nil && resp.GetStatus().GetLogPath() != "" {
+		if err := os.Remove(resp.GetStatus().GetLogPath()); err != nil && !os.IsNotExist(err) {
+			klog.FromContext(ctx).Error(err, "Cannot remove a container's log", "containerID", id)
+		}
+	}
+	if err := m.rs.RemoveContainer(ctx, id); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	return nil
+}
