@@ -199,7 +199,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		return fmt.Errorf("start agent %s: not healthy at %s: %w\n--- last lines of %s:\n%s", a.Name, a.HealthzURL, err, a.LogPath, logTail(a.LogPath, 40))
+		return fmt.Errorf("start agent %s: not healthy at %s: %w\n--- last lines of %s:\n%s", a.Name, a.HealthzURL, err, a.LogPath, LogTail(a.LogPath, 40))
 	}
 	return nil
 }

@@ -312,12 +312,9 @@ func (c *Containerd) SetNetworkConfigured(configured bool) error {
 		}
 		return nil
 	}
-	// Write and rename, so containerd never loads a partial file.
-	tmp := filepath.Join(c.Dir, "cni", "conflist.tmp")
-	if err := os.WriteFile(tmp, c.cniConfig, 0o644); err != nil {
-		return fmt.Errorf("write cni config: %w", err)
-	}
-	if err := os.Rename(tmp, c.cniConfigPath()); err != nil {
+	// Written in place: containerd 1.6 ignores a file renamed into the
+	// directory. It may see the file empty first and retry on the write.
+	if err := os.WriteFile(c.cniConfigPath(), c.cniConfig, 0o644); err != nil {
 		return fmt.Errorf("write cni config: %w", err)
 	}
 	return nil
@@ -357,7 +354,7 @@ func (c *Containerd) Start(ctx context.Context) error {
 		if last != nil {
 			err = fmt.Errorf("%w (last: %v)", err, last)
 		}
-		return fmt.Errorf("start containerd: CRI not ready at %s: %w\n--- last lines of %s:\n%s", c.Endpoint, err, c.LogPath, logTail(c.LogPath, 30))
+		return fmt.Errorf("start containerd: CRI not ready at %s: %w\n--- last lines of %s:\n%s", c.Endpoint, err, c.LogPath, LogTail(c.LogPath, 30))
 	}
 	fmt.Fprintf(c.log, "containerd running (pid %d)\n", p.pid())
 	return nil

@@ -57,7 +57,7 @@ func TestContainerdRunsPodsAndTearsDownClean(t *testing.T) {
 	}
 	sb, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbConfig})
 	if err != nil {
-		t.Fatalf("run pod sandbox: %v\n%s", err, logTail(c.LogPath, 30))
+		t.Fatalf("run pod sandbox: %v\n%s", err, LogTail(c.LogPath, 30))
 	}
 	sbStatus, err := rs.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb.PodSandboxId})
 	if err != nil {

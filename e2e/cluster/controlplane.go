@@ -419,7 +419,7 @@ func (c *ControlPlane) waitHealthy(ctx context.Context, p *process, timeout time
 		if last != nil {
 			err = fmt.Errorf("%w (last: %v)", err, last)
 		}
-		return fmt.Errorf("start %s: not healthy at %s: %w\n--- last lines of %s:\n%s", p.name, url, err, p.logPath, logTail(p.logPath, 30))
+		return fmt.Errorf("start %s: not healthy at %s: %w\n--- last lines of %s:\n%s", p.name, url, err, p.logPath, LogTail(p.logPath, 30))
 	}
 	fmt.Fprintf(c.log, "%s healthy (pid %d, log %s)\n", p.name, p.pid(), p.logPath)
 	return nil

@@ -136,8 +136,9 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// logTail returns the last n lines of a log file, for error messages.
-func logTail(path string, n int) string {
+// LogTail returns the last n lines of a log file, for error messages; a
+// file it cannot read yields a note saying so.
+func LogTail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)

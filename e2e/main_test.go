@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodekit/nodekit/e2e/cluster"
+)
+
+// env is the cluster every test shares, set up once by TestMain.
+var env struct {
+	dir        string
+	cp         *cluster.ControlPlane
+	agent      string // the agent binary
+	containerd *cluster.Containerd
+	// sentinel is a node on the fake runtime that stays Ready for the
+	// whole run, so the node lifecycle controller never sees every node
+	// unhealthy (disruption mode, in which it adds no NoExecute taints).
+	sentinel *testNode
+
+	// unavailable says why the cluster cannot run on this machine (skip
+	// outside CI); broken says why setting it up failed (always fail).
+	unavailable, broken error
+	// containerdUnavailable and containerdBroken do the same for the
+	// containerd runtime.
+	containerdUnavailable, containerdBroken error
+}
+
+// progress writes the harness's progress to stderr, where go test shows it.
+var progress io.Writer = prefixWriter{os.Stderr, "e2e: "}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) (code int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if env.dir, err = os.MkdirTemp("", "nodekit-e2e-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		teardown()
+		keep, _ := strconv.ParseBool(os.Getenv("NODEKIT_E2E_KEEP"))
+		if code != 0 || keep {
+			fmt.Fprintf(os.Stderr, "e2e: kept %s (logs of every component are in it)\n", env.dir)
+			return
+		}
+		os.RemoveAll(env.dir)
+	}()
+	setup(ctx)
+	return m.Run()
+}
+
+func setup(ctx context.Context) {
+	src, err := cluster.LocateSource()
+	if err != nil {
+		env.broken = err
+		return
+	}
+	start := time.Now()
+	bins, err := cluster.BuildControlPlane(ctx, cluster.BuildOptions{Source: src, Log: progress})
+	if err != nil {
+		env.unavailable = fmt.Errorf("build the control plane: %w", err)
+		return
+	}
+	fmt.Fprintf(progress, "control plane binaries ready (%s)\n", time.Since(start).Round(time.Second))
+	binDir := filepath.Join(env.dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		env.broken = err
+		return
+	}
+	if env.agent, err = cluster.BuildAgent(ctx, src, binDir, nil); err != nil {
+		env.broken = err
+		return
+	}
+	env.cp, err = cluster.StartControlPlane(ctx, cluster.ControlPlaneOptions{
+		Binaries: bins,
+		Dir:      filepath.Join(env.dir, "controlplane"),
+		Log:      progress,
+	})
+	if err != nil {
+		env.broken = err
+		return
+	}
+	if env.sentinel, err = startFakeNode(ctx, "sentinel", nodeOptions{}); err != nil {
+		env.broken = fmt.Errorf("start the sentinel node: %w", err)
+		return
+	}
+	if err := waitReadyOutsideTest(ctx, env.sentinel); err != nil {
+		env.broken = err
+		return
+	}
+
+	if err := cluster.CheckContainerd(); err != nil {
+		env.containerdUnavailable = err
+		return
+	}
+	env.containerd, err = cluster.StartContainerd(ctx, cluster.ContainerdOptions{
+		Source: src, Dir: filepath.Join(env.dir, "containerd"), Log: progress,
+	})
+	if err != nil {
+		env.containerdBroken = err
+	}
+}
+
+func teardown() {
+	var errs []error
+	if env.sentinel != nil {
+		errs = append(errs, env.sentinel.stop())
+	}
+	if env.containerd != nil {
+		errs = append(errs, env.containerd.Close(context.Background()))
+	}
+	if env.cp != nil {
+		errs = append(errs, env.cp.Stop())
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: teardown: %v\n", err)
+	}
+}
+
+// inCI reports whether the suite runs under CI (CI=true), where a test that
+// cannot run fails instead of skipping.
+func inCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// requireCluster stops the test unless the control plane is up: it fails
+// when setting it up broke, or when it cannot run here under CI, and skips
+// otherwise.
+func requireCluster(t *testing.T) {
+	t.Helper()
+	switch {
+	case env.broken != nil:
+		t.Fatalf("cluster setup failed: %v", env.broken)
+	case env.unavailable != nil && inCI():
+		t.Fatalf("cluster unavailable (required under CI): %v", env.unavailable)
+	case env.unavailable != nil:
+		t.Skipf("cluster unavailable: %v", env.unavailable)
+	}
+}
+
+// requireContainerd is requireCluster for the containerd runtime.
+func requireContainerd(t *testing.T) {
+	t.Helper()
+	requireCluster(t)
+	switch {
+	case env.containerdBroken != nil:
+		t.Fatalf("containerd setup failed: %v", env.containerdBroken)
+	case env.containerdUnavailable != nil && inCI():
+		t.Fatalf("containerd unavailable (required under CI): %v", env.containerdUnavailable)
+	case env.containerdUnavailable != nil:
+		t.Skipf("containerd unavailable: %v", env.containerdUnavailable)
+	}
+}
+
+// prefixWriter prefixes every line written to it.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	lines := strings.SplitAfter(string(b), "\n")
+	var out strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			out.WriteString(p.prefix + l)
+		}
+	}
+	if _, err := io.WriteString(p.w, out.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
