@@ -69,9 +69,10 @@
 //
 // Generate is a plain function: an agent with its own status rules calls
 // its own. Without fx, build a Manager with NewManager and call Run. With
-// fx, Module provides *Manager and Interface; an embedder writes statuses
-// some other way by decorating Interface (fx.Decorate) with its own
-// implementation, or tunes the Manager by decorating podstatus.Options
-// (e.g. a shorter SyncPeriod). Events are not recorded here: the runtime
-// side records them.
+// fx, Module provides *Manager and Interface (what the agent's pod workers
+// use) and runs the Manager. An embedder tunes it by decorating
+// podstatus.Options (e.g. a shorter SyncPeriod), gives it the pods its
+// sources see by providing a PodGetter, or writes statuses some other way
+// by leaving Module out and providing its own Interface. Events are not
+// recorded here: the runtime side records them.
 package podstatus

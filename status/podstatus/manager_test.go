@@ -1,0 +1,514 @@
+package podstatus_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
+
+	nkruntime "github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// env is a Manager running against a fake clientset on a fake clock.
+type env struct {
+	m      *podstatus.Manager
+	client *fake.Clientset
+	clock  *testingclock.FakeClock
+	reg    *prometheus.Registry
+}
+
+func newEnv(t *testing.T, pods podstatus.PodGetter, objects ...runtime.Object) *env {
+	t.Helper()
+	e := &env{client: fake.NewClientset(objects...), clock: testingclock.NewFakeClock(t0), reg: prometheus.NewPedanticRegistry()}
+	m, err := podstatus.NewManager(podstatus.Options{Client: e.client, Clock: e.clock, Registerer: e.reg, Pods: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.m = m
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(wait.ForeverTestTimeout):
+			t.Error("Run did not return")
+		}
+	})
+	// Run waits on its resync timer.
+	e.waitFor(t, "Run to start", func() bool { return e.clock.HasWaiters() })
+	return e
+}
+
+func (e *env) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// resync fires the periodic full sync.
+func (e *env) resync(t *testing.T) {
+	t.Helper()
+	e.waitFor(t, "the resync timer", func() bool { return e.clock.HasWaiters() })
+	e.clock.Step(podstatus.DefaultSyncPeriod)
+}
+
+func (e *env) apiPod(t *testing.T, name string) *v1.Pod {
+	t.Helper()
+	p, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), "default", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.(*v1.Pod)
+}
+
+// actions returns the client's requests as "verb[/subresource]".
+func (e *env) actions(verb string) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() == verb {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// counter returns the value of a counter metric with the label result.
+func (e *env) counter(t *testing.T, name, result string) float64 {
+	t.Helper()
+	families, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelValue(m, "result") == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func TestWritesAStrategicMergePatchWithTheUID(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	e := newEnv(t, nil, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the status write", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+
+	patches := e.actions("patch")
+	if len(patches) != 1 {
+		t.Fatalf("%d patches", len(patches))
+	}
+	pa := patches[0].(k8stesting.PatchAction)
+	if pa.GetSubresource() != "status" || pa.GetPatchType() != types.StrategicMergePatchType || pa.GetName() != "web" {
+		t.Errorf("patch %s %s %s", pa.GetSubresource(), pa.GetPatchType(), pa.GetName())
+	}
+	var body struct {
+		Metadata map[string]any `json:"metadata"`
+		Status   map[string]any `json:"status"`
+	}
+	if err := json.Unmarshal(pa.GetPatch(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Metadata["uid"] != "uid-1" || len(body.Metadata) != 1 {
+		t.Errorf("patch metadata = %v, want only the uid precondition", body.Metadata)
+	}
+	if body.Status["phase"] != "Running" {
+		t.Errorf("patch status = %v", body.Status)
+	}
+	api := e.apiPod(t, "web")
+	if api.Status.StartTime == nil || !api.Status.StartTime.Time.Equal(t0) || findCond(api.Status, v1.PodReady).Status != v1.ConditionTrue {
+		t.Errorf("API status = %+v", api.Status)
+	}
+	if got := e.counter(t, "nodekit_pod_status_patches_total", "patched"); got != 1 {
+		t.Errorf("patched = %v", got)
+	}
+}
+
+func TestNoPatchWhenTheAPIServerHasTheStatus(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	first := newEnv(t, nil, p.DeepCopy())
+	status := podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{})
+	first.m.SetPodStatus(p, status)
+	first.waitFor(t, "the write", func() bool { return first.apiPod(t, "web").Status.Phase == v1.PodRunning })
+
+	// A restarted agent generates the same status from the pod it reads.
+	api := first.apiPod(t, "web")
+	second := newEnv(t, nil, api.DeepCopy())
+	second.m.SetPodStatus(api, podstatus.Generate(api, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	second.waitFor(t, "the sync", func() bool { return second.counter(t, "nodekit_pod_status_patches_total", "unchanged") == 1 })
+	if n := len(second.actions("patch")); n != 0 {
+		t.Errorf("%d patches for an unchanged status", n)
+	}
+}
+
+func TestKeepsConditionsOthersOwn(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	api := p.DeepCopy()
+	api.Status.Conditions = []v1.PodCondition{
+		{Type: "example.com/lb", Status: v1.ConditionTrue, Reason: "Registered"},
+		// The node lifecycle controller marked the pod not ready.
+		{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "NodeNotReady"},
+	}
+	e := newEnv(t, nil, api)
+	// The agent's copy of the pod does not have the foreign condition yet.
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the write", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	got := e.apiPod(t, "web").Status
+	if c := findCond(got, "example.com/lb"); c == nil || c.Status != v1.ConditionTrue || c.Reason != "Registered" {
+		t.Errorf("foreign condition = %+v", c)
+	}
+	if c := findCond(got, v1.PodReady); c.Status != v1.ConditionTrue || c.Reason != "" {
+		t.Errorf("Ready = %+v, want the kubelet's", c)
+	}
+	// The patch lists only the kubelet's conditions (the foreign one
+	// appears in the $setElementOrder directive only, which keeps it).
+	var body struct {
+		Status struct {
+			Conditions []v1.PodCondition `json:"conditions"`
+		} `json:"status"`
+	}
+	patch := e.actions("patch")[0].(k8stesting.PatchAction).GetPatch()
+	if err := json.Unmarshal(patch, &body); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range body.Status.Conditions {
+		if !podstatus.IsKubeletCondition(c.Type) {
+			t.Errorf("the patch writes condition %s: %s", c.Type, patch)
+		}
+	}
+}
+
+func TestSkipsARecreatedPod(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	recreated := p.DeepCopy()
+	recreated.UID = "uid-2"
+	e := newEnv(t, nil, recreated)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the status to be dropped", func() bool { _, ok := e.m.GetPodStatus("uid-1"); return !ok })
+	if n := len(e.actions("patch")); n != 0 {
+		t.Errorf("%d patches of the recreated pod", n)
+	}
+	if e.apiPod(t, "web").Status.Phase != "" {
+		t.Error("the recreated pod's status changed")
+	}
+}
+
+func TestRetriesAFailedWrite(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	e := newEnv(t, nil, p.DeepCopy())
+	var mu sync.Mutex
+	fail := true
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			fail = false
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		}
+		return false, nil, nil
+	})
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the failed write", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "failed") == 1 })
+	if e.apiPod(t, "web").Status.Phase != "" {
+		t.Fatal("status written despite the failure")
+	}
+	e.resync(t)
+	e.waitFor(t, "the retry", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+}
+
+func TestTerminalPhaseWaitsForTerminatePodThenThePodIsDeleted(t *testing.T) {
+	p := testPod(v1.RestartPolicyNever, "a")
+	e := newEnv(t, nil, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Running", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+
+	// The container exited: the status says so, but the pod is not
+	// Succeeded on the API server while the agent may still run something.
+	prev, _ := e.m.GetPodStatus(p.UID)
+	done := podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{Previous: &prev})
+	if done.Phase != v1.PodSucceeded {
+		t.Fatalf("generated %s", done.Phase)
+	}
+	e.m.SetPodStatus(p, done)
+	e.waitFor(t, "the container's termination", func() bool {
+		cs := e.apiPod(t, "web").Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Terminated != nil
+	})
+	if ph := e.apiPod(t, "web").Status.Phase; ph != v1.PodRunning {
+		t.Fatalf("phase %s before TerminatePod", ph)
+	}
+	e.m.TerminatePod(p)
+	e.waitFor(t, "Succeeded", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodSucceeded })
+	if c := findCond(e.apiPod(t, "web").Status, v1.PodReady); c.Reason != podstatus.PodCompleted {
+		t.Errorf("Ready = %+v", c)
+	}
+	if n := len(e.actions("delete")); n != 0 {
+		t.Fatalf("a pod that is not being deleted was deleted")
+	}
+
+	// Now someone deletes it: the finished pod's object goes at once.
+	api := e.apiPod(t, "web")
+	now := metav1.NewTime(t1)
+	api.DeletionTimestamp = &now
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), api, "default"); err != nil {
+		t.Fatal(err)
+	}
+	e.m.TerminatePod(api)
+	e.waitFor(t, "the deletion", func() bool { return len(e.actions("delete")) == 1 })
+	checkFinalDelete(t, e, "uid-1")
+}
+
+func checkFinalDelete(t *testing.T, e *env, uid types.UID) {
+	t.Helper()
+	del := e.actions("delete")[0].(k8stesting.DeleteAction)
+	opts := del.GetDeleteOptions()
+	if del.GetName() != "web" || opts.GracePeriodSeconds == nil || *opts.GracePeriodSeconds != 0 ||
+		opts.Preconditions == nil || opts.Preconditions.UID == nil || *opts.Preconditions.UID != uid {
+		t.Errorf("delete %s with %+v", del.GetName(), opts)
+	}
+	e.waitFor(t, "the status to be forgotten", func() bool { _, ok := e.m.GetPodStatus(uid); return !ok })
+	if got := e.counter(t, "nodekit_pod_deletions_total", "deleted"); got != 1 {
+		t.Errorf("deletions = %v", got)
+	}
+}
+
+func TestGracefulDeletionOfARunningPod(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	now := metav1.NewTime(t1)
+	p.DeletionTimestamp = &now
+	e := newEnv(t, nil, p.DeepCopy())
+	// Killed on deletion: the generated status is terminal, but the API
+	// server sees it only with TerminatePod, and the pod is then deleted.
+	killed := podstatus.Generate(p, rt(exited("a", t0, 137)), nil, podstatus.GenerateOptions{Terminal: true})
+	e.m.SetPodStatus(p, killed)
+	e.waitFor(t, "the container's termination", func() bool { return len(e.apiPod(t, "web").Status.ContainerStatuses) == 1 })
+	if ph := e.apiPod(t, "web").Status.Phase; isTerminalPhase(ph) {
+		t.Fatalf("phase %s before TerminatePod", ph)
+	}
+	e.m.TerminatePod(p)
+	e.waitFor(t, "the deletion", func() bool { return len(e.actions("delete")) == 1 })
+	checkFinalDelete(t, e, "uid-1")
+}
+
+func isTerminalPhase(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+func TestTerminatePodFailsUnfinishedContainers(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a", "b")
+	e := newEnv(t, nil, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0), exited("b", t0, 0)), nil, podstatus.GenerateOptions{}))
+	e.m.TerminatePod(p)
+	s, ok := e.m.GetPodStatus(p.UID)
+	if !ok || s.Phase != v1.PodFailed {
+		t.Fatalf("phase = %s", s.Phase)
+	}
+	a, b := findCS(s.ContainerStatuses, "a"), findCS(s.ContainerStatuses, "b")
+	if a.State.Terminated == nil || a.State.Terminated.Reason != podstatus.ContainerStatusUnknown || a.State.Terminated.ExitCode != 137 {
+		t.Errorf("a = %+v", a.State)
+	}
+	if b.State.Terminated == nil || b.State.Terminated.ExitCode != 0 {
+		t.Errorf("b = %+v", b.State)
+	}
+	e.waitFor(t, "Failed", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodFailed })
+}
+
+func TestCachedStatusRules(t *testing.T) {
+	p := testPod(v1.RestartPolicyNever, "a")
+	e := newEnv(t, nil, p.DeepCopy())
+
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	s, _ := e.m.GetPodStatus(p.UID)
+	ready := findCond(s, v1.PodReady)
+	if !s.StartTime.Time.Equal(t0) || !ready.LastTransitionTime.Time.Equal(t0) || s.ObservedGeneration != 3 {
+		t.Errorf("first status: start %v, Ready since %v, generation %d", s.StartTime, ready.LastTransitionTime, s.ObservedGeneration)
+	}
+
+	// Later: Ready stays False (its time stays), then turns True.
+	e.clock.Step(time.Minute)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(&nkruntime.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: nkruntime.ContainerStateCreated}), nil, podstatus.GenerateOptions{Previous: &s}))
+	s, _ = e.m.GetPodStatus(p.UID)
+	if !findCond(s, v1.PodReady).LastTransitionTime.Time.Equal(t0) || !s.StartTime.Time.Equal(t0) {
+		t.Errorf("unchanged Ready moved: %v, start %v", findCond(s, v1.PodReady).LastTransitionTime, s.StartTime)
+	}
+	e.clock.Step(time.Minute)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t1)), nil, podstatus.GenerateOptions{Previous: &s}))
+	s, _ = e.m.GetPodStatus(p.UID)
+	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t2) {
+		t.Errorf("Ready = %+v", c)
+	}
+
+	// The container finished; restartPolicy Never: it cannot run again,
+	// and the terminal phase cannot go back.
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t1, 1)), nil, podstatus.GenerateOptions{Previous: &s}))
+	s, _ = e.m.GetPodStatus(p.UID)
+	if s.Phase != v1.PodFailed {
+		t.Fatalf("phase %s", s.Phase)
+	}
+	back := *s.DeepCopy()
+	back.Phase = v1.PodRunning
+	e.m.SetPodStatus(p, back)
+	if s, _ = e.m.GetPodStatus(p.UID); s.Phase != v1.PodFailed {
+		t.Errorf("terminal phase went back to %s", s.Phase)
+	}
+	revived := podstatus.Generate(p, rt(running("a", t2)), nil, podstatus.GenerateOptions{})
+	e.m.SetPodStatus(p, revived)
+	if s, _ = e.m.GetPodStatus(p.UID); s.ContainerStatuses[0].State.Terminated == nil {
+		t.Errorf("a finished container came back: %+v", s.ContainerStatuses[0].State)
+	}
+
+	// Returned statuses are copies.
+	s.Phase = v1.PodUnknown
+	if again, _ := e.m.GetPodStatus(p.UID); again.Phase != v1.PodFailed {
+		t.Error("GetPodStatus returned shared memory")
+	}
+	e.m.RemovePod(p.UID)
+	if _, ok := e.m.GetPodStatus(p.UID); ok {
+		t.Error("RemovePod kept the status")
+	}
+}
+
+// getter serves pods as the agent's sources would.
+type getter struct {
+	mu   sync.Mutex
+	pods map[types.UID]*v1.Pod
+}
+
+func (g *getter) set(p *v1.Pod) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pods[p.UID] = p
+}
+
+func (g *getter) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.pods[uid]
+	return p, ok
+}
+
+func TestResyncRewritesAStatusSomeoneElseChanged(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	g := &getter{pods: map[types.UID]*v1.Pod{}}
+	e := newEnv(t, g, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Ready", func() bool {
+		c := findCond(e.apiPod(t, "web").Status, v1.PodReady)
+		return c != nil && c.Status == v1.ConditionTrue
+	})
+
+	// The node lifecycle controller marks the pod not ready while the node
+	// was unreachable; the agent's source sees it.
+	api := e.apiPod(t, "web")
+	findCond(api.Status, v1.PodReady).Status = v1.ConditionFalse
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), api, "default"); err != nil {
+		t.Fatal(err)
+	}
+	g.set(api.DeepCopy())
+	e.resync(t)
+	e.waitFor(t, "Ready again", func() bool { return findCond(e.apiPod(t, "web").Status, v1.PodReady).Status == v1.ConditionTrue })
+}
+
+func TestResyncDeletesAFinishedPodDeletedLater(t *testing.T) {
+	p := testPod(v1.RestartPolicyNever, "a")
+	g := &getter{pods: map[types.UID]*v1.Pod{}}
+	e := newEnv(t, g, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{}))
+	e.m.TerminatePod(p)
+	e.waitFor(t, "Succeeded", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodSucceeded })
+
+	api := e.apiPod(t, "web")
+	now := metav1.NewTime(t1)
+	api.DeletionTimestamp = &now
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), api, "default"); err != nil {
+		t.Fatal(err)
+	}
+	g.set(api.DeepCopy())
+	e.resync(t)
+	e.waitFor(t, "the deletion", func() bool { return len(e.actions("delete")) == 1 })
+	checkFinalDelete(t, e, "uid-1")
+}
+
+func TestStaticPodWritesItsMirrorPod(t *testing.T) {
+	static := testPod(v1.RestartPolicyAlways, "a")
+	static.UID = "static-uid"
+	static.Annotations = map[string]string{"kubernetes.io/config.source": "file", "kubernetes.io/config.hash": "abc"}
+	mirror := static.DeepCopy()
+	mirror.UID = "mirror-uid"
+	mirror.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "abc"}
+	e := newEnv(t, nil, mirror)
+	e.m.SetPodStatus(static, podstatus.Generate(static, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the mirror's status", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	if p := string(e.actions("patch")[0].(k8stesting.PatchAction).GetPatch()); !strings.Contains(p, `"uid":"mirror-uid"`) {
+		t.Errorf("patch %s", p)
+	}
+}
+
+func TestNewManagerValidates(t *testing.T) {
+	if _, err := podstatus.NewManager(podstatus.Options{}); err == nil {
+		t.Error("no client accepted")
+	}
+	if _, err := podstatus.NewManager(podstatus.Options{Client: fake.NewClientset(), SyncPeriod: -time.Second}); err == nil {
+		t.Error("negative sync period accepted")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := podstatus.NewManager(podstatus.Options{Client: fake.NewClientset(), Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := podstatus.NewManager(podstatus.Options{Client: fake.NewClientset(), Registerer: reg}); err == nil {
+		t.Error("registering the metrics twice succeeded")
+	}
+}
+
+func TestNilPodsAreRejected(t *testing.T) {
+	m, err := podstatus.NewManager(podstatus.Options{Client: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetPodStatus(nil, v1.PodStatus{Phase: v1.PodRunning})
+	m.TerminatePod(nil)
+	if _, ok := m.GetPodStatus(""); ok {
+		t.Error("a nil pod's status was cached")
+	}
+}
+
+func TestRunTwiceFails(t *testing.T) {
+	e := newEnv(t, nil)
+	if err := e.m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("second Run = %v", err)
+	}
+}
