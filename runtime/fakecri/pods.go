@@ -745,3 +745,29 @@ func copyMap(m map[string]string) map[string]string {
 	}
 	return out
 }
+
+// SandboxConfig returns a copy of the config the sandbox with the given ID
+// (or ID prefix) was created with, or nil if there is no such sandbox: what
+// a test of a CRI client checks the client asked for.
+func (s *Server) SandboxConfig(id string) *runtimeapi.PodSandboxConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, err := s.lookupSandbox(id)
+	if err != nil {
+		return nil
+	}
+	return clone(sb.config)
+}
+
+// ContainerConfig returns a copy of the config the container with the
+// given ID (or ID prefix) was created with, or nil if there is no such
+// container.
+func (s *Server) ContainerConfig(id string) *runtimeapi.ContainerConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.lookupContainer(id)
+	if err != nil {
+		return nil
+	}
+	return clone(c.config)
+}

@@ -1,0 +1,485 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
+	cri "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of PLEGOptions, the kubelet's generic PLEG's.
+const (
+	DefaultRelistPeriod    = time.Second
+	DefaultRelistThreshold = 3 * time.Minute
+	DefaultPLEGCapacity    = 1000
+	// maxEventStreamBackOff caps the wait before reopening a failed
+	// container event stream.
+	maxEventStreamBackOff = 30 * time.Second
+)
+
+// PodLifecycleEventType is what happened to a pod.
+type PodLifecycleEventType string
+
+// Pod lifecycle event types, as the kubelet's PLEG's.
+const (
+	// ContainerStarted: a container (or sandbox) is running now.
+	ContainerStarted PodLifecycleEventType = "ContainerStarted"
+	// ContainerDied: a container (or sandbox) exited.
+	ContainerDied PodLifecycleEventType = "ContainerDied"
+	// ContainerRemoved: a container (or sandbox) is gone from the runtime.
+	ContainerRemoved PodLifecycleEventType = "ContainerRemoved"
+	// PodSync: the pod's status changed in a way no event above tells.
+	PodSync PodLifecycleEventType = "PodSync"
+	// ContainerChanged: a container entered the created or unknown state.
+	// It updates the cache but is not sent on the events channel, as with
+	// the kubelet.
+	ContainerChanged PodLifecycleEventType = "ContainerChanged"
+)
+
+// PodLifecycleEvent tells a pod worker that its pod changed in the
+// runtime; the new status is in the PLEG's cache when the event is sent.
+type PodLifecycleEvent struct {
+	// ID is the pod's UID.
+	ID   types.UID
+	Type PodLifecycleEventType
+	// Data is the container (or sandbox) ID the event is about; empty for
+	// PodSync.
+	Data string
+}
+
+// PodLister is what the PLEG reads the runtime with; *PodManager is one.
+type PodLister interface {
+	ListPods(ctx context.Context, all bool) ([]RunningPod, error)
+	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*PodStatus, error)
+}
+
+// PLEGOptions configures a PLEG. Pods is required.
+type PLEGOptions struct {
+	Pods PodLister
+	// Runtime, if set, is asked for a GetContainerEvents stream: each event
+	// makes the PLEG read its pod at once instead of at the next relist. A
+	// runtime without the RPC (containerd 1.6) answers Unimplemented and
+	// the PLEG relists only; a broken stream is reopened with back-off.
+	Runtime cri.RuntimeService
+	// RelistPeriod is the pause between relists of all pods, the fallback
+	// and safety net of the event stream (default DefaultRelistPeriod).
+	RelistPeriod time.Duration
+	// RelistThreshold is how long relisting may stall before Healthy
+	// reports the PLEG unhealthy (default DefaultRelistThreshold).
+	RelistThreshold time.Duration
+	// Capacity is the events channel's buffer; events that do not fit are
+	// dropped and counted (default DefaultPLEGCapacity).
+	Capacity int
+	// Cache receives the statuses; nil means a new one (see PLEG.Cache).
+	Cache *PodCache
+	// Clock paces relists and measures health (default clock.RealClock{}).
+	Clock clock.Clock
+	// Registerer registers the kubelet's PLEG metrics
+	// (kubelet_pleg_relist_duration_seconds and friends); nil registers
+	// nothing.
+	Registerer prometheus.Registerer
+}
+
+// PLEG is the pod lifecycle event generator: it watches the runtime, keeps
+// the latest status of every pod in its cache and sends an event for each
+// change. It relists all pods every RelistPeriod and, where the runtime
+// streams container events, reads a pod as soon as one of its containers
+// changes.
+type PLEG struct {
+	opts    PLEGOptions
+	events  chan PodLifecycleEvent
+	cache   *PodCache
+	clock   clock.Clock
+	metrics *plegMetrics
+
+	relistTime atomic.Pointer[time.Time]
+	// records and reinspect belong to the Run goroutine.
+	records   map[types.UID]*podRecord
+	reinspect map[types.UID]bool
+	hints     chan podHint
+}
+
+type podRecord struct {
+	old, current *RunningPod
+}
+
+// podHint asks for one pod to be read, from the event stream.
+type podHint struct {
+	uid             types.UID
+	name, namespace string
+}
+
+// NewPLEG returns a PLEG for opts, applying defaults. It does no I/O.
+func NewPLEG(opts PLEGOptions) (*PLEG, error) {
+	if opts.Pods == nil {
+		return nil, errors.New("pleg: a pod lister is required")
+	}
+	if opts.RelistPeriod == 0 {
+		opts.RelistPeriod = DefaultRelistPeriod
+	}
+	if opts.RelistThreshold == 0 {
+		opts.RelistThreshold = DefaultRelistThreshold
+	}
+	if opts.RelistPeriod < 0 || opts.RelistThreshold < 0 {
+		return nil, fmt.Errorf("pleg: relist period %v and threshold %v must be positive", opts.RelistPeriod, opts.RelistThreshold)
+	}
+	if opts.Capacity <= 0 {
+		opts.Capacity = DefaultPLEGCapacity
+	}
+	if opts.Cache == nil {
+		opts.Cache = NewPodCache()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	p := &PLEG{
+		opts:      opts,
+		events:    make(chan PodLifecycleEvent, opts.Capacity),
+		cache:     opts.Cache,
+		clock:     opts.Clock,
+		records:   map[types.UID]*podRecord{},
+		reinspect: map[types.UID]bool{},
+		hints:     make(chan podHint, opts.Capacity),
+	}
+	m, err := newPLEGMetrics(opts.Registerer, p.lastSeen)
+	if err != nil {
+		return nil, err
+	}
+	p.metrics = m
+	return p, nil
+}
+
+// Events returns the channel of pod lifecycle events. It is never closed;
+// a consumer that falls behind loses events (counted in
+// kubelet_pleg_discard_events), which the next status it reads covers.
+func (p *PLEG) Events() <-chan PodLifecycleEvent { return p.events }
+
+// Cache returns the cache the PLEG keeps up to date.
+func (p *PLEG) Cache() *PodCache { return p.cache }
+
+// Healthy reports whether relisting works: false with "PLEG is not
+// healthy: ..." (the text of the kubelet's Ready condition) before the
+// first successful relist and when the last one started more than
+// RelistThreshold ago.
+func (p *PLEG) Healthy() (bool, error) {
+	last := p.relistTime.Load()
+	if last == nil {
+		return false, errors.New("PLEG is not healthy: pleg has yet to be successful")
+	}
+	if elapsed := p.clock.Since(*last); elapsed > p.opts.RelistThreshold {
+		return false, fmt.Errorf("PLEG is not healthy: pleg was last seen active %v ago; threshold is %v", elapsed, p.opts.RelistThreshold)
+	}
+	return true, nil
+}
+
+func (p *PLEG) lastSeen() float64 {
+	if last := p.relistTime.Load(); last != nil {
+		return float64(last.UnixNano()) / 1e9
+	}
+	return 0
+}
+
+// Run relists until ctx is done, then returns nil. It must be called once.
+func (p *PLEG) Run(ctx context.Context) error {
+	if p.opts.Runtime != nil {
+		streamDone := make(chan struct{})
+		defer func() { <-streamDone }()
+		streamCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			defer close(streamDone)
+			p.watchEvents(streamCtx)
+		}()
+	}
+	for {
+		p.relist(ctx)
+		timer := p.clock.NewTimer(p.opts.RelistPeriod)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil
+			case <-timer.C():
+				break wait
+			case h := <-p.hints:
+				p.relistPods(ctx, h)
+			}
+		}
+	}
+}
+
+// relist reads all pods and reconciles every record.
+func (p *PLEG) relist(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	if last := p.relistTime.Load(); last != nil {
+		p.metrics.observeInterval(p.clock.Since(*last))
+	}
+	ts := p.clock.Now()
+	defer func() { p.metrics.observeDuration(p.clock.Since(ts)) }()
+	pods, err := p.opts.Pods.ListPods(ctx, true)
+	if err != nil {
+		logger.Error(err, "PLEG: cannot list pods")
+		return
+	}
+	p.relistTime.Store(&ts)
+	for _, r := range p.records {
+		r.current = nil
+	}
+	for i := range pods {
+		pod := &pods[i]
+		r := p.records[pod.ID]
+		if r == nil {
+			r = &podRecord{}
+			p.records[pod.ID] = r
+		}
+		r.current = pod
+	}
+	for uid := range p.records {
+		p.reconcile(ctx, uid, ts, nil)
+	}
+	p.cache.UpdateTime(ts)
+}
+
+// relistPods reads the pod of h and of any other hints queued, once each.
+func (p *PLEG) relistPods(ctx context.Context, first podHint) {
+	hints := map[types.UID]podHint{first.uid: first}
+	for more := true; more; {
+		select {
+		case h := <-p.hints:
+			hints[h.uid] = h
+		default:
+			more = false
+		}
+	}
+	for _, h := range hints {
+		p.relistPod(ctx, h)
+	}
+}
+
+// relistPod reads one pod right away.
+func (p *PLEG) relistPod(ctx context.Context, h podHint) {
+	name, namespace := h.name, h.namespace
+	if r := p.records[h.uid]; r != nil && r.current != nil {
+		name, namespace = r.current.Name, r.current.Namespace
+	}
+	st, err := p.opts.Pods.GetPodStatus(ctx, h.uid, name, namespace)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("PLEG: cannot read pod after a container event", "pod", klog.KRef(namespace, name), "podUID", h.uid, "err", err)
+		return
+	}
+	r := p.records[h.uid]
+	if r == nil {
+		r = &podRecord{}
+		p.records[h.uid] = r
+	}
+	r.current = runningFromStatus(st)
+	p.reconcile(ctx, h.uid, st.TimeStamp, st)
+}
+
+// runningFromStatus returns every sandbox and container of st as a
+// RunningPod, or nil if the runtime has nothing of the pod.
+func runningFromStatus(st *PodStatus) *RunningPod {
+	if len(st.Sandboxes) == 0 && len(st.Containers) == 0 {
+		return nil
+	}
+	rp := st.RunningPod()
+	rp.Containers = rp.Containers[:0]
+	for _, c := range st.Containers {
+		rp.Containers = append(rp.Containers, RunningContainer{ID: c.ID, Name: c.Name, State: c.State, SandboxID: c.SandboxID, CreatedAt: c.CreatedAt})
+	}
+	return &rp
+}
+
+// reconcile compares a pod's previous and current records; on a change (or
+// when a previous read failed) it reads the pod's status into the cache
+// (st, if already read) and sends the events.
+func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *PodStatus) {
+	logger := klog.FromContext(ctx)
+	r := p.records[uid]
+	events := computeEvents(uid, r.old, r.current)
+	reinspect := p.reinspect[uid]
+	delete(p.reinspect, uid)
+	if len(events) == 0 && !reinspect {
+		if r.old == nil && r.current == nil {
+			delete(p.records, uid)
+		}
+		return
+	}
+	if r.current == nil {
+		// Nothing of the pod is left in the runtime.
+		p.cache.Delete(uid)
+	} else {
+		if st == nil {
+			var err error
+			st, err = p.opts.Pods.GetPodStatus(ctx, uid, r.current.Name, r.current.Namespace)
+			if err != nil {
+				logger.V(2).Info("PLEG: cannot read pod status, will retry", "pod", klog.KRef(r.current.Namespace, r.current.Name), "podUID", uid, "err", err)
+				p.cache.Set(uid, nil, err, ts)
+				p.reinspect[uid] = true
+				return
+			}
+		}
+		p.cache.Set(uid, st, nil, ts)
+	}
+	if len(events) == 0 {
+		events = []PodLifecycleEvent{{ID: uid, Type: PodSync}}
+	}
+	r.old = r.current
+	if r.current == nil {
+		delete(p.records, uid)
+	}
+	for _, ev := range events {
+		if ev.Type == ContainerChanged {
+			continue
+		}
+		select {
+		case p.events <- ev:
+		default:
+			p.metrics.discard()
+			logger.Error(nil, "PLEG: event channel is full, dropping an event", "podUID", uid, "event", ev.Type)
+		}
+	}
+}
+
+// plegState is a container's state as the PLEG compares them.
+type plegState int
+
+const (
+	plegNonExistent plegState = iota
+	plegRunning
+	plegExited
+	plegUnknown
+)
+
+func toPLEGState(s ContainerState) plegState {
+	switch s {
+	case ContainerStateRunning:
+		return plegRunning
+	case ContainerStateExited:
+		return plegExited
+	}
+	return plegUnknown // created counts as unknown, as in the kubelet
+}
+
+// computeEvents returns the events for the differences between two records
+// of a pod, sandboxes counted as containers.
+func computeEvents(uid types.UID, old, cur *RunningPod) []PodLifecycleEvent {
+	states := func(p *RunningPod) map[string]plegState {
+		m := map[string]plegState{}
+		if p == nil {
+			return m
+		}
+		for _, c := range p.Containers {
+			m[c.ID] = toPLEGState(c.State)
+		}
+		for _, c := range p.Sandboxes {
+			m[c.ID] = toPLEGState(c.State)
+		}
+		return m
+	}
+	before, after := states(old), states(cur)
+	var ids []string
+	for _, p := range []*RunningPod{old, cur} {
+		if p == nil {
+			continue
+		}
+		for _, list := range [][]RunningContainer{p.Containers, p.Sandboxes} {
+			for _, c := range list {
+				ids = append(ids, c.ID)
+			}
+		}
+	}
+	var events []PodLifecycleEvent
+	done := map[string]bool{}
+	for _, id := range ids {
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		o, n := before[id], after[id]
+		if o == n {
+			continue
+		}
+		switch n {
+		case plegRunning:
+			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerStarted, Data: id})
+		case plegExited:
+			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerDied, Data: id})
+		case plegUnknown:
+			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerChanged, Data: id})
+		case plegNonExistent:
+			if o != plegExited {
+				events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerDied, Data: id})
+			}
+			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerRemoved, Data: id})
+		}
+	}
+	return events
+}
+
+// watchEvents turns the runtime's container events into immediate reads of
+// their pods, reopening the stream with back-off until ctx is done, and
+// giving up for good if the runtime does not implement it.
+func (p *PLEG) watchEvents(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	backOff := time.Second
+	for {
+		ch := make(chan *runtimeapi.ContainerEventResponse, 100)
+		done := make(chan error, 1)
+		connected := false
+		go func() {
+			done <- p.opts.Runtime.GetContainerEvents(ctx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) {
+				p.metrics.streamConnected()
+			})
+		}()
+		var err error
+	forward:
+		for {
+			select {
+			case ev := <-ch:
+				connected = true
+				md := ev.GetPodSandboxStatus().GetMetadata()
+				if md.GetUid() == "" {
+					continue
+				}
+				select {
+				case p.hints <- podHint{uid: types.UID(md.GetUid()), name: md.GetName(), namespace: md.GetNamespace()}:
+				default: // the relist will see it
+				}
+			case err = <-done:
+				break forward
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			logger.Info("Container runtime does not stream container events; relisting only", "relistPeriod", p.opts.RelistPeriod)
+			return
+		}
+		p.metrics.streamError()
+		if connected {
+			backOff = time.Second
+		}
+		logger.Error(err, "Container event stream failed, reopening", "backOff", backOff)
+		t := p.clock.NewTimer(backOff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		backOff = min(2*backOff, maxEventStreamBackOff)
+	}
+}
