@@ -39,15 +39,19 @@
 // being deleted and terminal, and retries failed writes with the next
 // write and at least every 10 s.
 //
-// The agent's pod worker wires it this way on every sync of a pod:
+// The agent's pod worker wires it this way on every sync of a pod, as the
+// kubelet's syncPod does (status first, then the runtime's actions):
 //
-//	rs, _ := runtime.GetPodStatus(...)                  // the runtime's view
-//	prev, _ := manager.GetPodStatus(pod.UID)
-//	status := podstatus.Generate(pod, rs, waiting, podstatus.GenerateOptions{
-//		Previous: &prev, Terminal: terminating, Readiness: ..., Startup: ...,
-//		HostIPs: nodeIPs, QOSClass: cgroupdriver.PodQOS,
-//	})
-//	manager.SetPodStatus(pod, status)
+//	rs, err := pods.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace) // *runtime.PodManager
+//	prev, ok := manager.GetPodStatus(pod.UID)
+//	opts := podstatus.GenerateOptions{Terminal: terminating, HostIPs: nodeIPs,
+//		QOSClass: cgroupdriver.PodQOS, Readiness: ..., Startup: ...}
+//	if ok {
+//		opts.Previous = &prev
+//	}
+//	manager.SetPodStatus(pod, podstatus.Generate(pod, rs, lastWaiting, opts))
+//	result := pods.SyncPod(ctx, pod, rs, pullSecrets, probes)
+//	lastWaiting = result.Waiting // for the next sync's status
 //
 // then TerminatePod once the pod's containers all stopped for good, and
 // RemovePod when its source removes it.

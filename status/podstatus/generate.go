@@ -3,6 +3,7 @@ package podstatus
 import (
 	"net"
 	"sort"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,8 +16,9 @@ import (
 
 // ProbeResultFunc returns a container's latest probe result: success, and
 // known false when the probe has no result for the container (it has not
-// run yet, or the container has no such probe). containerID is the API's
-// "<runtime>://<id>". It must not block.
+// run yet, or the container has no such probe). containerID is the
+// runtime's container ID (runtime.ContainerStatus.ID, the key of
+// runtime.ProbeResults). It must not block.
 type ProbeResultFunc func(containerID string) (success, known bool)
 
 // GenerateOptions are the inputs of Generate besides the pod and its
@@ -32,10 +34,11 @@ type GenerateOptions struct {
 	// the phase is Succeeded or Failed whatever the restart policy. It is
 	// the kubelet's podIsTerminal.
 	Terminal bool
-	// Readiness and Startup are the prober's results. A nil func knows no
-	// results: a container with a readiness (startup) probe is then not
-	// ready (not started), one without is, as with a prober that has not
-	// run yet.
+	// Readiness and Startup are the prober's results. Without a result, a
+	// container with such a probe is not ready (not started) yet, one
+	// without is. A nil func means the node runs no probes of that kind:
+	// running containers count as ready (started), as runtime.PodManager
+	// counts startup probes passed without runtime.ProbeResults.
 	Readiness, Startup ProbeResultFunc
 	// HostIPs are the node's IPs, primary first, at most one per family
 	// (from the Node's addresses or --node-ip). They become hostIP(s), and
@@ -363,6 +366,14 @@ func convertContainerStatus(cs *runtime.ContainerStatus, old *v1.ContainerStatus
 	return st
 }
 
+// runtimeID is the runtime's ID in an API container ID "<runtime>://<id>".
+func runtimeID(containerID string) string {
+	if _, id, ok := strings.Cut(containerID, "://"); ok {
+		return id
+	}
+	return containerID
+}
+
 // containerID is the API's "<runtime>://<id>".
 func containerID(cs *runtime.ContainerStatus) string {
 	if cs.ID == "" {
@@ -428,10 +439,11 @@ func (g *generator) started(spec *v1.Container, st *v1.ContainerStatus, old *v1.
 	if st.State.Running == nil {
 		return false
 	}
-	if g.opts.Startup != nil {
-		if ok, known := g.opts.Startup(st.ContainerID); known {
-			return ok
-		}
+	if g.opts.Startup == nil {
+		return true
+	}
+	if ok, known := g.opts.Startup(runtimeID(st.ContainerID)); known {
+		return ok
 	}
 	if old != nil && old.Started != nil && *old.Started {
 		// Started before the prober knew it (the agent restarted).
@@ -445,10 +457,11 @@ func (g *generator) ready(spec *v1.Container, st *v1.ContainerStatus, old *v1.Co
 	if st.State.Running == nil {
 		return false
 	}
-	if g.opts.Readiness != nil {
-		if ok, known := g.opts.Readiness(st.ContainerID); known {
-			return ok
-		}
+	if g.opts.Readiness == nil {
+		return true
+	}
+	if ok, known := g.opts.Readiness(runtimeID(st.ContainerID)); known {
+		return ok
 	}
 	if spec.ReadinessProbe == nil {
 		return true

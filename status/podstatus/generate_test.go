@@ -77,13 +77,17 @@ func TestPhase(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := podstatus.Generate(tc.pod, tc.rs, nil, podstatus.GenerateOptions{Terminal: tc.terminal})
+			// A prober that has no results yet.
+			got := podstatus.Generate(tc.pod, tc.rs, nil, podstatus.GenerateOptions{Terminal: tc.terminal, Readiness: noResults, Startup: noResults})
 			if got.Phase != tc.want {
 				t.Errorf("phase = %s, want %s\nstatuses: %+v\ninit: %+v", got.Phase, tc.want, got.ContainerStatuses, got.InitContainerStatuses)
 			}
 		})
 	}
 }
+
+// noResults is a prober that has not probed anything yet.
+func noResults(string) (bool, bool) { return false, false }
 
 // withRule gives container 0 restart policy Never and a rule restarting it
 // on exit code.
@@ -285,10 +289,17 @@ func TestProbes(t *testing.T) {
 	p.Spec.Containers[0].ReadinessProbe = probe
 	p.Spec.Containers[1].StartupProbe = probe
 	rs := rt(running("a", t0), running("b", t0))
-	idA, idB := "containerd://"+rs.Containers[0].ID, "containerd://"+rs.Containers[1].ID
+	idA, idB := rs.Containers[0].ID, rs.Containers[1].ID
+
+	// A node without probes: running containers are started and ready.
+	s := podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{})
+	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionTrue {
+		t.Errorf("Ready without a prober = %+v", c)
+	}
 
 	// No results yet: a is not ready, b is not started (so not ready).
-	s := podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{})
+	unknown := podstatus.GenerateOptions{Readiness: noResults, Startup: noResults}
+	s = podstatus.Generate(p, rs, nil, unknown)
 	a, b := findCS(s.ContainerStatuses, "a"), findCS(s.ContainerStatuses, "b")
 	if a.Ready || !*a.Started || b.Ready || *b.Started {
 		t.Errorf("no results: a ready=%v started=%v, b ready=%v started=%v", a.Ready, *a.Started, b.Ready, *b.Started)
@@ -323,13 +334,14 @@ func TestProbes(t *testing.T) {
 	readiness[idA] = true
 	prev := podstatus.Generate(p, rs, nil, opts)
 	p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
-	s = podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{Previous: &prev})
+	unknown.Previous = &prev
+	s = podstatus.Generate(p, rs, nil, unknown)
 	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionTrue {
 		t.Errorf("Ready after a restart = %+v", c)
 	}
 	// ... but not a new instance of the container.
 	rs2 := rt(running("a", t1), running("b", t0))
-	s = podstatus.Generate(p, rs2, nil, podstatus.GenerateOptions{Previous: &prev})
+	s = podstatus.Generate(p, rs2, nil, unknown)
 	if a := findCS(s.ContainerStatuses, "a"); a.Ready {
 		t.Error("a new container instance inherited readiness")
 	}
