@@ -109,7 +109,9 @@ func (c *Config) Updates() <-chan Update { return c.updates }
 
 // AllReady reports whether the consumer has taken from Updates the first
 // update of every source: from then on it knows every pod the sources want,
-// and may remove what is not among them. It does not block.
+// and may remove what is not among them. It turns true only after the
+// receive (a moment after it, so a consumer polling it may see false once
+// more: the safe side), never before. It does not block.
 func (c *Config) AllReady() bool {
 	c.readyMu.RLock()
 	defer c.readyMu.RUnlock()
