@@ -261,3 +261,25 @@ func anyRegularContainerStarted(pod *v1.Pod, statuses []v1.ContainerStatus) bool
 	}
 	return false
 }
+
+// NeedsReadinessSync reports whether pod, as its source last saw it, has
+// readiness gates and a Ready condition that disagrees with them: another
+// writer changed a gate's condition, so the agent syncs the pod (generates
+// and sets its status again) on this RECONCILE update, as the kubelet's
+// HandlePodReconcile does. Other status-only changes need no sync; the
+// Manager's periodic sync rewrites what someone else overwrote.
+func NeedsReadinessSync(pod *v1.Pod) bool {
+	if pod == nil || len(pod.Spec.ReadinessGates) == 0 {
+		return false
+	}
+	cur := findCondition(pod.Status.Conditions, v1.PodReady)
+	if cur == nil {
+		return false
+	}
+	statuses := append(append([]v1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	if len(statuses) == 0 {
+		statuses = nil
+	}
+	want := readyCondition(pod, pod.Status.Conditions, statuses, pod.Status.Phase)
+	return cur.Status != want.Status || cur.Message != want.Message
+}

@@ -548,3 +548,29 @@ func TestGenerateNil(t *testing.T) {
 		t.Errorf("nil runtime status: %+v", s)
 	}
 }
+
+func TestNeedsReadinessSync(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	rs := rt(running("a", t0))
+	p.Status = podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{})
+	if podstatus.NeedsReadinessSync(p) {
+		t.Error("a pod without readiness gates needs a sync")
+	}
+	p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/lb"}}
+	p.Status = podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{})
+	if podstatus.NeedsReadinessSync(p) {
+		t.Error("a consistent Ready condition needs a sync")
+	}
+	// The load balancer controller sets its gate: Ready must follow.
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: "example.com/lb", Status: v1.ConditionTrue})
+	if !podstatus.NeedsReadinessSync(p) {
+		t.Error("a gate turned True, but no sync")
+	}
+	p.Status = podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{})
+	if findCond(p.Status, v1.PodReady).Status != v1.ConditionTrue || podstatus.NeedsReadinessSync(p) {
+		t.Errorf("after the sync: Ready = %+v", findCond(p.Status, v1.PodReady))
+	}
+	if podstatus.NeedsReadinessSync(nil) {
+		t.Error("nil pod")
+	}
+}
