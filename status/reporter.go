@@ -98,8 +98,11 @@ type Reporter struct {
 	// so that tests can tell when a round is over.
 	waits atomic.Int64
 
+	// informer watches the node; its store is safe for concurrent reads.
+	informer cache.SharedIndexInformer
+	store    cache.Store
+
 	// The fields below belong to Run's goroutine.
-	store         cache.Store
 	lastReport    time.Time
 	reportDelay   time.Duration
 	lastPatched   *v1.Node // the API's answer to the last patch
@@ -162,15 +165,37 @@ func New(opts Options) (*Reporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node status reporter: %w", err)
 	}
-	return &Reporter{
+	r := &Reporter{
 		opts:       opts,
 		setters:    setters,
 		clock:      opts.Clock,
 		metrics:    m,
 		registered: make(chan struct{}),
 		jitter:     rand.Float64,
-	}, nil
+	}
+	r.informer = r.newInformer()
+	r.store = r.informer.GetStore()
+	return r, nil
 }
+
+// Node returns the Node as the Reporter's informer last saw it, and false
+// until the informer has seen it (before Run, or before registration). The
+// Node is shared with the informer's cache: callers must not modify it. It
+// is safe for concurrent use; other modules read the node this way (the
+// agent's admission) instead of watching it a second time.
+func (r *Reporter) Node() (*v1.Node, bool) {
+	obj, ok, err := r.store.GetByKey(r.opts.NodeName)
+	if err != nil || !ok {
+		return nil, false
+	}
+	node, ok := obj.(*v1.Node)
+	return node, ok
+}
+
+// HasSynced reports whether the Reporter's node informer has listed the
+// node since Run started, as the kubelet's node informer gates its pod
+// sources. Safe for concurrent use.
+func (r *Reporter) HasSynced() bool { return r.informer.HasSynced() }
 
 // Registered returns a channel that is closed once the Node exists (created
 // or found by this Reporter). It is safe for concurrent use.
@@ -192,8 +217,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 	}()
-	informer := r.newInformer()
-	r.store = informer.GetStore()
+	informer := r.informer
 	wg.Go(func() { informer.RunWithContext(ctx) })
 
 	if err := r.register(ctx); err != nil {

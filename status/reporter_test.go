@@ -562,3 +562,28 @@ func TestRunTwice(t *testing.T) {
 		t.Error("second Run succeeded")
 	}
 }
+
+func TestReporterExposesTheNodeItWatches(t *testing.T) {
+	client := fake.NewClientset()
+	r, err := New(Options{Client: client, NodeName: "n1", Setters: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Node(); ok || r.HasSynced() {
+		t.Fatal("before Run the reporter knows no node")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		n, ok := r.Node()
+		return ok && n.Name == "n1" && r.HasSynced(), nil
+	})
+	if err != nil {
+		t.Fatalf("the registered node never showed up through Node(): %v", err)
+	}
+}
