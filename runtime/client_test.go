@@ -227,7 +227,8 @@ func TestCgroupDriver(t *testing.T) {
 }
 
 func TestUnimplementedRPCReachesCaller(t *testing.T) {
-	endpoint, _ := serve(t, fakecri.New(fakecri.Options{}), socketPath(t))
+	// Like containerd 1.6, without the container event stream.
+	endpoint, _ := serve(t, fakecri.New(fakecri.Options{Unimplemented: []string{"GetContainerEvents"}}), socketPath(t))
 	c := newClient(t, runtime.Options{Endpoint: endpoint})
 	events := make(chan *runtimeapi.ContainerEventResponse, 1)
 	err := c.RuntimeService().GetContainerEvents(testCtx(t), events, nil)

@@ -42,9 +42,8 @@ func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, name
 	if err != nil {
 		return nil, fmt.Errorf("get status of pod %s/%s: list sandboxes: %w", namespace, name, err)
 	}
-	slices.SortFunc(sandboxes, func(a, b *runtimeapi.PodSandbox) int {
-		return cmp.Or(cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()), cmp.Compare(b.GetId(), a.GetId()))
-	})
+	slices.SortFunc(sandboxes, newerSandboxFirst)
+
 	for i, sb := range sandboxes {
 		resp, err := m.rs.PodSandboxStatus(ctx, sb.GetId(), false)
 		if status.Code(err) == codes.NotFound {
@@ -80,7 +79,11 @@ func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, name
 		}
 		st.Containers = append(st.Containers, m.containerStatus(ctx, resp.GetStatus(), c.GetPodSandboxId(), rt))
 	}
-	slices.SortStableFunc(st.Containers, func(a, b *ContainerStatus) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	// Newest first; instances created within the clock's resolution are
+	// told apart by their restart count.
+	slices.SortStableFunc(st.Containers, func(a, b *ContainerStatus) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.RestartCount, a.RestartCount))
+	})
 	return st, nil
 }
 
@@ -234,6 +237,20 @@ func tailLog(path string) string {
 	return s
 }
 
+// newerSandboxFirst orders sandboxes newest first: by creation time, then
+// (for sandboxes created within the clock's resolution) by attempt.
+func newerSandboxFirst(a, b *runtimeapi.PodSandbox) int {
+	return cmp.Or(cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()),
+		cmp.Compare(b.GetMetadata().GetAttempt(), a.GetMetadata().GetAttempt()), cmp.Compare(b.GetId(), a.GetId()))
+}
+
+// newerContainerFirst orders containers newest first: by creation time,
+// then by attempt (the restart count).
+func newerContainerFirst(a, b *runtimeapi.Container) int {
+	return cmp.Or(cmp.Compare(b.GetCreatedAt(), a.GetCreatedAt()),
+		cmp.Compare(b.GetMetadata().GetAttempt(), a.GetMetadata().GetAttempt()), cmp.Compare(b.GetId(), a.GetId()))
+}
+
 func containerState(s runtimeapi.ContainerState) ContainerState {
 	switch s {
 	case runtimeapi.ContainerState_CONTAINER_CREATED:
@@ -288,6 +305,8 @@ func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, erro
 		}
 		return p
 	}
+	slices.SortFunc(sandboxes, newerSandboxFirst)
+	slices.SortFunc(containers, newerContainerFirst)
 	for _, sb := range sandboxes {
 		if p := get(sb.GetLabels()); p != nil {
 			p.Sandboxes = append(p.Sandboxes, RunningContainer{ID: sb.GetId(), Name: sb.GetMetadata().GetName(), State: sandboxState(sb.GetState()), CreatedAt: time.Unix(0, sb.GetCreatedAt())})
@@ -304,12 +323,7 @@ func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, erro
 	}
 	out := make([]RunningPod, 0, len(pods))
 	for _, p := range pods {
-		newestFirst := func(a, b RunningContainer) int {
-			return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ID, a.ID))
-		}
-		slices.SortFunc(p.Sandboxes, newestFirst)
-		slices.SortFunc(p.Containers, newestFirst)
-		out = append(out, *p)
+		out = append(out, *p) // sandboxes and containers were added newest first
 	}
 	slices.SortFunc(out, func(a, b RunningPod) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil

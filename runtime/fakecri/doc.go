@@ -47,8 +47,8 @@
 // Tests steer it with controls that take effect on the next RPC:
 // [Server.SetRuntimeReady] and [Server.SetNetworkReady] (the conditions of
 // Status), [Server.SetVersion], [Server.SetCgroupDriver], [Server.SetImages],
-// [Server.AddImage] and [Server.AddPullable] (the image store and the fake
-// registry that PullImage draws from), [Server.ExitContainer] and
+// [Server.AddImage], [Server.AddPullable] and [Server.RequireAuth] (the
+// image store and the fake registry that PullImage draws from), [Server.ExitContainer] and
 // [Server.StopSandbox] (a container crash, a dying sandbox),
 // [Server.SetExecHandler], [Server.SetError] and [Server.SetUnimplemented]
 // (fault injection for any RPC by its method name, for example emulating

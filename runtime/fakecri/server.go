@@ -109,6 +109,7 @@ type Server struct {
 	images         imageStore
 	pullable       imageStore
 	pullAny        bool
+	credentials    map[string]credential // normalized repository name to required auth
 	faults         map[string]error
 	calls          map[string]int
 
@@ -428,4 +429,25 @@ func (s *Server) Images() []*runtimeapi.Image {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.images.list()
+}
+
+// credential is what the fake registry requires to pull a repository.
+type credential struct{ username, password string }
+
+// RequireAuth makes the fake registry refuse to pull images of the
+// repository of ref (any tag or digest) with codes.Unauthenticated unless
+// the PullImage request carries this username and password, as a private
+// registry does. It returns an error for an invalid reference.
+func (s *Server) RequireAuth(ref, username, password string) error {
+	named, err := parseRef(ref)
+	if err != nil {
+		return fmt.Errorf("fakecri: require auth: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.credentials == nil {
+		s.credentials = map[string]credential{}
+	}
+	s.credentials[named.Name()] = credential{username, password}
+	return nil
 }

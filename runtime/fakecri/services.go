@@ -105,6 +105,12 @@ func (i *imageService) PullImage(_ context.Context, req *runtimeapi.PullImageReq
 	}
 	i.s.mu.Lock()
 	defer i.s.mu.Unlock()
+	if want, ok := i.s.credentials[named.Name()]; ok {
+		auth := req.GetAuth()
+		if auth.GetUsername() != want.username || auth.GetPassword() != want.password {
+			return nil, status.Errorf(codes.Unauthenticated, "pull image %q: failed to authorize: 401 Unauthorized", ref)
+		}
+	}
 	img, err := i.s.pullable.lookup(ref)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
