@@ -1,0 +1,209 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// startPLEG runs a PLEG on h until the test ends.
+func startPLEG(t *testing.T, h *harness, reg prometheus.Registerer) *runtime.PLEG {
+	t.Helper()
+	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Healthy(); ok || err == nil || err.Error() != "PLEG is not healthy: pleg has yet to be successful" {
+		t.Fatalf("Healthy before Run = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	poll(t, func() bool { ok, _ := p.Healthy(); return ok })
+	return p
+}
+
+func poll(t *testing.T, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatal("condition not met in time")
+	}
+}
+
+// collect reads events until it has seen every wanted (type, data) pair;
+// data "" matches any container.
+func collect(t *testing.T, p *runtime.PLEG, step func(), want ...runtime.PodLifecycleEvent) {
+	t.Helper()
+	missing := append([]runtime.PodLifecycleEvent(nil), want...)
+	deadline := time.After(20 * time.Second)
+	for len(missing) > 0 {
+		if step != nil {
+			step()
+		}
+		select {
+		case ev := <-p.Events():
+			for i, w := range missing {
+				if w.ID == ev.ID && w.Type == ev.Type && (w.Data == "" || w.Data == ev.Data) {
+					missing = append(missing[:i], missing[i+1:]...)
+					break
+				}
+			}
+		case <-time.After(5 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("events %v did not arrive", missing)
+		}
+	}
+}
+
+func TestPLEGRelist(t *testing.T) {
+	// containerd 1.6: no event stream, relisting only.
+	h := newHarness(t, fakecri.Options{Unimplemented: []string{"GetContainerEvents"}}, nil)
+	reg := prometheus.NewRegistry()
+	p := startPLEG(t, h, reg)
+	pod := newPod("relist", ctr("app"))
+	synced := h.clk.Now()
+	h.sync(pod, nil)
+	app := h.container(pod, "app")
+	sandbox := h.status(pod).Sandboxes[0].Id
+
+	step := func() { h.clk.Step(time.Second) }
+	collect(t, p, step,
+		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerStarted, Data: sandbox},
+		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerStarted, Data: app.ID})
+	st, err := p.Cache().GetNewerThan(h.ctx, pod.UID, synced)
+	if err != nil || st.Container("app") == nil || st.Container("app").State != runtime.ContainerStateRunning {
+		t.Fatalf("cached status after the start: %+v, %v", st, err)
+	}
+
+	// A worker waiting for a status newer than now is woken by the next
+	// relist.
+	now := h.clk.Now()
+	got := make(chan *runtime.PodStatus, 1)
+	go func() {
+		st, _ := p.Cache().GetNewerThan(h.ctx, pod.UID, now)
+		got <- st
+	}()
+	h.exitNow(pod, "app", 2)
+	collect(t, p, step, runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerDied, Data: app.ID})
+	if st := <-got; st.Container("app").State != runtime.ContainerStateExited || st.Container("app").ExitCode != 2 {
+		t.Fatalf("GetNewerThan after the exit = %+v", st.Container("app"))
+	}
+
+	if err := h.pm.KillPod(h.ctx, pod, h.status(pod).RunningPod(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.pm.RemovePod(h.ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, p, step,
+		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerDied, Data: sandbox},
+		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerRemoved, Data: sandbox},
+		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerRemoved, Data: app.ID})
+	poll(t, func() bool {
+		st, _ := p.Cache().Get(pod.UID)
+		return len(st.Containers) == 0 && len(st.Sandboxes) == 0
+	})
+	if n := h.cri.Calls("GetContainerEvents"); n != 1 {
+		t.Errorf("%d GetContainerEvents calls; an Unimplemented stream must not be retried", n)
+	}
+	if n := testutil.CollectAndCount(reg, "kubelet_pleg_relist_duration_seconds", "kubelet_pleg_last_seen_seconds"); n != 2 {
+		t.Errorf("%d PLEG metric series, want 2", n)
+	}
+}
+
+func TestPLEGEventStream(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	p := startPLEG(t, h, nil)
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	pod := newPod("stream", ctr("app"))
+	h.sync(pod, nil)
+	app := h.container(pod, "app")
+	// No clock step: the runtime's events alone bring the news.
+	collect(t, p, nil, runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerStarted, Data: app.ID})
+	if st, _ := p.Cache().Get(pod.UID); st.Container("app") == nil {
+		t.Fatal("the cache lacks the container after its event")
+	}
+	h.exitNow(pod, "app", 0)
+	collect(t, p, nil, runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerDied, Data: app.ID})
+}
+
+func TestPLEGHealth(t *testing.T) {
+	h := newHarness(t, fakecri.Options{Unimplemented: []string{"GetContainerEvents"}}, nil)
+	p := startPLEG(t, h, nil)
+	must(t, h.cri.SetError("ListPodSandbox", status.Error(codes.Unavailable, "runtime is stuck")))
+	h.clk.Step(3*time.Minute + time.Second)
+	ok, err := p.Healthy()
+	if ok || err == nil || err.Error() != "PLEG is not healthy: pleg was last seen active 3m1s ago; threshold is 3m0s" {
+		t.Fatalf("Healthy with relisting stalled = %v, %v", ok, err)
+	}
+	must(t, h.cri.SetError("ListPodSandbox", nil))
+	poll(t, func() bool {
+		h.clk.Step(time.Second)
+		ok, _ := p.Healthy()
+		return ok
+	})
+}
+
+func TestPodCache(t *testing.T) {
+	c := runtime.NewPodCache()
+	uid := types.UID("u")
+	if st, err := c.Get(uid); err != nil || st.ID != uid || len(st.Containers) != 0 {
+		t.Fatalf("Get of an unknown pod = %+v, %v", st, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	results := make(chan *runtime.PodStatus, 2)
+	go func() { st, _ := c.GetNewerThan(ctx, uid, t0); results <- st }()
+	go func() { st, _ := c.GetNewerThan(ctx, uid, t0.Add(time.Minute)); results <- st }()
+	// An old status wakes nobody; one set after t0 wakes the first waiter;
+	// a relist that started after a minute wakes the second.
+	c.Set(uid, &runtime.PodStatus{ID: uid, Name: "old"}, nil, t0)
+	c.Set(uid, &runtime.PodStatus{ID: uid, Name: "new"}, nil, t0.Add(time.Second))
+	if st := <-results; st.Name != "new" {
+		t.Fatalf("first waiter got %q", st.Name)
+	}
+	select {
+	case st := <-results:
+		t.Fatalf("second waiter woken early with %q", st.Name)
+	case <-time.After(10 * time.Millisecond):
+	}
+	c.UpdateTime(t0.Add(2 * time.Minute))
+	if st := <-results; st.Name != "new" {
+		t.Fatalf("second waiter got %q", st.Name)
+	}
+	// A failed read is reported with its error.
+	readErr := errors.New("runtime down")
+	c.Set(uid, nil, readErr, t0.Add(3*time.Minute))
+	if _, err := c.GetNewerThan(ctx, uid, t0); !errors.Is(err, readErr) {
+		t.Fatalf("GetNewerThan after a failed read = %v", err)
+	}
+	short, cancelShort := context.WithCancel(ctx)
+	cancelShort()
+	if _, err := c.GetNewerThan(short, uid, t0.Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("GetNewerThan with a canceled context = %v", err)
+	}
+	c.Delete(uid)
+	if st, err := c.Get(uid); err != nil || st.Name != "" {
+		t.Fatalf("Get after Delete = %+v, %v", st, err)
+	}
+}
