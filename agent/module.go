@@ -70,6 +70,7 @@ var Module = fx.Module("agent",
 		status.Module,
 	),
 	runtime.Module,
+	podModule,
 	// The health server is nil when healthzPort is 0.
 	fx.Invoke(func(*HealthServer) {}),
 )

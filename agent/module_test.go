@@ -15,9 +15,11 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -34,6 +36,8 @@ func testConfig(t *testing.T, endpoint string) *Config {
 		"--healthz-port=" + freePort(t),
 		"--root-dir=" + t.TempDir(),
 		"--node-labels=example.com/role=test",
+		// Unit tests leave the host's cgroups alone.
+		"--cgroups-per-qos=false",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +63,7 @@ func startFakeCRI(t *testing.T) (*fakecri.Server, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv := fakecri.New(fakecri.Options{})
+	srv := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS, PullAny: true})
 	endpoint, stop, err := srv.Start(filepath.Join(dir, "cri.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +96,7 @@ func TestAgentRegistersReadyNodeAndLease(t *testing.T) {
 	)
 	app.RequireStart()
 	defer app.RequireStop()
+	defer requireNoShutdown(t, app)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -135,6 +140,86 @@ func TestAgentRegistersReadyNodeAndLease(t *testing.T) {
 			t.Errorf("GET %s = %d, body lacks %q", path, resp.StatusCode, want)
 		}
 	}
+}
+
+// requireNoShutdown fails the test when a component shut the agent down.
+func requireNoShutdown(t *testing.T, app *fxtest.App) {
+	t.Helper()
+	select {
+	case sig := <-app.Wait():
+		t.Fatalf("the agent shut itself down (exit code %d): a component failed; see the log", sig.ExitCode)
+	default:
+	}
+}
+
+// TestAgentRunsAndDeletesAPod runs a pod bound to the node through the
+// whole default graph on fakecri: it turns Running and Ready, and a graceful
+// deletion stops it and removes the API object.
+func TestAgentRunsAndDeletesAPod(t *testing.T) {
+	_, endpoint := startFakeCRI(t)
+	cfg := testConfig(t, endpoint)
+	client := fake.NewClientset()
+	app := fxtest.New(t, fx.Supply(cfg), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
+	app.RequireStart()
+	defer app.RequireStop()
+	defer requireNoShutdown(t, app)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue })
+
+	pods := client.CoreV1().Pods("default")
+	grace := int64(5)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"},
+		Spec: v1.PodSpec{
+			NodeName:                      "node-a",
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []v1.Container{{Name: "app", Image: "busybox", ImagePullPolicy: v1.PullIfNotPresent}},
+		},
+	}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *v1.Pod
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = p
+		return p.Status.Phase == v1.PodRunning && podReady(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod default/web did not turn Running and Ready: %v; last status %+v", err, got.Status)
+	}
+	if cs := got.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil || !strings.HasPrefix(cs[0].ContainerID, "fakecri://") {
+		t.Errorf("container statuses = %+v", cs)
+	}
+
+	// A graceful deletion, as the API server records it: the agent stops the
+	// pod and deletes the object with grace 0.
+	now := metav1.Now()
+	got.DeletionTimestamp, got.DeletionGracePeriodSeconds = &now, &grace
+	if _, err := pods.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted pod's API object was not removed: %v", err)
+	}
+}
+
+func podReady(p *v1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func waitForNode(ctx context.Context, t *testing.T, client *fake.Clientset, cond func(*v1.Node) bool) *v1.Node {

@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/cgroupdriver"
+	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podsource/apiserver"
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// podModule runs pods: the API server pod source, the pod status manager,
+// the cgroup hierarchy, the runtime's pod manager and PLEG, and the
+// PodController that drives them. Admission runs the general predicates
+// first, then the AdmitHandlerGroup's handlers (in no particular order).
+var podModule = fx.Options(
+	fx.Provide(
+		apiserverSourceOptions,
+		func(c *podsource.Config) podstatus.PodGetter { return c },
+		cgroupOptions,
+		providePodManager,
+		providePLEG,
+		providePodController,
+		func() *lateBound { return &lateBound{} },
+		fx.Annotate(plegHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
+	),
+	apiserver.Module,
+	podsource.Module,
+	podstatus.Module,
+	cgroupdriver.Module,
+	fx.Invoke(func(*PodController) {}),
+	fx.Invoke(func(l *lateBound, r *status.Reporter) { l.reporter.Store(r) }),
+)
+
+// lateBound breaks the graph's cycles: the cgroup manager needs the
+// PodController's active pods and the node's allocatable from the status
+// Reporter, while both depend on it through the runtime's pod manager (the
+// Reporter through the PLEG's health check). Each pointer is set as soon as
+// its owner is built, before anything starts.
+type lateBound struct {
+	controller atomic.Pointer[PodController]
+	reporter   atomic.Pointer[status.Reporter]
+}
+
+func (l *lateBound) activePods() []*v1.Pod {
+	if c := l.controller.Load(); c != nil {
+		return c.ActivePods()
+	}
+	return nil
+}
+
+func (l *lateBound) allocatable() v1.ResourceList {
+	if r := l.reporter.Load(); r != nil {
+		if n, ok := r.Node(); ok {
+			return n.Status.Allocatable
+		}
+	}
+	return nil
+}
+
+func apiserverSourceOptions(cfg *Config, r *status.Reporter) apiserver.Options {
+	return apiserver.Options{NodeName: cfg.NodeName, NodeHasSynced: r.HasSynced}
+}
+
+func cgroupOptions(cfg *Config, c *runtime.Client, late *lateBound) cgroupdriver.Options {
+	kc := &cfg.Kubelet
+	return cgroupdriver.Options{
+		CgroupDriver:        kc.CgroupDriver,
+		CgroupsPerQOS:       kc.CgroupsPerQOS,
+		CgroupRoot:          kc.CgroupRoot,
+		CPUCFSQuota:         kc.CPUCFSQuota,
+		CPUCFSQuotaPeriod:   kc.CPUCFSQuotaPeriod.Duration,
+		PodPidsLimit:        *kc.PodPidsLimit,
+		NodeAllocatable:     late.allocatable,
+		ActivePods:          late.activePods,
+		RuntimeCgroupDriver: c.CgroupDriver,
+	}
+}
+
+type podManagerParams struct {
+	fx.In
+
+	Config     *Config
+	Client     *runtime.Client
+	Clients    *Clients
+	Cgroups    *cgroupdriver.Manager
+	Late       *lateBound
+	Recorder   record.EventRecorder
+	Clock      clock.Clock
+	Registerer prometheus.Registerer
+}
+
+func providePodManager(p podManagerParams) (*runtime.PodManager, error) {
+	kc := &p.Config.Kubelet
+	var dns []net.IP
+	for _, s := range kc.ClusterDNS {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return nil, fmt.Errorf("clusterDNS: %q is not an IP address", s)
+		}
+		dns = append(dns, ip)
+	}
+	core := p.Clients.Client.CoreV1()
+	return runtime.NewPodManager(runtime.PodManagerOptions{
+		Runtime:           p.Client.RuntimeService(),
+		Images:            p.Client.ImageService(),
+		NodeName:          p.Config.NodeName,
+		NodeIPs:           p.Config.NodeIPs,
+		PodLogsDir:        kc.PodLogsDir,
+		PodsDir:           filepath.Join(p.Config.RootDir, "pods"),
+		ClusterDNS:        dns,
+		ClusterDomain:     kc.ClusterDomain,
+		ResolverConfig:    *kc.ResolverConfig,
+		CgroupParent:      p.Cgroups.EnsurePod,
+		QOSClass:          cgroupdriver.PodQOS,
+		CPUCFSQuota:       kc.CPUCFSQuota,
+		CPUCFSQuotaPeriod: kc.CPUCFSQuotaPeriod.Duration,
+		MaxParallelImagePulls: func() int {
+			if kc.MaxParallelImagePulls != nil && !*kc.SerializeImagePulls {
+				return int(*kc.MaxParallelImagePulls)
+			}
+			return 1
+		}(),
+		RegistryPullQPS: float32(*kc.RegistryPullQPS),
+		RegistryBurst:   int(kc.RegistryBurst),
+		ConfigMaps: func(ctx context.Context, ns, name string) (*v1.ConfigMap, error) {
+			return core.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		Secrets: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
+			return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		Allocatable: p.Late.allocatable,
+		Recorder:    p.Recorder,
+		Clock:       p.Clock,
+		Registerer:  p.Registerer,
+	})
+}
+
+func providePLEG(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, pm *runtime.PodManager, c *runtime.Client,
+	clk clock.Clock, reg prometheus.Registerer) (*runtime.PLEG, error) {
+	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: pm, Runtime: c.RuntimeService(), Clock: clk, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(lc, sd, logger, "pleg", p.Run)
+	return p, nil
+}
+
+// plegHealthCheck gates Ready on the PLEG, as the kubelet's "PLEG is not
+// healthy" message.
+func plegHealthCheck(p *runtime.PLEG) status.HealthCheck {
+	return status.HealthCheck{Name: "PLEG", Healthy: p.Healthy}
+}
+
+type podControllerParams struct {
+	fx.In
+
+	Config     *Config
+	Sources    *podsource.Config
+	Pods       *runtime.PodManager
+	PLEG       *runtime.PLEG
+	Statuses   podstatus.Interface
+	Cgroups    *cgroupdriver.Manager
+	Reporter   *status.Reporter
+	Clients    *Clients
+	Admit      []AdmitHandler `group:"pod_admit_handlers"`
+	Late       *lateBound
+	Recorder   record.EventRecorder
+	Clock      clock.Clock
+	Logger     logr.Logger
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func providePodController(p podControllerParams) (*PodController, error) {
+	core := p.Clients.Client.CoreV1()
+	c, err := NewPodController(PodControllerOptions{
+		Sources:  p.Sources,
+		Runtime:  p.Pods,
+		Events:   p.PLEG.Events(),
+		Statuses: p.Statuses,
+		Cgroups:  p.Cgroups,
+		Node:     p.Reporter.Node,
+		Admit:    append([]AdmitHandler{GeneralPredicates(p.Logger)}, p.Admit...),
+		PullSecrets: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
+			return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		HostIPs:       p.Config.NodeIPs,
+		SyncFrequency: p.Config.Kubelet.SyncFrequency.Duration,
+		Recorder:      p.Recorder,
+		Clock:         p.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Late.controller.Store(c)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pods", c.Run)
+	return c, nil
+}
