@@ -24,7 +24,7 @@ import (
 
 // socketPath returns a socket path in a fresh short directory: t.TempDir can
 // exceed the 107 bytes a unix socket path may have.
-func socketPath(t *testing.T) string {
+func socketPath(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cri")
 	if err != nil {
@@ -36,7 +36,7 @@ func socketPath(t *testing.T) string {
 
 // serve starts srv at path and stops it when the test ends; it returns the
 // endpoint and the stop function.
-func serve(t *testing.T, srv *fakecri.Server, path string) (string, func()) {
+func serve(t testing.TB, srv *fakecri.Server, path string) (string, func()) {
 	t.Helper()
 	endpoint, stop, err := srv.Start(path)
 	if err != nil {
@@ -46,7 +46,7 @@ func serve(t *testing.T, srv *fakecri.Server, path string) (string, func()) {
 	return endpoint, stop
 }
 
-func newClient(t *testing.T, opts runtime.Options) *runtime.Client {
+func newClient(t testing.TB, opts runtime.Options) *runtime.Client {
 	t.Helper()
 	c, err := runtime.New(opts)
 	if err != nil {
@@ -60,7 +60,7 @@ func newClient(t *testing.T, opts runtime.Options) *runtime.Client {
 	return c
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx

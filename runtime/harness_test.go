@@ -28,7 +28,7 @@ var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 // harness is a PodManager on fakecri over a real unix socket, sharing one
 // fake clock.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	clk     *clocktesting.FakeClock
 	cri     *fakecri.Server
@@ -39,7 +39,7 @@ type harness struct {
 	podsDir string
 }
 
-func newHarness(t *testing.T, fopts fakecri.Options, mutate func(*runtime.PodManagerOptions)) *harness {
+func newHarness(t testing.TB, fopts fakecri.Options, mutate func(*runtime.PodManagerOptions)) *harness {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	fopts.Clock = clk

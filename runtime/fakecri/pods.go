@@ -39,6 +39,7 @@ type sandbox struct {
 	createdAt   int64
 	ips         []string
 	hostNetwork bool
+	containers  map[string]*container // by ID
 }
 
 // container is a container: CREATED, then RUNNING once started, then
@@ -124,13 +125,11 @@ func (s *Server) runSandbox(cfg *runtimeapi.PodSandboxConfig, handler string) (s
 	if !slices.ContainsFunc(s.handlers, func(h *runtimeapi.RuntimeHandler) bool { return h.GetName() == handler }) {
 		return "", status.Errorf(codes.NotFound, "no runtime for %q is configured", handler)
 	}
-	for _, other := range s.sandboxes {
-		om := other.config.GetMetadata()
-		if om.GetName() == md.GetName() && om.GetNamespace() == md.GetNamespace() && om.GetUid() == md.GetUid() && om.GetAttempt() == md.GetAttempt() {
-			return "", status.Errorf(codes.AlreadyExists, "failed to reserve sandbox name %q: name is reserved for %q", sandboxName(md), other.id)
-		}
+	if other, ok := s.sandboxNames[sandboxName(md)]; ok {
+		return "", status.Errorf(codes.AlreadyExists, "failed to reserve sandbox name %q: name is reserved for %q", sandboxName(md), other)
 	}
 	sb := &sandbox{
+		containers:  map[string]*container{},
 		config:      clone(cfg),
 		handler:     handler,
 		state:       runtimeapi.PodSandboxState_SANDBOX_READY,
@@ -149,6 +148,7 @@ func (s *Server) runSandbox(cfg *runtimeapi.PodSandboxConfig, handler string) (s
 	}
 	sb.id = s.newID("sandbox")
 	s.sandboxes[sb.id] = sb
+	s.sandboxNames[sandboxName(md)] = sb.id
 	s.emitLocked(runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, sb.id, sb, sb.createdAt)
 	s.emitLocked(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, sb.id, sb, sb.createdAt)
 	return sb.id, nil
@@ -209,17 +209,20 @@ func (s *Server) removeSandbox(id string) error {
 		s.removeContainerLocked(c)
 	}
 	delete(s.sandboxes, sb.id)
+	delete(s.sandboxNames, sandboxName(sb.config.GetMetadata()))
 	s.emitLocked(runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, sb.id, sb, s.clock.Now().UnixNano())
 	return nil
 }
 
 // sandboxContainers returns the containers of a sandbox, oldest first.
 func (s *Server) sandboxContainers(sandboxID string) []*container {
-	var out []*container
-	for _, c := range s.containers {
-		if c.sandboxID == sandboxID {
-			out = append(out, c)
-		}
+	sb := s.sandboxes[sandboxID]
+	if sb == nil {
+		return nil
+	}
+	out := make([]*container, 0, len(sb.containers))
+	for _, c := range sb.containers {
+		out = append(out, c)
 	}
 	sortContainers(out)
 	return out
@@ -260,14 +263,11 @@ func (s *Server) listSandboxes(f *runtimeapi.PodSandboxFilter) []*runtimeapi.Pod
 	defer s.mu.Unlock()
 	s.advanceLocked()
 	var out []*runtimeapi.PodSandbox
-	for _, sb := range s.sortedSandboxes() {
+	for _, sb := range s.sortedSandboxes(f.GetLabelSelector()) {
 		if f.GetId() != "" && !strings.HasPrefix(sb.id, f.GetId()) {
 			continue
 		}
 		if f.GetState() != nil && f.GetState().GetState() != sb.state {
-			continue
-		}
-		if !matchLabels(sb.config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
 		out = append(out, &runtimeapi.PodSandbox{
@@ -283,11 +283,14 @@ func (s *Server) listSandboxes(f *runtimeapi.PodSandboxFilter) []*runtimeapi.Pod
 	return out
 }
 
-// sortedSandboxes returns all sandboxes, oldest first.
-func (s *Server) sortedSandboxes() []*sandbox {
-	sbs := make([]*sandbox, 0, len(s.sandboxes))
+// sortedSandboxes returns the sandboxes whose labels match selector,
+// oldest first.
+func (s *Server) sortedSandboxes(selector map[string]string) []*sandbox {
+	var sbs []*sandbox
 	for _, sb := range s.sandboxes {
-		sbs = append(sbs, sb)
+		if matchLabels(sb.config.GetLabels(), selector) {
+			sbs = append(sbs, sb)
+		}
 	}
 	slices.SortFunc(sbs, func(a, b *sandbox) int {
 		return cmp.Or(cmp.Compare(a.createdAt, b.createdAt), cmp.Compare(a.id, b.id))
@@ -336,8 +339,8 @@ func (s *Server) createContainer(sandboxID string, ccfg *runtimeapi.ContainerCon
 		return "", status.Errorf(codes.NotFound, "failed to create container %q: failed to get image %q: not found", name, ref)
 	}
 	attempt := ccfg.GetMetadata().GetAttempt()
-	for _, other := range s.containers {
-		if other.sandboxID == sb.id && other.config.GetMetadata().GetName() == name && other.config.GetMetadata().GetAttempt() == attempt {
+	for _, other := range sb.containers {
+		if other.config.GetMetadata().GetName() == name && other.config.GetMetadata().GetAttempt() == attempt {
 			return "", status.Errorf(codes.AlreadyExists, "failed to reserve container name %q: name is reserved for %q",
 				fmt.Sprintf("%s_%s_%d", name, sandboxName(sb.config.GetMetadata()), attempt), other.id)
 		}
@@ -370,6 +373,7 @@ func (s *Server) createContainer(sandboxID string, ccfg *runtimeapi.ContainerCon
 	}
 	c.id = s.newID("container")
 	s.containers[c.id] = c
+	sb.containers[c.id] = c
 	s.emitLocked(runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, c.id, sb, c.createdAt)
 	return c.id, nil
 }
@@ -412,6 +416,7 @@ func (s *Server) startContainer(id string) error {
 	c.startedAt = now.UnixNano()
 	if c.behavior.Exits {
 		c.exitAt = now.Add(c.behavior.ExitAfter)
+		s.pending[c] = struct{}{}
 	}
 	s.emitContainerLocked(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, c, c.startedAt)
 	s.advanceLocked()
@@ -505,6 +510,7 @@ func (s *Server) exitLocked(c *container, at time.Time, code int32, reason strin
 		}
 	}
 	c.exitAt = time.Time{}
+	delete(s.pending, c)
 	if c.exited != nil {
 		close(c.exited)
 		c.exited = nil
@@ -518,6 +524,10 @@ func (s *Server) removeContainerLocked(c *container) {
 		s.exitLocked(c, s.clock.Now(), exitCodeKilled, reasonError)
 	}
 	delete(s.containers, c.id)
+	if sb := s.sandboxes[c.sandboxID]; sb != nil {
+		delete(sb.containers, c.id)
+	}
+	delete(s.pending, c)
 	s.emitContainerLocked(runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, c, s.clock.Now().UnixNano())
 	s.armLocked()
 }
@@ -652,8 +662,8 @@ func (s *Server) advanceLocked() {
 		return
 	}
 	var due []*container
-	for _, c := range s.containers {
-		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING && !c.exitAt.IsZero() && !c.exitAt.After(now) {
+	for c := range s.pending {
+		if !c.exitAt.After(now) {
 			due = append(due, c)
 		}
 	}
@@ -674,8 +684,8 @@ func (s *Server) advanceLocked() {
 // exits happen (and their events are sent) without anyone polling.
 func (s *Server) armLocked() {
 	var earliest time.Time
-	for _, c := range s.containers {
-		if c.state == runtimeapi.ContainerState_CONTAINER_RUNNING && !c.exitAt.IsZero() && (earliest.IsZero() || c.exitAt.Before(earliest)) {
+	for c := range s.pending {
+		if earliest.IsZero() || c.exitAt.Before(earliest) {
 			earliest = c.exitAt
 		}
 	}

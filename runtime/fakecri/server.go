@@ -114,14 +114,16 @@ type Server struct {
 	calls          map[string]int
 
 	// Pods and containers (see pods.go).
-	sandboxes   map[string]*sandbox
-	containers  map[string]*container
-	nextID      uint64
-	exec        ExecHandler
-	subscribers map[*subscriber]struct{}
-	dropped     int
-	timer       clock.Timer // fires at nextWake
-	nextWake    time.Time
+	sandboxes    map[string]*sandbox
+	sandboxNames map[string]string // reserved sandbox names to IDs
+	containers   map[string]*container
+	pending      map[*container]struct{} // running containers with a scripted exit
+	nextID       uint64
+	exec         ExecHandler
+	subscribers  map[*subscriber]struct{}
+	dropped      int
+	timer        clock.Timer // fires at nextWake
+	nextWake     time.Time
 }
 
 // Defaults applied by New to zero Options fields.
@@ -146,7 +148,9 @@ func New(opts Options) *Server {
 		ipam:           pool,
 		eventBuf:       opts.EventBuffer,
 		sandboxes:      map[string]*sandbox{},
+		sandboxNames:   map[string]string{},
 		containers:     map[string]*container{},
+		pending:        map[*container]struct{}{},
 		exec:           opts.Exec,
 		subscribers:    map[*subscriber]struct{}{},
 		clock:          opts.Clock,

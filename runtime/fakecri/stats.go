@@ -128,11 +128,8 @@ func (s *Server) listSandboxStats(f *runtimeapi.PodSandboxStatsFilter) []*runtim
 	s.advanceLocked()
 	now := s.clock.Now()
 	var out []*runtimeapi.PodSandboxStats
-	for _, sb := range s.sortedSandboxes() {
+	for _, sb := range s.sortedSandboxes(f.GetLabelSelector()) {
 		if f.GetId() != "" && !strings.HasPrefix(sb.id, f.GetId()) {
-			continue
-		}
-		if !matchLabels(sb.config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
 		out = append(out, s.sandboxStatsLocked(sb, now))
