@@ -16,6 +16,7 @@ import (
 	"go.uber.org/fx/fxtest"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -210,6 +211,51 @@ func TestAgentRunsAndDeletesAPod(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the deleted pod's API object was not removed: %v", err)
+	}
+}
+
+// TestAgentRejectsAPodThatDoesNotFit: admission fails a pod that requests
+// more cpu than the node has, with the kubelet's reason, and never starts it.
+func TestAgentRejectsAPodThatDoesNotFit(t *testing.T) {
+	cri, endpoint := startFakeCRI(t)
+	cfg := testConfig(t, endpoint)
+	client := fake.NewClientset()
+	app := fxtest.New(t, fx.Supply(cfg), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
+	app.RequireStart()
+	defer app.RequireStop()
+	defer requireNoShutdown(t, app)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue })
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: "default", UID: "uid-huge"},
+		Spec: v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{
+			Name: "app", Image: "busybox",
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1000")}},
+		}}},
+	}
+	pods := client.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *v1.Pod
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "huge", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = p
+		return p.Status.Phase == v1.PodFailed, nil
+	})
+	if err != nil {
+		t.Fatalf("pod default/huge was not failed: %v; status %+v", err, got.Status)
+	}
+	if got.Status.Reason != ReasonOutOfCPU || !strings.Contains(got.Status.Message, "Node didn't have enough resource: cpu") {
+		t.Errorf("status reason/message = %q/%q, want OutOfcpu", got.Status.Reason, got.Status.Message)
+	}
+	if n := cri.Calls("RunPodSandbox"); n != 0 {
+		t.Errorf("a rejected pod got %d sandboxes", n)
 	}
 }
 
