@@ -1,31 +1,94 @@
-// Package runtime is nodekit's adapter to a CRI container runtime. For now it
-// holds the connection: a [Client] built on k8s.io/cri-client that hands out
-// the runtime and image services (the k8s.io/cri-api interfaces
-// cri.RuntimeService and cri.ImageManagerService) and derives from them what
-// the node reports: the runtime's name and version ([Client.Version]), its
-// health for the Ready condition ([Client.Health]) and its cgroup driver
-// ([Client.CgroupDriver]).
+// Package runtime is nodekit's adapter to a CRI container runtime: the
+// connection, pod syncing with the kubelet's semantics, and the pod
+// lifecycle event generator.
 //
+// # Connection
+//
+// A [Client] built on k8s.io/cri-client hands out the runtime and image
+// services (the k8s.io/cri-api interfaces cri.RuntimeService and
+// cri.ImageManagerService) and derives from them what the node reports: the
+// runtime's name and version ([Client.Version]), its health for the Ready
+// condition ([Client.Health]) and its cgroup driver ([Client.CgroupDriver]).
 // The agent must start while the runtime is down and recover when it comes
 // back, so [New] does no I/O. Each service connects on its first call and
 // retries the connection on every call until it succeeds; after that gRPC
 // reconnects by itself. Every call is counted in the kubelet's CRI operation
 // metrics (kubelet_runtime_operations_total and friends) when a
-// prometheus.Registerer is given. Runtimes that leave an RPC Unimplemented are
-// tolerated: CgroupDriver reports ok=false for a runtime without
-// RuntimeConfig, and the codes.Unimplemented status of any other RPC (such as
-// GetContainerEvents) reaches the caller unchanged so it can fall back.
+// prometheus.Registerer is given. Runtimes that leave an RPC Unimplemented
+// are tolerated: CgroupDriver reports ok=false for a runtime without
+// RuntimeConfig, and the codes.Unimplemented status of any other RPC (such
+// as GetContainerEvents) reaches the caller unchanged so it can fall back.
 //
-// With fx, [Module] provides *Client, cri.RuntimeService and
-// cri.ImageManagerService from the Options value in the graph and closes the
-// Client when the application stops. What an embedder can swap:
+// # Pods
+//
+// A [PodManager] runs pods on the runtime as the kubelet's kuberuntime
+// manager does. An agent's pod worker, one per pod and serialized, does:
+//
+//	status, err := pleg.Cache().GetNewerThan(ctx, uid, lastSync) // or pm.GetPodStatus
+//	... generate and report the API status from status and the last SyncResult.Waiting ...
+//	if the pod should run {
+//		res := pm.SyncPod(ctx, pod, status, pullSecrets, probes) // requeue at res.RetryAt
+//	} else {
+//		err = pm.KillPod(ctx, pod, status.RunningPod(), gracePeriodOverride)
+//		... once the final status is reported: pm.RemovePod(ctx, uid)
+//	}
+//
+// SyncPod creates the sandbox (hostname, DNS from the pod and the cluster
+// DNS settings, port mappings, cgroup parent, log directory, host
+// namespaces, sysctls), starts init containers in order, sidecars and
+// regular containers (image pulled by pull policy with the pod's pull
+// secrets; command, args and env with $(VAR) expansion and the downward API;
+// resources; security context; emptyDir and hostPath volumes; /etc/hosts;
+// termination message file), restarts them by restart policy with
+// CrashLoopBackOff, replaces containers whose image changed or whose
+// liveness or startup probe failed, and recreates a dead sandbox. It labels
+// and annotates sandboxes and containers as the kubelet does
+// (io.kubernetes.pod.name, .namespace, .uid, io.kubernetes.container.name,
+// hash, restart count, grace periods, preStop hook), so crictl shows them
+// and [PodManager.ListPods] finds an agent's pods after a restart; KillPod
+// accepts a nil pod for such orphans. Container logs are written by the
+// runtime to <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restart>.log.
+// Events (Pulling, Pulled, Created, Started, Killing, BackOff, Failed,
+// FailedCreatePodSandBox, SandboxChanged, ...) carry the kubelet's reasons
+// and messages.
+//
+// Left out: volumes other than emptyDir and hostPath (configMap, secret,
+// projected, downwardAPI, persistent volumes) are mounted only when a
+// volume manager provides their host paths through
+// PodManagerOptions.VolumePaths, otherwise their mounts are skipped;
+// emptyDir with medium Memory is a plain directory; ephemeral containers,
+// in-place resize, user namespaces, AppArmor, devices and image volumes are
+// not handled.
+//
+// # Lifecycle events
+//
+// A [PLEG] relists the runtime's pods every second (the kubelet's generic
+// PLEG), reads the pods that changed into its [PodCache] and sends a
+// [PodLifecycleEvent] for each change; where the runtime streams container
+// events (GetContainerEvents), a pod is read as soon as one of its
+// containers changes, and the relist is the safety net. [PLEG.Healthy]
+// reports "PLEG is not healthy: ..." for the node's Ready condition when
+// relisting stalls.
+//
+// # fx and what an embedder can swap
+//
+// [Module] provides *Client, cri.RuntimeService and cri.ImageManagerService
+// from the Options value in the graph and closes the Client when the
+// application stops. [PodsModule] provides *PodManager, *PLEG and
+// *PodCache from the PodManagerOptions (and optional PLEGOptions) in the
+// graph and runs the PLEG. What an embedder can swap:
 //
 //   - The runtime itself: set Options.Endpoint to any CRI v1 server, such as
 //     containerd, CRI-O or the in-process fake in runtime/fakecri.
 //   - The services the rest of the agent uses: fx.Decorate
 //     cri.RuntimeService or cri.ImageManagerService to wrap or replace them
 //     (say, to add tracing or to fake one RPC). The Client's own Version,
-//     Health and CgroupDriver keep using the undecorated services.
-//   - The whole package: leave Module out and provide *Client, or whatever
-//     the agent's consumers ask for, yourself.
+//     Health and CgroupDriver keep using the undecorated services;
+//     PodsModule uses the Client's unless PodManagerOptions names others.
+//   - Pieces of pod syncing, through PodManagerOptions' funcs: the cgroup
+//     parent (cgroupdriver), the QoS classification, config map, secret and
+//     service sources, volume paths, runtime class resolution.
+//   - The PLEG's source: PLEGOptions.Pods is a [PodLister] interface.
+//   - The whole package: leave the modules out and provide *Client,
+//     *PodManager, *PLEG or whatever the agent's consumers ask for yourself.
 package runtime

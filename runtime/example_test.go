@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -55,4 +59,70 @@ func Example() {
 	// runtime: <nil>
 	// network: container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni plugin not initialized
 	// cgroup driver: SYSTEMD true <nil>
+}
+
+// ExamplePodManager runs a pod that exits on the fake runtime: a sync starts
+// it, and a sync after it exited leaves it exited (restartPolicy Never) and
+// stops its sandbox.
+func ExamplePodManager() {
+	dir, err := os.MkdirTemp("", "pods")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	fake := fakecri.New(fakecri.Options{PullAny: true})
+	endpoint, stop, err := fake.Start(filepath.Join(dir, "cri.sock"))
+	if err != nil {
+		panic(err)
+	}
+	defer stop()
+	client, err := runtime.New(runtime.Options{Endpoint: endpoint})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	pm, err := runtime.NewPodManager(runtime.PodManagerOptions{
+		Runtime:        client.RuntimeService(),
+		Images:         client.ImageService(),
+		PodLogsDir:     filepath.Join(dir, "logs"),
+		PodsDir:        filepath.Join(dir, "pods"),
+		MemoryCapacity: 1 << 30,
+	})
+	if err != nil {
+		panic(err)
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default", UID: "1234"},
+		Spec: v1.PodSpec{
+			RestartPolicy: v1.RestartPolicyNever,
+			Containers:    []v1.Container{{Name: "main", Image: "busybox:1.36", Command: []string{"sh", "-c", "echo done; exit 0"}}},
+		},
+	}
+	ctx := context.Background()
+	for range 2 {
+		status, err := pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+		if err != nil {
+			panic(err)
+		}
+		if res := pm.SyncPod(ctx, pod, status, nil, nil); res.Err != nil {
+			panic(res.Err)
+		}
+	}
+	status, err := pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		panic(err)
+	}
+	c := status.Container("main")
+	fmt.Println("container:", c.State, "exit code", c.ExitCode, c.Reason)
+	fmt.Println("sandbox:", status.Sandboxes[0].State)
+	log, err := os.ReadFile(runtime.ContainerLogPath(filepath.Join(dir, "logs"), "default", "job", "1234", "main", 0))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("log ends with:", strings.SplitN(string(log), " ", 4)[3])
+	// Output:
+	// container: exited exit code 0 Completed
+	// sandbox: SANDBOX_NOTREADY
+	// log ends with: done
 }

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,5 +68,48 @@ func TestModuleRejectsBadOptions(t *testing.T) {
 	app := fx.New(runtime.Module, fx.Supply(runtime.Options{}), fx.Invoke(func(*runtime.Client) {}), fx.NopLogger)
 	if app.Err() == nil {
 		t.Fatal("the module built a client without an endpoint")
+	}
+}
+
+func TestPodsModule(t *testing.T) {
+	srv := fakecri.New(fakecri.Options{})
+	img, _ := fakecri.NewImage("busybox", 1)
+	srv.AddImage(img)
+	endpoint, _ := serve(t, srv, socketPath(t))
+	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
+	var (
+		pm   *runtime.PodManager
+		pleg *runtime.PLEG
+	)
+	app := fxtest.New(t,
+		runtime.Module,
+		runtime.PodsModule,
+		fx.Supply(runtime.Options{Endpoint: endpoint}),
+		fx.Supply(runtime.PodManagerOptions{PodLogsDir: filepath.Join(dir, "logs"), PodsDir: filepath.Join(dir, "pods"), MemoryCapacity: 1 << 30}),
+		fx.Provide(func() prometheus.Registerer { return reg }),
+		fx.Populate(&pm, &pleg),
+	)
+	app.RequireStart()
+	ctx := testCtx(t)
+	pod := newPod("fx", ctr("app"))
+	if res := pm.SyncPod(ctx, pod, nil, nil, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	poll(t, func() bool {
+		st, _ := pleg.Cache().Get(pod.UID)
+		return st.Container("app") != nil
+	})
+	if ok, err := pleg.Healthy(); !ok {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "kubelet_started_pods_total"); n != 1 {
+		t.Errorf("%d started pods series, want 1", n)
+	}
+	app.RequireStop()
+
+	if err := fx.ValidateApp(runtime.Module, runtime.PodsModule, fx.Supply(runtime.Options{Endpoint: endpoint}),
+		fx.Supply(runtime.PodManagerOptions{}), fx.Invoke(func(*runtime.PodManager, *runtime.PLEG, *runtime.PodCache) {})); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -79,6 +79,7 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 			return
 		}
 		if actions.createSandbox {
+			// A new sandbox starts initialization from scratch.
 			s.removeInitContainers(ctx, 0)
 		}
 	} else {
@@ -89,8 +90,10 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 			}
 		}
 	}
-	// Keep only the newest exited instance of each init container.
-	s.removeInitContainers(ctx, 1)
+	if !actions.createSandbox {
+		// Keep only the newest exited instance of each init container.
+		s.removeInitContainers(ctx, 1)
+	}
 
 	s.sandboxID, s.podIPs = actions.sandboxID, s.status.IPs
 	if actions.createSandbox {
