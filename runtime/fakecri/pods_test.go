@@ -531,3 +531,25 @@ func TestContainerEvents(t *testing.T) {
 		t.Errorf("%d events dropped", f.s.DroppedEvents())
 	}
 }
+
+func TestRequireAuth(t *testing.T) {
+	f := newFixture(t, fakecri.Options{PullAny: true})
+	if err := f.s.RequireAuth("registry.example.com/private/app", "u", "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.RequireAuth("Not A Ref", "u", "p"); err == nil {
+		t.Fatal("RequireAuth accepted an invalid reference")
+	}
+	pull := func(ref string, auth *runtimeapi.AuthConfig) error {
+		_, err := f.c.img.PullImage(ctx(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}, Auth: auth})
+		return err
+	}
+	wantCode(t, pull("registry.example.com/private/app:1", nil), codes.Unauthenticated)
+	wantCode(t, pull("registry.example.com/private/app:1", &runtimeapi.AuthConfig{Username: "u", Password: "x"}), codes.Unauthenticated)
+	if err := pull("registry.example.com/private/app:2", &runtimeapi.AuthConfig{Username: "u", Password: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pull("registry.example.com/public/app:1", nil); err != nil {
+		t.Fatalf("an image of another repository needs no credentials: %v", err)
+	}
+}

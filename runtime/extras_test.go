@@ -1,0 +1,198 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+func TestEnvFromSources(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, func(o *runtime.PodManagerOptions) {
+		o.ConfigMaps = func(_ context.Context, ns, name string) (*v1.ConfigMap, error) {
+			if ns == "default" && name == "settings" {
+				return &v1.ConfigMap{Data: map[string]string{"MODE": "fast", "LEVEL": "3"}}, nil
+			}
+			return nil, apierrors.NewNotFound(v1.Resource("configmaps"), name)
+		}
+		o.Secrets = func(_ context.Context, ns, name string) (*v1.Secret, error) {
+			return &v1.Secret{Data: map[string][]byte{"token": []byte("t0k3n")}}, nil
+		}
+		o.Services = func() ([]*v1.Service, error) {
+			return []*v1.Service{
+				{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default"}, Spec: v1.ServiceSpec{ClusterIP: "10.96.0.1",
+					Ports: []v1.ServicePort{{Name: "https", Port: 443, Protocol: v1.ProtocolTCP}}}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "my-db", Namespace: "default"}, Spec: v1.ServiceSpec{ClusterIP: "10.96.0.7",
+					Ports: []v1.ServicePort{{Port: 5432}}}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "other"}, Spec: v1.ServiceSpec{ClusterIP: "10.96.0.8",
+					Ports: []v1.ServicePort{{Port: 80}}}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "headless", Namespace: "default"}, Spec: v1.ServiceSpec{ClusterIP: v1.ClusterIPNone}},
+			}, nil
+		}
+	})
+	c := ctr("app")
+	c.EnvFrom = []v1.EnvFromSource{
+		{Prefix: "CFG_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}},
+		{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "absent"}, Optional: ptr.To(true)}},
+	}
+	c.Env = []v1.EnvVar{
+		{Name: "TOKEN", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "s"}, Key: "token"}}},
+		{Name: "MODE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}, Key: "MODE"}}},
+		{Name: "CFG_LEVEL", Value: "override"},
+		{Name: "DB", Value: "$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT)"},
+	}
+	pod := newPod("env", c)
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	env := map[string]string{}
+	for _, kv := range h.cri.ContainerConfig(h.container(pod, "app").ID).Envs {
+		env[kv.Key] = string(kv.Value)
+	}
+	for k, v := range map[string]string{
+		"CFG_MODE": "fast", "CFG_LEVEL": "override", "TOKEN": "t0k3n", "MODE": "fast", "DB": "10.96.0.7:5432",
+		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "KUBERNETES_SERVICE_PORT_HTTPS": "443",
+		"KUBERNETES_PORT": "tcp://10.96.0.1:443", "KUBERNETES_PORT_443_TCP_ADDR": "10.96.0.1",
+		"MY_DB_SERVICE_HOST": "10.96.0.7", "MY_DB_PORT_5432_TCP": "tcp://10.96.0.7:5432",
+	} {
+		if env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	if _, ok := env["ELSEWHERE_SERVICE_HOST"]; ok {
+		t.Error("a service of another namespace leaked into the environment")
+	}
+	// enableServiceLinks: false keeps only the kubernetes service.
+	c2 := ctr("app")
+	pod2 := newPod("nolinks", c2)
+	pod2.Spec.EnableServiceLinks = ptr.To(false)
+	h.sync(pod2, nil)
+	env = map[string]string{}
+	for _, kv := range h.cri.ContainerConfig(h.container(pod2, "app").ID).Envs {
+		env[kv.Key] = string(kv.Value)
+	}
+	if env["KUBERNETES_SERVICE_HOST"] != "10.96.0.1" || env["MY_DB_SERVICE_HOST"] != "" {
+		t.Errorf("enableServiceLinks false: env %v", env)
+	}
+	// A required missing config map keeps the container waiting.
+	c3 := ctr("app")
+	c3.EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "absent"}}}}
+	res := h.sync(newPod("missingcm", c3), nil)
+	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "absent") {
+		t.Errorf("missing config map: %+v", res.Waiting)
+	}
+}
+
+func TestHostPathVolumes(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	must(t, os.WriteFile(file, nil, 0o644))
+	mk := func(name, path string, typ v1.HostPathType) *v1.Pod {
+		c := ctr("app")
+		c.VolumeMounts = []v1.VolumeMount{{Name: "host", MountPath: "/host", ReadOnly: true, SubPath: ""}}
+		pod := newPod(name, c)
+		pod.Spec.Volumes = []v1.Volume{{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: path, Type: &typ}}}}
+		return pod
+	}
+	created := filepath.Join(dir, "made", "here")
+	pod := mk("create", created, v1.HostPathDirectoryOrCreate)
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if fi, err := os.Stat(created); err != nil || !fi.IsDir() {
+		t.Fatalf("DirectoryOrCreate did not create %s: %v", created, err)
+	}
+	var mnt bool
+	for _, m := range h.cri.ContainerConfig(h.container(pod, "app").ID).Mounts {
+		if m.ContainerPath == "/host" && m.HostPath == created && m.Readonly {
+			mnt = true
+		}
+	}
+	if !mnt {
+		t.Fatal("hostPath mount missing")
+	}
+	res := h.sync(mk("notdir", file, v1.HostPathDirectory), nil)
+	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "is not a Directory") {
+		t.Fatalf("Directory type on a file: %+v", res.Waiting)
+	}
+	if res := h.sync(mk("isfile", file, v1.HostPathFile), nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+}
+
+func TestLifecycleHooks(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/shutdown" && r.Header.Get("X-Why") == "stop" {
+			hits.Add(1)
+		}
+		w.WriteHeader(http.StatusInternalServerError) // status codes do not fail hooks
+	}))
+	defer srv.Close()
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	portNum, _ := strconv.Atoi(port)
+
+	c := ctr("app")
+	c.Ports = []v1.ContainerPort{{Name: "admin", ContainerPort: int32(portNum)}}
+	c.Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{
+		Host: host, Port: intstr.FromString("admin"), Path: "shutdown", HTTPHeaders: []v1.HTTPHeader{{Name: "X-Why", Value: "stop"}}}}}
+	pod := newPod("hooks", c)
+	h.sync(pod, nil)
+	h.inBackground(time.Second, func() {
+		must(t, h.pm.KillPod(h.ctx, pod, h.status(pod).RunningPod(), nil))
+	})
+	if hits.Load() != 1 {
+		t.Fatalf("httpGet preStop hook reached the server %d times, want 1", hits.Load())
+	}
+
+	// A failing postStart hook kills the container and keeps it waiting.
+	h.cri.SetExecHandler(func(r fakecri.ExecRequest) fakecri.ExecResult {
+		return fakecri.ExecResult{ExitCode: 1, Stderr: []byte("not ready")}
+	})
+	c2 := ctr("app")
+	c2.Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"warm-up"}}}}
+	pod2 := newPod("poststart", c2)
+	h.events()
+	res := h.sync(pod2, nil)
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrPostStartHook) || !strings.Contains(w.Message, "warm-up") {
+		t.Fatalf("failed postStart hook: %+v", res.Waiting)
+	}
+	if c := h.container(pod2, "app"); c.State != runtime.ContainerStateExited {
+		t.Fatalf("container after a failed postStart hook: %v", c.State)
+	}
+	wantEvents(t, h.events(), "Normal Started", "Warning FailedPostStartHook PostStartHook failed", "Normal Killing FailedPostStartHook")
+}
+
+func TestNewPodManagerValidates(t *testing.T) {
+	if _, err := runtime.NewPodManager(runtime.PodManagerOptions{}); err == nil {
+		t.Error("NewPodManager accepted options without CRI services")
+	}
+	h := newHarness(t, fakecri.Options{}, nil)
+	_, err := runtime.NewPodManager(runtime.PodManagerOptions{Runtime: h.client.RuntimeService(), Images: h.client.ImageService(),
+		MemoryCapacity: 1, CPUCFSQuotaPeriod: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "quota period") {
+		t.Errorf("NewPodManager with a 1h quota period: %v", err)
+	}
+	if _, err := runtime.NewPLEG(runtime.PLEGOptions{}); err == nil {
+		t.Error("NewPLEG accepted options without a pod lister")
+	}
+}
