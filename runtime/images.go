@@ -19,10 +19,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ErrImageInspect says the runtime could not tell whether an image is
-// present (the kubelet's ImageInspectError).
-var ErrImageInspect = errors.New("ImageInspectError")
-
 // imageManager makes sure containers' images are present, with the
 // kubelet's pull policies, credentials, back-off and events.
 type imageManager struct {

@@ -18,7 +18,9 @@ type PodStatus struct {
 	ID        types.UID
 	Name      string
 	Namespace string
-	// IPs are the pod's IPs from its newest ready sandbox, primary first.
+	// IPs are the pod's IPs from its newest ready sandbox, primary first;
+	// for a sandbox in the node's network namespace (hostNetwork), the
+	// node's IPs.
 	IPs []string
 	// Sandboxes are the pod's sandboxes, newest first.
 	Sandboxes []*runtimeapi.PodSandboxStatus
@@ -52,8 +54,9 @@ type ContainerStatus struct {
 	// CreatedAt, StartedAt and FinishedAt are zero when not reached.
 	CreatedAt, StartedAt, FinishedAt time.Time
 	ExitCode                         int
-	// Image is the image as the spec names it; ImageRef the runtime's
-	// reference (digest) and ImageID the image's ID.
+	// Image is the image as the runtime reports it (containerd: the
+	// normalized tag, docker.io/library/busybox:latest); ImageRef the
+	// runtime's reference (repository digest) and ImageID the image's ID.
 	Image, ImageRef, ImageID string
 	// Hash is the container spec's hash when the container was created; a
 	// different hash of the current spec means the container must restart.
@@ -84,6 +87,7 @@ var (
 	ErrImagePull                = errors.New("ErrImagePull")
 	ErrImagePullBackOff         = errors.New("ImagePullBackOff")
 	ErrImageNeverPull           = errors.New("ErrImageNeverPull")
+	ErrImageInspect             = errors.New("ImageInspectError")
 	ErrInvalidImageName         = errors.New("InvalidImageName")
 	ErrCreateContainerConfig    = errors.New("CreateContainerConfigError")
 	ErrCreateContainer          = errors.New("CreateContainerError")
