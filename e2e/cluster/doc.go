@@ -1,0 +1,23 @@
+// Package cluster is nodekit's end-to-end harness: it builds and runs a real
+// Kubernetes control plane, the containerd runtime and nodekit node agents on
+// this machine, for the e2e tests and for cmd/localcluster.
+//
+// Everything listens on loopback only. The control plane (StartControlPlane)
+// is etcd, kube-apiserver, kube-controller-manager and kube-scheduler on free
+// ports of 127.0.0.1, with a fresh CA (PKI), RBAC, the Node authorizer,
+// NodeRestriction admission and an audit log; its binaries come from
+// BuildControlPlane, which builds them with the go command from the versions
+// e2e/tools pins and caches them by version. Each node agent (NewAgent) runs
+// examples/nodeagent (BuildAgent) with kubelet flags, a KubeletConfiguration
+// file and its own client certificate (system:node:<name>), on its own
+// address 127.0.0.N. StartContainerd runs Debian's containerd and runc with
+// all state under a temporary directory and locally built images
+// (PauseImage, BusyboxImage); Close removes every trace of it.
+//
+// Every server, daemon and agent is a child process in its own process group,
+// killed if the harness process dies; its output goes to a log file whose
+// path errors and accessors name. Stop, Close and Agent.Stop end them by
+// PID. Nothing here is safe to run against a real machine's runtime: the
+// harness only ever touches the directories it created, plus the few host
+// paths containerd 1.6 insists on, which it cleans.
+package cluster
