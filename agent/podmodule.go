@@ -37,6 +37,7 @@ var podModule = fx.Options(
 		providePLEG,
 		providePodController,
 		func() *lateBound { return &lateBound{} },
+		newServiceLister,
 		fx.Annotate(plegHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
 	),
 	apiserver.Module,
@@ -100,9 +101,24 @@ type podManagerParams struct {
 	Clients    *Clients
 	Cgroups    *cgroupdriver.Manager
 	Late       *lateBound
+	Services   *serviceLister
 	Recorder   record.EventRecorder
 	Clock      clock.Clock
 	Registerer prometheus.Registerer
+}
+
+// maxParallelImagePulls maps the kubelet's serializeImagePulls and
+// maxParallelImagePulls to the pod manager's bound: 1 when serialized, the
+// configured bound, or -1 (no bound) when neither says otherwise.
+func maxParallelImagePulls(serialize *bool, max *int32) int {
+	switch {
+	case serialize != nil && *serialize:
+		return 1
+	case max != nil:
+		return int(*max)
+	default:
+		return -1
+	}
 }
 
 func providePodManager(p podManagerParams) (*runtime.PodManager, error) {
@@ -116,28 +132,30 @@ func providePodManager(p podManagerParams) (*runtime.PodManager, error) {
 		dns = append(dns, ip)
 	}
 	core := p.Clients.Client.CoreV1()
+	version, err := p.Cgroups.Driver().Version()
+	if err != nil {
+		return nil, fmt.Errorf("cgroup version: %w", err)
+	}
+	cgroupV2 := version == 2
 	return runtime.NewPodManager(runtime.PodManagerOptions{
-		Runtime:           p.Client.RuntimeService(),
-		Images:            p.Client.ImageService(),
-		NodeName:          p.Config.NodeName,
-		NodeIPs:           p.Config.NodeIPs,
-		PodLogsDir:        kc.PodLogsDir,
-		PodsDir:           filepath.Join(p.Config.RootDir, "pods"),
-		ClusterDNS:        dns,
-		ClusterDomain:     kc.ClusterDomain,
-		ResolverConfig:    *kc.ResolverConfig,
-		CgroupParent:      p.Cgroups.EnsurePod,
-		QOSClass:          cgroupdriver.PodQOS,
-		CPUCFSQuota:       kc.CPUCFSQuota,
-		CPUCFSQuotaPeriod: kc.CPUCFSQuotaPeriod.Duration,
-		MaxParallelImagePulls: func() int {
-			if kc.MaxParallelImagePulls != nil && !*kc.SerializeImagePulls {
-				return int(*kc.MaxParallelImagePulls)
-			}
-			return 1
-		}(),
-		RegistryPullQPS: float32(*kc.RegistryPullQPS),
-		RegistryBurst:   int(kc.RegistryBurst),
+		Runtime:               p.Client.RuntimeService(),
+		Images:                p.Client.ImageService(),
+		NodeName:              p.Config.NodeName,
+		NodeIPs:               p.Config.NodeIPs,
+		PodLogsDir:            kc.PodLogsDir,
+		PodsDir:               filepath.Join(p.Config.RootDir, "pods"),
+		ClusterDNS:            dns,
+		ClusterDomain:         kc.ClusterDomain,
+		ResolverConfig:        *kc.ResolverConfig,
+		CgroupParent:          p.Cgroups.EnsurePod,
+		QOSClass:              cgroupdriver.PodQOS,
+		CPUCFSQuota:           kc.CPUCFSQuota,
+		CPUCFSQuotaPeriod:     kc.CPUCFSQuotaPeriod.Duration,
+		MaxParallelImagePulls: maxParallelImagePulls(kc.SerializeImagePulls, kc.MaxParallelImagePulls),
+		CgroupV2:              cgroupV2,
+		Services:              p.Services.List,
+		RegistryPullQPS:       float32(*kc.RegistryPullQPS),
+		RegistryBurst:         int(kc.RegistryBurst),
 		ConfigMaps: func(ctx context.Context, ns, name string) (*v1.ConfigMap, error) {
 			return core.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 		},

@@ -22,9 +22,11 @@ import (
 type RuntimeHealthFunc func(ctx context.Context) (runtimeErr, networkErr error)
 
 // HealthCheck is one more thing the node must be healthy in to be Ready, as
-// the kubelet's PLEG check. Healthy returns false and a reason when it is not;
-// the Ready message then says "<Name> is not healthy: <reason>". Healthy must
-// be cheap and must not call out of the process.
+// the kubelet's PLEG check. Healthy returns false and an error saying what is
+// wrong when it is not; the error is the Ready message as it is (the PLEG's
+// reads "PLEG is not healthy: pleg was last seen active 3m1s ago; threshold
+// is 3m0s", as the kubelet's), or "<Name> is not healthy" without one.
+// Healthy must be cheap and must not call out of the process.
 type HealthCheck struct {
 	Name    string
 	Healthy func() (bool, error)
@@ -87,7 +89,10 @@ func ReadyCondition(opts ReadyOptions) (Setter, error) {
 		errs := []error{runtimeErr}
 		for _, hc := range opts.HealthChecks {
 			if ok, err := hc.Healthy(); !ok {
-				errs = append(errs, fmt.Errorf("%s is not healthy: %v", hc.Name, err))
+				if err == nil {
+					err = fmt.Errorf("%s is not healthy", hc.Name)
+				}
+				errs = append(errs, err)
 			}
 		}
 		errs = append(errs, networkErr)

@@ -421,7 +421,7 @@ func TestReadyConditionMessages(t *testing.T) {
 		name: "everything wrong", runtime: runtimeDown, network: networkDown,
 		checks: []HealthCheck{
 			{Name: "PLEG", Healthy: func() (bool, error) {
-				return false, errors.New("pleg was last seen active 3m0.1s ago; threshold is 3m0s")
+				return false, errors.New("PLEG is not healthy: pleg was last seen active 3m0.1s ago; threshold is 3m0s")
 			}},
 			{Name: "fine", Healthy: func() (bool, error) { return true, nil }},
 		},
