@@ -197,6 +197,9 @@ func TestAgentRunsAndDeletesAPod(t *testing.T) {
 	if cs := got.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil || !strings.HasPrefix(cs[0].ContainerID, "fakecri://") {
 		t.Errorf("container statuses = %+v", cs)
 	}
+	if got.Status.HostIP != "127.0.0.1" || got.Status.PodIP == "" || got.Status.QOSClass != v1.PodQOSBestEffort {
+		t.Errorf("hostIP/podIP/qosClass = %q/%q/%q, want 127.0.0.1, an IP, BestEffort", got.Status.HostIP, got.Status.PodIP, got.Status.QOSClass)
+	}
 
 	// A graceful deletion, as the API server records it: the agent stops the
 	// pod and deletes the object with grace 0.

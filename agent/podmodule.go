@@ -185,6 +185,40 @@ func plegHealthCheck(p *runtime.PLEG) status.HealthCheck {
 	return status.HealthCheck{Name: "PLEG", Healthy: p.Healthy}
 }
 
+// nodeIPs returns the node's IPs as its status reports them (the first
+// InternalIP of each family), or the configured --node-ip before the node is
+// known.
+func nodeIPs(cfg *Config, r *status.Reporter) func() []net.IP {
+	return func() []net.IP {
+		n, ok := r.Node()
+		if !ok {
+			return cfg.NodeIPs
+		}
+		var v4, v6 net.IP
+		for _, a := range n.Status.Addresses {
+			ip := net.ParseIP(a.Address)
+			if a.Type != v1.NodeInternalIP || ip == nil {
+				continue
+			}
+			if ip.To4() != nil && v4 == nil {
+				v4 = ip
+			} else if ip.To4() == nil && v6 == nil {
+				v6 = ip
+			}
+		}
+		var out []net.IP
+		for _, ip := range []net.IP{v4, v6} {
+			if ip != nil {
+				out = append(out, ip)
+			}
+		}
+		if len(out) == 0 {
+			return cfg.NodeIPs
+		}
+		return out
+	}
+}
+
 type podControllerParams struct {
 	fx.In
 
@@ -218,7 +252,8 @@ func providePodController(p podControllerParams) (*PodController, error) {
 		PullSecrets: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
 			return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		},
-		HostIPs:       p.Config.NodeIPs,
+		HostIPs:       nodeIPs(p.Config, p.Reporter),
+		QOSClass:      cgroupdriver.PodQOS,
 		SyncFrequency: p.Config.Kubelet.SyncFrequency.Duration,
 		Recorder:      p.Recorder,
 		Clock:         p.Clock,

@@ -62,8 +62,12 @@ type PodControllerOptions struct {
 	// Probes are the liveness/startup results SyncPod acts on; nil means
 	// no prober.
 	Probes runtime.ProbeResults
-	// HostIPs are the node's IPs, reported as the pods' hostIPs.
-	HostIPs []net.IP
+	// HostIPs returns the node's IPs, reported as the pods' hostIPs; nil
+	// reports none.
+	HostIPs func() []net.IP
+	// QOSClass classifies pods for their status; nil leaves the generator's
+	// default.
+	QOSClass func(*v1.Pod) v1.PodQOSClass
 	// SyncFrequency is the longest a pod goes without a sync (kubelet
 	// syncFrequency, default 1m).
 	SyncFrequency time.Duration
@@ -424,7 +428,10 @@ func hasRunning(rp runtime.RunningPod) bool {
 }
 
 func (c *PodController) generate(pod *v1.Pod, rs *runtime.PodStatus, waiting map[string]runtime.ContainerWaiting, terminal bool) v1.PodStatus {
-	opts := podstatus.GenerateOptions{Terminal: terminal, HostIPs: c.opts.HostIPs}
+	opts := podstatus.GenerateOptions{Terminal: terminal, QOSClass: c.opts.QOSClass}
+	if c.opts.HostIPs != nil {
+		opts.HostIPs = c.opts.HostIPs()
+	}
 	if prev, ok := c.opts.Statuses.GetPodStatus(pod.UID); ok {
 		opts.Previous = &prev
 	}
