@@ -10,24 +10,33 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: pause (takes no arguments; exits on SIGTERM or SIGINT)")
-		os.Exit(2)
-	}
 	signals := make(chan os.Signal, 8)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	os.Exit(run(os.Args[1:], signals, os.Stderr))
+}
+
+// run waits for signals: it reaps children on SIGCHLD and returns the exit
+// status 0 on anything else (SIGTERM, SIGINT). Arguments are an error
+// (status 2).
+func run(args []string, signals <-chan os.Signal, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: pause (takes no arguments; exits on SIGTERM or SIGINT)")
+		return 2
+	}
 	for sig := range signals {
 		if sig != syscall.SIGCHLD {
-			os.Exit(0)
+			return 0
 		}
 		reap()
 	}
+	return 0
 }
 
 // reap collects every exited child without blocking; SIGCHLD signals

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
+	"debug/elf"
 	"errors"
-	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,82 +16,74 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// TestPauseExitsZeroOnSignal builds the program statically, starts it and
-// checks that it keeps running once its handlers are installed and exits 0 on
-// SIGTERM and on SIGINT.
-func TestPauseExitsZeroOnSignal(t *testing.T) {
+func TestPauseExitsZeroOnTermAndInt(t *testing.T) {
+	for _, sig := range []os.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		signals := make(chan os.Signal, 2)
+		done := make(chan int, 1)
+		go func() { done <- run(nil, signals, io.Discard) }()
+		signals <- syscall.SIGCHLD // reaps (nothing) and keeps running
+		signals <- sig
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("on %s: exit status %d, want 0", sig, code)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("pause did not return on %s", sig)
+		}
+	}
+}
+
+func TestPauseReapsChildrenOnSIGCHLD(t *testing.T) {
+	// A child this process starts and never waits for: a zombie once it
+	// exits, until reaped.
+	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", "exit 0"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Skipf("cannot start /bin/sh: %v", err)
+	}
+	signals := make(chan os.Signal, 2)
+	done := make(chan int, 1)
+	go func() { done <- run(nil, signals, io.Discard) }()
+	// The child may not have exited when a SIGCHLD is handled: signal
+	// until it is reaped, i.e. no longer this process's child.
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		signals <- syscall.SIGCHLD
+		_, err := syscall.Wait4(pid, nil, syscall.WNOHANG, nil)
+		return errors.Is(err, syscall.ECHILD), nil
+	})
+	if err != nil {
+		t.Fatalf("child %d never reaped: %v", pid, err)
+	}
+	signals <- syscall.SIGTERM
+	if code := <-done; code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+}
+
+func TestPauseRejectsArguments(t *testing.T) {
+	var stderr strings.Builder
+	if code := run([]string{"extra"}, nil, &stderr); code != 2 || !strings.Contains(stderr.String(), "usage") {
+		t.Errorf("with an argument: status %d, stderr %q; want 2 and the usage", code, stderr.String())
+	}
+}
+
+// TestPauseBuildsStatic builds the program as the harness does and checks it
+// needs no loader, so it runs in an image that holds nothing else.
+func TestPauseBuildsStatic(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "pause")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		t.Run(sig.String(), func(t *testing.T) {
-			cmd := exec.Command(bin)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			t.Cleanup(func() { _ = cmd.Process.Kill() })
-
-			// Wait until the process catches the signal, so it is not
-			// delivered to the default handler.
-			err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-				caught, err := caughtSignals(cmd.Process.Pid)
-				return caught&(1<<(uint(sig)-1)) != 0, err
-			})
-			if err != nil {
-				t.Fatalf("pause never installed a handler for %s: %v", sig, err)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("pause exited before it was signalled: %v", err)
-			default:
-			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("pause exited with %v on %s, want status 0", err, sig)
-				}
-			case <-time.After(time.Minute):
-				t.Fatalf("pause did not exit on %s", sig)
-			}
-		})
-	}
-}
-
-// caughtSignals returns the SigCgt mask of a process from /proc.
-func caughtSignals(pid int) (uint64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	f, err := elf.Open(bin)
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
 	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "SigCgt:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the pause binary needs a dynamic loader (PT_INTERP)")
 		}
-	}
-	return 0, fmt.Errorf("no SigCgt in /proc/%d/status", pid)
-}
-
-func TestPauseRejectsArguments(t *testing.T) {
-	if os.Getenv("PAUSE_TEST_CHILD") == "1" {
-		os.Args = []string{"pause", "extra"}
-		main()
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPauseRejectsArguments$")
-	cmd.Env = append(os.Environ(), "PAUSE_TEST_CHILD=1")
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-		t.Fatalf("pause with an argument: got %v, want exit status 2", err)
 	}
 }
