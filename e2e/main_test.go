@@ -58,6 +58,11 @@ func run(m *testing.M) (code int) {
 		keep, _ := strconv.ParseBool(os.Getenv("NODEKIT_E2E_KEEP"))
 		if code != 0 || keep {
 			fmt.Fprintf(os.Stderr, "e2e: kept %s (logs of every component are in it)\n", env.dir)
+			if env.cp != nil {
+				for name, path := range env.cp.LogFiles() {
+					fmt.Fprintf(os.Stderr, "e2e:   %s log: %s\n", name, path)
+				}
+			}
 			return
 		}
 		os.RemoveAll(env.dir)

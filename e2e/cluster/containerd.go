@@ -537,12 +537,27 @@ func (h *hostDirTracker) release() {
 	if h.live > 0 {
 		return
 	}
+	// Another process's containerd (another test binary's harness) may be
+	// about to put a socket into one of them: leave them all then.
+	if procs, err := listProcs(); err != nil || anyContainerd(procs) {
+		h.created = nil
+		return
+	}
 	// Children before parents; rmdir fails harmlessly on a non-empty one.
 	sort.Slice(h.created, func(i, j int) bool { return len(h.created[i]) > len(h.created[j]) })
 	for _, dir := range h.created {
 		_ = syscall.Rmdir(dir)
 	}
 	h.created = nil
+}
+
+func anyContainerd(procs []procEntry) bool {
+	for _, p := range procs {
+		if name := filepath.Base(p.args[0]); name == "containerd" || strings.HasPrefix(name, "containerd-shim") {
+			return true
+		}
+	}
+	return false
 }
 
 // cgroupDirs returns <mount>/<name> for every mounted cgroup hierarchy.

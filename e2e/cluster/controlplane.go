@@ -71,7 +71,8 @@ type ControlPlane struct {
 	nodeIPs   atomic.Uint32
 
 	mu    sync.Mutex
-	procs []*process // in start order
+	procs []*process         // running, in start order
+	logs  map[string]string // every server's log, by name, kept after Stop
 }
 
 const (
@@ -387,6 +388,10 @@ func (c *ControlPlane) start(name, bin string, args ...string) (*process, error)
 	}
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
+	if c.logs == nil {
+		c.logs = map[string]string{}
+	}
+	c.logs[name] = p.logPath
 	c.mu.Unlock()
 	return p, nil
 }
@@ -461,13 +466,14 @@ func (c *ControlPlane) Kubectl(ctx context.Context, kubeconfig string, args ...s
 	return string(out), err
 }
 
-// LogFiles returns each server's log file by name.
+// LogFiles returns each server's log file by name, also after Stop (when
+// Dir was given; a temporary Dir is removed by Stop).
 func (c *ControlPlane) LogFiles() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	logs := map[string]string{}
-	for _, p := range c.procs {
-		logs[p.name] = p.logPath
+	for name, path := range c.logs {
+		logs[name] = path
 	}
 	return logs
 }

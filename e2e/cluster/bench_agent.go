@@ -1,0 +1,12 @@
+package cluster
+
+// PID returns the process id of the running agent, for reading its
+// /proc/<pid> figures (RSS, CPU time); 0 when it is not running.
+func (a *Agent) PID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc == nil || a.proc.exited() {
+		return 0
+	}
+	return a.proc.pid()
+}

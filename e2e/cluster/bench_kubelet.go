@@ -1,0 +1,223 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"sigs.k8s.io/yaml"
+)
+
+// BuildKubelet returns the upstream kubelet (k8s.io/kubernetes/cmd/kubelet)
+// at the version e2e/tools pins, the anchor nodekit's benchmarks compare
+// with. It is built like the control plane and cached next to it, keyed by
+// the same inputs. The tools module does not list the kubelet's few extra
+// dependencies, so the build runs in a copy of it with -mod=mod, which
+// resolves them through the module proxy at the versions Kubernetes
+// requires; e2e/tools itself is left untouched. A cold build takes a few
+// minutes on two cores (less once the control plane is built: most packages
+// are shared); a cached one returns at once.
+func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
+	if opts.Source == (Source{}) {
+		src, err := LocateSource()
+		if err != nil {
+			return "", err
+		}
+		opts.Source = src
+	}
+	if opts.CacheDir == "" {
+		dir, err := DefaultCacheDir()
+		if err != nil {
+			return "", err
+		}
+		opts.CacheDir = dir
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	goBin, err := goCommand()
+	if err != nil {
+		return "", err
+	}
+	k8sVersion, _, err := pinnedVersions(opts.Source.Tools)
+	if err != nil {
+		return "", err
+	}
+	goVersion, err := runCommand(ctx, opts.Source.Tools, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
+	if err != nil {
+		return "", fmt.Errorf("build kubelet: %w", err)
+	}
+	goMod, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("build kubelet: %w", err)
+	}
+	goSum, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.sum"))
+	if err != nil {
+		return "", fmt.Errorf("build kubelet: %w", err)
+	}
+	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
+		return "", fmt.Errorf("build kubelet: %w", err)
+	}
+	ldflags := versionLDFlags(k8sVersion)
+	binDir := filepath.Join(opts.CacheDir, "kubelet-"+k8sVersion, "bin")
+	bin := filepath.Join(binDir, "kubelet")
+	key := cacheKey(goMod, goSum, goVersion, []byte(ldflags))
+	err = cached(opts.CacheDir, "kubelet-"+k8sVersion, binDir, key, []string{bin}, func(staging string) error {
+		fmt.Fprintf(opts.Log, "building kubelet %s into %s\n", k8sVersion, binDir)
+		mod := filepath.Join(staging, "module")
+		if err := os.MkdirAll(mod, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(mod, "go.mod"), goMod, 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(mod, "go.sum"), goSum, 0o644); err != nil {
+			return err
+		}
+		_, err := runCommand(ctx, mod, []string{"GOWORK=off", "GOFLAGS=-mod=mod"}, opts.Log, goBin,
+			"build", "-ldflags", ldflags, "-o", filepath.Join(staging, "kubelet"), kubernetesModule+"/cmd/kubelet")
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("build kubelet %s: %w", k8sVersion, err)
+	}
+	return bin, nil
+}
+
+// KubeletOptions describe an upstream kubelet process (BuildKubelet) run
+// the way NewAgent runs a nodekit agent, for benchmarks that measure the
+// kubelet as an anchor.
+type KubeletOptions struct {
+	// Binary is the kubelet program (BuildKubelet). Required.
+	Binary string
+	// NodeName is --hostname-override. Required.
+	NodeName string
+	// NodeIP is --node-ip; empty means ControlPlane.AllocateNodeIP().
+	NodeIP string
+	// RuntimeEndpoint is containerRuntimeEndpoint (unix://…). Required.
+	RuntimeEndpoint string
+	// CgroupRoot is cgroupRoot, the parent of the kubelet's kubepods
+	// cgroup; it must exist (CreateCgroup). Required: two node agents
+	// sharing a kubepods cgroup remove each other's pod cgroups.
+	CgroupRoot string
+	// Verbosity is --v (default 2).
+	Verbosity int
+}
+
+// NewKubelet prepares an upstream kubelet for nodeName, as NewAgent does a
+// nodekit agent: the node's client certificate and kubeconfig, and a
+// KubeletConfiguration with the cgroupfs driver, cgroupRoot, pod logs under
+// Dir, healthz and the kubelet API on the node's IP (no read-only port),
+// cgroup v1 allowed (failCgroupV1: false) and swap tolerated. Start waits
+// for its /healthz. The kubelet serves /metrics only on its authenticated
+// port, so Metrics does not work on the returned Agent.
+//
+// While it runs, the kubelet sets the kernel tunables it requires
+// (vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
+// kernel.panic_on_oops=1, kernel.keys.root_maxkeys and root_maxbytes); see
+// SaveKernelTunables to restore them. It writes container log symlinks to
+// /var/log/containers, which it removes with the containers.
+func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
+	if opts.Binary == "" || opts.NodeName == "" || opts.RuntimeEndpoint == "" || opts.CgroupRoot == "" {
+		return nil, errors.New("new kubelet: Binary, NodeName, RuntimeEndpoint and CgroupRoot are required")
+	}
+	if opts.NodeIP == "" {
+		opts.NodeIP = c.AllocateNodeIP()
+	}
+	if opts.Verbosity == 0 {
+		opts.Verbosity = 2
+	}
+	a := &Agent{Name: opts.NodeName, IP: opts.NodeIP, Dir: filepath.Join(c.Dir, "nodes", opts.NodeName), binary: opts.Binary}
+	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+	}
+	var err error
+	if a.Kubeconfig, err = c.NodeCredentials(a.Name, a.Dir); err != nil {
+		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+	}
+	healthzPort, err := freePort(a.IP)
+	if err != nil {
+		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+	}
+	apiPort, err := freePort(a.IP)
+	if err != nil {
+		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+	}
+	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
+	a.LogPath = filepath.Join(a.Dir, "kubelet.log")
+	cfg := map[string]any{
+		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
+		"kind":                     "KubeletConfiguration",
+		"healthzBindAddress":       a.IP,
+		"healthzPort":              healthzPort,
+		"address":                  a.IP,
+		"port":                     apiPort,
+		"readOnlyPort":             0,
+		"containerRuntimeEndpoint": opts.RuntimeEndpoint,
+		"cgroupDriver":             "cgroupfs",
+		"cgroupRoot":               opts.CgroupRoot,
+		"failCgroupV1":             false,
+		"failSwapOn":               false,
+		"podLogsDir":               filepath.Join(a.Dir, "pod-logs"),
+		"authentication": map[string]any{
+			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
+		},
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new kubelet %s: encode configuration: %w", a.Name, err)
+	}
+	a.ConfigPath = filepath.Join(a.Dir, "config.yaml")
+	if err := os.WriteFile(a.ConfigPath, data, 0o644); err != nil {
+		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+	}
+	a.args = []string{
+		"--kubeconfig=" + a.Kubeconfig,
+		"--config=" + a.ConfigPath,
+		"--hostname-override=" + a.Name,
+		"--node-ip=" + a.IP,
+		"--root-dir=" + filepath.Join(a.Dir, "root"),
+		"--v=" + strconv.Itoa(opts.Verbosity),
+	}
+	return a, nil
+}
+
+// kernelTunables are the sysctls the kubelet sets when it starts (unless
+// protectKernelDefaults, with which it refuses to start when they differ).
+var kernelTunables = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// KernelTunables are saved values of the sysctls the kubelet sets, by path
+// under /proc/sys.
+type KernelTunables map[string]string
+
+// SaveKernelTunables reads the sysctls the kubelet changes when it starts,
+// so that Restore can put them back after it stopped.
+func SaveKernelTunables() (KernelTunables, error) {
+	saved := KernelTunables{}
+	for _, name := range kernelTunables {
+		data, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		if err != nil {
+			return nil, fmt.Errorf("save kernel tunables: %w", err)
+		}
+		saved[name] = string(data)
+	}
+	return saved, nil
+}
+
+// Restore writes the saved values back, reporting every one it could not.
+func (k KernelTunables) Restore() error {
+	var errs []error
+	for name, value := range k {
+		if err := os.WriteFile(filepath.Join("/proc/sys", name), []byte(value), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restore kernel tunable %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
