@@ -71,7 +71,7 @@ type ControlPlane struct {
 	nodeIPs   atomic.Uint32
 
 	mu    sync.Mutex
-	procs []*process         // running, in start order
+	procs []*process        // running, in start order
 	logs  map[string]string // every server's log, by name, kept after Stop
 }
 
