@@ -1,0 +1,262 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// BurstOptions configure RunBurst.
+type BurstOptions struct {
+	// Client creates and watches the pods. Give it a QPS and burst above
+	// Pods, or its rate limiter becomes part of the figures.
+	Client kubernetes.Interface
+	// Namespace holds the pods; it must exist with its default
+	// ServiceAccount (WaitForNamespace) and hold no other pods.
+	Namespace string
+	// NodeName is the node the pods must run on (a nodeSelector on
+	// kubernetes.io/hostname; kube-scheduler binds them).
+	NodeName string
+	// Pods is how many pods are created at once. Required.
+	Pods int
+	// Image is the pods' one container image, which must be present on the
+	// node (pull policy IfNotPresent). Required.
+	Image string
+	// AgentPID is the node agent's process; its CPU time over the burst is
+	// measured. 0 skips that.
+	AgentPID int
+	// CRIEndpoint is the node's container runtime (unix://…); the runtime's
+	// own time for each pod is read from it (CRITimes). Empty skips that.
+	CRIEndpoint string
+	// Timeout bounds the wait for every pod to run (default 5 minutes).
+	Timeout time.Duration
+}
+
+// BurstResult are the figures of one burst, one sample per pod.
+type BurstResult struct {
+	// CreateToRunning is from the client's create call to the watch event
+	// that showed the pod Running.
+	CreateToRunning []time.Duration
+	// BoundToRunning is from the watch event that showed the pod bound to
+	// the node (spec.nodeName set by the scheduler) to the one that showed
+	// it Running: the node agent's share, runtime included.
+	BoundToRunning []time.Duration
+	// CRI is the runtime's own time per pod (CRITimes); nil without a
+	// CRIEndpoint or when a pod's timestamps were missing.
+	CRI []time.Duration
+	// Overhead is BoundToRunning less CRI, pod by pod: the agent's own
+	// share. nil when CRI is.
+	Overhead []time.Duration
+	// Wall is from the first create call to the last pod seen Running.
+	Wall time.Duration
+	// AgentCPU is the CPU time the agent process used over Wall; 0 without
+	// an AgentPID.
+	AgentCPU time.Duration
+}
+
+// burstPod is what the creator and the watch learned about one pod.
+type burstPod struct {
+	uid                     types.UID
+	created, bound, running time.Time
+}
+
+// RunBurst creates opts.Pods pods at once (one goroutine each), all with a
+// container that sleeps for an hour, and watches them until every one is
+// Running. It returns each pod's figures. The pods are left running;
+// DeletePods removes them.
+func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
+	if opts.Client == nil || opts.Namespace == "" || opts.NodeName == "" || opts.Pods <= 0 || opts.Image == "" {
+		return nil, errors.New("pod burst: Client, Namespace, NodeName, Pods and Image are required")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	pods := opts.Client.CoreV1().Pods(opts.Namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod burst: list pods in %s: %w", opts.Namespace, err)
+	}
+	if len(list.Items) > 0 {
+		return nil, fmt.Errorf("pod burst: namespace %s already holds %d pods", opts.Namespace, len(list.Items))
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return nil, fmt.Errorf("pod burst: watch pods in %s: %w", opts.Namespace, err)
+	}
+	defer w.Stop()
+
+	state := make(map[string]*burstPod, opts.Pods)
+	names := make([]string, opts.Pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("burst-%03d", i)
+		state[names[i]] = &burstPod{}
+	}
+	var cpuBefore ProcStats
+	if opts.AgentPID != 0 {
+		if cpuBefore, err = ReadProcStats(opts.AgentPID); err != nil {
+			return nil, fmt.Errorf("pod burst: %w", err)
+		}
+	}
+	began := time.Now()
+	// Each creator writes only its own pod's entry; the watch loop reads
+	// them after every creator returned.
+	createErrs := make(chan error, opts.Pods)
+	for _, name := range names {
+		go func() {
+			pod := burstPodSpec(name, opts)
+			state[name].created = time.Now()
+			_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+			if err != nil {
+				err = fmt.Errorf("pod burst: create pod %s/%s: %w", opts.Namespace, name, err)
+			}
+			createErrs <- err
+		}()
+	}
+	var errs []error
+	for range names {
+		if err := <-createErrs; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	running := 0
+	var last time.Time
+	for running < opts.Pods {
+		select {
+		case ev, ok := <-w.ResultChan():
+			now := time.Now()
+			if !ok {
+				return nil, fmt.Errorf("pod burst: watch closed with %d of %d pods Running", running, opts.Pods)
+			}
+			if ev.Type == watch.Error {
+				return nil, fmt.Errorf("pod burst: watch: %v", ev.Object)
+			}
+			pod, isPod := ev.Object.(*v1.Pod)
+			if !isPod {
+				continue
+			}
+			st := state[pod.Name]
+			if st == nil {
+				continue
+			}
+			st.uid = pod.UID
+			if st.bound.IsZero() && pod.Spec.NodeName != "" {
+				st.bound = now
+			}
+			switch {
+			case pod.Status.Phase == v1.PodFailed:
+				return nil, fmt.Errorf("pod burst: pod %s/%s failed: %s: %s", opts.Namespace, pod.Name, pod.Status.Reason, pod.Status.Message)
+			case pod.Status.Phase == v1.PodRunning && st.running.IsZero():
+				st.running = now
+				running++
+				last = now
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pod burst: %d of %d pods Running on %s within %s: %w", running, opts.Pods, opts.NodeName, opts.Timeout, ctx.Err())
+		}
+	}
+
+	res := &BurstResult{Wall: last.Sub(began)}
+	if opts.AgentPID != 0 {
+		after, err := ReadProcStats(opts.AgentPID)
+		if err != nil {
+			return nil, fmt.Errorf("pod burst: %w", err)
+		}
+		res.AgentCPU = after.CPU - cpuBefore.CPU
+	}
+	var cri map[types.UID]time.Duration
+	if opts.CRIEndpoint != "" {
+		if cri, err = CRITimes(ctx, opts.CRIEndpoint, opts.Namespace); err != nil {
+			return nil, fmt.Errorf("pod burst: %w", err)
+		}
+	}
+	for _, name := range names {
+		st := state[name]
+		res.CreateToRunning = append(res.CreateToRunning, st.running.Sub(st.created))
+		res.BoundToRunning = append(res.BoundToRunning, st.running.Sub(st.bound))
+		if d, ok := cri[st.uid]; ok {
+			res.CRI = append(res.CRI, d)
+			res.Overhead = append(res.Overhead, st.running.Sub(st.bound)-d)
+		}
+	}
+	if len(res.CRI) != opts.Pods {
+		res.CRI, res.Overhead = nil, nil
+	}
+	return res, nil
+}
+
+// burstPodSpec is a BestEffort pod with one container sleeping for an
+// hour, pinned to the node, without a service account token (no volume to
+// set up: the figures are about the agent and the runtime).
+func burstPodSpec(name string, opts BurstOptions) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: opts.Namespace, Labels: map[string]string{"app": "nodebench"}},
+		Spec: v1.PodSpec{
+			NodeSelector:                  map[string]string{v1.LabelHostname: opts.NodeName},
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []v1.Container{{
+				Name:            "sleep",
+				Image:           opts.Image,
+				Command:         []string{"sleep", "3600"},
+				ImagePullPolicy: v1.PullIfNotPresent,
+			}},
+		},
+	}
+}
+
+// WaitForNamespace creates namespace ns if needed and waits until its
+// default ServiceAccount exists (kube-controller-manager creates it), since
+// pods cannot be created before.
+func WaitForNamespace(ctx context.Context, client kubernetes.Interface, ns string) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s: default service account: %w", ns, err)
+	}
+	return nil
+}
+
+// DeletePods deletes every pod of namespace ns (grace period 1 s) and waits
+// until the node agents removed them all, up to timeout.
+func DeletePods(ctx context.Context, client kubernetes.Interface, ns string, timeout time.Duration) error {
+	pods := client.CoreV1().Pods(ns)
+	err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("delete pods in %s: %w", ns, err)
+	}
+	left := -1
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		left = len(list.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete pods in %s: %d left after %s: %w", ns, left, timeout, err)
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+// Package bench measures nodekit node agents against the real control plane
+// of package cluster, for cmd/nodebench: how fast a node turns Ready, how
+// fast a burst of pods runs and at what CPU cost, how much memory and idle
+// CPU an agent uses, how many API requests an idle node makes, and how many
+// agents one process can run.
+//
+// Every figure is taken from outside the agent, the way an operator would
+// see it, so the same code measures the upstream kubelet as an anchor:
+//
+//   - startup: TimeToReady, from just before the agent process starts to a
+//     watch event showing the Node Ready;
+//   - pods: RunBurst creates many pods at once and times each from its
+//     create call, and from the watch event showing it bound to the node,
+//     to the watch event showing it Running; CRITimes reads the runtime's
+//     own timestamps so the runtime's share can be subtracted;
+//   - resources: ReadProcStats reads VmRSS, VmHWM and utime+stime from
+//     /proc/<pid>;
+//   - API traffic: CountRequests counts a node's requests, by verb and
+//     resource, in kube-apiserver's audit log;
+//   - scale: StartFleet runs many complete agents (agent.Module, each on
+//     its own runtime/fakecri) in this process, and WatchReady waits for
+//     all of them to be Ready.
+//
+// Results go into a Table (metric, nodekit, target, kubelet measured in the
+// same run, the brief's anchor, pass or FAIL), printed by Table.Write.
+// Nothing here asserts timing: the command prints figures, tests only check
+// that they are produced.
+package bench

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// NodeReady reports whether node's Ready condition is True.
+func NodeReady(node *v1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TimeToReady measures a node agent's startup: it opens a watch on Node
+// name, calls start (which launches the agent and may wait for it, as
+// cluster.Agent.Start waits for /healthz), and returns the time from just
+// before start until the watch delivered the Node with Ready=True. A Node
+// that is already Ready when the watch opens is an error: the figure would
+// mean nothing. It gives up after timeout.
+func TimeToReady(ctx context.Context, client kubernetes.Interface, name string, timeout time.Duration, start func(context.Context) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: selector})
+	if err != nil {
+		return 0, fmt.Errorf("node %s: list: %w", name, err)
+	}
+	for i := range list.Items {
+		if NodeReady(&list.Items[i]) {
+			return 0, fmt.Errorf("node %s is Ready before its agent starts", name)
+		}
+	}
+	w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return 0, fmt.Errorf("node %s: watch: %w", name, err)
+	}
+	defer w.Stop()
+	began := time.Now()
+	if err := start(ctx); err != nil {
+		return 0, fmt.Errorf("node %s: start: %w", name, err)
+	}
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, fmt.Errorf("node %s: watch closed before Ready", name)
+			}
+			if ev.Type == watch.Error {
+				return 0, fmt.Errorf("node %s: watch: %v", name, ev.Object)
+			}
+			if node, ok := ev.Object.(*v1.Node); ok && NodeReady(node) {
+				return time.Since(began), nil
+			}
+		case <-ctx.Done():
+			return 0, fmt.Errorf("node %s: not Ready within %s: %w", name, timeout, ctx.Err())
+		}
+	}
+}
+
+// ReadyWatch counts the Nodes matching a label selector that turned Ready.
+// Open it before starting the agents.
+type ReadyWatch struct {
+	w     watch.Interface
+	ready map[string]bool
+}
+
+// WatchReady opens a watch on the Nodes matching labelSelector. The caller
+// must Stop it.
+func WatchReady(ctx context.Context, client kubernetes.Interface, labelSelector string) (*ReadyWatch, error) {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelSelector})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes %s: %w", labelSelector, err)
+	}
+	rw := &ReadyWatch{ready: map[string]bool{}}
+	for i := range list.Items {
+		if NodeReady(&list.Items[i]) {
+			rw.ready[list.Items[i].Name] = true
+		}
+	}
+	rw.w, err = client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: labelSelector, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return nil, fmt.Errorf("watch nodes %s: %w", labelSelector, err)
+	}
+	return rw, nil
+}
+
+// Wait blocks until n Nodes were Ready at once, returning when the watch
+// saw the last one turn Ready, or until ctx is done, returning how many
+// were Ready. Not safe for concurrent use.
+func (rw *ReadyWatch) Wait(ctx context.Context, n int) (time.Time, error) {
+	for len(rw.ready) < n {
+		select {
+		case ev, ok := <-rw.w.ResultChan():
+			if !ok {
+				return time.Time{}, fmt.Errorf("node watch closed with %d of %d nodes Ready", len(rw.ready), n)
+			}
+			node, isNode := ev.Object.(*v1.Node)
+			switch {
+			case ev.Type == watch.Error:
+				return time.Time{}, fmt.Errorf("node watch: %v", ev.Object)
+			case !isNode:
+			case ev.Type != watch.Deleted && NodeReady(node):
+				rw.ready[node.Name] = true
+			default:
+				delete(rw.ready, node.Name)
+			}
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d nodes Ready: %w", len(rw.ready), n, ctx.Err())
+		}
+	}
+	return time.Now(), nil
+}
+
+// Stop closes the watch.
+func (rw *ReadyWatch) Stop() { rw.w.Stop() }

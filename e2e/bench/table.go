@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Row is one line of the results table. Empty cells print as "—".
+type Row struct {
+	// Metric names the figure and how it was measured.
+	Metric string
+	// Value is nodekit's figure.
+	Value string
+	// Target is what nodekit must reach.
+	Target string
+	// Kubelet is the upstream kubelet's figure measured in the same run.
+	Kubelet string
+	// Anchor is the reference figure of the project brief.
+	Anchor string
+	// Result is Pass, Fail or empty when there is nothing to judge.
+	Result string
+}
+
+// Results of a Row.
+const (
+	Pass = "pass"
+	Fail = "FAIL"
+)
+
+// Verdict returns Pass when ok, else Fail.
+func Verdict(ok bool) string {
+	if ok {
+		return Pass
+	}
+	return Fail
+}
+
+// Table is the benchmark's report: rows in the order added, then notes.
+type Table struct {
+	Rows  []Row
+	Notes []string
+}
+
+// Add appends a row.
+func (t *Table) Add(r Row) { t.Rows = append(t.Rows, r) }
+
+// Note appends a note printed under the table.
+func (t *Table) Note(format string, args ...any) {
+	t.Notes = append(t.Notes, fmt.Sprintf(format, args...))
+}
+
+// Failed reports whether any row failed its target.
+func (t *Table) Failed() bool {
+	for _, r := range t.Rows {
+		if r.Result == Fail {
+			return true
+		}
+	}
+	return false
+}
+
+// Write prints the table with aligned columns, then the notes.
+func (t *Table) Write(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "METRIC\tNODEKIT\tTARGET\tKUBELET (this run)\tANCHOR (brief)\tRESULT")
+	for _, r := range t.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Metric), cell(r.Value), cell(r.Target), cell(r.Kubelet), cell(r.Anchor), cell(r.Result))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range t.Notes {
+		if _, err := fmt.Fprintln(w, "- "+n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cell(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "—"
+	}
+	return s
+}
