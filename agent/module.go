@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -62,6 +63,7 @@ var Module = fx.Module("agent",
 		runtimeOptions,
 		runtimeFuncs,
 		provideHealthServer,
+		ensureDataDirs,
 	),
 	fx.Module("heartbeat",
 		// Lease and node status use the heartbeat client, as the kubelet's.
@@ -126,7 +128,30 @@ func statusOptions(cfg *Config, c *Clients) status.Options {
 	}
 }
 
-func setterOptions(cfg *Config) (status.SetterOptions, error) {
+// dataDirs stands for the agent's directories existing: the provider of a
+// value that needs them takes a dataDirs, so its start hook runs after they
+// are made.
+type dataDirs struct{}
+
+// ensureDataDirs makes the agent's directories on start, as the kubelet
+// does: its root directory (whose filesystem is the node's
+// ephemeral-storage), the pods directory under it and the pod logs directory.
+func ensureDataDirs(lc fx.Lifecycle, cfg *Config) dataDirs {
+	lc.Append(fx.StartHook(func() error {
+		for _, d := range []struct {
+			path string
+			mode os.FileMode
+		}{{cfg.RootDir, 0o750}, {filepath.Join(cfg.RootDir, "pods"), 0o750}, {cfg.Kubelet.PodLogsDir, 0o755}} {
+			if err := os.MkdirAll(d.path, d.mode); err != nil {
+				return fmt.Errorf("create the agent's directory: %w", err)
+			}
+		}
+		return nil
+	}))
+	return dataDirs{}
+}
+
+func setterOptions(cfg *Config, _ dataDirs) (status.SetterOptions, error) {
 	kc := &cfg.Kubelet
 	kubeReserved, err := parseResourceList(kc.KubeReserved)
 	if err != nil {

@@ -35,7 +35,8 @@ func testConfig(t *testing.T, endpoint string) *Config {
 		"--node-ip=127.0.0.1",
 		"--container-runtime-endpoint=" + endpoint,
 		"--healthz-port=" + freePort(t),
-		"--root-dir=" + t.TempDir(),
+		// A root directory that does not exist yet: the agent makes it.
+		"--root-dir=" + filepath.Join(t.TempDir(), "state"),
 		"--node-labels=example.com/role=test",
 		// Unit tests leave the host's cgroups alone.
 		"--cgroups-per-qos=false",
@@ -43,6 +44,7 @@ func testConfig(t *testing.T, endpoint string) *Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Kubelet.PodLogsDir = filepath.Join(t.TempDir(), "logs")
 	return cfg
 }
 

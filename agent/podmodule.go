@@ -96,6 +96,7 @@ func cgroupOptions(cfg *Config, c *runtime.Client, late *lateBound) cgroupdriver
 type podManagerParams struct {
 	fx.In
 
+	Dirs       dataDirs
 	Config     *Config
 	Client     *runtime.Client
 	Clients    *Clients

@@ -85,7 +85,9 @@ func TestModuleAddsReplacesAndRemovesSetters(t *testing.T) {
 			}, fx.ResultTags(`group:"node_status_setters"`)),
 			// One more health check gates Ready.
 			fx.Annotate(func() status.HealthCheck {
-				return status.HealthCheck{Name: "PLEG", Healthy: func() (bool, error) { return false, errors.New("PLEG is not healthy: pleg was last seen active 4m ago") }}
+				return status.HealthCheck{Name: "PLEG", Healthy: func() (bool, error) {
+					return false, errors.New("PLEG is not healthy: pleg was last seen active 4m ago")
+				}}
 			}, fx.ResultTags(`group:"node_health_checks"`)),
 		),
 		fx.Populate(&reporter),
