@@ -4,7 +4,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
@@ -52,10 +51,6 @@ func provideManager(p Params) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := p.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "cgroupdriver", m.Run)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "cgroupdriver", m.Run)
 	return m, nil
 }

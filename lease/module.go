@@ -5,7 +5,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
@@ -50,10 +49,6 @@ func provide(p Params) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := p.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "lease", c.Run)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "lease", c.Run)
 	return c, nil
 }

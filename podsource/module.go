@@ -4,7 +4,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
@@ -55,10 +54,6 @@ func provide(p Params) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := p.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "podsource", c.Run)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "podsource", c.Run)
 	return c, nil
 }

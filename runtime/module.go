@@ -6,7 +6,6 @@ import (
 	"go.uber.org/fx"
 	"k8s.io/client-go/tools/record"
 	cri "k8s.io/cri-api/pkg/apis"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
@@ -125,10 +124,6 @@ func providePods(p PodsParams) (PodsResult, error) {
 	if err != nil {
 		return PodsResult{}, err
 	}
-	logger := p.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "pleg", pleg.Run)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pleg", pleg.Run)
 	return PodsResult{PodManager: pm, PLEG: pleg, Cache: pleg.Cache()}, nil
 }

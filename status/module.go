@@ -6,7 +6,6 @@ import (
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
@@ -126,10 +125,6 @@ func provideReporter(p Params) (*Reporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := p.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "status", r.Run)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "status", r.Run)
 	return r, nil
 }

@@ -15,8 +15,9 @@ import (
 // Hook appends an fx hook to lc that starts run in its own goroutine on
 // OnStart and cancels it and waits for it to return on OnStop.
 //
-// run receives a context that carries logger named after the component, so
-// it logs with klog.FromContext. A run that returns an error other than
+// run receives a context that carries logger (klog's when logger is the zero
+// value, as an optional fx dependency is when nobody provides one) named
+// after the component, so it logs with klog.FromContext. A run that returns an error other than
 // context.Canceled before the application stops is logged and, when sd is
 // not nil, shuts the application down with exit code 1: a component that
 // cannot do its job must not leave a half-working agent behind. Hook does not
@@ -26,6 +27,9 @@ func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, ru
 		cancel context.CancelFunc
 		done   chan struct{}
 	)
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
 	logger = logger.WithName(name)
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {

@@ -7,7 +7,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
@@ -63,17 +62,14 @@ func provide(p Params) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = p.Clock
 	}
-	logger := p.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
 	if opts.Logger.GetSink() == nil {
-		opts.Logger = logger
+		// NewManager defaults a zero logger to klog's.
+		opts.Logger = p.Logger
 	}
 	m, err := NewManager(opts)
 	if err != nil {
 		return nil, err
 	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, logger, "podstatus", m.Run)
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "podstatus", m.Run)
 	return m, nil
 }
