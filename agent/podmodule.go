@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,8 +32,7 @@ var podModule = fx.Options(
 		apiserverSourceOptions,
 		func(c *podsource.Config) podstatus.PodGetter { return c },
 		cgroupOptions,
-		providePodManager,
-		providePLEG,
+		podManagerOptions,
 		providePodController,
 		func() *lateBound { return &lateBound{} },
 		newServiceLister,
@@ -44,6 +42,7 @@ var podModule = fx.Options(
 	podsource.Module,
 	podstatus.Module,
 	cgroupdriver.Module,
+	runtime.PodsModule,
 	fx.Invoke(func(*PodController) {}),
 	fx.Invoke(func(l *lateBound, r *status.Reporter) { l.reporter.Store(r) }),
 )
@@ -96,16 +95,12 @@ func cgroupOptions(cfg *Config, c *runtime.Client, late *lateBound) cgroupdriver
 type podManagerParams struct {
 	fx.In
 
-	Dirs       dataDirs
-	Config     *Config
-	Client     *runtime.Client
-	Clients    *Clients
-	Cgroups    *cgroupdriver.Manager
-	Late       *lateBound
-	Services   *serviceLister
-	Recorder   record.EventRecorder
-	Clock      clock.Clock
-	Registerer prometheus.Registerer
+	Dirs     dataDirs
+	Config   *Config
+	Clients  *Clients
+	Cgroups  *cgroupdriver.Manager
+	Late     *lateBound
+	Services *serviceLister
 }
 
 // maxParallelImagePulls maps the kubelet's serializeImagePulls and
@@ -122,25 +117,26 @@ func maxParallelImagePulls(serialize *bool, max *int32) int {
 	}
 }
 
-func providePodManager(p podManagerParams) (*runtime.PodManager, error) {
+// podManagerOptions configures the runtime's pod manager from the
+// KubeletConfiguration; runtime.PodsModule fills in the CRI services,
+// recorder, clock and registerer.
+func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	kc := &p.Config.Kubelet
 	var dns []net.IP
 	for _, s := range kc.ClusterDNS {
 		ip := net.ParseIP(s)
 		if ip == nil {
-			return nil, fmt.Errorf("clusterDNS: %q is not an IP address", s)
+			return runtime.PodManagerOptions{}, fmt.Errorf("clusterDNS: %q is not an IP address", s)
 		}
 		dns = append(dns, ip)
 	}
 	core := p.Clients.Client.CoreV1()
 	version, err := p.Cgroups.Driver().Version()
 	if err != nil {
-		return nil, fmt.Errorf("cgroup version: %w", err)
+		return runtime.PodManagerOptions{}, fmt.Errorf("cgroup version: %w", err)
 	}
 	cgroupV2 := version == 2
-	return runtime.NewPodManager(runtime.PodManagerOptions{
-		Runtime:               p.Client.RuntimeService(),
-		Images:                p.Client.ImageService(),
+	return runtime.PodManagerOptions{
 		NodeName:              p.Config.NodeName,
 		NodeIPs:               p.Config.NodeIPs,
 		PodLogsDir:            kc.PodLogsDir,
@@ -164,20 +160,7 @@ func providePodManager(p podManagerParams) (*runtime.PodManager, error) {
 			return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 		Allocatable: p.Late.allocatable,
-		Recorder:    p.Recorder,
-		Clock:       p.Clock,
-		Registerer:  p.Registerer,
-	})
-}
-
-func providePLEG(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, pm *runtime.PodManager, c *runtime.Client,
-	clk clock.Clock, reg prometheus.Registerer) (*runtime.PLEG, error) {
-	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: pm, Runtime: c.RuntimeService(), Clock: clk, Registerer: reg})
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(lc, sd, logger, "pleg", p.Run)
-	return p, nil
+	}, nil
 }
 
 // plegHealthCheck gates Ready on the PLEG, as the kubelet's "PLEG is not
