@@ -23,6 +23,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
 
@@ -261,6 +262,59 @@ func TestAgentRejectsAPodThatDoesNotFit(t *testing.T) {
 	}
 	if n := cri.Calls("RunPodSandbox"); n != 0 {
 		t.Errorf("a rejected pod got %d sandboxes", n)
+	}
+}
+
+// TestAgentStopsPodsNoSourceKnows: a pod left running in the runtime while
+// the agent was down, and deleted from the API meanwhile, is stopped and
+// removed once the agent's sources have reported.
+func TestAgentStopsPodsNoSourceKnows(t *testing.T) {
+	_, endpoint := startFakeCRI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Run a pod on the runtime directly, as a previous agent would have.
+	rc, err := runtime.New(runtime.Options{Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	pm, err := runtime.NewPodManager(runtime.PodManagerOptions{
+		Runtime: rc.RuntimeService(), Images: rc.ImageService(), NodeName: "node-a",
+		PodLogsDir: t.TempDir(), PodsDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: "uid-gone"},
+		Spec:       v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "app", Image: "busybox"}}},
+	}
+	if res := pm.SyncPod(ctx, orphan, nil, nil, nil); res.Err != nil {
+		t.Fatalf("start the orphan: %v", res.Err)
+	}
+	running := func() int {
+		pods, err := pm.ListPods(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pods)
+	}
+	if running() != 1 {
+		t.Fatal("the orphan is not running")
+	}
+
+	cfg := testConfig(t, endpoint)
+	client := fake.NewClientset()
+	app := fxtest.New(t, fx.Supply(cfg), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
+	app.RequireStart()
+	defer app.RequireStop()
+	defer requireNoShutdown(t, app)
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return running() == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the pod no source knows is still running: %v", err)
 	}
 }
 

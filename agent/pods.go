@@ -103,6 +103,10 @@ type PodController struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
+	// orphans are the pods no source knows that are being stopped.
+	orphans map[types.UID]bool
+	// cleanups tracks the goroutines stopping orphans.
+	cleanups sync.WaitGroup
 }
 
 // podRecord is what the controller remembers of one pod.
@@ -133,7 +137,7 @@ func NewPodController(opts PodControllerOptions) (*PodController, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	c := &PodController{opts: opts, clock: opts.Clock, pods: map[types.UID]*podRecord{}}
+	c := &PodController{opts: opts, clock: opts.Clock, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}}
 	c.workers = newPodWorkers(c.syncPod, opts.Clock)
 	return c, nil
 }
@@ -160,6 +164,7 @@ func (c *PodController) activePodsLocked() []*v1.Pod {
 // Run handles pod updates, runtime events and housekeeping until ctx is
 // done, then waits for the pod workers to return. It blocks.
 func (c *PodController) Run(ctx context.Context) error {
+	defer c.cleanups.Wait()
 	defer c.workers.wait()
 	housekeeping := c.clock.NewTimer(c.opts.HousekeepingPeriod)
 	defer housekeeping.Stop()
@@ -484,7 +489,8 @@ func (c *PodController) removed(uid types.UID) bool {
 
 // housekeeping stops and removes what the runtime runs of pods no source
 // knows (pods deleted while the agent was down), once every source has
-// reported.
+// reported. Each orphan is stopped in its own goroutine, so its grace period
+// does not hold up the sync loop.
 func (c *PodController) housekeeping(ctx context.Context) {
 	if !c.opts.Sources.AllReady() {
 		return
@@ -496,16 +502,33 @@ func (c *PodController) housekeeping(ctx context.Context) {
 		return
 	}
 	for _, rp := range running {
-		if !c.removed(rp.ID) || c.workers.known(rp.ID) {
+		c.mu.Lock()
+		_, known := c.pods[rp.ID]
+		skip := known || c.orphans[rp.ID] || c.workers.known(rp.ID)
+		if !skip {
+			c.orphans[rp.ID] = true
+		}
+		c.mu.Unlock()
+		if skip {
 			continue
 		}
-		logger.Info("Stopping a pod no source knows", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
-		if err := c.opts.Runtime.KillPod(ctx, nil, rp, nil); err != nil {
-			logger.Error(err, "Cannot stop an orphaned pod", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
-			continue
-		}
-		if err := c.cleanup(ctx, rp.ID); err != nil {
-			logger.Error(err, "Cannot remove an orphaned pod", "pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
-		}
+		c.cleanups.Add(1)
+		go func() {
+			defer c.cleanups.Done()
+			defer func() {
+				c.mu.Lock()
+				delete(c.orphans, rp.ID)
+				c.mu.Unlock()
+			}()
+			log := logger.WithValues("pod", klog.KRef(rp.Namespace, rp.Name), "podUID", rp.ID)
+			log.Info("Stopping a pod no source knows")
+			if err := c.opts.Runtime.KillPod(ctx, nil, rp, nil); err != nil {
+				log.Error(err, "Cannot stop an orphaned pod")
+				return
+			}
+			if err := c.cleanup(ctx, rp.ID); err != nil {
+				log.Error(err, "Cannot remove an orphaned pod")
+			}
+		}()
 	}
 }
