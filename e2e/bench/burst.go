@@ -64,10 +64,10 @@ type BurstResult struct {
 	AgentCPU time.Duration
 }
 
-// burstPod is what the creator and the watch learned about one pod.
+// burstPod is what the watch learned about one pod.
 type burstPod struct {
-	uid                     types.UID
-	created, bound, running time.Time
+	uid            types.UID
+	bound, running time.Time
 }
 
 // RunBurst creates opts.Pods pods at once (one goroutine each), all with a
@@ -97,8 +97,11 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 	}
 	defer w.Stop()
 
+	// The watch loop owns state; each creator writes only its own entry of
+	// created, which the loop reads once every creator has reported.
 	state := make(map[string]*burstPod, opts.Pods)
 	names := make([]string, opts.Pods)
+	created := make([]time.Time, opts.Pods)
 	for i := range names {
 		names[i] = fmt.Sprintf("burst-%03d", i)
 		state[names[i]] = &burstPod{}
@@ -110,13 +113,11 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		}
 	}
 	began := time.Now()
-	// Each creator writes only its own pod's entry; the watch loop reads
-	// them after every creator returned.
 	createErrs := make(chan error, opts.Pods)
-	for _, name := range names {
+	for i, name := range names {
 		go func() {
 			pod := burstPodSpec(name, opts)
-			state[name].created = time.Now()
+			created[i] = time.Now()
 			_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 			if err != nil {
 				err = fmt.Errorf("pod burst: create pod %s/%s: %w", opts.Namespace, name, err)
@@ -124,20 +125,18 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 			createErrs <- err
 		}()
 	}
-	var errs []error
-	for range names {
-		if err := <-createErrs; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
 
-	running := 0
+	// Read the watch while the pods are being created: a watcher that
+	// falls behind is closed by the apiserver.
+	running, creating := 0, opts.Pods
 	var last time.Time
-	for running < opts.Pods {
+	for running < opts.Pods || creating > 0 {
 		select {
+		case err := <-createErrs:
+			creating--
+			if err != nil {
+				return nil, err
+			}
 		case ev, ok := <-w.ResultChan():
 			now := time.Now()
 			if !ok {
@@ -185,9 +184,9 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 			return nil, fmt.Errorf("pod burst: %w", err)
 		}
 	}
-	for _, name := range names {
+	for i, name := range names {
 		st := state[name]
-		res.CreateToRunning = append(res.CreateToRunning, st.running.Sub(st.created))
+		res.CreateToRunning = append(res.CreateToRunning, st.running.Sub(created[i]))
 		res.BoundToRunning = append(res.BoundToRunning, st.running.Sub(st.bound))
 		if d, ok := cri[st.uid]; ok {
 			res.CRI = append(res.CRI, d)

@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ms(n ...int) []time.Duration {
+	out := make([]time.Duration, len(n))
+	for i, v := range n {
+		out[i] = time.Duration(v) * time.Millisecond
+	}
+	return out
+}
+
+func TestSummarizeNearestRank(t *testing.T) {
+	var samples []time.Duration
+	for i := 100; i >= 1; i-- { // 100 ms … 1 ms, unsorted
+		samples = append(samples, time.Duration(i)*time.Millisecond)
+	}
+	d := Summarize(samples)
+	want := Distribution{N: 100, P50: 50 * time.Millisecond, P90: 90 * time.Millisecond, P99: 99 * time.Millisecond,
+		Min: time.Millisecond, Max: 100 * time.Millisecond}
+	if d != want {
+		t.Errorf("Summarize = %+v, want %+v", d, want)
+	}
+	if samples[0] != 100*time.Millisecond {
+		t.Error("Summarize sorted its input")
+	}
+	if d := Summarize(ms(7)); d.P50 != 7*time.Millisecond || d.P99 != 7*time.Millisecond {
+		t.Errorf("one sample: %+v", d)
+	}
+	if d := Summarize(nil); d != (Distribution{}) || d.String() != "n/a" {
+		t.Errorf("no samples: %+v %q", d, d.String())
+	}
+	// Three samples: p50 is the 2nd, p90 and p99 the 3rd.
+	if d := Summarize(ms(30, 10, 20)); d.P50 != 20*time.Millisecond || d.P90 != 30*time.Millisecond {
+		t.Errorf("three samples: %+v", d)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{nil, 0},
+		{ms(5), 5 * time.Millisecond},
+		{ms(9, 1, 5), 5 * time.Millisecond},
+		{ms(4, 1, 3, 2), 2 * time.Millisecond},
+	} {
+		if got := Median(c.in); got != c.want {
+			t.Errorf("Median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		1500 * time.Microsecond: "1.5 ms",
+		42 * time.Millisecond:   "42 ms",
+		1270 * time.Millisecond: "1.27 s",
+		-3 * time.Millisecond:   "-3.0 ms",
+	} {
+		if got := FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := FormatMiB(40 << 20); got != "40.0 MiB" {
+		t.Errorf("FormatMiB = %q", got)
+	}
+}
+
+func TestParseProcStats(t *testing.T) {
+	status := []byte("Name:\tnodeagent\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nThreads:\t12\n")
+	// A command name with a space and a parenthesis; utime 150, stime 50.
+	stat := []byte("4242 (node agent)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 50 0 0 20 0 12 0 100 900000 10240 18446744073709551615")
+	st, err := parseProcStats(4242, status, stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ProcStats{RSS: 40 << 20, PeakRSS: 50 << 20, CPU: 2 * time.Second}
+	if st != want {
+		t.Errorf("parseProcStats = %+v, want %+v", st, want)
+	}
+	if _, err := parseProcStats(1, []byte("Name:\tx\n"), stat); err == nil || !strings.Contains(err.Error(), "VmRSS") {
+		t.Errorf("no VmRSS: err = %v", err)
+	}
+	if _, err := parseProcStats(1, status, []byte("1 (x) S 1 2")); err == nil {
+		t.Error("short stat: no error")
+	}
+	if _, err := parseProcStats(1, []byte("VmRSS:\tlots kB\n"), stat); err == nil {
+		t.Error("malformed VmRSS: no error")
+	}
+}
+
+func TestReadProcStatsOfThisProcess(t *testing.T) {
+	st, err := ReadProcStats(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RSS == 0 || st.PeakRSS < st.RSS {
+		t.Errorf("stats of this process = %+v", st)
+	}
+	if _, err := ReadProcStats(-1); err == nil {
+		t.Error("pid -1: no error")
+	}
+}
+
+func TestCountRequests(t *testing.T) {
+	lines := []string{
+		// In the window: a lease update (two stages, one request), a
+		// status patch, a watch, a non-resource request.
+		`{"auditID":"a1","stage":"ResponseStarted","verb":"update","user":{"username":"system:node:n1"},"objectRef":{"resource":"leases"},"requestReceivedTimestamp":"2026-01-01T00:00:10.000000Z"}`,
+		`{"auditID":"a1","stage":"ResponseComplete","verb":"update","user":{"username":"system:node:n1"},"objectRef":{"resource":"leases"},"requestReceivedTimestamp":"2026-01-01T00:00:10.000000Z"}`,
+		`{"auditID":"a2","stage":"ResponseComplete","verb":"patch","user":{"username":"system:node:n1"},"objectRef":{"resource":"nodes","subresource":"status"},"requestReceivedTimestamp":"2026-01-01T00:00:20.500000Z"}`,
+		`{"auditID":"a3","stage":"ResponseStarted","verb":"watch","user":{"username":"system:node:n1"},"objectRef":{"resource":"pods"},"requestReceivedTimestamp":"2026-01-01T00:00:30.000000Z"}`,
+		`{"auditID":"a4","stage":"ResponseComplete","verb":"get","user":{"username":"system:node:n1"},"requestURI":"/version","requestReceivedTimestamp":"2026-01-01T00:00:31.000000Z"}`,
+		// Another node, and n1 outside the window.
+		`{"auditID":"b1","stage":"ResponseComplete","verb":"update","user":{"username":"system:node:n10"},"objectRef":{"resource":"leases"},"requestReceivedTimestamp":"2026-01-01T00:00:10.000000Z"}`,
+		`{"auditID":"a5","stage":"ResponseComplete","verb":"update","user":{"username":"system:node:n1"},"objectRef":{"resource":"leases"},"requestReceivedTimestamp":"2026-01-01T00:01:00.000000Z"}`,
+		`{"auditID":"a0","stage":"ResponseComplete","verb":"update","user":{"username":"system:node:n1"},"objectRef":{"resource":"leases"},"requestReceivedTimestamp":"2026-01-01T00:00:09.999999Z"}`,
+	}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	got, err := CountRequests(path, "system:node:n1", from, from.Add(50*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Requests{"update leases": 1, "patch nodes/status": 1, "watch pods": 1, "get /version": 1}
+	if got.String() != want.String() || got.Total() != 4 {
+		t.Errorf("CountRequests = %s (total %d), want %s", got, got.Total(), want)
+	}
+	if s := (Requests{}).String(); s != "none" {
+		t.Errorf("empty String = %q", s)
+	}
+
+	if err := os.WriteFile(path, []byte(`{"user":{"username":"system:node:n1"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CountRequests(path, "system:node:n1", from, from); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("malformed line: err = %v", err)
+	}
+	if _, err := CountRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
+		t.Error("missing file: no error")
+	}
+}
+
+func TestTable(t *testing.T) {
+	var tab Table
+	tab.Add(Row{Metric: "a", Value: "1", Result: Verdict(true)})
+	if tab.Failed() {
+		t.Error("Failed with only passes")
+	}
+	tab.Add(Row{Metric: "b", Value: "2", Result: Verdict(false)})
+	if !tab.Failed() {
+		t.Error("not Failed with a FAIL row")
+	}
+	var out strings.Builder
+	if err := tab.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[2], "FAIL") || !strings.Contains(lines[1], "—") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}

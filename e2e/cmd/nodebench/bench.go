@@ -1,0 +1,668 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodekit/nodekit/e2e/bench"
+	"github.com/nodekit/nodekit/e2e/cluster"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// Limits that bound a hang; they do not judge speed.
+const (
+	readyTimeout  = 2 * time.Minute
+	burstTimeout  = 5 * time.Minute
+	deleteTimeout = 3 * time.Minute
+	fleetTimeout  = 15 * time.Minute
+)
+
+// node is one measured node agent process (nodekit's or the kubelet) and
+// what was measured of it.
+type node struct {
+	agent   *cluster.Agent
+	nodekit bool // the agent serves nodekit's metrics
+
+	// stopRuntime stops its fake runtime; nil on containerd.
+	stopRuntime func()
+	criEndpoint string
+
+	startToReady time.Duration
+	idle         *idleFigures
+	burst        *bench.BurstResult
+	burstRSS     uint64
+}
+
+// idleFigures are what an idle window measured of one node.
+type idleFigures struct {
+	window   time.Duration
+	rss      uint64
+	cpu      time.Duration
+	requests bench.Requests
+	// From nodekit's metrics (zero for the kubelet).
+	leaseRenewals, nodeStatusPatches, podStatusPatches float64
+}
+
+// fleetFigures are the scale figures.
+type fleetFigures struct {
+	nodes                int
+	credentials, started time.Duration
+	allReady             time.Duration
+	rssBefore, rssAfter  uint64
+	peakRSS              uint64
+}
+
+// benchmark is one run of the command.
+type benchmark struct {
+	opts     options
+	progress io.Writer
+	dir      string
+	keepDir  bool
+	klogFile *os.File
+
+	src      cluster.Source
+	cp       *cluster.ControlPlane
+	client   kubernetes.Interface
+	agentBin string
+	ctrd     *cluster.Containerd
+	cleanups []func() error // run in reverse order by close
+	// cgroups are removed by close after the cleanups, once containerd
+	// and every agent are gone.
+	cgroups []func() error
+
+	// Results; nil or zero when not measured.
+	containerdSkipped string // why containerd figures are missing
+	kubeletSkipped    string
+	startFake         []time.Duration // Node not pre-registered
+	startFakePre      []time.Duration // Node pre-registered
+	fake              *node
+	ctrdNode          *node
+	kubelet           *node
+	fleet             *fleetFigures
+	runtimeVersion    string
+
+	table bench.Table
+}
+
+func newBench(opts options, progress io.Writer) (*benchmark, error) {
+	b := &benchmark{opts: opts, progress: progress, dir: opts.dir, keepDir: opts.dir != ""}
+	if b.dir == "" {
+		var err error
+		if b.dir, err = os.MkdirTemp("", "nodebench-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(b.dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The in-process fleet logs through klog: into a file, not the
+	// terminal.
+	var err error
+	if b.klogFile, err = os.Create(filepath.Join(b.dir, "nodebench-klog.log")); err != nil {
+		return nil, err
+	}
+	fs := flagSetForKlog()
+	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := fs.Set(name, value); err != nil {
+			return nil, err
+		}
+	}
+	klog.SetOutput(b.klogFile)
+	return b, nil
+}
+
+func (b *benchmark) logf(format string, args ...any) {
+	fmt.Fprintf(b.progress, "nodebench: "+format+"\n", args...)
+}
+
+// close runs the cleanups, newest first, and removes the state directory
+// unless -dir was given or the run failed.
+func (b *benchmark) close(failed bool) error {
+	var errs []error
+	for i := len(b.cleanups) - 1; i >= 0; i-- {
+		if err := b.cleanups[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, remove := range b.cgroups {
+		if err := remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	klog.Flush()
+	b.klogFile.Close()
+	if failed || len(errs) > 0 || b.keepDir {
+		b.logf("state and logs kept in %s", b.dir)
+	} else if err := os.RemoveAll(b.dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// onClose registers a cleanup for close.
+func (b *benchmark) onClose(f func() error) { b.cleanups = append(b.cleanups, f) }
+
+func (b *benchmark) run(ctx context.Context) error {
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	if err := b.startupFakecri(ctx); err != nil {
+		return err
+	}
+	if err := b.nodekitNodes(ctx); err != nil {
+		return err
+	}
+	if err := b.kubeletAnchor(ctx); err != nil {
+		// The anchor is a comparison, not nodekit's figure: report why it
+		// is missing and go on.
+		b.kubeletSkipped = err.Error()
+		b.logf("kubelet anchor failed: %v", err)
+	}
+	return b.scale(ctx)
+}
+
+// setup builds what is needed and starts the control plane and, when
+// asked for, containerd.
+func (b *benchmark) setup(ctx context.Context) error {
+	var err error
+	if b.src, err = cluster.LocateSource(); err != nil {
+		return err
+	}
+	b.logf("state in %s", b.dir)
+	bins, err := cluster.BuildControlPlane(ctx, cluster.BuildOptions{Source: b.src, Log: b.progress})
+	if err != nil {
+		return err
+	}
+	binDir := filepath.Join(b.dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	if b.agentBin, err = cluster.BuildAgent(ctx, b.src, binDir, nil); err != nil {
+		return err
+	}
+
+	useContainerd := b.opts.containerd == "on"
+	if b.opts.containerd == "auto" {
+		if err := cluster.CheckContainerd(); err != nil {
+			b.containerdSkipped = err.Error()
+		} else {
+			useContainerd = true
+		}
+	}
+	if b.opts.containerd == "off" {
+		b.containerdSkipped = "-containerd=off"
+	}
+	var kubeletBin string
+	switch {
+	case !b.opts.kubelet:
+		b.kubeletSkipped = "-kubelet=false"
+	case !useContainerd:
+		b.kubeletSkipped = "it runs on containerd, which this run does not use"
+	default:
+		if kubeletBin, err = cluster.BuildKubelet(ctx, cluster.BuildOptions{Source: b.src, Log: b.progress}); err != nil {
+			b.kubeletSkipped = "build: " + err.Error()
+		}
+	}
+
+	b.cp, err = cluster.StartControlPlane(ctx, cluster.ControlPlaneOptions{
+		Binaries: bins, Dir: filepath.Join(b.dir, "controlplane"), Log: b.progress,
+	})
+	if err != nil {
+		return err
+	}
+	b.onClose(b.cp.Stop)
+	// A client whose rate limit never delays a burst.
+	cfg := b.cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 5000, 5000
+	if b.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if useContainerd {
+		b.ctrd, err = cluster.StartContainerd(ctx, cluster.ContainerdOptions{Source: b.src, Dir: filepath.Join(b.dir, "containerd"), Log: b.progress})
+		if err != nil {
+			return err
+		}
+		b.onClose(func() error { return b.ctrd.Close(context.Background()) })
+		name, version, err := b.ctrd.Version(ctx)
+		if err != nil {
+			return err
+		}
+		b.runtimeVersion = name + " " + version
+	}
+	if kubeletBin != "" {
+		b.kubelet = &node{criEndpoint: b.ctrd.Endpoint}
+		b.kubelet.agent, err = b.cp.NewKubelet(cluster.KubeletOptions{
+			Binary: kubeletBin, NodeName: "nb-kubelet", RuntimeEndpoint: b.ctrd.Endpoint,
+			CgroupRoot: "/" + b.cgroupName("kubelet"),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cgroupName is the cgroup root of one agent of this run.
+func (b *benchmark) cgroupName(who string) string {
+	return fmt.Sprintf("nodebench-%d-%s", os.Getpid(), who)
+}
+
+// fakeImages are the images every fake runtime holds: the ones the pods use.
+func fakeImages() ([]*runtimeapi.Image, error) {
+	img, err := fakecri.NewImage(cluster.BusyboxImage, 2<<20)
+	if err != nil {
+		return nil, err
+	}
+	return []*runtimeapi.Image{img}, nil
+}
+
+// newFakeNode prepares (does not start) a nodekit agent on its own fake
+// runtime.
+func (b *benchmark) newFakeNode(name string) (*node, error) {
+	images, err := fakeImages()
+	if err != nil {
+		return nil, err
+	}
+	cri := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS, Images: images})
+	sockDir, err := os.MkdirTemp("", "nb")
+	if err != nil {
+		return nil, err
+	}
+	endpoint, stop, err := cri.Start(filepath.Join(sockDir, "cri.sock"))
+	if err != nil {
+		os.RemoveAll(sockDir)
+		return nil, err
+	}
+	n := &node{nodekit: true, criEndpoint: endpoint, stopRuntime: func() { stop(); os.RemoveAll(sockDir) }}
+	n.agent, err = b.newNodekitAgent(name, endpoint, "--cgroups-per-qos=false")
+	if err != nil {
+		n.stopRuntime()
+		return nil, err
+	}
+	return n, nil
+}
+
+// newNodekitAgent prepares a nodekit agent process with its pod logs under
+// its own directory.
+func (b *benchmark) newNodekitAgent(name, endpoint string, extraArgs ...string) (*cluster.Agent, error) {
+	a, err := b.cp.NewAgent(cluster.AgentOptions{
+		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: extraArgs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := setConfigField(a.ConfigPath, "podLogsDir", filepath.Join(a.Dir, "pod-logs")); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// setConfigField sets one field of a KubeletConfiguration file.
+func setConfigField(path, field string, value any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	cfg[field] = value
+	if data, err = yaml.Marshal(cfg); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// stopNode stops the agent and its fake runtime and deletes its Node.
+func (b *benchmark) stopNode(ctx context.Context, n *node) error {
+	err := n.agent.Stop()
+	if n.stopRuntime != nil {
+		n.stopRuntime()
+	}
+	if derr := b.client.CoreV1().Nodes().Delete(ctx, n.agent.Name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+		err = errors.Join(err, derr)
+	}
+	return err
+}
+
+// timeStart starts n's agent and measures start → Ready.
+func (b *benchmark) timeStart(ctx context.Context, n *node) (time.Duration, error) {
+	return bench.TimeToReady(ctx, b.client, n.agent.Name, readyTimeout, n.agent.Start)
+}
+
+// startupFakecri measures start → Ready on the fake runtime, -start-runs
+// times with the Node registered by the agent and as many with the Node
+// created by an admin beforehand.
+func (b *benchmark) startupFakecri(ctx context.Context) error {
+	for _, preRegistered := range []bool{false, true} {
+		for i := 1; i <= b.opts.startRuns; i++ {
+			name := fmt.Sprintf("nb-start-%d", i)
+			if preRegistered {
+				name = fmt.Sprintf("nb-start-pre-%d", i)
+				_, err := b.client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("pre-register node %s: %w", name, err)
+				}
+			}
+			n, err := b.newFakeNode(name)
+			if err != nil {
+				return err
+			}
+			d, err := b.timeStart(ctx, n)
+			err = errors.Join(err, b.stopNode(context.WithoutCancel(ctx), n))
+			if err != nil {
+				return err
+			}
+			b.logf("start → Ready on fakecri (pre-registered %t): %s", preRegistered, bench.FormatDuration(d))
+			if preRegistered {
+				b.startFakePre = append(b.startFakePre, d)
+			} else {
+				b.startFake = append(b.startFake, d)
+			}
+		}
+	}
+	return nil
+}
+
+// nodekitNodes runs a nodekit agent on the fake runtime and, with
+// containerd, one on containerd: idle figures over one window for both,
+// then a pod burst on each.
+func (b *benchmark) nodekitNodes(ctx context.Context) (err error) {
+	if b.fake, err = b.newFakeNode("nb-fakecri"); err != nil {
+		return err
+	}
+	nodes := []*node{b.fake}
+	defer func() {
+		for _, n := range nodes {
+			err = errors.Join(err, b.stopNode(context.WithoutCancel(ctx), n))
+		}
+	}()
+	if b.fake.startToReady, err = b.timeStart(ctx, b.fake); err != nil {
+		return err
+	}
+	if b.ctrd != nil {
+		cgroup := b.cgroupName("nodekit")
+		removeCgroup, err := cluster.CreateCgroup(cgroup)
+		if err != nil {
+			return err
+		}
+		b.cgroups = append(b.cgroups, removeCgroup)
+		a, err := b.newNodekitAgent("nb-containerd", b.ctrd.Endpoint, "--cgroup-root=/"+cgroup)
+		if err != nil {
+			return err
+		}
+		b.ctrdNode = &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint}
+		nodes = append(nodes, b.ctrdNode)
+		if b.ctrdNode.startToReady, err = b.timeStart(ctx, b.ctrdNode); err != nil {
+			return err
+		}
+		b.logf("start → Ready on containerd: %s", bench.FormatDuration(b.ctrdNode.startToReady))
+	}
+	if err := b.idleWindow(ctx, nodes); err != nil {
+		return err
+	}
+	if err := b.burst(ctx, b.fake, "nodebench-fakecri", b.opts.fakePods); err != nil {
+		return err
+	}
+	if b.ctrdNode != nil {
+		if err := b.burst(ctx, b.ctrdNode, "nodebench-nodekit", b.opts.containerdPods); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleWindow lets the nodes settle, then measures them over one idle
+// window.
+func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
+	b.logf("idle window: %s to settle, then %s", b.opts.settle, b.opts.idle)
+	if err := sleep(ctx, b.opts.settle); err != nil {
+		return err
+	}
+	type sample struct {
+		stats   bench.ProcStats
+		metrics cluster.Metrics
+	}
+	take := func(n *node) (sample, error) {
+		var s sample
+		var err error
+		if s.stats, err = bench.ReadProcStats(n.agent.PID()); err != nil {
+			return s, fmt.Errorf("node %s: %w", n.agent.Name, err)
+		}
+		if n.nodekit {
+			if s.metrics, err = n.agent.Metrics(ctx); err != nil {
+				return s, err
+			}
+		}
+		return s, nil
+	}
+	before := make([]sample, len(nodes))
+	from := time.Now()
+	for i, n := range nodes {
+		var err error
+		if before[i], err = take(n); err != nil {
+			return err
+		}
+	}
+	if err := sleep(ctx, b.opts.idle); err != nil {
+		return err
+	}
+	to := time.Now()
+	afters := make([]sample, len(nodes))
+	for i, n := range nodes {
+		var err error
+		if afters[i], err = take(n); err != nil {
+			return err
+		}
+	}
+	// The audit log is written as requests complete: give the window's
+	// last ones a moment.
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
+	}
+	for i, n := range nodes {
+		after := afters[i]
+		var err error
+		if err != nil {
+			return err
+		}
+		f := &idleFigures{window: to.Sub(from), rss: after.stats.RSS, cpu: after.stats.CPU - before[i].stats.CPU}
+		if n.nodekit {
+			delta := func(name string, labels map[string]string) float64 {
+				return after.metrics.Sum(name, labels) - before[i].metrics.Sum(name, labels)
+			}
+			f.leaseRenewals = delta("nodekit_node_lease_renewals_total", nil)
+			f.nodeStatusPatches = delta("nodekit_node_status_patches_total", nil)
+			f.podStatusPatches = delta("nodekit_pod_status_patches_total", map[string]string{"result": "patched"})
+		}
+		if f.requests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
+			return err
+		}
+		n.idle = f
+		b.logf("idle %s: RSS %s, CPU %s over %s, requests: %s", n.agent.Name, bench.FormatMiB(f.rss),
+			f.cpu, f.window.Round(time.Millisecond), f.requests)
+	}
+	return nil
+}
+
+// burst runs pods at once on n in namespace ns, records the figures and
+// RSS with the pods running, then deletes them.
+func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) error {
+	if err := bench.WaitForNamespace(ctx, b.client, ns); err != nil {
+		return err
+	}
+	b.logf("burst: %d pods at once on %s", pods, n.agent.Name)
+	res, err := bench.RunBurst(ctx, bench.BurstOptions{
+		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
+		AgentPID: n.agent.PID(), CRIEndpoint: n.criEndpoint, Timeout: burstTimeout,
+	})
+	if err != nil {
+		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
+	}
+	n.burst = res
+	stats, err := bench.ReadProcStats(n.agent.PID())
+	if err != nil {
+		return err
+	}
+	n.burstRSS = stats.RSS
+	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s", n.agent.Name,
+		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS))
+	return bench.DeletePods(ctx, b.client, ns, deleteTimeout)
+}
+
+// kubeletAnchor runs the upstream kubelet on containerd after nodekit's
+// agent there stopped (two agents on one runtime kill each other's pods)
+// and measures it the same way.
+func (b *benchmark) kubeletAnchor(ctx context.Context) (err error) {
+	if b.kubelet == nil {
+		return nil
+	}
+	saved, err := cluster.SaveKernelTunables()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if rerr := saved.Restore(); rerr != nil {
+			b.logf("%v", rerr)
+			err = errors.Join(err, rerr)
+		}
+	}()
+	removeCgroup, err := cluster.CreateCgroup(b.cgroupName("kubelet"))
+	if err != nil {
+		return err
+	}
+	b.cgroups = append(b.cgroups, removeCgroup)
+	k := b.kubelet
+	defer func() {
+		// The kubelet may exit non-zero on SIGTERM; only a kill is an
+		// error worth reporting.
+		if serr := b.stopNode(context.WithoutCancel(ctx), k); cluster.StopTimedOut(serr) {
+			err = errors.Join(err, serr)
+		}
+	}()
+	if k.startToReady, err = b.timeStart(ctx, k); err != nil {
+		return fmt.Errorf("%w\n--- last lines of %s:\n%s", err, k.agent.LogPath, cluster.LogTail(k.agent.LogPath, 20))
+	}
+	b.logf("kubelet start → Ready on containerd: %s", bench.FormatDuration(k.startToReady))
+	if err := b.idleWindow(ctx, []*node{k}); err != nil {
+		return err
+	}
+	return b.burst(ctx, k, "nodebench-kubelet", b.opts.containerdPods)
+}
+
+// scale runs -nodes agents in this process and measures time to all Ready
+// and this process's RSS.
+func (b *benchmark) scale(ctx context.Context) (err error) {
+	if b.opts.nodes == 0 {
+		return nil
+	}
+	images, err := fakeImages()
+	if err != nil {
+		return err
+	}
+	// Measure from a collected heap so the figure is the fleet's.
+	runtime.GC()
+	before, err := bench.ReadProcStats(os.Getpid())
+	if err != nil {
+		return err
+	}
+	name := "nb-fleet"
+	watch, err := bench.WatchReady(ctx, b.client, bench.FleetLabel+"="+name)
+	if err != nil {
+		return err
+	}
+	defer watch.Stop()
+	b.logf("scale: %d agents in this process", b.opts.nodes)
+	began := time.Now()
+	fleet, err := bench.StartFleet(ctx, bench.FleetOptions{
+		ControlPlane: b.cp, Nodes: b.opts.nodes, Dir: filepath.Join(b.dir, "fleet"), Name: name,
+		Images: images, Parallel: b.opts.parallel, Log: b.progress,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, fleet.Stop())
+		derr := b.client.CoreV1().Nodes().DeleteCollection(context.WithoutCancel(ctx), metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: bench.FleetLabel + "=" + name})
+		err = errors.Join(err, derr)
+	}()
+	waitCtx, cancel := context.WithTimeout(ctx, fleetTimeout)
+	defer cancel()
+	// Certificates are issued before the first agent starts: time to all
+	// Ready counts from then.
+	readyAt, err := watch.Wait(waitCtx, b.opts.nodes)
+	if err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	f := &fleetFigures{
+		nodes: b.opts.nodes, credentials: fleet.Credentials, started: fleet.Started,
+		allReady: readyAt.Sub(began) - fleet.Credentials, rssBefore: before.RSS,
+	}
+	b.logf("scale: all %d nodes Ready %s after the first agent started", f.nodes, bench.FormatDuration(f.allReady))
+	if err := sleep(ctx, b.opts.settle); err != nil {
+		return err
+	}
+	after, err := bench.ReadProcStats(os.Getpid())
+	if err != nil {
+		return err
+	}
+	f.rssAfter, f.peakRSS = after.RSS, after.PeakRSS
+	b.fleet = f
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cpuPercent is CPU time over a window as a percentage of one core.
+func cpuPercent(cpu, window time.Duration) float64 {
+	if window <= 0 {
+		return 0
+	}
+	return 100 * cpu.Seconds() / window.Seconds()
+}
+
+// machine describes where the figures come from.
+func machine() string {
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()) +
+		", cgroup " + cgroupVersion()
+}
+
+func cgroupVersion() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return "v2"
+	}
+	return "v1"
+}
+
+func flagSetForKlog() *flag.FlagSet {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	return fs
+}

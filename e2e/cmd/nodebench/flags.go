@@ -1,0 +1,99 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	containerd     string // auto, on or off
+	kubelet        bool
+	fakePods       int
+	containerdPods int
+	idle           time.Duration
+	settle         time.Duration
+	startRuns      int
+	nodes          int
+	parallel       int
+	dir            string
+	quick          bool
+}
+
+// quickDefaults replace the defaults of the flags a -quick run does not set
+// itself: fakecri only, small bursts, short windows, a tiny fleet.
+var quickDefaults = map[string]string{
+	"containerd": "off",
+	"kubelet":    "false",
+	"pods":       "10",
+	"idle":       "5s",
+	"settle":     "2s",
+	"start-runs": "1",
+	"nodes":      "3",
+}
+
+func parseFlags(args []string, output io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("nodebench", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&o.containerd, "containerd", "auto", "run the containerd figures: on, off, or auto (when this machine can run containerd)")
+	fs.BoolVar(&o.kubelet, "kubelet", true, "measure the upstream kubelet on the same containerd as the anchor (needs containerd)")
+	fs.IntVar(&o.fakePods, "pods", 100, "pods created at once on the fake runtime")
+	fs.IntVar(&o.containerdPods, "containerd-pods", 30, "pods created at once on containerd (nodekit and kubelet)")
+	fs.DurationVar(&o.idle, "idle", time.Minute, "idle window for CPU and API traffic")
+	fs.DurationVar(&o.settle, "settle", 10*time.Second, "wait after a node turned Ready before its idle window")
+	fs.IntVar(&o.startRuns, "start-runs", 3, "start → Ready runs per case on the fake runtime (the median is reported)")
+	fs.IntVar(&o.nodes, "nodes", 100, "agents to run in this one process on the fake runtime (0 skips the scale figures)")
+	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
+	fs.StringVar(&o.dir, "dir", "", "keep all state and logs in this directory (default: a temporary one, removed unless the run fails)")
+	fs.BoolVar(&o.quick, "quick", false, "a small run on the fake runtime only (defaults: "+quickSummary()+"); flags given explicitly still apply")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, value := range quickDefaults {
+			if !set[name] {
+				if err := fs.Set(name, value); err != nil {
+					return options{}, err
+				}
+			}
+		}
+	}
+	switch {
+	case o.containerd != "auto" && o.containerd != "on" && o.containerd != "off":
+		return options{}, fmt.Errorf("-containerd=%s: want auto, on or off", o.containerd)
+	case o.fakePods < 1 || o.containerdPods < 1:
+		return options{}, fmt.Errorf("-pods and -containerd-pods must be at least 1")
+	case o.idle < time.Second:
+		return options{}, fmt.Errorf("-idle=%s: want at least 1s", o.idle)
+	case o.settle < 0:
+		return options{}, fmt.Errorf("-settle=%s: must not be negative", o.settle)
+	case o.startRuns < 1:
+		return options{}, fmt.Errorf("-start-runs must be at least 1")
+	case o.nodes < 0 || o.parallel < 1:
+		return options{}, fmt.Errorf("-nodes must not be negative and -parallel must be at least 1")
+	}
+	return o, nil
+}
+
+// quickSummary lists quickDefaults as flags, sorted.
+func quickSummary() string {
+	names := make([]string, 0, len(quickDefaults))
+	for name := range quickDefaults {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		names[i] = "-" + name + "=" + quickDefaults[name]
+	}
+	return strings.Join(names, " ")
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nodekit/nodekit/e2e/cluster"
+)
+
+// TestQuickRunProducesFigures runs the benchmark in its quickest mode
+// against the real control plane and checks that every figure of that mode
+// was measured. It asserts nothing about the values: timing is what the
+// command reports, not what tests judge.
+func TestQuickRunProducesFigures(t *testing.T) {
+	if _, err := cluster.BuildControlPlane(t.Context(), cluster.BuildOptions{}); err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("control plane unavailable (required under CI): %v", err)
+		}
+		t.Skipf("control plane unavailable: %v", err)
+	}
+	var out, progress bytes.Buffer
+	err := run(t.Context(), []string{"-quick", "-dir", t.TempDir()}, &out, &progress)
+	t.Logf("table:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("nodebench -quick: %v\nprogress:\n%s", err, progress.String())
+	}
+	// The rows -quick measures (fakecri and the in-process fleet).
+	for _, metric := range []string{
+		"10 pods at once, fakecri: bound → Running",
+		"10 pods at once, fakecri: create → Running",
+		"10 pods at once, fakecri: agent CPU",
+		"start → Ready, fakecri, agent registers the Node",
+		"start → Ready, fakecri, Node pre-registered",
+		"RSS idle, fakecri",
+		"RSS with 10 pods running, fakecri",
+		"idle CPU, fakecri",
+		"nb-fakecri: Lease updates",
+		"nb-fakecri: all API requests",
+		"3 agents in one process, fakecri: first start → all Ready",
+		"3 agents in one process, fakecri: process RSS",
+	} {
+		line := findLine(out.String(), metric)
+		switch {
+		case line == "":
+			t.Errorf("no row %q", metric)
+		case strings.Contains(line, notRun) || strings.Contains(line, "n/a"):
+			t.Errorf("row %q has no figure: %s", metric, line)
+		}
+	}
+	// The modes -quick leaves out say so instead of printing figures.
+	if line := findLine(out.String(), "pods at once, containerd: create → Running p50"); !strings.Contains(line, notRun) {
+		t.Errorf("containerd row without containerd: %s", line)
+	}
+	if !strings.Contains(out.String(), "kubelet anchor not measured: -kubelet=false") {
+		t.Error("the table does not say the kubelet was not measured")
+	}
+}
+
+func findLine(table, prefix string) string {
+	for _, line := range strings.Split(table, "\n") {
+		if strings.Contains(line, prefix) {
+			return line
+		}
+	}
+	return ""
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-quick", "-pods=20"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.fakePods != 20 || o.nodes != 3 || o.containerd != "off" || o.kubelet || o.startRuns != 1 {
+		t.Errorf("-quick -pods=20 = %+v: want the explicit -pods kept and the quick defaults for the rest", o)
+	}
+	o, err = parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.fakePods != 100 || o.containerdPods != 30 || o.nodes != 100 || o.containerd != "auto" || !o.kubelet {
+		t.Errorf("defaults = %+v", o)
+	}
+	for _, args := range [][]string{
+		{"-containerd=maybe"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"extra"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q): no error", args)
+		}
+	}
+}

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nodekit/nodekit/e2e/bench"
+)
+
+// The project brief's anchors: the upstream kubelet v1.37.2 (and, where
+// given, virtual-kubelet) measured on this machine type with containerd 1.6
+// and runc.
+const (
+	anchorBurstP50     = 4700 * time.Millisecond // 30 pods at once, create → Running
+	anchorBurstCPU     = 1300 * time.Millisecond // agent CPU over that burst
+	anchorStart        = 750 * time.Millisecond  // process start → Ready
+	anchorStartVK      = 190 * time.Millisecond
+	anchorIdleRSS      = 93 << 20
+	anchorIdleRSSVK    = 65 << 20
+	anchorPodsRSS      = 110 << 20
+	anchorPodsRSSVK    = 72 << 20
+	anchorIdleCPU      = 0.9 // % of a core
+	targetBurstRatio   = 0.6
+	targetCPURatio     = 0.4
+	targetOverheadP99  = 50 * time.Millisecond
+	targetStart        = 150 * time.Millisecond
+	targetIdleRSS      = 40 << 20
+	targetPodsRSS      = 50 << 20
+	targetIdleCPU      = 0.3
+	targetLeasePeriod  = 10 * time.Second
+	targetStatusPeriod = 5 * time.Minute
+	targetFleetNodes   = 1000
+	targetFleetRSS     = 1 << 30
+)
+
+const notRun = "not run"
+
+// report fills the table from whatever was measured; rows whose figures
+// are missing say so.
+func (b *benchmark) report() {
+	b.reportPods()
+	b.reportStartup()
+	b.reportResources()
+	b.reportTraffic()
+	b.reportScale()
+	t := &b.table
+	t.Note("machine: %s; runtime %s", machine(), orNA(b.runtimeVersion, "containerd not used"))
+	if b.containerdSkipped != "" {
+		t.Note("containerd figures not measured: %s", b.containerdSkipped)
+	}
+	if b.kubeletSkipped != "" {
+		t.Note("kubelet anchor not measured: %s; the targets use the brief's anchors", b.kubeletSkipped)
+	} else if b.kubelet != nil {
+		t.Note("kubelet: k8s.io/kubernetes/cmd/kubelet at the version e2e/tools pins, on the same containerd after nodekit's agent stopped, cgroupfs, its own cgroupRoot")
+	}
+	t.Note("pods: BestEffort, one busybox container running `sleep 3600`, no service account token, scheduled by kube-scheduler through a nodeSelector; " +
+		"times are taken when a watching client receives the events")
+	t.Note("runtime (CRI) time per pod: the runtime's timestamps, sandbox CreatedAt to container StartedAt; it includes the agent's own calls in between, so the overhead less CRI time is a lower bound of the agent's share")
+}
+
+func (b *benchmark) reportPods() {
+	t := &b.table
+	var k *bench.BurstResult
+	if b.kubelet != nil {
+		k = b.kubelet.burst
+	}
+	var n *bench.BurstResult
+	if b.ctrdNode != nil {
+		n = b.ctrdNode.burst
+	}
+	pods := b.opts.containerdPods
+	anchorP50, anchorFrom := anchorBurstP50, "brief"
+	if k != nil {
+		anchorP50, anchorFrom = bench.Summarize(k.CreateToRunning).P50, "kubelet"
+	}
+	row := bench.Row{
+		Metric: fmt.Sprintf("%d pods at once, containerd: create → Running p50", pods),
+		Target: fmt.Sprintf("≤ %.1f × %s = %s", targetBurstRatio, anchorFrom, bench.FormatDuration(scale(anchorP50, targetBurstRatio))),
+		Anchor: "kubelet " + bench.FormatDuration(anchorBurstP50) + " (30 pods)",
+		Value:  notRun, Kubelet: notRun,
+	}
+	if n != nil {
+		p50 := bench.Summarize(n.CreateToRunning).P50
+		row.Value = bench.FormatDuration(p50)
+		row.Result = bench.Verdict(p50 <= scale(anchorP50, targetBurstRatio))
+	}
+	if k != nil {
+		row.Kubelet = bench.FormatDuration(anchorP50)
+	}
+	t.Add(row)
+	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: create → Running p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CreateToRunning }))
+
+	anchorCPU, cpuFrom := anchorBurstCPU, "brief"
+	if k != nil {
+		anchorCPU, cpuFrom = k.AgentCPU, "kubelet"
+	}
+	row = bench.Row{
+		Metric: fmt.Sprintf("%d pods at once, containerd: agent CPU over the burst", pods),
+		Target: fmt.Sprintf("≤ %.1f × %s = %s", targetCPURatio, cpuFrom, cpuSeconds(scale(anchorCPU, targetCPURatio))),
+		Anchor: "kubelet " + cpuSeconds(anchorBurstCPU) + " (30 pods)",
+		Value:  notRun, Kubelet: notRun,
+	}
+	if n != nil {
+		row.Value = cpuSeconds(n.AgentCPU)
+		row.Result = bench.Verdict(n.AgentCPU <= scale(anchorCPU, targetCPURatio))
+	}
+	if k != nil {
+		row.Kubelet = cpuSeconds(k.AgentCPU)
+	}
+	t.Add(row)
+	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.BoundToRunning }))
+	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: runtime (CRI) time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CRI }))
+	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running less CRI time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.Overhead }))
+
+	var f *bench.BurstResult
+	if b.fake != nil {
+		f = b.fake.burst
+	}
+	fp := b.opts.fakePods
+	row = bench.Row{
+		Metric: fmt.Sprintf("%d pods at once, fakecri: bound → Running (agent overhead) p50/p90/p99", fp),
+		Target: "p99 ≤ " + bench.FormatDuration(targetOverheadP99) + " (100 pods)",
+		Value:  notRun,
+	}
+	if f != nil {
+		d := bench.Summarize(f.BoundToRunning)
+		row.Value = d.String()
+		row.Result = bench.Verdict(d.P99 <= targetOverheadP99)
+	}
+	t.Add(row)
+	t.Add(distRow(fmt.Sprintf("%d pods at once, fakecri: create → Running p50/p90/p99", fp), f, nil, func(r *bench.BurstResult) []time.Duration { return r.CreateToRunning }))
+	row = bench.Row{Metric: fmt.Sprintf("%d pods at once, fakecri: agent CPU over the burst", fp), Value: notRun}
+	if f != nil {
+		row.Value = cpuSeconds(f.AgentCPU)
+	}
+	t.Add(row)
+}
+
+// distRow is a row of p50/p90/p99 of one figure of nodekit's and the
+// kubelet's bursts (either may be nil).
+func distRow(metric string, n, k *bench.BurstResult, samples func(*bench.BurstResult) []time.Duration) bench.Row {
+	row := bench.Row{Metric: metric, Value: notRun}
+	if n != nil {
+		row.Value = bench.Summarize(samples(n)).String()
+	}
+	if k != nil {
+		row.Kubelet = bench.Summarize(samples(k)).String()
+	}
+	return row
+}
+
+func (b *benchmark) reportStartup() {
+	t := &b.table
+	anchor := fmt.Sprintf("kubelet %s, virtual-kubelet %s", bench.FormatDuration(anchorStart), bench.FormatDuration(anchorStartVK))
+	target := "≤ " + bench.FormatDuration(targetStart)
+	for _, c := range []struct {
+		what    string
+		samples []time.Duration
+	}{
+		{"agent registers the Node", b.startFake},
+		{"Node pre-registered by an admin", b.startFakePre},
+	} {
+		row := bench.Row{
+			Metric: fmt.Sprintf("start → Ready, fakecri, %s (median of %d)", c.what, len(c.samples)),
+			Target: target, Anchor: anchor, Value: notRun,
+		}
+		if len(c.samples) > 0 {
+			m := bench.Median(c.samples)
+			row.Value = fmt.Sprintf("%s (runs: %s)", bench.FormatDuration(m), durations(c.samples))
+			row.Result = bench.Verdict(m <= targetStart)
+		}
+		t.Add(row)
+	}
+	row := bench.Row{Metric: "start → Ready, containerd, agent registers the Node (1 run)", Target: target, Anchor: anchor, Value: notRun, Kubelet: notRun}
+	if b.ctrdNode != nil && b.ctrdNode.startToReady > 0 {
+		row.Value = bench.FormatDuration(b.ctrdNode.startToReady)
+		row.Result = bench.Verdict(b.ctrdNode.startToReady <= targetStart)
+	}
+	if b.kubelet != nil && b.kubelet.startToReady > 0 {
+		row.Kubelet = bench.FormatDuration(b.kubelet.startToReady)
+	}
+	t.Add(row)
+}
+
+func (b *benchmark) reportResources() {
+	t := &b.table
+	// The containerd node is the one comparable with the kubelet; the fake
+	// runtime's node stands in when containerd was not used.
+	primary, where := b.ctrdNode, "containerd"
+	if primary == nil {
+		primary, where = b.fake, "fakecri"
+	}
+	kubelet := b.kubelet
+	idleRSS := bench.Row{
+		Metric: "RSS idle, " + where, Target: "≤ " + bench.FormatMiB(targetIdleRSS), Value: notRun, Kubelet: notRun,
+		Anchor: "kubelet " + bench.FormatMiB(anchorIdleRSS) + ", virtual-kubelet " + bench.FormatMiB(anchorIdleRSSVK),
+	}
+	if primary != nil && primary.idle != nil {
+		idleRSS.Value = bench.FormatMiB(primary.idle.rss)
+		idleRSS.Result = bench.Verdict(primary.idle.rss <= targetIdleRSS)
+	}
+	if kubelet != nil && kubelet.idle != nil {
+		idleRSS.Kubelet = bench.FormatMiB(kubelet.idle.rss)
+	}
+	t.Add(idleRSS)
+	podsRSS := bench.Row{
+		Metric: fmt.Sprintf("RSS with %d pods running, containerd", b.opts.containerdPods), Target: "≤ " + bench.FormatMiB(targetPodsRSS) + " (30 pods)",
+		Value: notRun, Kubelet: notRun,
+		Anchor: "kubelet " + bench.FormatMiB(anchorPodsRSS) + ", virtual-kubelet " + bench.FormatMiB(anchorPodsRSSVK),
+	}
+	if b.ctrdNode != nil && b.ctrdNode.burst != nil {
+		podsRSS.Value = bench.FormatMiB(b.ctrdNode.burstRSS)
+		podsRSS.Result = bench.Verdict(b.ctrdNode.burstRSS <= targetPodsRSS)
+	}
+	if kubelet != nil && kubelet.burst != nil {
+		podsRSS.Kubelet = bench.FormatMiB(kubelet.burstRSS)
+	}
+	t.Add(podsRSS)
+	if where == "containerd" && b.fake != nil && b.fake.idle != nil {
+		t.Add(bench.Row{Metric: "RSS idle, fakecri", Value: bench.FormatMiB(b.fake.idle.rss), Target: "≤ " + bench.FormatMiB(targetIdleRSS),
+			Result: bench.Verdict(b.fake.idle.rss <= targetIdleRSS)})
+	}
+	fakeRSS := bench.Row{Metric: fmt.Sprintf("RSS with %d pods running, fakecri", b.opts.fakePods), Value: notRun}
+	if b.fake != nil && b.fake.burst != nil {
+		fakeRSS.Value = bench.FormatMiB(b.fake.burstRSS)
+	}
+	t.Add(fakeRSS)
+
+	idleCPU := bench.Row{
+		Metric: "idle CPU, " + where, Target: fmt.Sprintf("≤ %.1f %% of a core", targetIdleCPU),
+		Anchor: fmt.Sprintf("kubelet %.1f %%", anchorIdleCPU), Value: notRun, Kubelet: notRun,
+	}
+	if primary != nil && primary.idle != nil {
+		p := cpuPercent(primary.idle.cpu, primary.idle.window)
+		idleCPU.Metric += fmt.Sprintf(" (%s window)", primary.idle.window.Round(time.Second))
+		idleCPU.Value = fmt.Sprintf("%.2f %%", p)
+		idleCPU.Result = bench.Verdict(p <= targetIdleCPU)
+	}
+	if kubelet != nil && kubelet.idle != nil {
+		idleCPU.Kubelet = fmt.Sprintf("%.2f %%", cpuPercent(kubelet.idle.cpu, kubelet.idle.window))
+	}
+	t.Add(idleCPU)
+	if where == "containerd" && b.fake != nil && b.fake.idle != nil {
+		p := cpuPercent(b.fake.idle.cpu, b.fake.idle.window)
+		t.Add(bench.Row{Metric: "idle CPU, fakecri", Value: fmt.Sprintf("%.2f %%", p), Target: fmt.Sprintf("≤ %.1f %% of a core", targetIdleCPU),
+			Result: bench.Verdict(p <= targetIdleCPU)})
+	}
+	t.Note("CPU is utime+stime of the agent process from /proc/<pid>/stat (10 ms steps); RSS is VmRSS of /proc/<pid>/status")
+}
+
+func (b *benchmark) reportTraffic() {
+	t := &b.table
+	primary := b.ctrdNode
+	if primary == nil {
+		primary = b.fake
+	}
+	var k *idleFigures
+	if b.kubelet != nil {
+		k = b.kubelet.idle
+	}
+	if primary == nil || primary.idle == nil {
+		t.Add(bench.Row{Metric: "idle API requests per node", Value: notRun})
+		return
+	}
+	f := primary.idle
+	window := f.window
+	perWindow := func(r bench.Requests, keys ...string) int {
+		n := 0
+		for _, key := range keys {
+			n += r[key]
+		}
+		return n
+	}
+	wantLeases := window.Seconds() / targetLeasePeriod.Seconds()
+	leases := perWindow(f.requests, "update leases")
+	row := bench.Row{
+		Metric: fmt.Sprintf("idle %s, %s: Lease updates (audit log; agent metric %.0f)", window.Round(time.Second), primary.agent.Name, f.leaseRenewals),
+		Value:  fmt.Sprintf("%d", leases), Target: fmt.Sprintf("1 per %s ≈ %.0f", targetLeasePeriod, wantLeases),
+		Anchor: "1 per 10 s", Result: bench.Verdict(math.Abs(float64(leases)-wantLeases) <= 1),
+	}
+	if k != nil {
+		row.Kubelet = fmt.Sprintf("%d", perWindow(k.requests, "update leases"))
+	}
+	t.Add(row)
+	statusKeys := []string{"patch nodes/status", "update nodes/status", "patch nodes", "update nodes"}
+	status := perWindow(f.requests, statusKeys...)
+	maxStatus := int(math.Ceil(window.Seconds() / targetStatusPeriod.Seconds()))
+	row = bench.Row{
+		Metric: fmt.Sprintf("idle %s, %s: node status writes (agent metric %.0f)", window.Round(time.Second), primary.agent.Name, f.nodeStatusPatches),
+		Value:  fmt.Sprintf("%d", status), Target: fmt.Sprintf("on change or every %s: ≤ %d", targetStatusPeriod, maxStatus),
+		Anchor: "on change or every 5 min", Result: bench.Verdict(status <= maxStatus),
+	}
+	if k != nil {
+		row.Kubelet = fmt.Sprintf("%d", perWindow(k.requests, statusKeys...))
+	}
+	t.Add(row)
+	podKeys := []string{"patch pods/status", "update pods/status", "patch pods", "update pods"}
+	pods := perWindow(f.requests, podKeys...)
+	row = bench.Row{
+		Metric: fmt.Sprintf("idle %s, %s: pod writes (agent metric %.0f patched)", window.Round(time.Second), primary.agent.Name, f.podStatusPatches),
+		Value:  fmt.Sprintf("%d", pods), Target: "0", Anchor: "no periodic pod patches", Result: bench.Verdict(pods == 0),
+	}
+	if k != nil {
+		row.Kubelet = fmt.Sprintf("%d", perWindow(k.requests, podKeys...))
+	}
+	t.Add(row)
+	row = bench.Row{
+		Metric: fmt.Sprintf("idle %s, %s: all API requests (per minute)", window.Round(time.Second), primary.agent.Name),
+		Value:  fmt.Sprintf("%d (%.1f)", f.requests.Total(), perMinute(f.requests.Total(), window)),
+	}
+	if k != nil {
+		row.Kubelet = fmt.Sprintf("%d (%.1f)", k.requests.Total(), perMinute(k.requests.Total(), k.window))
+	}
+	t.Add(row)
+	t.Note("idle requests of %s: %s", primary.agent.Name, f.requests)
+	if primary != b.fake && b.fake != nil && b.fake.idle != nil {
+		t.Note("idle requests of %s: %s", b.fake.agent.Name, b.fake.idle.requests)
+	}
+	if k != nil {
+		t.Note("idle requests of the kubelet: %s", k.requests)
+	}
+}
+
+func (b *benchmark) reportScale() {
+	t := &b.table
+	if b.opts.nodes == 0 {
+		return
+	}
+	f := b.fleet
+	row := bench.Row{Metric: fmt.Sprintf("%d agents in one process, fakecri: first start → all Ready", b.opts.nodes), Value: notRun}
+	rss := bench.Row{
+		Metric: fmt.Sprintf("%d agents in one process, fakecri: process RSS, all Ready", b.opts.nodes),
+		Target: fmt.Sprintf("≤ %s at %d nodes", bench.FormatMiB(targetFleetRSS), targetFleetNodes), Value: notRun,
+	}
+	if f != nil {
+		row.Value = bench.FormatDuration(f.allReady)
+		perNode := float64(f.rssAfter-min(f.rssBefore, f.rssAfter)) / float64(f.nodes)
+		rss.Value = fmt.Sprintf("%s (%.2f MiB per node above %s before)", bench.FormatMiB(f.rssAfter), perNode/(1<<20), bench.FormatMiB(f.rssBefore))
+		if f.nodes >= targetFleetNodes {
+			rss.Result = bench.Verdict(f.rssAfter <= targetFleetRSS)
+		}
+		t.Note("scale: %d node certificates and kubeconfigs issued in %s (%s each), %d agents' fx applications started in %s (%d at a time); peak RSS of this process over the whole run %s",
+			f.nodes, bench.FormatDuration(f.credentials), bench.FormatDuration(f.credentials/time.Duration(f.nodes)),
+			f.nodes, bench.FormatDuration(f.started), b.opts.parallel, bench.FormatMiB(f.peakRSS))
+	}
+	t.Add(row)
+	t.Add(rss)
+}
+
+func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }
+
+func cpuSeconds(d time.Duration) string { return fmt.Sprintf("%.2f CPU-s", d.Seconds()) }
+
+func perMinute(n int, window time.Duration) float64 {
+	if window <= 0 {
+		return 0
+	}
+	return float64(n) / window.Minutes()
+}
+
+func durations(ds []time.Duration) string {
+	s := ""
+	for i, d := range ds {
+		if i > 0 {
+			s += ", "
+		}
+		s += bench.FormatDuration(d)
+	}
+	return s
+}
+
+func orNA(s, na string) string {
+	if s == "" {
+		return na
+	}
+	return s
+}
