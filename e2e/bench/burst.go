@@ -62,6 +62,10 @@ type BurstResult struct {
 	// AgentCPU is the CPU time the agent process used over Wall; 0 without
 	// an AgentPID.
 	AgentCPU time.Duration
+	// WatchRestarts counts the times the apiserver closed the watch
+	// (it closes watchers it finds slow under load) and it was resumed
+	// from the last event seen: events in such a gap are seen late.
+	WatchRestarts int
 }
 
 // burstPod is what the watch learned about one pod.
@@ -91,11 +95,13 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 	if len(list.Items) > 0 {
 		return nil, fmt.Errorf("pod burst: namespace %s already holds %d pods", opts.Namespace, len(list.Items))
 	}
-	w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	w, err := watchFrom(ctx, opts.Client, opts.Namespace, list.ResourceVersion)
 	if err != nil {
-		return nil, fmt.Errorf("pod burst: watch pods in %s: %w", opts.Namespace, err)
+		return nil, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
+	lastRV := list.ResourceVersion
+	restarts := 0
 
 	// The watch loop owns state; each creator writes only its own entry of
 	// created, which the loop reads once every creator has reported.
@@ -140,7 +146,13 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		case ev, ok := <-w.ResultChan():
 			now := time.Now()
 			if !ok {
-				return nil, fmt.Errorf("pod burst: watch closed with %d of %d pods Running", running, opts.Pods)
+				// Under a burst the apiserver closes watchers it finds
+				// slow; resume from the last event, losing none.
+				restarts++
+				if w, err = watchFrom(ctx, opts.Client, opts.Namespace, lastRV); err != nil {
+					return nil, fmt.Errorf("%w (with %d of %d pods Running)", err, running, opts.Pods)
+				}
+				continue
 			}
 			if ev.Type == watch.Error {
 				return nil, fmt.Errorf("pod burst: watch: %v", ev.Object)
@@ -149,6 +161,7 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 			if !isPod {
 				continue
 			}
+			lastRV = pod.ResourceVersion
 			st := state[pod.Name]
 			if st == nil {
 				continue
@@ -170,7 +183,7 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		}
 	}
 
-	res := &BurstResult{Wall: last.Sub(began)}
+	res := &BurstResult{Wall: last.Sub(began), WatchRestarts: restarts}
 	if opts.AgentPID != 0 {
 		after, err := ReadProcStats(opts.AgentPID)
 		if err != nil {
@@ -197,6 +210,15 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		res.CRI, res.Overhead = nil, nil
 	}
 	return res, nil
+}
+
+// watchFrom watches the pods of ns from resource version rv.
+func watchFrom(ctx context.Context, client kubernetes.Interface, ns, rv string) (watch.Interface, error) {
+	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		return nil, fmt.Errorf("pod burst: watch pods in %s from %s: %w", ns, rv, err)
+	}
+	return w, nil
 }
 
 // burstPodSpec is a BestEffort pod with one container sleeping for an
