@@ -40,8 +40,21 @@ var env struct {
 // progress writes the harness's progress to stderr, where go test shows it.
 var progress io.Writer = prefixWriter{os.Stderr, "e2e: "}
 
+// defaultParallel replaces go test's default -parallel (GOMAXPROCS, 2 on
+// the CI machine): the tests spend their time waiting on the cluster, not
+// on the CPU, and the pod tests run many short waits side by side.
+const defaultParallel = "16"
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", defaultParallel); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	os.Exit(run(m))
 }
 

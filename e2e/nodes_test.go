@@ -32,11 +32,14 @@ type nodeOptions struct {
 	// updateFrequency and reportFrequency are nodeStatusUpdateFrequency
 	// and nodeStatusReportFrequency (zero: the kubelet defaults).
 	updateFrequency, reportFrequency time.Duration
+	// extraArgs are more agent flags (--cgroup-root, --sync-frequency, …).
+	extraArgs []string
 }
 
 // testNode is a node agent process with its runtime.
 type testNode struct {
 	name     string
+	endpoint string // the CRI endpoint
 	agent    *cluster.Agent
 	fake     *fakecri.Server // nil on containerd
 	stopFake func()
@@ -45,23 +48,25 @@ type testNode struct {
 // startFakeNode starts a node agent named name, on its own fakecri unless
 // opts names a runtime, and waits until its healthz answers.
 func startFakeNode(ctx context.Context, name string, opts nodeOptions) (*testNode, error) {
-	n := &testNode{name: name}
-	endpoint := opts.runtimeEndpoint
-	if endpoint == "" {
+	n := &testNode{name: name, endpoint: opts.runtimeEndpoint}
+	if n.endpoint == "" {
 		n.fake = fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS})
 		var err error
-		endpoint, n.stopFake, err = n.fake.Start(filepath.Join(env.dir, "cri-"+name+".sock"))
+		n.endpoint, n.stopFake, err = n.fake.Start(filepath.Join(env.dir, "cri-"+name+".sock"))
 		if err != nil {
 			return nil, err
 		}
+		// A fake runtime runs no process to put in the host's cgroups.
+		opts.extraArgs = append([]string{"--cgroups-per-qos=false"}, opts.extraArgs...)
 	}
 	agent, err := env.cp.NewAgent(cluster.AgentOptions{
 		Binary:                    env.agent,
 		NodeName:                  name,
-		RuntimeEndpoint:           endpoint,
+		RuntimeEndpoint:           n.endpoint,
 		NodeStatusUpdateFrequency: opts.updateFrequency,
 		NodeStatusReportFrequency: opts.reportFrequency,
 		CgroupDriver:              "cgroupfs",
+		ExtraArgs:                 opts.extraArgs,
 	})
 	if err == nil {
 		n.agent = agent

@@ -59,7 +59,8 @@ type Agent struct {
 	// Name and IP are the node's name and InternalIP.
 	Name string
 	IP   string
-	// Dir holds the node's kubeconfig, configuration, root dir and log.
+	// Dir holds the node's kubeconfig, configuration, root dir, pod logs
+	// (pod-logs) and log.
 	Dir        string
 	Kubeconfig string
 	ConfigPath string
@@ -119,6 +120,8 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 		"address":            a.IP,
 		"port":               apiPort,
 		"readOnlyPort":       0,
+		// Container logs stay with the node, not in the host's /var/log/pods.
+		"podLogsDir": filepath.Join(a.Dir, "pod-logs"),
 		"authentication": map[string]any{
 			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
 		},
