@@ -70,7 +70,10 @@ func TestFormat(t *testing.T) {
 		}
 	}
 	if got := FormatMiB(40 << 20); got != "40.0 MiB" {
-		t.Errorf("FormatMiB = %q", got)
+		t.Errorf("FormatMiB(40 MiB) = %q", got)
+	}
+	if got := FormatMiB(3 << 29); got != "1.50 GiB" {
+		t.Errorf("FormatMiB(1.5 GiB) = %q", got)
 	}
 }
 

@@ -95,13 +95,17 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 	if len(list.Items) > 0 {
 		return nil, fmt.Errorf("pod burst: namespace %s already holds %d pods", opts.Namespace, len(list.Items))
 	}
-	w, err := watchFrom(ctx, opts.Client, opts.Namespace, list.ResourceVersion)
+	w, err := watchResuming(ctx, list.ResourceVersion, func(ctx context.Context, rv string) (watch.Interface, error) {
+		w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+		if err != nil {
+			return nil, fmt.Errorf("pod burst: watch pods in %s from %s: %w", opts.Namespace, rv, err)
+		}
+		return w, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { w.Stop() }()
-	lastRV := list.ResourceVersion
-	restarts := 0
+	defer w.Stop()
 
 	// The watch loop owns state; each creator writes only its own entry of
 	// created, which the loop reads once every creator has reported.
@@ -132,8 +136,7 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		}()
 	}
 
-	// Read the watch while the pods are being created: a watcher that
-	// falls behind is closed by the apiserver.
+	// Take create results and watch events as they come.
 	running, creating := 0, opts.Pods
 	var last time.Time
 	for running < opts.Pods || creating > 0 {
@@ -143,25 +146,15 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 			if err != nil {
 				return nil, err
 			}
-		case ev, ok := <-w.ResultChan():
-			now := time.Now()
+		case ev, ok := <-w.Events():
 			if !ok {
-				// Under a burst the apiserver closes watchers it finds
-				// slow; resume from the last event, losing none.
-				restarts++
-				if w, err = watchFrom(ctx, opts.Client, opts.Namespace, lastRV); err != nil {
-					return nil, fmt.Errorf("%w (with %d of %d pods Running)", err, running, opts.Pods)
-				}
-				continue
+				return nil, fmt.Errorf("pod burst: %d of %d pods Running: watch ended: %v", running, opts.Pods, firstErr(w.Err(), ctx.Err()))
 			}
-			if ev.Type == watch.Error {
-				return nil, fmt.Errorf("pod burst: watch: %v", ev.Object)
-			}
+			now := ev.at
 			pod, isPod := ev.Object.(*v1.Pod)
 			if !isPod {
 				continue
 			}
-			lastRV = pod.ResourceVersion
 			st := state[pod.Name]
 			if st == nil {
 				continue
@@ -183,7 +176,7 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		}
 	}
 
-	res := &BurstResult{Wall: last.Sub(began), WatchRestarts: restarts}
+	res := &BurstResult{Wall: last.Sub(began), WatchRestarts: w.Restarts()}
 	if opts.AgentPID != 0 {
 		after, err := ReadProcStats(opts.AgentPID)
 		if err != nil {
@@ -212,13 +205,14 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 	return res, nil
 }
 
-// watchFrom watches the pods of ns from resource version rv.
-func watchFrom(ctx context.Context, client kubernetes.Interface, ns, rv string) (watch.Interface, error) {
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-	if err != nil {
-		return nil, fmt.Errorf("pod burst: watch pods in %s from %s: %w", ns, rv, err)
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
-	return w, nil
+	return nil
 }
 
 // burstPodSpec is a BestEffort pod with one container sleeping for an

@@ -163,6 +163,8 @@ func (f *Fleet) startNode(ctx context.Context, opts FleetOptions, i int, n fleet
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.name, err)
 	}
+	// Pod logs stay in the node's directory, not the host's /var/log/pods.
+	cfg.Kubelet.PodLogsDir = filepath.Join(filepath.Dir(n.root), "pod-logs")
 	app := agent.New(cfg, fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", n.name) }))
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("node %s: build agent: %w", n.name, err)

@@ -71,12 +71,12 @@ func TimeToReady(ctx context.Context, client kubernetes.Interface, name string, 
 // ReadyWatch counts the Nodes matching a label selector that turned Ready.
 // Open it before starting the agents.
 type ReadyWatch struct {
-	w     watch.Interface
+	w     *resumingWatch
 	ready map[string]bool
 }
 
-// WatchReady opens a watch on the Nodes matching labelSelector. The caller
-// must Stop it.
+// WatchReady opens a watch on the Nodes matching labelSelector; it
+// survives the apiserver closing it under load. The caller must Stop it.
 func WatchReady(ctx context.Context, client kubernetes.Interface, labelSelector string) (*ReadyWatch, error) {
 	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelSelector})
 	if err != nil {
@@ -88,39 +88,52 @@ func WatchReady(ctx context.Context, client kubernetes.Interface, labelSelector 
 			rw.ready[list.Items[i].Name] = true
 		}
 	}
-	rw.w, err = client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: labelSelector, ResourceVersion: list.ResourceVersion})
+	rw.w, err = watchResuming(ctx, list.ResourceVersion, func(ctx context.Context, rv string) (watch.Interface, error) {
+		w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: labelSelector, ResourceVersion: rv})
+		if err != nil {
+			return nil, fmt.Errorf("watch nodes %s from %s: %w", labelSelector, rv, err)
+		}
+		return w, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("watch nodes %s: %w", labelSelector, err)
+		return nil, err
 	}
 	return rw, nil
 }
 
-// Wait blocks until n Nodes were Ready at once, returning when the watch
-// saw the last one turn Ready, or until ctx is done, returning how many
-// were Ready. Not safe for concurrent use.
+// Wait blocks until n Nodes were Ready at once and returns when the watch
+// received the event that made it n, or fails when ctx is done first,
+// saying how many were Ready. Not safe for concurrent use.
 func (rw *ReadyWatch) Wait(ctx context.Context, n int) (time.Time, error) {
+	var at time.Time
 	for len(rw.ready) < n {
 		select {
-		case ev, ok := <-rw.w.ResultChan():
+		case ev, ok := <-rw.w.Events():
 			if !ok {
-				return time.Time{}, fmt.Errorf("node watch closed with %d of %d nodes Ready", len(rw.ready), n)
+				return time.Time{}, fmt.Errorf("%d of %d nodes Ready: watch ended: %v", len(rw.ready), n, firstErr(rw.w.Err(), ctx.Err()))
 			}
 			node, isNode := ev.Object.(*v1.Node)
 			switch {
-			case ev.Type == watch.Error:
-				return time.Time{}, fmt.Errorf("node watch: %v", ev.Object)
 			case !isNode:
 			case ev.Type != watch.Deleted && NodeReady(node):
 				rw.ready[node.Name] = true
 			default:
 				delete(rw.ready, node.Name)
 			}
+			at = ev.at
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("%d of %d nodes Ready: %w", len(rw.ready), n, ctx.Err())
 		}
 	}
-	return time.Now(), nil
+	if at.IsZero() {
+		at = time.Now()
+	}
+	return at, nil
 }
+
+// Restarts is how many times the apiserver closed the watch and it was
+// resumed.
+func (rw *ReadyWatch) Restarts() int { return rw.w.Restarts() }
 
 // Stop closes the watch.
 func (rw *ReadyWatch) Stop() { rw.w.Stop() }

@@ -77,7 +77,11 @@ func FormatDuration(d time.Duration) string {
 	}
 }
 
-// FormatMiB prints a byte count in MiB with one decimal.
+// FormatMiB prints a byte count in MiB with one decimal, or in GiB with
+// two from 1 GiB on.
 func FormatMiB(bytes uint64) string {
+	if bytes >= 1<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(bytes)/(1<<30))
+	}
 	return fmt.Sprintf("%.1f MiB", float64(bytes)/(1<<20))
 }

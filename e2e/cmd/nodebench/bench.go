@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -66,6 +68,8 @@ type fleetFigures struct {
 	allReady             time.Duration
 	rssBefore, rssAfter  uint64
 	peakRSS              uint64
+	// After a forced collection: the live heap and RSS.
+	heapLive, rssAfterGC uint64
 }
 
 // benchmark is one run of the command.
@@ -549,6 +553,14 @@ func (b *benchmark) kubeletAnchor(ctx context.Context) (err error) {
 	}
 	b.cgroups = append(b.cgroups, removeCgroup)
 	k := b.kubelet
+	// The kubelet links every container's log into /var/log/containers
+	// (a fixed path) and creates the directory; remove what it leaves.
+	_, statErr := os.Stat(containerLogLinks)
+	defer func() {
+		if cerr := removeLogLinks("_"+kubeletNamespace+"_", statErr != nil); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	defer func() {
 		// The kubelet may exit non-zero on SIGTERM; only a kill is an
 		// error worth reporting.
@@ -563,7 +575,35 @@ func (b *benchmark) kubeletAnchor(ctx context.Context) (err error) {
 	if err := b.idleWindow(ctx, []*node{k}); err != nil {
 		return err
 	}
-	return b.burst(ctx, k, "nodebench-kubelet", b.opts.containerdPods)
+	return b.burst(ctx, k, kubeletNamespace, b.opts.containerdPods)
+}
+
+// kubeletNamespace holds the kubelet's pods.
+const kubeletNamespace = "nodebench-kubelet"
+
+// containerLogLinks is where the kubelet links container logs.
+const containerLogLinks = "/var/log/containers"
+
+// removeLogLinks removes the links in containerLogLinks whose names hold
+// match (<pod>_<namespace>_<container>-<id>.log) and, when removeDir, the
+// directory itself if nothing else is in it.
+func removeLogLinks(match string, removeDir bool) error {
+	links, err := filepath.Glob(filepath.Join(containerLogLinks, "*"+match+"*.log"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, l := range links {
+		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if removeDir {
+		if entries, err := os.ReadDir(containerLogLinks); err == nil && len(entries) == 0 {
+			errs = append(errs, os.Remove(containerLogLinks))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // scale runs -nodes agents in this process and measures time to all Ready
@@ -624,8 +664,36 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 		return err
 	}
 	f.rssAfter, f.peakRSS = after.RSS, after.PeakRSS
+	// How much of that is live: the heap after a collection, and RSS once
+	// the freed memory went back to the system.
+	debug.FreeOSMemory()
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	f.heapLive = mem.HeapAlloc
+	if after, err = bench.ReadProcStats(os.Getpid()); err != nil {
+		return err
+	}
+	f.rssAfterGC = after.RSS
+	if b.opts.heapProfile != "" {
+		if err := writeHeapProfile(b.opts.heapProfile); err != nil {
+			return err
+		}
+		b.logf("scale: heap profile written to %s", b.opts.heapProfile)
+	}
 	b.fleet = f
 	return nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write heap profile %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

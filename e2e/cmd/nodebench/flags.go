@@ -21,6 +21,7 @@ type options struct {
 	nodes          int
 	parallel       int
 	dir            string
+	heapProfile    string
 	quick          bool
 }
 
@@ -49,6 +50,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.startRuns, "start-runs", 3, "start → Ready runs per case on the fake runtime (the median is reported)")
 	fs.IntVar(&o.nodes, "nodes", 100, "agents to run in this one process on the fake runtime (0 skips the scale figures)")
 	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
+	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
 	fs.StringVar(&o.dir, "dir", "", "keep all state and logs in this directory (default: a temporary one, removed unless the run fails)")
 	fs.BoolVar(&o.quick, "quick", false, "a small run on the fake runtime only (defaults: "+quickSummary()+"); flags given explicitly still apply")
 	if err := fs.Parse(args); err != nil {

@@ -39,11 +39,6 @@ const notRun = "not run"
 // report fills the table from whatever was measured; rows whose figures
 // are missing say so.
 func (b *benchmark) report() {
-	b.reportPods()
-	b.reportStartup()
-	b.reportResources()
-	b.reportTraffic()
-	b.reportScale()
 	t := &b.table
 	t.Note("machine: %s; runtime %s", machine(), orNA(b.runtimeVersion, "containerd not used"))
 	if b.containerdSkipped != "" {
@@ -57,6 +52,11 @@ func (b *benchmark) report() {
 	t.Note("pods: BestEffort, one busybox container running `sleep 3600`, no service account token, scheduled by kube-scheduler through a nodeSelector; " +
 		"times are taken when a watching client receives the events")
 	t.Note("runtime (CRI) time per pod: the runtime's timestamps, sandbox CreatedAt to container StartedAt; it includes the agent's own calls in between, so the overhead less CRI time is a lower bound of the agent's share")
+	b.reportPods()
+	b.reportStartup()
+	b.reportResources()
+	b.reportTraffic()
+	b.reportScale()
 }
 
 func (b *benchmark) reportPods() {
@@ -116,6 +116,15 @@ func (b *benchmark) reportPods() {
 	var f *bench.BurstResult
 	if b.fake != nil {
 		f = b.fake.burst
+	}
+	for _, r := range []struct {
+		who string
+		res *bench.BurstResult
+	}{{"nodekit on fakecri", f}, {"nodekit on containerd", n}, {"the kubelet", k}} {
+		if r.res != nil && r.res.WatchRestarts > 0 {
+			t.Note("burst of %s: the apiserver closed the watching client's watch %d times under load; it resumed from the last event, so events in the gaps were seen late",
+				r.who, r.res.WatchRestarts)
+		}
 	}
 	fp := b.opts.fakePods
 	row = bench.Row{
@@ -340,6 +349,8 @@ func (b *benchmark) reportScale() {
 		if f.nodes >= targetFleetNodes {
 			rss.Result = bench.Verdict(f.rssAfter <= targetFleetRSS)
 		}
+		t.Note("scale: after a forced GC the live Go heap is %s and RSS %s (%.2f MiB per node above the baseline)",
+			bench.FormatMiB(f.heapLive), bench.FormatMiB(f.rssAfterGC), float64(f.rssAfterGC-min(f.rssBefore, f.rssAfterGC))/float64(f.nodes)/(1<<20))
 		t.Note("scale: %d node certificates and kubeconfigs issued in %s (%s each), %d agents' fx applications started in %s (%d at a time); peak RSS of this process over the whole run %s",
 			f.nodes, bench.FormatDuration(f.credentials), bench.FormatDuration(f.credentials/time.Duration(f.nodes)),
 			f.nodes, bench.FormatDuration(f.started), b.opts.parallel, bench.FormatMiB(f.peakRSS))
