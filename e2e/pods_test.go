@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,7 @@ var podTests = []podTest{
 	{name: "labels identify the pod in the runtime", run: testRuntimeLabels},
 	{name: "unpullable image backs off", run: testUnpullableImage},
 	{name: "pod that does not fit is rejected", run: testRejectedPods},
+	{name: "idle pods are not written", run: testIdlePods},
 	{name: "limits land in the cgroup files", containerdOnly: true, run: testCgroupLimits},
 }
 
@@ -460,6 +462,23 @@ func testDeployment(t *testing.T, n *podNode) {
 	for _, reason := range []string{"Scheduled", "Pulled", "Created", "Started"} {
 		waitForPodEvent(t, n.ns, pods.Items[0].Name, reason)
 	}
+	// The runtime calls behind them, counted as the kubelet counts them.
+	for _, op := range []string{"run_podsandbox", "create_container", "start_container"} {
+		n.requireRuntimeOperations(t, "kubelet_runtime_operations_total", op, 3)
+	}
+}
+
+// requireRuntimeOperations checks that the agent's metric (by
+// operation_type) counted at least min operations op.
+func (n *podNode) requireRuntimeOperations(t *testing.T, metric, op string, min float64) {
+	t.Helper()
+	m, err := n.agent.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Sum(metric, map[string]string{"operation_type": op}); got < min {
+		t.Errorf("%s{operation_type=%q} = %v, want at least %v", metric, op, got, min)
+	}
 }
 
 // testJob: a Job's pod runs to completion, exit 0: the pod Succeeded and the
@@ -580,6 +599,16 @@ func testCrashLoopBackOff(t *testing.T, n *podNode) {
 	} else {
 		t.Errorf("never saw instances 1 and 2 in lastState (finished %v, started %v)", finished, started)
 	}
+	// kubectl get pods shows the same: STATUS CrashLoopBackOff, RESTARTS.
+	out, err := env.cp.Kubectl(t.Context(), env.cp.AdminKubeconfig, "get", "pod", "--namespace", pod.Namespace, pod.Name, "--no-headers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(out); len(f) < 4 || f[1] != "0/1" || f[2] != "CrashLoopBackOff" {
+		t.Errorf("kubectl get pod: %q, want READY 0/1 and STATUS CrashLoopBackOff", strings.TrimSpace(out))
+	} else if restarts, err := strconv.Atoi(f[3]); err != nil || restarts < 3 {
+		t.Errorf("kubectl get pod: %q, want at least 3 RESTARTS", strings.TrimSpace(out))
+	}
 	ev := waitForPodEvent(t, pod.Namespace, pod.Name, "BackOff")
 	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "Back-off restarting failed container main") {
 		t.Errorf("BackOff event %s %q, want a warning about restarting container main", ev.Type, ev.Message)
@@ -677,6 +706,8 @@ func testDeletePod(t *testing.T, n *podNode) {
 			if tc.wantExit != 137 && elapsed >= grace {
 				t.Errorf("the pod was gone only %s after the delete: not stopped within its %s grace period", elapsed, grace)
 			}
+
+			n.requireRuntimeOperations(t, "kubelet_runtime_operations_total", "stop_container", 1)
 
 			// Then the runtime forgets it: no container, no sandbox.
 			err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
@@ -821,6 +852,7 @@ func testUnpullableImage(t *testing.T, n *podNode) {
 	if got := n.criContainers(t, pod.UID, false); len(got) != 0 {
 		t.Errorf("containers created without their image: %v", got)
 	}
+	n.requireRuntimeOperations(t, "kubelet_runtime_operations_errors_total", "pull_image", 1)
 }
 
 // testRejectedPods: pods bound to the node (no scheduler) that ask for more
@@ -961,87 +993,127 @@ func checkCgroupFile(t *testing.T, controller, cgroup, file, want string) {
 	}
 }
 
-// idleWindow is how long TestPodStatusPatchedOnlyOnChange watches idle pods:
-// several pod resyncs (--sync-frequency) and many PLEG relists.
+// Idle pods: how many, how long they are watched, and the resync period
+// of the node TestPodStatusPatchedOnlyOnChange runs them on.
 const (
-	idleWindow    = 20 * time.Second
-	idleResync    = 4 * time.Second
-	idlePodsCount = 3
+	idlePods   = 3
+	idleWindow = 20 * time.Second
+	idleResync = 4 * time.Second
 )
 
-// TestPodStatusPatchedOnlyOnChange runs pods that do nothing and counts pod
-// status PATCHes over an idle window with a short resync period: none, by
-// the agent's metrics and by a watch of the pods, although the agent keeps
-// resyncing them.
-func TestPodStatusPatchedOnlyOnChange(t *testing.T) {
-	requireCluster(t)
-	t.Parallel()
+// startIdlePods runs idlePods pods that do nothing, labelled with a label
+// of their own, and waits until they are Ready and their objects stop
+// changing (the last status patch landed). It returns the label selector.
+func startIdlePods(t *testing.T, n *podNode, prefix string) string {
+	t.Helper()
 	ctx := t.Context()
-	n := newFakePodNode(t, "idle-pods", []string{"--sync-frequency=" + idleResync.String()})
-	for i := range idlePodsCount {
-		n.createPod(t, n.pod(fmt.Sprintf("idle-%d", i), "sleep", "3600"))
+	selector := "e2e.nodekit.io/idle=" + prefix
+	for i := range idlePods {
+		pod := n.pod(fmt.Sprintf("%s-%d", prefix, i), "sleep", "3600")
+		pod.Labels = map[string]string{"e2e.nodekit.io/idle": prefix}
+		n.createPod(t, pod)
 	}
-	for i := range idlePodsCount {
-		waitForPod(t, n.ns, fmt.Sprintf("idle-%d", i), "Running and Ready", isPodReady)
+	for i := range idlePods {
+		waitForPod(t, n.ns, fmt.Sprintf("%s-%d", prefix, i), "Running and Ready", isPodReady)
 	}
-	const metric = "nodekit_pod_status_patches_total"
-	scrape := func() (patched, unchanged float64) {
-		t.Helper()
-		m, err := n.agent.Metrics(ctx)
+	// Settled: the list's resourceVersions did not move for 3 s.
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 3*time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := env.cp.Client().CoreV1().Pods(n.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
-			t.Fatal(err)
+			return false, nil
 		}
-		return m.Sum(metric, map[string]string{"result": "patched"}), m.Sum(metric, map[string]string{"result": "unchanged"})
-	}
-	// Settled: no PATCH for a few seconds.
-	var settled float64
-	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
-		p, _ := scrape()
-		done := p == settled
-		settled = p
-		return done && p > 0, nil
+		var versions []string
+		for _, p := range pods.Items {
+			versions = append(versions, p.Name+"="+p.ResourceVersion)
+		}
+		slices.Sort(versions)
+		cur := strings.Join(versions, ",")
+		done := cur == last
+		last = cur
+		return done, nil
 	})
 	if err != nil {
-		t.Fatalf("pod status PATCHes never settled: %v", err)
+		t.Fatalf("the idle pods' objects kept changing: %v", err)
 	}
-	pods, err := env.cp.Client().CoreV1().Pods(n.ns).List(ctx, metav1.ListOptions{})
+	return selector
+}
+
+// watchIdlePods watches the pods matching selector for idleWindow and
+// fails the test for every modification it sees.
+func watchIdlePods(t *testing.T, ns, selector string) {
+	t.Helper()
+	ctx := t.Context()
+	pods, err := env.cp.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := env.cp.Client().CoreV1().Pods(n.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: pods.ResourceVersion})
+	w, err := env.cp.Client().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: pods.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	beforePatched, _ := scrape()
-	plegBefore := relists(t, n)
-
-	modified := 0
 	window := time.After(idleWindow)
-	for watching := true; watching; {
+	for {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				t.Fatal("the pod watch closed early")
 			}
 			if p, isPod := ev.Object.(*v1.Pod); isPod {
-				modified++
-				t.Errorf("pod %s/%s %s during the idle window:\n%s", p.Namespace, p.Name, ev.Type, describePod(t, p))
+				t.Errorf("idle pod %s/%s %s during the idle window:\n%s", p.Namespace, p.Name, ev.Type, describePod(t, p))
 			}
 		case <-window:
-			watching = false
+			return
 		}
 	}
-	afterPatched, _ := scrape()
-	plegAfter := relists(t, n)
+}
+
+// testIdlePods: pods that run and do nothing are not written: a watch of
+// them sees no modification for idleWindow while the agent relists the
+// runtime every second.
+func testIdlePods(t *testing.T, n *podNode) {
+	selector := startIdlePods(t, n, "idle")
+	before := relists(t, n)
+	watchIdlePods(t, n.ns, selector)
+	if after := relists(t, n); after <= before {
+		t.Errorf("the PLEG did not relist during the window (%v then %v): the window proves nothing", before, after)
+	}
+}
+
+// TestPodStatusPatchedOnlyOnChange runs idle pods on a node of their own
+// with a short resync period (--sync-frequency) and counts the agent's pod
+// status PATCHes over an idle window: none, by its metrics and by a watch
+// of the pods, although the agent keeps resyncing them.
+func TestPodStatusPatchedOnlyOnChange(t *testing.T) {
+	requireCluster(t)
+	t.Parallel()
+	ctx := t.Context()
+	n := newFakePodNode(t, "idle-pods", []string{"--sync-frequency=" + idleResync.String()})
+	selector := startIdlePods(t, n, "idle")
+	const metric = "nodekit_pod_status_patches_total"
+	scrape := func() (patched, syncs float64) {
+		t.Helper()
+		m, err := n.agent.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Sum(metric, map[string]string{"result": "patched"}), m.Sum("kubelet_runtime_operations_total", map[string]string{"operation_type": "podsandbox_status"})
+	}
+	beforePatched, beforeSyncs := scrape()
+	if beforePatched == 0 {
+		t.Fatalf("%s{result=\"patched\"} is 0 with %d pods running", metric, idlePods)
+	}
+	watchIdlePods(t, n.ns, selector)
+	afterPatched, afterSyncs := scrape()
 	if afterPatched != beforePatched {
-		t.Errorf("%v pod status PATCHes while %d pods idled for %s", afterPatched-beforePatched, idlePodsCount, idleWindow)
+		t.Errorf("%v pod status PATCHes while %d pods idled for %s", afterPatched-beforePatched, idlePods, idleWindow)
 	}
-	// The agent was not idle: it relisted the runtime all along.
-	if plegAfter <= plegBefore {
-		t.Errorf("the PLEG did not relist during the window (%v then %v): the window proves nothing", plegBefore, plegAfter)
+	// The agent was not idle: every resync reads each pod's sandbox.
+	if min := float64(idlePods) * float64(idleWindow/idleResync-1); afterSyncs-beforeSyncs < min {
+		t.Errorf("%v sandbox status reads in the window, want at least %v (a resync of %d pods every %s)", afterSyncs-beforeSyncs, min, idlePods, idleResync)
 	}
-	t.Logf("idle window %s: %v pod status PATCHes, %d pod modifications seen by a watch, %v PLEG relists", idleWindow, afterPatched-beforePatched, modified, plegAfter-plegBefore)
+	t.Logf("idle window %s: %v pod status PATCHes, %v sandbox status reads", idleWindow, afterPatched-beforePatched, afterSyncs-beforeSyncs)
 }
 
 // relists returns how many relists the node's PLEG has done.
