@@ -5,6 +5,13 @@
 // on the in-process fake runtime (runtime/fakecri). The harness they drive is
 // package cluster; cmd/localcluster brings up the same cluster for a person.
 //
+// The node tests (nodes_test.go, node_lifecycle_test.go, nodestatus_test.go)
+// run one agent each, mostly on fakecri; the pod tests (pods_test.go) run the
+// same table of pod lifecycle tests on a fakecri node and on a node with a
+// containerd and a cgroup root of its own (two agents on one runtime would
+// remove each other's pods). All tests run in parallel (-parallel defaults to
+// 16 here: they wait on the cluster, not on the CPU).
+//
 // Run them with hack/test.sh (the whole suite) or, from this directory:
 //
 //	go test -count=1 -timeout=30m ./...

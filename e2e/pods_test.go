@@ -83,10 +83,10 @@ var podTests = []podTest{
 	{name: "limits land in the cgroup files", containerdOnly: true, run: testCgroupLimits},
 }
 
-// TestPodsOnContainerd runs the pod tests on a node agent of its own on a
-// containerd of its own (TestNodeOnContainerd stops the shared one, and two
-// agents on one runtime would remove each other's pods as orphans), with a
-// cgroup root of its own.
+// TestPodsOnContainerd runs the pod tests and the node status tests that
+// need a real runtime on a node agent of its own on a containerd of its own
+// (TestNodeOnContainerd stops the shared one, and two agents on one runtime
+// would remove each other's pods as orphans), with a cgroup root of its own.
 func TestPodsOnContainerd(t *testing.T) {
 	requireContainerd(t)
 	t.Parallel()
