@@ -27,7 +27,10 @@ func TestNodeOnContainerd(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const name = "containerd-node"
-	n := newNode(t, name, nodeOptions{runtimeEndpoint: env.containerd.Endpoint})
+	n := newNode(t, name, nodeOptions{
+		runtimeEndpoint: env.containerd.Endpoint,
+		extraArgs:       []string{"--cgroup-root=" + newCgroupRoot(t, name)},
+	})
 	node := waitForNode(t, name, "Ready", readyTimeout, isReady)
 
 	_, version, err := env.containerd.Version(ctx)

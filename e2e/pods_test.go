@@ -129,16 +129,7 @@ func TestPodsOnFakeCRI(t *testing.T) {
 func newContainerdPodNode(t *testing.T, name string) *podNode {
 	t.Helper()
 	ctx := t.Context()
-	cgroup := fmt.Sprintf("nodekit-e2e-%d-%s", os.Getpid(), name)
-	removeCgroup, err := cluster.CreateCgroup(cgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := removeCgroup(); err != nil {
-			t.Errorf("remove cgroup root %s: %v", cgroup, err)
-		}
-	})
+	cgroupRoot := newCgroupRoot(t, name)
 	src, err := cluster.LocateSource()
 	if err != nil {
 		t.Fatal(err)
@@ -165,12 +156,31 @@ func newContainerdPodNode(t *testing.T, name string) *podNode {
 	}
 	tn := newNode(t, name, nodeOptions{
 		runtimeEndpoint: c.Endpoint,
-		extraArgs:       []string{"--cgroup-root=/" + cgroup},
+		extraArgs:       []string{"--cgroup-root=" + cgroupRoot},
 	})
-	n := &podNode{testNode: tn, runtimeName: runtimeName, cri: cri.Runtime, containerd: c, cgroupRoot: "/" + cgroup}
+	n := &podNode{testNode: tn, runtimeName: runtimeName, cri: cri.Runtime, containerd: c, cgroupRoot: cgroupRoot}
 	n.ns = newNamespace(t, name)
 	waitForNode(t, name, "Ready", readyTimeout, isReady)
 	return n
+}
+
+// newCgroupRoot creates a cgroup of the test's own in every hierarchy, for
+// a containerd node's --cgroup-root (the host's /kubepods belongs to no
+// test), and returns its cgroupfs name. Cleanup removes it: call it before
+// starting the agent and runtime that use it, so it goes after them.
+func newCgroupRoot(t *testing.T, node string) string {
+	t.Helper()
+	name := fmt.Sprintf("nodekit-e2e-%d-%s", os.Getpid(), node)
+	remove, err := cluster.CreateCgroup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := remove(); err != nil {
+			t.Errorf("remove cgroup root %s: %v", name, err)
+		}
+	})
+	return "/" + name
 }
 
 // newFakePodNode starts a node agent on its own fakecri, which holds
