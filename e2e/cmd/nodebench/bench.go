@@ -35,6 +35,10 @@ const (
 	fleetTimeout  = 15 * time.Minute
 )
 
+// burstTail is how long after a burst's last pod ran its agent's requests
+// still count towards the burst.
+const burstTail = 2 * time.Second
+
 // node is one measured node agent process (nodekit's or the kubelet) and
 // what was measured of it.
 type node struct {
@@ -49,6 +53,9 @@ type node struct {
 	idle         *idleFigures
 	burst        *bench.BurstResult
 	burstRSS     uint64
+	// burstRequests are the agent's API requests from the burst's start to
+	// burstTail after its last pod ran.
+	burstRequests bench.Requests
 }
 
 // idleFigures are what an idle window measured of one node.
@@ -512,6 +519,7 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return err
 	}
 	b.logf("burst: %d pods at once on %s", pods, n.agent.Name)
+	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
 		AgentPID: n.agent.PID(), CRIEndpoint: n.criEndpoint, Timeout: burstTimeout,
@@ -520,11 +528,19 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
 	}
 	n.burst = res
+	// Trailing writes (events, the last status patches) belong to the
+	// burst too.
+	if err := sleep(ctx, burstTail); err != nil {
+		return err
+	}
 	stats, err := bench.ReadProcStats(n.agent.PID())
 	if err != nil {
 		return err
 	}
 	n.burstRSS = stats.RSS
+	if n.burstRequests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, time.Now()); err != nil {
+		return err
+	}
 	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s", n.agent.Name,
 		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS))
 	return bench.DeletePods(ctx, b.client, ns, deleteTimeout)

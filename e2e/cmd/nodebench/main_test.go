@@ -33,6 +33,7 @@ func TestQuickRunProducesFigures(t *testing.T) {
 		"10 pods at once, fakecri: bound → Running",
 		"10 pods at once, fakecri: create → Running",
 		"10 pods at once, fakecri: agent CPU",
+		"10 pods at once, fakecri: agent API requests",
 		"start → Ready, fakecri, agent registers the Node",
 		"start → Ready, fakecri, Node pre-registered",
 		"RSS idle, fakecri",

@@ -113,6 +113,19 @@ func (b *benchmark) reportPods() {
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: runtime (CRI) time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CRI }))
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running less CRI time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.Overhead }))
 
+	row = bench.Row{Metric: fmt.Sprintf("%d pods at once, containerd: agent API requests (per pod)", pods), Value: notRun}
+	if n != nil {
+		r := b.ctrdNode.burstRequests
+		row.Value = fmt.Sprintf("%d (%.1f)", r.Total(), float64(r.Total())/float64(pods))
+		t.Note("requests of nodekit's agent over the %d-pod burst on containerd: %s", pods, r)
+	}
+	if k != nil {
+		r := b.kubelet.burstRequests
+		row.Kubelet = fmt.Sprintf("%d (%.1f)", r.Total(), float64(r.Total())/float64(pods))
+		t.Note("requests of the kubelet over its %d-pod burst: %s", pods, r)
+	}
+	t.Add(row)
+
 	var f *bench.BurstResult
 	if b.fake != nil {
 		f = b.fake.burst
@@ -144,6 +157,14 @@ func (b *benchmark) reportPods() {
 		row.Value = cpuSeconds(f.AgentCPU)
 	}
 	t.Add(row)
+	row = bench.Row{Metric: fmt.Sprintf("%d pods at once, fakecri: agent API requests (per pod)", fp), Value: notRun}
+	if f != nil {
+		r := b.fake.burstRequests
+		row.Value = fmt.Sprintf("%d (%.1f)", r.Total(), float64(r.Total())/float64(fp))
+		t.Note("requests of nodekit's agent over the %d-pod burst on fakecri: %s", fp, r)
+	}
+	t.Add(row)
+	t.Note("a burst's requests count from its first create to %s after its last pod ran", burstTail)
 }
 
 // distRow is a row of p50/p90/p99 of one figure of nodekit's and the
