@@ -359,11 +359,15 @@ func (c *PodController) syncPod(ctx context.Context, w podWork) (time.Duration, 
 		c.opts.Statuses.SetPodStatus(pod, c.generate(pod, rs, res.Waiting, false))
 	}
 
+	// A failed sync is retried after syncErrorRetry, as the kubelet's pod
+	// worker back-off, and no later than a back-off's end: between the two
+	// the status shows the back-off (ImagePullBackOff, CrashLoopBackOff).
 	requeue := c.opts.SyncFrequency
+	if res.Err != nil {
+		requeue = min(requeue, syncErrorRetry)
+	}
 	if !res.RetryAt.IsZero() {
 		requeue = min(requeue, max(res.RetryAt.Sub(c.clock.Now()), time.Millisecond))
-	} else if res.Err != nil {
-		requeue = min(requeue, syncErrorRetry)
 	}
 	return requeue, false
 }
