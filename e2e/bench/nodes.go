@@ -25,9 +25,10 @@ func NodeReady(node *v1.Node) bool {
 // TimeToReady measures a node agent's startup: it opens a watch on Node
 // name, calls start (which launches the agent and may wait for it, as
 // cluster.Agent.Start waits for /healthz), and returns the time from just
-// before start until the watch delivered the Node with Ready=True. A Node
-// that is already Ready when the watch opens is an error: the figure would
-// mean nothing. It gives up after timeout.
+// before start until the watch received the Node with Ready=True. Events
+// are stamped as they arrive, while start may still be waiting. A Node that
+// is already Ready when the watch opens is an error: the figure would mean
+// nothing. It gives up after timeout.
 func TimeToReady(ctx context.Context, client kubernetes.Interface, name string, timeout time.Duration, start func(context.Context) error) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -41,9 +42,15 @@ func TimeToReady(ctx context.Context, client kubernetes.Interface, name string, 
 			return 0, fmt.Errorf("node %s is Ready before its agent starts", name)
 		}
 	}
-	w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion})
+	w, err := watchResuming(ctx, list.ResourceVersion, func(ctx context.Context, rv string) (watch.Interface, error) {
+		w, err := client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: rv})
+		if err != nil {
+			return nil, fmt.Errorf("node %s: watch from %s: %w", name, rv, err)
+		}
+		return w, nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("node %s: watch: %w", name, err)
+		return 0, err
 	}
 	defer w.Stop()
 	began := time.Now()
@@ -52,15 +59,12 @@ func TimeToReady(ctx context.Context, client kubernetes.Interface, name string, 
 	}
 	for {
 		select {
-		case ev, ok := <-w.ResultChan():
+		case ev, ok := <-w.Events():
 			if !ok {
-				return 0, fmt.Errorf("node %s: watch closed before Ready", name)
+				return 0, fmt.Errorf("node %s: not Ready: watch ended: %v", name, firstErr(w.Err(), ctx.Err()))
 			}
-			if ev.Type == watch.Error {
-				return 0, fmt.Errorf("node %s: watch: %v", name, ev.Object)
-			}
-			if node, ok := ev.Object.(*v1.Node); ok && NodeReady(node) {
-				return time.Since(began), nil
+			if node, ok := ev.Object.(*v1.Node); ok && ev.Type != watch.Deleted && NodeReady(node) {
+				return ev.at.Sub(began), nil
 			}
 		case <-ctx.Done():
 			return 0, fmt.Errorf("node %s: not Ready within %s: %w", name, timeout, ctx.Err())

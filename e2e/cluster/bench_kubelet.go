@@ -120,7 +120,8 @@ type KubeletOptions struct {
 // (vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
 // kernel.panic_on_oops=1, kernel.keys.root_maxkeys and root_maxbytes); see
 // SaveKernelTunables to restore them. It writes container log symlinks to
-// /var/log/containers, which it removes with the containers.
+// /var/log/containers, which it removes with the containers, and leaves its
+// root directory mounted (see UnmountUnder).
 func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 	if opts.Binary == "" || opts.NodeName == "" || opts.RuntimeEndpoint == "" || opts.CgroupRoot == "" {
 		return nil, errors.New("new kubelet: Binary, NodeName, RuntimeEndpoint and CgroupRoot are required")
@@ -220,4 +221,15 @@ func (k KernelTunables) Restore() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// UnmountUnder detaches every mount at or below dir, deepest first. The
+// kubelet makes its root directory an rshared bind mount of itself and
+// leaves it when it stops; call this on the kubelet's Agent.Dir once it
+// stopped, before removing the directory.
+func UnmountUnder(dir string) error {
+	if err := unmountUnder(dir); err != nil {
+		return fmt.Errorf("unmount under %s: %w", dir, err)
+	}
+	return nil
 }

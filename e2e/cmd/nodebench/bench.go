@@ -583,6 +583,7 @@ func (b *benchmark) kubeletAnchor(ctx context.Context) (err error) {
 		if serr := b.stopNode(context.WithoutCancel(ctx), k); cluster.StopTimedOut(serr) {
 			err = errors.Join(err, serr)
 		}
+		err = errors.Join(err, cluster.UnmountUnder(k.agent.Dir))
 	}()
 	if k.startToReady, err = b.timeStart(ctx, k); err != nil {
 		return fmt.Errorf("%w\n--- last lines of %s:\n%s", err, k.agent.LogPath, cluster.LogTail(k.agent.LogPath, 20))
