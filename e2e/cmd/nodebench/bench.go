@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodekit/nodekit/e2e/bench"
 	"github.com/nodekit/nodekit/e2e/cluster"
@@ -308,36 +307,12 @@ func (b *benchmark) newFakeNode(name string) (*node, error) {
 	return n, nil
 }
 
-// newNodekitAgent prepares a nodekit agent process with its pod logs under
-// its own directory.
+// newNodekitAgent prepares a nodekit agent process (the harness keeps its
+// pod logs in its own directory).
 func (b *benchmark) newNodekitAgent(name, endpoint string, extraArgs ...string) (*cluster.Agent, error) {
-	a, err := b.cp.NewAgent(cluster.AgentOptions{
+	return b.cp.NewAgent(cluster.AgentOptions{
 		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: extraArgs,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := setConfigField(a.ConfigPath, "podLogsDir", filepath.Join(a.Dir, "pod-logs")); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// setConfigField sets one field of a KubeletConfiguration file.
-func setConfigField(path, field string, value any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	cfg := map[string]any{}
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	cfg[field] = value
-	if data, err = yaml.Marshal(cfg); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.WriteFile(path, data, 0o644)
 }
 
 // stopNode stops the agent and its fake runtime and deletes its Node.
