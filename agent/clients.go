@@ -29,6 +29,10 @@ type Clients struct {
 	// its requests time out within one status update period (at most the
 	// lease duration), as the kubelet's heartbeat client.
 	Heartbeat kubernetes.Interface
+	// Events writes events, rate limited by eventRecordQPS/eventBurst on
+	// its own so that a burst of events never delays pod status writes, as
+	// the kubelet's event client. Nil means Client.
+	Events kubernetes.Interface
 
 	tracker *connrotation.ConnectionTracker
 }
@@ -71,6 +75,17 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 		return nil, fmt.Errorf("build apiserver client: %w", err)
 	}
 
+	ev := rest.CopyConfig(base)
+	ev.QPS = float32(*kc.EventRecordQPS)
+	ev.Burst = int(kc.EventBurst)
+	if ev.QPS == 0 {
+		ev.QPS = -1 // eventRecordQPS 0 means no limit
+	}
+	events, err := kubernetes.NewForConfig(ev)
+	if err != nil {
+		return nil, fmt.Errorf("build event client: %w", err)
+	}
+
 	hb := rest.CopyConfig(base)
 	hb.QPS = float32(-1)
 	hb.Timeout = kc.NodeStatusUpdateFrequency.Duration
@@ -81,7 +96,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	if err != nil {
 		return nil, fmt.Errorf("build heartbeat client: %w", err)
 	}
-	return &Clients{Client: client, Heartbeat: heartbeat, tracker: tracker}, nil
+	return &Clients{Client: client, Heartbeat: heartbeat, Events: events, tracker: tracker}, nil
 }
 
 // CloseConnections closes every open connection to the apiserver so the
@@ -93,12 +108,12 @@ func (c *Clients) CloseConnections() {
 }
 
 // newRecorder returns an event recorder that writes events as the kubelet
-// does (source component "kubelet", host = node name), rate limited by
-// eventRecordQPS/eventBurst, and a func that stops its broadcaster.
+// does (source component "kubelet", host = node name) through client, and a
+// func that stops its broadcaster.
 func newRecorder(cfg *Config, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
-	kc := &cfg.Kubelet
-	opts := record.CorrelatorOptions{QPS: float32(*kc.EventRecordQPS), BurstSize: int(kc.EventBurst)}
-	b := record.NewBroadcaster(record.WithCorrelatorOptions(opts))
+	// The rate limit is the event client's; the broadcaster's spam filter
+	// and aggregation keep client-go's defaults, as the kubelet's.
+	b := record.NewBroadcaster()
 	b.StartStructuredLogging(4)
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	return b.NewRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), b.Shutdown

@@ -98,7 +98,11 @@ func newRegistry() (prometheus.Registerer, prometheus.Gatherer) {
 }
 
 func provideRecorder(lc fx.Lifecycle, cfg *Config, c *Clients) record.EventRecorder {
-	rec, stop := newRecorder(cfg, c.Client, scheme.Scheme)
+	events := c.Events
+	if events == nil {
+		events = c.Client
+	}
+	rec, stop := newRecorder(cfg, events, scheme.Scheme)
 	lc.Append(fx.StopHook(stop))
 	return rec
 }
@@ -125,6 +129,8 @@ func statusOptions(cfg *Config, c *Clients) status.Options {
 		UpdateFrequency:   kc.NodeStatusUpdateFrequency.Duration,
 		ReportFrequency:   kc.NodeStatusReportFrequency.Duration,
 		OnRepeatedFailure: c.CloseConnections,
+		// The node watch must not inherit the heartbeat client's timeout.
+		WatchClient: c.Client,
 	}
 }
 

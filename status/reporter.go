@@ -43,8 +43,14 @@ const (
 
 // Options configures a Reporter.
 type Options struct {
-	// Client talks to the API server as the node; required.
+	// Client talks to the API server as the node; required. The kubelet
+	// uses its heartbeat client here: short timeouts, no rate limit.
 	Client kubernetes.Interface
+	// WatchClient watches the Node for the informer; default Client. Give
+	// a client without a request timeout when Client has one (the agent's
+	// heartbeat client does), or every watch is cut off after the timeout
+	// and re-listed.
+	WatchClient kubernetes.Interface
 	// NodeName is the Node's name; required.
 	NodeName string
 	// Hostname is the kubernetes.io/hostname label; default NodeName.
@@ -123,6 +129,9 @@ func New(opts Options) (*Reporter, error) {
 	}
 	if opts.Hostname == "" {
 		opts.Hostname = opts.NodeName
+	}
+	if opts.WatchClient == nil {
+		opts.WatchClient = opts.Client
 	}
 	if errs := validation.IsValidLabelValue(opts.Hostname); len(errs) > 0 {
 		return nil, fmt.Errorf("node status reporter: hostname %q is not a valid label value: %v", opts.Hostname, errs)
@@ -233,7 +242,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 // newInformer watches this one Node (field selector metadata.name).
 func (r *Reporter) newInformer() cache.SharedIndexInformer {
 	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, r.opts.NodeName).String()
-	return coreinformers.NewFilteredNodeInformer(r.opts.Client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
+	return coreinformers.NewFilteredNodeInformer(r.opts.WatchClient, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = selector
 	})
 }
