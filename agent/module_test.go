@@ -146,6 +146,34 @@ func TestAgentRegistersReadyNodeAndLease(t *testing.T) {
 	}
 }
 
+// startAgent runs the whole default graph for node-a on the fakecri at
+// endpoint and client until the test ends, then checks that no component
+// shut the agent down.
+func startAgent(t *testing.T, endpoint string, client *fake.Clientset) *fxtest.App {
+	t.Helper()
+	app := fxtest.New(t, fx.Supply(testConfig(t, endpoint)), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
+	app.RequireStart()
+	t.Cleanup(func() {
+		requireNoShutdown(t, app)
+		app.RequireStop()
+	})
+	return app
+}
+
+// startReadyAgent starts an agent on a new fakecri and fake clientset and
+// waits for its node to be Ready. The context ends with the test, within a
+// minute.
+func startReadyAgent(t *testing.T) (*fakecri.Server, *fake.Clientset, context.Context) {
+	t.Helper()
+	cri, endpoint := startFakeCRI(t)
+	client := fake.NewClientset()
+	startAgent(t, endpoint, client)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue })
+	return cri, client, ctx
+}
+
 // requireNoShutdown fails the test when a component shut the agent down.
 func requireNoShutdown(t *testing.T, app *fxtest.App) {
 	t.Helper()
@@ -160,17 +188,7 @@ func requireNoShutdown(t *testing.T, app *fxtest.App) {
 // whole default graph on fakecri: it turns Running and Ready, and a graceful
 // deletion stops it and removes the API object.
 func TestAgentRunsAndDeletesAPod(t *testing.T) {
-	_, endpoint := startFakeCRI(t)
-	cfg := testConfig(t, endpoint)
-	client := fake.NewClientset()
-	app := fxtest.New(t, fx.Supply(cfg), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
-	app.RequireStart()
-	defer app.RequireStop()
-	defer requireNoShutdown(t, app)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue })
+	_, client, ctx := startReadyAgent(t)
 
 	pods := client.CoreV1().Pods("default")
 	grace := int64(5)
@@ -223,17 +241,7 @@ func TestAgentRunsAndDeletesAPod(t *testing.T) {
 // TestAgentRejectsAPodThatDoesNotFit: admission fails a pod that requests
 // more cpu than the node has, with the kubelet's reason, and never starts it.
 func TestAgentRejectsAPodThatDoesNotFit(t *testing.T) {
-	cri, endpoint := startFakeCRI(t)
-	cfg := testConfig(t, endpoint)
-	client := fake.NewClientset()
-	app := fxtest.New(t, fx.Supply(cfg), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
-	app.RequireStart()
-	defer app.RequireStop()
-	defer requireNoShutdown(t, app)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	waitForNode(ctx, t, client, func(n *v1.Node) bool { return readyStatus(n) == v1.ConditionTrue })
+	cri, client, ctx := startReadyAgent(t)
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: "default", UID: "uid-huge"},
 		Spec: v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{
@@ -304,12 +312,7 @@ func TestAgentStopsPodsNoSourceKnows(t *testing.T) {
 		t.Fatal("the orphan is not running")
 	}
 
-	cfg := testConfig(t, endpoint)
-	client := fake.NewClientset()
-	app := fxtest.New(t, fx.Supply(cfg), Module, fx.Replace(&Clients{Client: client, Heartbeat: client}))
-	app.RequireStart()
-	defer app.RequireStop()
-	defer requireNoShutdown(t, app)
+	startAgent(t, endpoint, fake.NewClientset())
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return running() == 0, nil
 	})
