@@ -85,8 +85,14 @@ type Manager struct {
 
 	// synced is, per pod UID, the version last written; only Run's
 	// goroutine touches it.
-	synced  map[types.UID]uint64
-	running atomic.Bool
+	synced map[types.UID]uint64
+	// written is, per pod UID, the pod as the API server answered the last
+	// patch (or as read when nothing needed writing), and writtenFrom the
+	// resourceVersion that patch was computed from; only Run's goroutine
+	// touches them. See currentPod.
+	written     map[types.UID]*v1.Pod
+	writtenFrom map[types.UID]string
+	running     atomic.Bool
 }
 
 // versionedStatus is one pod's cached status. The Manager replaces entries,
@@ -129,15 +135,17 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	return &Manager{
-		client:     opts.Client,
-		clock:      opts.Clock,
-		pods:       opts.Pods,
-		syncPeriod: opts.SyncPeriod,
-		logger:     opts.Logger.WithName("podstatus"),
-		metrics:    m,
-		statuses:   make(map[types.UID]*versionedStatus),
-		signal:     make(chan struct{}, 1),
-		synced:     make(map[types.UID]uint64),
+		client:      opts.Client,
+		clock:       opts.Clock,
+		pods:        opts.Pods,
+		syncPeriod:  opts.SyncPeriod,
+		logger:      opts.Logger.WithName("podstatus"),
+		metrics:     m,
+		statuses:    make(map[types.UID]*versionedStatus),
+		signal:      make(chan struct{}, 1),
+		synced:      make(map[types.UID]uint64),
+		written:     make(map[types.UID]*v1.Pod),
+		writtenFrom: make(map[types.UID]string),
 	}, nil
 }
 
@@ -403,7 +411,7 @@ func (m *Manager) needsReconcile(ctx context.Context, uid types.UID, e *versione
 func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus) {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(e.namespace, e.name), "podUID", uid)
 	pods := m.client.CoreV1().Pods(e.namespace)
-	pod, err := pods.Get(ctx, e.name, metav1.GetOptions{})
+	pod, err := m.currentPod(ctx, uid, e)
 	if apierrors.IsNotFound(err) {
 		logger.V(3).Info("Pod does not exist on the API server")
 		return
@@ -419,6 +427,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		return
 	}
 
+	base := pod.ResourceVersion
 	merged := mergePodStatus(pod, pod.Status, e.status, !e.finished, metav1.NewTime(m.clock.Now()).Rfc3339Copy())
 	patch, unchanged, err := preparePatch(pod.UID, pod.Status, merged)
 	if err != nil {
@@ -431,6 +440,10 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		logger.V(4).Info("Pod status is up to date", "version", e.version)
 	} else {
 		updated, err := pods.Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		if apierrors.IsNotFound(err) {
+			logger.V(3).Info("Pod does not exist on the API server")
+			return
+		}
 		if err != nil {
 			m.metrics.patch(resultFailed)
 			logger.Error(err, "Failed to patch pod status", "patch", string(patch))
@@ -440,6 +453,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
 		pod = updated
 	}
+	m.written[uid], m.writtenFrom[uid] = pod, base
 	if !e.at.IsZero() {
 		m.metrics.synced(m.clock.Since(e.at))
 	}
@@ -471,8 +485,35 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 }
 
 // forget drops the pod's status unless a newer version came meanwhile.
+// currentPod returns the pod to compute a status patch against, saving the
+// GET the kubelet makes before every patch where the Manager knows the
+// pod's current version: the sources' copy when it is the version this
+// Manager last wrote (or the Manager has not written the pod yet), the last
+// patch's answer when the sources' copy is the version that patch was
+// computed from (the watch has not caught up with the write). Otherwise, for
+// static pods, and without Options.Pods, it reads the pod from the API
+// server. A copy that misses someone else's later write can only leave that
+// write as it is; the periodic sync then sees the difference and reads the
+// API. The returned pod is the caller's.
+func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedStatus) (*v1.Pod, error) {
+	if m.pods != nil && !e.static {
+		if p, ok := m.pods.GetPodByUID(uid); ok && p.UID == uid {
+			last, wrote := m.written[uid]
+			switch {
+			case !wrote || last.ResourceVersion == p.ResourceVersion:
+				return p.DeepCopy(), nil
+			case m.writtenFrom[uid] == p.ResourceVersion:
+				return last.DeepCopy(), nil
+			}
+		}
+	}
+	return m.client.CoreV1().Pods(e.namespace).Get(ctx, e.name, metav1.GetOptions{})
+}
+
 func (m *Manager) forget(uid types.UID, version uint64) {
 	delete(m.synced, uid)
+	delete(m.written, uid)
+	delete(m.writtenFrom, uid)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cur, ok := m.statuses[uid]; ok && cur.version == version {

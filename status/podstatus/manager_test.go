@@ -512,3 +512,26 @@ func TestRunTwiceFails(t *testing.T) {
 		t.Errorf("second Run = %v", err)
 	}
 }
+
+// TestPatchesWithoutAGetWhenTheSourcesHaveThePod: the Manager computes its
+// patch from the sources' copy of a pod it has not written yet, and from
+// its last patch's answer while the sources have not caught up with it, so
+// a pod's start costs PATCHes only.
+func TestPatchesWithoutAGetWhenTheSourcesHaveThePod(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
+	e := newEnv(t, g, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the first patch", func() bool { return len(e.actions("patch")) == 1 })
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Ready", func() bool {
+		c := findCond(e.apiPod(t, "web").Status, v1.PodReady)
+		return c != nil && c.Status == v1.ConditionTrue
+	})
+	if gets := e.actions("get"); len(gets) != 0 {
+		t.Errorf("%d GETs before the patches, want none: the sources' copy and the last answer serve", len(gets))
+	}
+	if patches := e.actions("patch"); len(patches) != 2 {
+		t.Errorf("%d patches, want 2", len(patches))
+	}
+}
