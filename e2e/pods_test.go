@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"net"
 	"os"
 	"path/filepath"
@@ -1151,16 +1152,12 @@ func histogramCount(m cluster.Metrics, name string) float64 {
 // containerd container's verbose CRI status ("info").
 func ociCgroupsPath(info string) (string, error) {
 	var v struct {
-		RuntimeSpec struct {
-			Linux struct {
-				CgroupsPath string `json:"cgroupsPath"`
-			} `json:"linux"`
-		} `json:"runtimeSpec"`
+		RuntimeSpec specs.Spec `json:"runtimeSpec"`
 	}
 	if err := json.Unmarshal([]byte(info), &v); err != nil {
 		return "", fmt.Errorf("decode the container's verbose status: %w", err)
 	}
-	if v.RuntimeSpec.Linux.CgroupsPath == "" {
+	if v.RuntimeSpec.Linux == nil || v.RuntimeSpec.Linux.CgroupsPath == "" {
 		return "", fmt.Errorf("no runtimeSpec.linux.cgroupsPath in the container's verbose status: %.500s", info)
 	}
 	return v.RuntimeSpec.Linux.CgroupsPath, nil

@@ -31,7 +31,10 @@
 //     the CRI log format. StopContainer honours the timeout: SIGTERM, then a
 //     kill (exit code 137) when the container outlives it.
 //   - ExecSync answered by an [ExecHandler] ([Server.SetExecHandler]);
-//     UpdateContainerResources; ContainerStats, ListContainerStats,
+//     UpdateContainerResources; a verbose ContainerStatus carrying, as
+//     containerd's, the OCI runtime spec (github.com/opencontainers/runtime-spec)
+//     with linux.cgroupsPath under the sandbox's cgroup parent and
+//     linux.resources; ContainerStats, ListContainerStats,
 //     PodSandboxStats and ListPodSandboxStats with usage from the behavior.
 //   - GetContainerEvents: a stream of CREATED, STARTED, STOPPED and DELETED
 //     events for containers and sandboxes, carrying the sandbox's status

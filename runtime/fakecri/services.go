@@ -252,7 +252,13 @@ func (r *runtimeService) ContainerStatus(_ context.Context, req *runtimeapi.Cont
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerStatusResponse{Status: r.s.containerStatusLocked(c)}, nil
+	resp := &runtimeapi.ContainerStatusResponse{Status: r.s.containerStatusLocked(c)}
+	if req.GetVerbose() {
+		if resp.Info, err = r.s.containerInfoLocked(c); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	return resp, nil
 }
 
 func (r *runtimeService) UpdateContainerResources(_ context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
