@@ -71,46 +71,38 @@ func (s *Server) newID(kind string) string {
 // lookupSandbox returns the sandbox whose ID is id or starts with it (as
 // containerd accepts truncated IDs), or a NotFound error.
 func (s *Server) lookupSandbox(id string) (*sandbox, error) {
-	if sb, ok := s.sandboxes[id]; ok {
-		return sb, nil
-	}
-	if id != "" {
-		var found *sandbox
-		for full, sb := range s.sandboxes {
-			if strings.HasPrefix(full, id) {
-				if found != nil {
-					return nil, status.Errorf(codes.InvalidArgument, "sandbox ID prefix %q is ambiguous", id)
-				}
-				found = sb
-			}
-		}
-		if found != nil {
-			return found, nil
-		}
-	}
-	return nil, status.Errorf(codes.NotFound, "an error occurred when try to find sandbox %q: not found", id)
+	return lookupByID(s.sandboxes, "sandbox", id)
 }
 
 // lookupContainer is lookupSandbox for containers.
 func (s *Server) lookupContainer(id string) (*container, error) {
-	if c, ok := s.containers[id]; ok {
-		return c, nil
+	return lookupByID(s.containers, "container", id)
+}
+
+// lookupByID finds the kind of object whose ID is id or, unambiguously,
+// starts with it.
+func lookupByID[T any](byID map[string]T, kind, id string) (T, error) {
+	if v, ok := byID[id]; ok {
+		return v, nil
 	}
+	var found T
 	if id != "" {
-		var found *container
-		for full, c := range s.containers {
+		n := 0
+		for full, v := range byID {
 			if strings.HasPrefix(full, id) {
-				if found != nil {
-					return nil, status.Errorf(codes.InvalidArgument, "container ID prefix %q is ambiguous", id)
+				if n++; n > 1 {
+					var zero T
+					return zero, status.Errorf(codes.InvalidArgument, "%s ID prefix %q is ambiguous", kind, id)
 				}
-				found = c
+				found = v
 			}
 		}
-		if found != nil {
+		if n == 1 {
 			return found, nil
 		}
 	}
-	return nil, status.Errorf(codes.NotFound, "an error occurred when try to find container %q: not found", id)
+	var zero T
+	return zero, status.Errorf(codes.NotFound, "an error occurred when try to find %s %q: not found", kind, id)
 }
 
 // runSandbox creates and starts a sandbox.
