@@ -77,6 +77,31 @@ type Agent struct {
 	proc *process
 }
 
+// newNodeProcess prepares what every node process (a nodekit agent or a
+// kubelet) needs: its directory under Dir/nodes/<name>, its client
+// certificate and kubeconfig, and free healthz and API ports on ip. what
+// names the process in errors.
+func (c *ControlPlane) newNodeProcess(what, name, ip, binary string) (a *Agent, healthzPort, apiPort int, err error) {
+	a = &Agent{Name: name, IP: ip, Dir: filepath.Join(c.Dir, "nodes", name), binary: binary}
+	fail := func(err error) (*Agent, int, int, error) {
+		return nil, 0, 0, fmt.Errorf("new %s %s: %w", what, name, err)
+	}
+	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+		return fail(err)
+	}
+	if a.Kubeconfig, err = c.NodeCredentials(a.Name, a.Dir); err != nil {
+		return fail(err)
+	}
+	if healthzPort, err = freePort(a.IP); err != nil {
+		return fail(err)
+	}
+	if apiPort, err = freePort(a.IP); err != nil {
+		return fail(err)
+	}
+	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
+	return a, healthzPort, apiPort, nil
+}
+
 // NewAgent prepares a node agent: it issues the node's client certificate
 // (system:node:<name>) and kubeconfig and writes its KubeletConfiguration
 // under Dir/nodes/<name>. It starts nothing; call Start.
@@ -90,23 +115,10 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	if opts.Verbosity == 0 {
 		opts.Verbosity = 2
 	}
-	a := &Agent{Name: opts.NodeName, IP: opts.NodeIP, Dir: filepath.Join(c.Dir, "nodes", opts.NodeName), binary: opts.Binary}
-	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
-	}
-	var err error
-	if a.Kubeconfig, err = c.NodeCredentials(a.Name, a.Dir); err != nil {
-		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
-	}
-	healthzPort, err := freePort(a.IP)
+	a, healthzPort, apiPort, err := c.newNodeProcess("agent", opts.NodeName, opts.NodeIP, opts.Binary)
 	if err != nil {
-		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
+		return nil, err
 	}
-	apiPort, err := freePort(a.IP)
-	if err != nil {
-		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
-	}
-	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
 	a.MetricsURL = "http://" + hostPort(a.IP, healthzPort) + "/metrics"
 	a.LogPath = filepath.Join(a.Dir, "agent.log")
 

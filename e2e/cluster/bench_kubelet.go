@@ -132,23 +132,10 @@ func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 	if opts.Verbosity == 0 {
 		opts.Verbosity = 2
 	}
-	a := &Agent{Name: opts.NodeName, IP: opts.NodeIP, Dir: filepath.Join(c.Dir, "nodes", opts.NodeName), binary: opts.Binary}
-	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
-	}
-	var err error
-	if a.Kubeconfig, err = c.NodeCredentials(a.Name, a.Dir); err != nil {
-		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
-	}
-	healthzPort, err := freePort(a.IP)
+	a, healthzPort, apiPort, err := c.newNodeProcess("kubelet", opts.NodeName, opts.NodeIP, opts.Binary)
 	if err != nil {
-		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+		return nil, err
 	}
-	apiPort, err := freePort(a.IP)
-	if err != nil {
-		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
-	}
-	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
 	a.LogPath = filepath.Join(a.Dir, "kubelet.log")
 	cfg := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",

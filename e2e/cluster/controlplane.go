@@ -285,6 +285,25 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, opts ControlPlaneOpti
 	return c.waitHealthy(ctx, p, opts.StartTimeout, httpClient, c.Server+"/readyz")
 }
 
+// componentFlags are the flags kube-controller-manager and kube-scheduler
+// share: their kubeconfig for the API and for delegated authn/authz, a
+// loopback serving endpoint with its certificate, the client CAs, and no
+// leader election.
+func componentFlags(pki *PKI, kubeconfig string, port int, serving CertPair) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=" + loopback,
+		fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file=" + serving.Cert,
+		"--tls-private-key-file=" + serving.Key,
+		"--client-ca-file=" + pki.CA.Cert,
+		"--requestheader-client-ca-file=" + pki.FrontProxyCA.Cert,
+		"--leader-elect=false",
+	}
+}
+
 func (c *ControlPlane) startControllerManager(ctx context.Context, opts ControlPlaneOptions) error {
 	kubeconfig, err := c.componentKubeconfig("kube-controller-manager", "system:kube-controller-manager")
 	if err != nil {
@@ -294,17 +313,7 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, opts ControlP
 	if err != nil {
 		return err
 	}
-	p, err := c.start("kube-controller-manager", opts.Binaries.KubeControllerManager,
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address="+loopback,
-		fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file="+serving.Cert,
-		"--tls-private-key-file="+serving.Key,
-		"--client-ca-file="+c.PKI.CA.Cert,
-		"--requestheader-client-ca-file="+c.PKI.FrontProxyCA.Cert,
-		"--leader-elect=false",
+	p, err := c.start("kube-controller-manager", opts.Binaries.KubeControllerManager, append(componentFlags(c.PKI, kubeconfig, port, serving),
 		// Under RBAC each controller needs its own service account.
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file="+c.PKI.ServiceAccount.Key,
@@ -315,7 +324,7 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, opts ControlP
 		"--node-monitor-grace-period="+opts.NodeMonitorGracePeriod.String(),
 		"--node-monitor-period="+opts.NodeMonitorPeriod.String(),
 		"--v=2",
-	)
+	)...)
 	if err != nil {
 		return err
 	}
@@ -331,19 +340,9 @@ func (c *ControlPlane) startScheduler(ctx context.Context, opts ControlPlaneOpti
 	if err != nil {
 		return err
 	}
-	p, err := c.start("kube-scheduler", opts.Binaries.KubeScheduler,
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address="+loopback,
-		fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file="+serving.Cert,
-		"--tls-private-key-file="+serving.Key,
-		"--client-ca-file="+c.PKI.CA.Cert,
-		"--requestheader-client-ca-file="+c.PKI.FrontProxyCA.Cert,
-		"--leader-elect=false",
+	p, err := c.start("kube-scheduler", opts.Binaries.KubeScheduler, append(componentFlags(c.PKI, kubeconfig, port, serving),
 		"--v=1",
-	)
+	)...)
 	if err != nil {
 		return err
 	}
