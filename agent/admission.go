@@ -11,6 +11,8 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/podsource"
 )
 
 // AdmitHandlerGroup is the fx value group of AdmitHandler the pod workers
@@ -104,13 +106,9 @@ func predicateFailure(name, desc string) AdmitResult {
 	return AdmitResult{Reason: name, Message: fmt.Sprintf("Predicate %s failed: %s", name, desc)}
 }
 
-// ConfigSourceAnnotation names the source a pod came from ("api", "file",
-// "http"), as the kubelet's kubernetes.io/config.source.
-const ConfigSourceAnnotation = "kubernetes.io/config.source"
-
 func isStaticPod(pod *v1.Pod) bool {
-	src, ok := pod.Annotations[ConfigSourceAnnotation]
-	return ok && src != "api"
+	src, ok := pod.Annotations[podsource.ConfigSourceAnnotationKey]
+	return ok && src != podsource.APIServerSource
 }
 
 // fitsResources checks the pod count and every requested resource against

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/podsource"
 )
 
 func admitNode() *v1.Node {
@@ -96,7 +98,7 @@ func TestGeneralPredicates(t *testing.T) {
 		}()},
 		{name: "static pod ignores taints", pod: func() *v1.Pod {
 			p := podRequesting("a", "", "")
-			p.Annotations = map[string]string{ConfigSourceAnnotation: "file"}
+			p.Annotations = map[string]string{podsource.ConfigSourceAnnotationKey: podsource.FileSource}
 			return p
 		}(), node: func() *v1.Node {
 			n := admitNode()
