@@ -1,67 +1,70 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/spf13/pflag"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodekit/nodekit"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/lease"
-	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podsource/apiserver"
 	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/status/podstatus"
 )
 
-// Module is a complete node agent: it wires every default nodekit module
-// from the *Config in the graph. The graph gets, for the modules and for an
-// embedder's own pieces:
+// Core is everything of a node agent but the runtime that runs its pods:
+// the apiserver clients, metrics, events, the node Lease, node registration
+// and status, the node watch, the API server pod source, the pod status
+// manager, the pod lifecycle loop (admission, pod workers, housekeeping)
+// and the /healthz and /metrics server, all configured from the *Config in
+// the graph. Add a runtime: CRI for a kubelet-like node, or PodBackend for
+// a node whose pods something else runs. The graph gets, for the modules
+// and for an embedder's own pieces:
 //
 //   - *Config, as supplied;
 //   - *Clients and kubernetes.Interface (the node's rate-limited client; the
 //     lease and status modules get the heartbeat client instead);
 //   - prometheus.Registerer and prometheus.Gatherer (one registry, served on
-//     /metrics), clock.Clock (real), logr.Logger (klog's), and
-//     record.EventRecorder (events as component "kubelet");
-//   - the Options of lease, status and runtime, derived from the Config;
-//   - the runtime's funcs the status setters take (RuntimeVersionFunc,
-//     RuntimeHealthFunc, ListImagesFunc, RuntimeHandlersFunc, RuntimeFeaturesFunc).
-//
-// Replace any of them with fx.Decorate (e.g. a fake clock, a different
-// status.Options) or add node status setters to the status.SetterGroup
-// value group; see examples/customstatus.
-var Module = fx.Module("agent",
+//     /metrics), clock.Clock (real), logr.Logger (klog's, with the node's
+//     name on every line), and record.EventRecorder (events as component
+//     "kubelet");
+//   - *status.NodeWatch (the one watch of the node's object) and
+//     pods.NodeGetter;
+//   - the Options of lease, status, the API server source and pods, derived
+//     from the Config (see Config's methods to derive them without fx).
+var Core = fx.Module("agent",
 	fx.Provide(
 		NewClients,
 		func(c *Clients) kubernetes.Interface { return c.Client },
 		newRegistry,
 		func() clock.Clock { return clock.RealClock{} },
-		func() logr.Logger { return klog.Background() },
+		newLogger,
 		provideRecorder,
-		leaseOptions,
-		statusOptions,
+		func(cfg *Config, c *Clients) lease.Options { return cfg.LeaseOptions(c.CloseConnections) },
+		func(cfg *Config, c *Clients) status.Options { return cfg.StatusOptions(c.CloseConnections) },
 		setterOptions,
-		runtimeOptions,
-		runtimeFuncs,
+		provideNodeWatch,
+		func(w *status.NodeWatch) pods.NodeGetter { return w },
+		func(cfg *Config, w *status.NodeWatch) apiserver.Options {
+			return cfg.APIServerSourceOptions(w.HasSynced)
+		},
+		func(c *podsource.Config) podstatus.PodGetter { return c },
+		func(cfg *Config, w *status.NodeWatch) pods.Options { return cfg.PodsOptions(w) },
 		provideHealthServer,
 		ensureDataDirs,
 	),
@@ -71,24 +74,48 @@ var Module = fx.Module("agent",
 		lease.Module,
 		status.Module,
 	),
-	runtime.Module,
-	podModule,
+	apiserver.Module,
+	podsource.Module,
+	podstatus.Module,
+	pods.Module,
 	// The health server is nil when healthzPort is 0.
 	fx.Invoke(func(*HealthServer) {}),
 )
 
-// New returns an fx application that runs a node agent for cfg: Module,
-// cfg, fx's events logged through klog at verbosity 4, and opts (an
-// embedder's additions and replacements, applied last). cfg must be
-// Complete. Call Run (blocks until SIGINT/SIGTERM) or Start/Stop.
+// Module is a complete kubelet-like node agent: Core with the CRI runtime.
+//
+// Replace any value with fx.Decorate (e.g. a fake clock, a different
+// status.Options) and add pieces with the registration helpers
+// (status.AsSetter, status.AsHealthCheck, podsource.AsSource,
+// pods.AsAdmitHandler); see examples/customstatus.
+var Module = fx.Options(Core, CRI)
+
+// New returns an fx application that runs a kubelet-like node agent for
+// cfg: Module, cfg, fx's events logged through klog at verbosity 4, and
+// opts (an embedder's additions and replacements, applied last). cfg must
+// be Complete. Call Run (blocks until SIGINT/SIGTERM) or Start/Stop.
 func New(cfg *Config, opts ...fx.Option) *fx.App {
+	return NewWith(cfg, CRI, opts...)
+}
+
+// NewWith is New with the given runtime module instead of CRI: PodBackend
+// for a pod-level backend, or an embedder's own module that provides a
+// pods.Runtime.
+func NewWith(cfg *Config, runtime fx.Option, opts ...fx.Option) *fx.App {
 	return fx.New(append([]fx.Option{
 		fx.Supply(cfg),
 		fx.WithLogger(func(l logr.Logger) fxevent.Logger {
 			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(l.V(4).WithName("fx")))}
 		}),
-		Module,
+		Core,
+		runtime,
 	}, opts...)...)
+}
+
+// newLogger is klog's logger with the node's name, so every line of an
+// agent (several may share a process) says which node it is about.
+func newLogger(cfg *Config) logr.Logger {
+	return klog.Background().WithValues("node", cfg.NodeName)
 }
 
 func newRegistry() (prometheus.Registerer, prometheus.Gatherer) {
@@ -107,31 +134,15 @@ func provideRecorder(lc fx.Lifecycle, cfg *Config, c *Clients) record.EventRecor
 	return rec
 }
 
-func leaseOptions(cfg *Config, c *Clients) lease.Options {
-	return lease.Options{
-		NodeName:             cfg.NodeName,
-		LeaseDurationSeconds: cfg.Kubelet.NodeLeaseDurationSeconds,
-		OnRepeatedFailure:    c.CloseConnections,
+// provideNodeWatch watches the node with the main client (the heartbeat
+// client's timeout would cut every watch off) from start to stop.
+func provideNodeWatch(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, cfg *Config, c *Clients) (*status.NodeWatch, error) {
+	w, err := status.NewNodeWatch(c.Client, cfg.NodeName)
+	if err != nil {
+		return nil, err
 	}
-}
-
-func statusOptions(cfg *Config, c *Clients) status.Options {
-	kc := &cfg.Kubelet
-	var taints []v1.Taint
-	if kc.RegisterNode != nil && *kc.RegisterNode {
-		taints = kc.RegisterWithTaints
-	}
-	return status.Options{
-		NodeName:          cfg.NodeName,
-		Hostname:          cfg.Hostname,
-		Labels:            cfg.NodeLabels,
-		Taints:            taints,
-		UpdateFrequency:   kc.NodeStatusUpdateFrequency.Duration,
-		ReportFrequency:   kc.NodeStatusReportFrequency.Duration,
-		OnRepeatedFailure: c.CloseConnections,
-		// The node watch must not inherit the heartbeat client's timeout.
-		WatchClient: c.Client,
-	}
+	runner.Hook(lc, sd, logger, "nodewatch", w.Run)
+	return w, nil
 }
 
 // dataDirs stands for the agent's directories existing: the provider of a
@@ -158,101 +169,7 @@ func ensureDataDirs(lc fx.Lifecycle, cfg *Config) dataDirs {
 }
 
 func setterOptions(cfg *Config, _ dataDirs) (status.SetterOptions, error) {
-	kc := &cfg.Kubelet
-	kubeReserved, err := parseResourceList(kc.KubeReserved)
-	if err != nil {
-		return status.SetterOptions{}, fmt.Errorf("kubeReserved: %w", err)
-	}
-	systemReserved, err := parseResourceList(kc.SystemReserved)
-	if err != nil {
-		return status.SetterOptions{}, fmt.Errorf("systemReserved: %w", err)
-	}
-	return status.SetterOptions{
-		Hostname:                        cfg.Hostname,
-		NodeIPs:                         cfg.NodeIPs,
-		MaxPods:                         kc.MaxPods,
-		PodsPerCore:                     kc.PodsPerCore,
-		KubeReserved:                    kubeReserved,
-		SystemReserved:                  systemReserved,
-		EvictionHard:                    kc.EvictionHard,
-		NoLocalStorageCapacityIsolation: kc.LocalStorageCapacityIsolation != nil && !*kc.LocalStorageCapacityIsolation,
-		NodeStatusMaxImages:             kc.NodeStatusMaxImages,
-		KubeletPort:                     kc.Port,
-		Roots:                           status.MachineRoots{RootDir: cfg.RootDir},
-	}, nil
-}
-
-func parseResourceList(m map[string]string) (v1.ResourceList, error) {
-	if len(m) == 0 {
-		return nil, nil
-	}
-	out := make(v1.ResourceList, len(m))
-	for name, value := range m {
-		q, err := resource.ParseQuantity(value)
-		if err != nil {
-			return nil, fmt.Errorf("%s=%q: %w", name, value, err)
-		}
-		out[v1.ResourceName(name)] = q
-	}
-	return out, nil
-}
-
-func runtimeOptions(cfg *Config) runtime.Options {
-	return runtime.Options{
-		Endpoint:          cfg.Kubelet.ContainerRuntimeEndpoint,
-		ImageEndpoint:     cfg.Kubelet.ImageServiceEndpoint,
-		ConnectionTimeout: cfg.Kubelet.RuntimeRequestTimeout.Duration,
-	}
-}
-
-// RuntimeFuncs are the container runtime's answers the node status setters
-// take, adapted from a *runtime.Client.
-type RuntimeFuncs struct {
-	fx.Out
-
-	Version  status.RuntimeVersionFunc
-	Health   status.RuntimeHealthFunc
-	Images   status.ListImagesFunc
-	Handlers status.RuntimeHandlersFunc
-	Features status.RuntimeFeaturesFunc
-}
-
-// healthTTL is how long one CRI Status answer serves the node status
-// setters: the Ready and runtime handler setters of one cycle share it.
-const healthTTL = time.Second
-
-func runtimeFuncs(c *runtime.Client, clk clock.Clock) RuntimeFuncs {
-	var (
-		mu     sync.Mutex
-		last   runtime.Health
-		lastAt time.Time
-	)
-	health := func(ctx context.Context) runtime.Health {
-		mu.Lock()
-		defer mu.Unlock()
-		if now := clk.Now(); lastAt.IsZero() || now.Sub(lastAt) >= healthTTL {
-			last, lastAt = c.Health(ctx), now
-		}
-		return last
-	}
-	return RuntimeFuncs{
-		Version: c.Version,
-		Health: func(ctx context.Context) (error, error) {
-			h := health(ctx)
-			return h.RuntimeErr, h.NetworkErr
-		},
-		Images: func(ctx context.Context) ([]*runtimeapi.Image, error) {
-			return c.ImageService().ListImages(ctx, nil)
-		},
-		Handlers: func(ctx context.Context) ([]*runtimeapi.RuntimeHandler, error) {
-			h := health(ctx)
-			return h.Handlers, h.RuntimeErr
-		},
-		Features: func(ctx context.Context) (*runtimeapi.RuntimeFeatures, error) {
-			h := health(ctx)
-			return h.Features, h.RuntimeErr
-		},
-	}
+	return cfg.SetterOptions()
 }
 
 func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, cfg *Config, g prometheus.Gatherer) *HealthServer {
@@ -264,40 +181,31 @@ func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, 
 	return s
 }
 
-// Run parses kubelet-style args (without the program name), builds the agent
-// with opts and runs it until SIGINT or SIGTERM. It returns the process exit
-// code: 0 after a clean stop, 1 when the configuration is invalid or the
-// agent fails to start, 2 for bad usage. It is the body of examples/nodeagent.
+// Run parses kubelet-style args (without the program name), builds a
+// kubelet-like agent (New) with opts and runs it until SIGINT or SIGTERM.
+// It returns the process exit code: 0 after a clean stop, 1 when the
+// configuration is invalid or the agent fails, 2 for bad usage. It is the
+// body of examples/nodeagent.
 func Run(args []string, opts ...fx.Option) int {
+	return RunWith(args, CRI, opts...)
+}
+
+// RunWith is Run with the given runtime module instead of CRI (see
+// NewWith).
+func RunWith(args []string, runtime fx.Option, opts ...fx.Option) int {
+	return run(args, func(cfg *Config) *fx.App { return NewWith(cfg, runtime, opts...) })
+}
+
+func run(args []string, build func(*Config) *fx.App) int {
 	logger := klog.Background()
 	cfg, err := ParseFlags(logger, args)
-	if errors.Is(err, pflag.ErrHelp) {
+	if errors.Is(err, errHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodeagent: %v\n\nFlags:\n%s", err, FlagUsage())
-		return 2
+		return reportFlagError(err)
 	}
-	logger.Info("Starting nodekit agent", "version", nodekit.Version, "node", cfg.NodeName,
-		"runtimeEndpoint", cfg.Kubelet.ContainerRuntimeEndpoint)
-	app := New(cfg, opts...)
-	if err := app.Err(); err != nil {
-		logger.Error(err, "Cannot build the agent")
-		return 1
-	}
-	startCtx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
-	defer cancel()
-	if err := app.Start(startCtx); err != nil {
-		logger.Error(err, "Cannot start the agent")
-		return 1
-	}
-	sig := <-app.Wait()
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
-	defer cancelStop()
-	if err := app.Stop(stopCtx); err != nil {
-		logger.Error(err, "Agent did not stop cleanly")
-		return 1
-	}
-	logger.Info("Agent stopped", "signal", sig.Signal, "exitCode", sig.ExitCode)
-	return sig.ExitCode
+	logger = logger.WithValues("node", cfg.NodeName)
+	logger.Info("Starting nodekit agent", "version", nodekitVersion(), "runtimeEndpoint", cfg.Kubelet.ContainerRuntimeEndpoint)
+	return runApp(logger, build(cfg))
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -52,55 +53,36 @@ func isSidecar(c *v1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
-// sandboxChanged reports whether pod needs a new sandbox: it has none,
-// several ready ones, or its newest is not ready, in the wrong network
-// namespace, or without an IP. It returns the attempt number for a new one
-// and the current sandbox's ID.
-func sandboxChanged(ctx context.Context, pod *v1.Pod, st *PodStatus) (bool, uint32, string) {
-	logger := klog.FromContext(ctx)
-	if len(st.Sandboxes) == 0 {
-		logger.V(2).Info("No sandbox for pod can be found, need to start a new one", "pod", klog.KObj(pod))
+// sandboxChanged reports whether pod needs a new sandbox (see
+// podstate.PodStatus.SandboxChange). It returns the attempt number for a
+// new one and the current sandbox's ID, which is kept (its containers
+// killed with it) unless the network mode changed.
+func sandboxChanged(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus) (bool, uint32, string) {
+	change := st.SandboxChange(pod.Spec.HostNetwork)
+	if change == podstate.NoSandbox {
+		klog.FromContext(ctx).V(2).Info("No sandbox for pod can be found, need to start a new one", "pod", klog.KObj(pod))
 		return true, 0, ""
 	}
-	ready := 0
-	for _, sb := range st.Sandboxes {
-		if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
-			ready++
-		}
-	}
 	newest := st.Sandboxes[0]
-	next := newest.GetMetadata().GetAttempt() + 1
-	switch {
-	case ready > 1:
-		logger.V(2).Info("Multiple sandboxes are ready for pod, need to reconcile them", "pod", klog.KObj(pod))
-		return true, next, newest.GetId()
-	case newest.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY:
-		logger.V(2).Info("No ready sandbox for pod can be found, need to start a new one", "pod", klog.KObj(pod))
-		return true, next, newest.GetId()
-	case newest.GetLinux().GetNamespaces().GetOptions().GetNetwork() != networkMode(pod):
-		logger.V(2).Info("Sandbox for pod has changed network mode, need to start a new one", "pod", klog.KObj(pod))
-		return true, next, ""
-	case !pod.Spec.HostNetwork && newest.GetNetwork() != nil && newest.GetNetwork().GetIp() == "":
-		logger.V(2).Info("Sandbox for pod has no IP address, need to start a new one", "pod", klog.KObj(pod))
-		return true, next, newest.GetId()
+	switch change {
+	case "":
+		return false, newest.Attempt, newest.ID
+	case podstate.SandboxNetworkChanged:
+		klog.FromContext(ctx).V(2).Info("Pod sandbox needs to be replaced", "pod", klog.KObj(pod), "reason", string(change))
+		return true, newest.Attempt + 1, ""
+	default:
+		klog.FromContext(ctx).V(2).Info("Pod sandbox needs to be replaced", "pod", klog.KObj(pod), "reason", string(change))
+		return true, newest.Attempt + 1, newest.ID
 	}
-	return false, newest.GetMetadata().GetAttempt(), newest.GetId()
-}
-
-func networkMode(pod *v1.Pod) runtimeapi.NamespaceMode {
-	if pod.Spec.HostNetwork {
-		return runtimeapi.NamespaceMode_NODE
-	}
-	return runtimeapi.NamespaceMode_POD
 }
 
 // activeContainer returns the newest status of container name in the
 // current (newest, ready) sandbox, or nil.
-func activeContainer(st *PodStatus, name string) *ContainerStatus {
-	if len(st.Sandboxes) == 0 || st.Sandboxes[0].GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+func activeContainer(st *podstate.PodStatus, name string) *podstate.ContainerStatus {
+	active := st.ActiveSandboxID()
+	if active == "" {
 		return nil
 	}
-	active := st.Sandboxes[0].GetId()
 	for _, c := range st.Containers {
 		if c.Name == name && c.SandboxID == active {
 			return c
@@ -111,7 +93,7 @@ func activeContainer(st *PodStatus, name string) *ContainerStatus {
 
 // shouldRestart reports whether a container that is not running must be
 // (re)started by the pod's restart policy.
-func shouldRestart(pod *v1.Pod, c *v1.Container, st *PodStatus) bool {
+func shouldRestart(pod *v1.Pod, c *v1.Container, st *podstate.PodStatus) bool {
 	if pod.DeletionTimestamp != nil {
 		return false
 	}
@@ -120,9 +102,9 @@ func shouldRestart(pod *v1.Pod, c *v1.Container, st *PodStatus) bool {
 		return true
 	}
 	switch cs.State {
-	case ContainerStateRunning:
+	case podstate.ContainerStateRunning:
 		return false
-	case ContainerStateUnknown, ContainerStateCreated:
+	case podstate.ContainerStateUnknown, podstate.ContainerStateCreated:
 		return true
 	}
 	switch pod.Spec.RestartPolicy {
@@ -134,19 +116,19 @@ func shouldRestart(pod *v1.Pod, c *v1.Container, st *PodStatus) bool {
 	return true
 }
 
-func succeeded(c *v1.Container, st *PodStatus) bool {
+func succeeded(c *v1.Container, st *podstate.PodStatus) bool {
 	cs := st.Container(c.Name)
-	return cs != nil && cs.State == ContainerStateExited && cs.ExitCode == 0
+	return cs != nil && cs.State == podstate.ContainerStateExited && cs.ExitCode == 0
 }
 
 // probeVerdict returns probes' verdict, treating a nil ProbeResults as a
 // node without probes.
-func probeVerdict(probes ProbeResults, id string, startup bool) ProbeResult {
+func probeVerdict(probes ProbeResults, id string, startup bool) podstate.ProbeResult {
 	if probes == nil {
 		if startup {
-			return ProbeSuccess
+			return podstate.ProbeSuccess
 		}
-		return ProbeUnknown
+		return podstate.ProbeUnknown
 	}
 	if startup {
 		return probes.Startup(id)
@@ -155,7 +137,7 @@ func probeVerdict(probes ProbeResults, id string, startup bool) ProbeResult {
 }
 
 // computePodActions decides what SyncPod does, with the kubelet's rules.
-func computePodActions(ctx context.Context, pod *v1.Pod, st *PodStatus, probes ProbeResults) podActions {
+func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults) podActions {
 	create, attempt, sandboxID := sandboxChanged(ctx, pod, st)
 	a := podActions{
 		killPod:          create,
@@ -201,10 +183,10 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *PodStatus, probes P
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cs := st.Container(c.Name)
-		if cs == nil || cs.State != ContainerStateRunning {
+		if cs == nil || cs.State != podstate.ContainerStateRunning {
 			if shouldRestart(pod, c, st) {
 				a.containersToStart = append(a.containersToStart, i)
-				if cs != nil && cs.State == ContainerStateUnknown {
+				if cs != nil && cs.State == podstate.ContainerStateUnknown {
 					a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c,
 						message: fmt.Sprintf("Container is in %q state, try killing it before restart", cs.State)}
 				}
@@ -220,9 +202,9 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *PodStatus, probes P
 		case cs.Hash != HashContainer(c):
 			message = fmt.Sprintf("Container %s definition changed", c.Name)
 			restart = true // whatever the restart policy
-		case c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == ProbeFailure:
+		case c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == podstate.ProbeFailure:
 			message, reason = fmt.Sprintf("Container %s failed liveness probe", c.Name), killReasonLiveness
-		case c.StartupProbe != nil && probes != nil && probes.Startup(cs.ID) == ProbeFailure:
+		case c.StartupProbe != nil && probes != nil && probes.Startup(cs.ID) == podstate.ProbeFailure:
 			message, reason = fmt.Sprintf("Container %s failed startup probe", c.Name), killReasonStartup
 		default:
 			keep++
@@ -244,9 +226,9 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *PodStatus, probes P
 
 // anyRegularCreated reports whether a regular container ever got past
 // creation, which means the pod was initialized.
-func anyRegularCreated(pod *v1.Pod, st *PodStatus) bool {
+func anyRegularCreated(pod *v1.Pod, st *podstate.PodStatus) bool {
 	for i := range pod.Spec.Containers {
-		if cs := st.Container(pod.Spec.Containers[i].Name); cs != nil && cs.State != ContainerStateUnknown {
+		if cs := st.Container(pod.Spec.Containers[i].Name); cs != nil && cs.State != podstate.ContainerStateUnknown {
 			return true
 		}
 	}
@@ -259,7 +241,7 @@ func anyRegularCreated(pod *v1.Pod, st *PodStatus) bool {
 // with a startup probe, started), then the next init container starts, and
 // it keeps being restarted afterwards. The list is walked backwards because
 // finished init containers may have been removed.
-func computeInitActions(pod *v1.Pod, st *PodStatus, probes ProbeResults, a *podActions) bool {
+func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults, a *podActions) bool {
 	if len(pod.Spec.InitContainers) == 0 {
 		return true
 	}
@@ -285,21 +267,21 @@ func computeInitActions(pod *v1.Pod, st *PodStatus, probes ProbeResults, a *podA
 			continue
 		}
 		switch cs.State {
-		case ContainerStateCreated:
+		case podstate.ContainerStateCreated:
 			// Created but never started: the start failed; start anew.
 			a.initToStart = append(a.initToStart, i)
-		case ContainerStateRunning:
+		case podstate.ContainerStateRunning:
 			if !isSidecar(c) {
 				break
 			}
 			if c.StartupProbe != nil {
 				switch probeVerdict(probes, cs.ID, true) {
-				case ProbeFailure:
+				case podstate.ProbeFailure:
 					a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, reason: killReasonStartup,
 						message: fmt.Sprintf("Init container %s failed startup probe", c.Name)}
 					a.initToStart = append(a.initToStart, i)
 					goto next
-				case ProbeUnknown:
+				case podstate.ProbeUnknown:
 					goto next // wait for the startup probe
 				}
 			}
@@ -314,12 +296,12 @@ func computeInitActions(pod *v1.Pod, st *PodStatus, probes ProbeResults, a *podA
 				a.initToStart = append(a.initToStart, i)
 				break
 			}
-			if c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == ProbeFailure {
+			if c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == podstate.ProbeFailure {
 				a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, reason: killReasonLiveness,
 					message: fmt.Sprintf("Init container %s failed liveness probe", c.Name)}
 				a.initToStart = append(a.initToStart, i)
 			}
-		case ContainerStateExited:
+		case podstate.ContainerStateExited:
 			if isSidecar(c) {
 				a.initToStart = append(a.initToStart, i)
 				break

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -23,7 +25,7 @@ type PodCache struct {
 }
 
 type cacheEntry struct {
-	status   *PodStatus
+	status   *podstate.PodStatus
 	err      error
 	modified time.Time
 }
@@ -41,7 +43,7 @@ func NewPodCache() *PodCache {
 // Get returns the latest status of pod uid and the error of the last
 // attempt to read it. A pod the cache does not know has an empty status
 // with just its ID.
-func (c *PodCache) Get(uid types.UID) (*PodStatus, error) {
+func (c *PodCache) Get(uid types.UID) (*podstate.PodStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.getLocked(uid)
@@ -51,7 +53,7 @@ func (c *PodCache) Get(uid types.UID) (*PodStatus, error) {
 func (c *PodCache) getLocked(uid types.UID) cacheEntry {
 	e, ok := c.pods[uid]
 	if !ok {
-		return cacheEntry{status: &PodStatus{ID: uid}, modified: c.timestamp}
+		return cacheEntry{status: &podstate.PodStatus{ID: uid}, modified: c.timestamp}
 	}
 	return e
 }
@@ -65,7 +67,7 @@ func (c *PodCache) fresh(e cacheEntry, t time.Time) bool {
 
 // GetNewerThan blocks until the cache holds a status of pod uid newer than
 // t and returns it with the error of reading it, or returns ctx's error.
-func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*PodStatus, error) {
+func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*podstate.PodStatus, error) {
 	c.mu.Lock()
 	e := c.getLocked(uid)
 	if c.fresh(e, t) {
@@ -101,12 +103,17 @@ func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time)
 }
 
 // Set stores the status of pod uid read at modified (err: the read failed,
-// status may be nil) and wakes the waiters it satisfies.
-func (c *PodCache) Set(uid types.UID, status *PodStatus, err error, modified time.Time) {
+// status may be nil) and wakes the waiters it satisfies. A status read
+// before the one the cache holds is dropped: the PLEG and the pod workers
+// both write, and the newer read wins.
+func (c *PodCache) Set(uid types.UID, status *podstate.PodStatus, err error, modified time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e, ok := c.pods[uid]; ok && e.modified.After(modified) {
+		return
+	}
 	if status == nil {
-		status = &PodStatus{ID: uid}
+		status = &podstate.PodStatus{ID: uid}
 	}
 	c.pods[uid] = cacheEntry{status: status, err: err, modified: modified}
 	c.notifyLocked(uid)

@@ -193,13 +193,17 @@ func (c *Client) Version(ctx context.Context) (runtimeName, runtimeVersion strin
 	return resp.RuntimeName, resp.RuntimeVersion, nil
 }
 
+// errRuntimeUnreachable starts the runtime error of a Status call that
+// failed, as the kubelet words it.
+var errRuntimeUnreachable = errors.New("container runtime is down")
+
 // Health asks the runtime for its status and derives the errors the kubelet
 // reports in the node's Ready condition. It never fails: an unreachable
 // runtime is a RuntimeErr. It blocks for one CRI call.
 func (c *Client) Health(ctx context.Context) Health {
 	resp, err := c.runtime.Status(ctx, false)
 	if err != nil {
-		return Health{RuntimeErr: fmt.Errorf("container runtime is down: %w", err)}
+		return Health{RuntimeErr: fmt.Errorf("%w: %w", errRuntimeUnreachable, err)}
 	}
 	conditions := resp.GetStatus().GetConditions()
 	return Health{

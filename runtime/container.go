@@ -61,6 +61,10 @@ func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Con
 	if err != nil {
 		return nil, err
 	}
+	facts, err := m.machineFacts()
+	if err != nil {
+		return nil, err
+	}
 	logDir := filepath.Dir(ContainerLogPath(m.opts.PodLogsDir, pod.Namespace, pod.Name, pod.UID, c.Name, 0))
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create container log directory for container %s failed: %w", c.Name, err)
@@ -79,7 +83,7 @@ func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Con
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
-			Resources:       m.containerResources(pod, c),
+			Resources:       m.containerResources(pod, c, facts),
 			SecurityContext: sc,
 		},
 	}
@@ -108,7 +112,7 @@ func milliCPUToQuota(milli, period int64) int64 {
 // containerResources returns c's CRI Linux resources: CPU shares from the
 // request (the limit when no request is set), CFS quota and period from the
 // limit, the memory limit, and the OOM score adjustment of the pod's QoS.
-func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerResources {
+func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container, facts machineFacts) *runtimeapi.LinuxContainerResources {
 	cpuLimit := c.Resources.Limits.Cpu().MilliValue()
 	cpuRequest := cpuLimit
 	if q, ok := c.Resources.Requests[v1.ResourceCPU]; ok {
@@ -117,14 +121,14 @@ func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container) *runtimeap
 	r := &runtimeapi.LinuxContainerResources{
 		CpuShares:          milliCPUToShares(cpuRequest),
 		MemoryLimitInBytes: c.Resources.Limits.Memory().Value(),
-		OomScoreAdj:        m.oomScoreAdj(pod, c),
+		OomScoreAdj:        m.oomScoreAdj(pod, c, facts.memoryCapacity),
 	}
 	if m.cfsQuota {
 		period := m.opts.CPUCFSQuotaPeriod.Microseconds()
 		r.CpuPeriod = period
 		r.CpuQuota = milliCPUToQuota(cpuLimit, period)
 	}
-	if m.opts.CgroupV2 {
+	if facts.cgroupV2 {
 		r.Unified = map[string]string{"memory.oom.group": "1", "memory.high": "max"}
 	}
 	return r
@@ -135,7 +139,7 @@ func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container) *runtimeap
 // the container's share of the node's memory in thousandths, kept within
 // [3, 999] (a sidecar gets no more than the pod's smallest regular
 // container).
-func (m *PodManager) oomScoreAdj(pod *v1.Pod, c *v1.Container) int64 {
+func (m *PodManager) oomScoreAdj(pod *v1.Pod, c *v1.Container, capacity int64) int64 {
 	qos := pod.Status.QOSClass
 	if m.opts.QOSClass != nil {
 		qos = m.opts.QOSClass(pod)
@@ -146,7 +150,6 @@ func (m *PodManager) oomScoreAdj(pod *v1.Pod, c *v1.Container) int64 {
 	case v1.PodQOSBestEffort:
 		return besteffortOOMScoreAdj
 	}
-	capacity := m.opts.MemoryCapacity
 	adj := 1000 - 1000*c.Resources.Requests.Memory().Value()/capacity
 	if isSidecar(c) && findInit(pod, c.Name) {
 		minRequest := int64(-1)

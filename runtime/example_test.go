@@ -115,7 +115,7 @@ func ExamplePodManager() {
 	}
 	c := status.Container("main")
 	fmt.Println("container:", c.State, "exit code", c.ExitCode, c.Reason)
-	fmt.Println("sandbox:", status.Sandboxes[0].State)
+	fmt.Println("sandbox ready:", status.Sandboxes[0].Ready)
 	log, err := os.ReadFile(runtime.ContainerLogPath(filepath.Join(dir, "logs"), "default", "job", "1234", "main", 0))
 	if err != nil {
 		panic(err)
@@ -123,6 +123,6 @@ func ExamplePodManager() {
 	fmt.Println("log ends with:", strings.SplitN(string(log), " ", 4)[3])
 	// Output:
 	// container: exited exit code 0 Completed
-	// sandbox: SANDBOX_NOTREADY
+	// sandbox ready: false
 	// log ends with: done
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,7 +97,7 @@ func TestEnvFromSources(t *testing.T) {
 	c3 := ctr("app")
 	c3.EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "absent"}}}}
 	res := h.sync(newPod("missingcm", c3), nil)
-	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "absent") {
+	if !errors.Is(res.Waiting["app"].Reason, podstate.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "absent") {
 		t.Errorf("missing config map: %+v", res.Waiting)
 	}
 }
@@ -130,7 +132,7 @@ func TestHostPathVolumes(t *testing.T) {
 		t.Fatal("hostPath mount missing")
 	}
 	res := h.sync(mk("notdir", file, v1.HostPathDirectory), nil)
-	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "is not a Directory") {
+	if !errors.Is(res.Waiting["app"].Reason, podstate.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "is not a Directory") {
 		t.Fatalf("Directory type on a file: %+v", res.Waiting)
 	}
 	if res := h.sync(mk("isfile", file, v1.HostPathFile), nil); res.Err != nil {
@@ -173,10 +175,10 @@ func TestLifecycleHooks(t *testing.T) {
 	pod2 := newPod("poststart", c2)
 	h.events()
 	res := h.sync(pod2, nil)
-	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrPostStartHook) || !strings.Contains(w.Message, "warm-up") {
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrPostStartHook) || !strings.Contains(w.Message, "warm-up") {
 		t.Fatalf("failed postStart hook: %+v", res.Waiting)
 	}
-	if c := h.container(pod2, "app"); c.State != runtime.ContainerStateExited {
+	if c := h.container(pod2, "app"); c.State != podstate.ContainerStateExited {
 		t.Fatalf("container after a failed postStart hook: %v", c.State)
 	}
 	wantEvents(t, h.events(), "Normal Started", "Warning FailedPostStartHook PostStartHook failed", "Normal Killing FailedPostStartHook")

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -80,8 +82,8 @@ func (m *PodManager) GarbageCollect(ctx context.Context, removed func(types.UID)
 	}
 	var errs []error
 	for _, p := range pods {
-		running := slices.ContainsFunc(p.Containers, func(c RunningContainer) bool { return c.State == ContainerStateRunning }) ||
-			slices.ContainsFunc(p.Sandboxes, func(c RunningContainer) bool { return c.State == ContainerStateRunning })
+		running := slices.ContainsFunc(p.Containers, func(c podstate.RunningContainer) bool { return c.State == podstate.ContainerStateRunning }) ||
+			slices.ContainsFunc(p.Sandboxes, func(c podstate.RunningContainer) bool { return c.State == podstate.ContainerStateRunning })
 		if removed(p.ID) {
 			if running {
 				logger.V(2).Info("Not removing a pod that still runs", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.ID)
@@ -96,7 +98,7 @@ func (m *PodManager) GarbageCollect(ctx context.Context, removed func(types.UID)
 		seen := map[string]int{}
 		inUse := map[string]bool{}
 		for _, c := range p.Containers {
-			if c.State == ContainerStateRunning || c.State == ContainerStateCreated || c.State == ContainerStateUnknown {
+			if c.State == podstate.ContainerStateRunning || c.State == podstate.ContainerStateCreated || c.State == podstate.ContainerStateUnknown {
 				inUse[c.SandboxID] = true
 				continue
 			}
@@ -110,7 +112,7 @@ func (m *PodManager) GarbageCollect(ctx context.Context, removed func(types.UID)
 			}
 		}
 		for i, sb := range p.Sandboxes {
-			if i == 0 || sb.State == ContainerStateRunning || inUse[sb.ID] {
+			if i == 0 || sb.State == podstate.ContainerStateRunning || inUse[sb.ID] {
 				continue
 			}
 			if err := m.rs.RemovePodSandbox(ctx, sb.ID); err != nil {

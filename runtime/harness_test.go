@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,7 +110,7 @@ func ctr(name string, command ...string) v1.Container {
 }
 
 // status reads the pod's runtime status.
-func (h *harness) status(pod *v1.Pod) *runtime.PodStatus {
+func (h *harness) status(pod *v1.Pod) *podstate.PodStatus {
 	h.t.Helper()
 	st, err := h.pm.GetPodStatus(h.ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
@@ -124,7 +126,7 @@ func (h *harness) sync(pod *v1.Pod, probes runtime.ProbeResults, secrets ...v1.S
 }
 
 // container returns the newest status of a container, failing if absent.
-func (h *harness) container(pod *v1.Pod, name string) *runtime.ContainerStatus {
+func (h *harness) container(pod *v1.Pod, name string) *podstate.ContainerStatus {
 	h.t.Helper()
 	c := h.status(pod).Container(name)
 	if c == nil {
@@ -199,33 +201,33 @@ func (h *harness) sandboxConfig(pod *v1.Pod) *runtimeapi.PodSandboxConfig {
 	if len(st.Sandboxes) == 0 {
 		h.t.Fatalf("pod %s has no sandbox", pod.Name)
 	}
-	return h.cri.SandboxConfig(st.Sandboxes[0].Id)
+	return h.cri.SandboxConfig(st.Sandboxes[0].ID)
 }
 
 // fakeProbes is a ProbeResults set by tests.
 type fakeProbes struct {
 	mu       sync.Mutex
-	liveness map[string]runtime.ProbeResult
-	startup  map[string]runtime.ProbeResult
+	liveness map[string]podstate.ProbeResult
+	startup  map[string]podstate.ProbeResult
 }
 
 func newFakeProbes() *fakeProbes {
-	return &fakeProbes{liveness: map[string]runtime.ProbeResult{}, startup: map[string]runtime.ProbeResult{}}
+	return &fakeProbes{liveness: map[string]podstate.ProbeResult{}, startup: map[string]podstate.ProbeResult{}}
 }
 
-func (p *fakeProbes) Liveness(id string) runtime.ProbeResult {
+func (p *fakeProbes) Liveness(id string) podstate.ProbeResult {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.liveness[id]
 }
 
-func (p *fakeProbes) Startup(id string) runtime.ProbeResult {
+func (p *fakeProbes) Startup(id string) podstate.ProbeResult {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.startup[id]
 }
 
-func (p *fakeProbes) set(m map[string]runtime.ProbeResult, id string, r runtime.ProbeResult) {
+func (p *fakeProbes) set(m map[string]podstate.ProbeResult, id string, r podstate.ProbeResult) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m[id] = r

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"github.com/distribution/reference"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,7 +91,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 	if err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err)
 		im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
-		return imageResult{err: ErrInvalidImageName, msg: msg}
+		return imageResult{err: podstate.ErrInvalidImageName, msg: msg}
 	}
 	spec := &runtimeapi.ImageSpec{Image: image, Annotations: pod.Annotations}
 	policy := c.ImagePullPolicy
@@ -104,7 +106,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 		if err != nil {
 			msg := fmt.Sprintf("Failed to inspect image %q: %v", image, err)
 			im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
-			return imageResult{err: ErrImageInspect, msg: msg}
+			return imageResult{err: podstate.ErrImageInspect, msg: msg}
 		}
 		if img := resp.GetImage(); img != nil {
 			im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
@@ -113,7 +115,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 		if policy == v1.PullNever {
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
 			im.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
-			return imageResult{err: ErrImageNeverPull, msg: msg}
+			return imageResult{err: podstate.ErrImageNeverPull, msg: msg}
 		}
 	}
 
@@ -130,7 +132,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 			msg += ": " + prev.msg
 			retryAt = prev.at.Add(im.backOff.Get(key))
 		}
-		return imageResult{err: ErrImagePullBackOff, msg: msg, retryAt: retryAt}
+		return imageResult{err: podstate.ErrImagePullBackOff, msg: msg, retryAt: retryAt}
 	}
 	keys, err := newKeyring(pullSecrets)
 	if err != nil {
@@ -211,9 +213,9 @@ func (im *imageManager) pullFailed(ref *v1.ObjectReference, key, image string, e
 	now := im.clock.Now()
 	im.backOff.Next(key, now)
 	im.mu.Lock()
-	im.failures[key] = pullFailure{msg: ErrImagePull.Error() + ": " + err.Error(), at: now}
+	im.failures[key] = pullFailure{msg: podstate.ErrImagePull.Error() + ": " + err.Error(), at: now}
 	im.mu.Unlock()
-	return imageResult{err: ErrImagePull, msg: err.Error(), retryAt: now.Add(im.backOff.Get(key))}
+	return imageResult{err: podstate.ErrImagePull, msg: err.Error(), retryAt: now.Add(im.backOff.Get(key))}
 }
 
 // forget drops the pull failures of pod uid.

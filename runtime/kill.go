@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
@@ -24,7 +26,7 @@ import (
 // and stopped containers stay in the runtime, with their exit statuses,
 // until RemovePod or GarbageCollect removes them. It blocks until all have
 // stopped or ctx is done, and forgets the pod's waiting reasons.
-func (m *PodManager) KillPod(ctx context.Context, pod *v1.Pod, running RunningPod, gracePeriodOverride *int64) error {
+func (m *PodManager) KillPod(ctx context.Context, pod *v1.Pod, running podstate.RunningPod, gracePeriodOverride *int64) error {
 	m.forget(running.ID)
 	if pod != nil {
 		m.forget(pod.UID)
@@ -32,7 +34,7 @@ func (m *PodManager) KillPod(ctx context.Context, pod *v1.Pod, running RunningPo
 	return m.killPod(ctx, pod, running, gracePeriodOverride)
 }
 
-func (m *PodManager) killPod(ctx context.Context, pod *v1.Pod, running RunningPod, gracePeriodOverride *int64) error {
+func (m *PodManager) killPod(ctx context.Context, pod *v1.Pod, running podstate.RunningPod, gracePeriodOverride *int64) error {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(running.Namespace, running.Name), "podUID", running.ID)
 	ctx = klog.NewContext(ctx, logger)
 	var ordering *terminationOrdering
@@ -51,7 +53,7 @@ func (m *PodManager) killPod(ctx context.Context, pod *v1.Pod, running RunningPo
 			if err := m.killContainer(ctx, pod, c.ID, c.Name, "", killReasonOther, gracePeriodOverride, ordering); err != nil {
 				logger.Error(err, "Cannot kill container", "container", c.Name, "containerID", c.ID)
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("%w: %v", ErrKillContainer, err))
+				errs = append(errs, fmt.Errorf("%w: %v", podstate.ErrKillContainer, err))
 				mu.Unlock()
 			}
 		}()
@@ -60,7 +62,7 @@ func (m *PodManager) killPod(ctx context.Context, pod *v1.Pod, running RunningPo
 	for _, sb := range running.Sandboxes {
 		if err := m.rs.StopPodSandbox(ctx, sb.ID); err != nil && status.Code(err) != codes.NotFound {
 			logger.Error(err, "Cannot stop sandbox", "sandboxID", sb.ID)
-			errs = append(errs, fmt.Errorf("%w: stop sandbox %s: %v", ErrKillPodSandbox, sb.ID, err))
+			errs = append(errs, fmt.Errorf("%w: stop sandbox %s: %v", podstate.ErrKillPodSandbox, sb.ID, err))
 		}
 	}
 	if len(errs) > 0 {
@@ -200,7 +202,7 @@ type terminationOrdering struct {
 }
 
 // newTerminationOrdering returns nil when pod has no sidecars.
-func newTerminationOrdering(m *PodManager, pod *v1.Pod, running []RunningContainer) *terminationOrdering {
+func newTerminationOrdering(m *PodManager, pod *v1.Pod, running []podstate.RunningContainer) *terminationOrdering {
 	hasSidecar := false
 	for i := range pod.Spec.InitContainers {
 		hasSidecar = hasSidecar || isSidecar(&pod.Spec.InitContainers[i])

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/pods"
 )
 
 // Module provides a *Client built from the Options in the graph, and its
@@ -55,26 +56,37 @@ func provide(p Params) (Result, error) {
 // PodsModule provides the pod runtime: a *PodManager built from the
 // PodManagerOptions in the graph, a *PLEG built from the PLEGOptions in the
 // graph (optional; the zero value has the kubelet's defaults) watching it,
-// and the PLEG's *PodCache; it runs the PLEG from start to stop. Options
-// fields the graph can fill are taken from it when zero: the CRI services
-// from the *Client (Module provides it), the record.EventRecorder, the
-// clock.Clock and the prometheus.Registerer. To swap the runtime side of
-// pod syncing, leave PodsModule out and provide these yourself.
-var PodsModule = fx.Module("runtime-pods", fx.Provide(providePods))
+// the PLEG's *PodCache, and the *Backend that runs pods for the pod
+// lifecycle loop, also as pods.Runtime; it runs the PLEG from start to
+// stop. Options fields the graph can fill are taken from it when zero: the
+// CRI services (cri.RuntimeService and cri.ImageManagerService, so a
+// decorator of either reaches pod syncing), the record.EventRecorder, the
+// clock.Clock and the prometheus.Registerer. The Backend takes the optional
+// PodCgroups, SecretGetter and ProbeResults of the graph. To swap the
+// runtime side of pod syncing, leave PodsModule out and provide a
+// pods.Runtime yourself.
+var PodsModule = fx.Module("runtime-pods", fx.Provide(
+	providePods,
+	fx.Annotate(func(b *Backend) *Backend { return b }, fx.As(new(pods.Runtime))),
+))
 
 // PodsParams are the dependencies of PodsModule.
 type PodsParams struct {
 	fx.In
 
-	Options     PodManagerOptions
-	PLEGOptions PLEGOptions `optional:"true"`
-	Client      *Client
-	Recorder    record.EventRecorder  `optional:"true"`
-	Registerer  prometheus.Registerer `optional:"true"`
-	Clock       clock.Clock           `optional:"true"`
-	Logger      logr.Logger           `optional:"true"`
-	Lifecycle   fx.Lifecycle
-	Shutdowner  fx.Shutdowner
+	Options        PodManagerOptions
+	PLEGOptions    PLEGOptions `optional:"true"`
+	RuntimeService cri.RuntimeService
+	ImageService   cri.ImageManagerService
+	Cgroups        PodCgroups            `optional:"true"`
+	PullSecrets    SecretGetter          `optional:"true"`
+	Probes         ProbeResults          `optional:"true"`
+	Recorder       record.EventRecorder  `optional:"true"`
+	Registerer     prometheus.Registerer `optional:"true"`
+	Clock          clock.Clock           `optional:"true"`
+	Logger         logr.Logger           `optional:"true"`
+	Lifecycle      fx.Lifecycle
+	Shutdowner     fx.Shutdowner
 }
 
 // PodsResult is what PodsModule provides.
@@ -84,15 +96,16 @@ type PodsResult struct {
 	PodManager *PodManager
 	PLEG       *PLEG
 	Cache      *PodCache
+	Backend    *Backend
 }
 
 func providePods(p PodsParams) (PodsResult, error) {
 	opts := p.Options
 	if opts.Runtime == nil {
-		opts.Runtime = p.Client.RuntimeService()
+		opts.Runtime = p.RuntimeService
 	}
 	if opts.Images == nil {
-		opts.Images = p.Client.ImageService()
+		opts.Images = p.ImageService
 	}
 	if opts.Recorder == nil {
 		opts.Recorder = p.Recorder
@@ -124,6 +137,12 @@ func providePods(p PodsParams) (PodsResult, error) {
 	if err != nil {
 		return PodsResult{}, err
 	}
+	backend, err := NewBackend(BackendOptions{
+		Pods: pm, PLEG: pleg, Cgroups: p.Cgroups, PullSecrets: p.PullSecrets, Probes: p.Probes, Clock: p.Clock,
+	})
+	if err != nil {
+		return PodsResult{}, err
+	}
 	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pleg", pleg.Run)
-	return PodsResult{PodManager: pm, PLEG: pleg, Cache: pleg.Cache()}, nil
+	return PodsResult{PodManager: pm, PLEG: pleg, Cache: pleg.Cache(), Backend: backend}, nil
 }

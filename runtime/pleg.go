@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,40 +29,10 @@ const (
 	maxEventStreamBackOff = 30 * time.Second
 )
 
-// PodLifecycleEventType is what happened to a pod.
-type PodLifecycleEventType string
-
-// Pod lifecycle event types, as the kubelet's PLEG's.
-const (
-	// ContainerStarted: a container (or sandbox) is running now.
-	ContainerStarted PodLifecycleEventType = "ContainerStarted"
-	// ContainerDied: a container (or sandbox) exited.
-	ContainerDied PodLifecycleEventType = "ContainerDied"
-	// ContainerRemoved: a container (or sandbox) is gone from the runtime.
-	ContainerRemoved PodLifecycleEventType = "ContainerRemoved"
-	// PodSync: the pod's status changed in a way no event above tells.
-	PodSync PodLifecycleEventType = "PodSync"
-	// ContainerChanged: a container entered the created or unknown state.
-	// It updates the cache but is not sent on the events channel, as with
-	// the kubelet.
-	ContainerChanged PodLifecycleEventType = "ContainerChanged"
-)
-
-// PodLifecycleEvent tells a pod worker that its pod changed in the
-// runtime; the new status is in the PLEG's cache when the event is sent.
-type PodLifecycleEvent struct {
-	// ID is the pod's UID.
-	ID   types.UID
-	Type PodLifecycleEventType
-	// Data is the container (or sandbox) ID the event is about; empty for
-	// PodSync.
-	Data string
-}
-
 // PodLister is what the PLEG reads the runtime with; *PodManager is one.
 type PodLister interface {
-	ListPods(ctx context.Context, all bool) ([]RunningPod, error)
-	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*PodStatus, error)
+	ListPods(ctx context.Context, all bool) ([]podstate.RunningPod, error)
+	GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*podstate.PodStatus, error)
 }
 
 // PLEGOptions configures a PLEG. Pods is required.
@@ -97,7 +69,7 @@ type PLEGOptions struct {
 // changes.
 type PLEG struct {
 	opts    PLEGOptions
-	events  chan PodLifecycleEvent
+	events  chan podstate.PodLifecycleEvent
 	cache   *PodCache
 	clock   clock.Clock
 	metrics *plegMetrics
@@ -110,7 +82,7 @@ type PLEG struct {
 }
 
 type podRecord struct {
-	old, current *RunningPod
+	old, current *podstate.RunningPod
 }
 
 // podHint asks for one pod to be read, from the event stream.
@@ -144,7 +116,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 	}
 	p := &PLEG{
 		opts:      opts,
-		events:    make(chan PodLifecycleEvent, opts.Capacity),
+		events:    make(chan podstate.PodLifecycleEvent, opts.Capacity),
 		cache:     opts.Cache,
 		clock:     opts.Clock,
 		records:   map[types.UID]*podRecord{},
@@ -162,7 +134,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 // Events returns the channel of pod lifecycle events. It is never closed;
 // a consumer that falls behind loses events (counted in
 // kubelet_pleg_discard_events), which the next status it reads covers.
-func (p *PLEG) Events() <-chan PodLifecycleEvent { return p.events }
+func (p *PLEG) Events() <-chan podstate.PodLifecycleEvent { return p.events }
 
 // Cache returns the cache the PLEG keeps up to date.
 func (p *PLEG) Cache() *PodCache { return p.cache }
@@ -289,14 +261,14 @@ func (p *PLEG) relistPod(ctx context.Context, h podHint) {
 
 // runningFromStatus returns every sandbox and container of st as a
 // RunningPod, or nil if the runtime has nothing of the pod.
-func runningFromStatus(st *PodStatus) *RunningPod {
+func runningFromStatus(st *podstate.PodStatus) *podstate.RunningPod {
 	if len(st.Sandboxes) == 0 && len(st.Containers) == 0 {
 		return nil
 	}
 	rp := st.RunningPod()
 	rp.Containers = rp.Containers[:0]
 	for _, c := range st.Containers {
-		rp.Containers = append(rp.Containers, RunningContainer{ID: c.ID, Name: c.Name, State: c.State, SandboxID: c.SandboxID, CreatedAt: c.CreatedAt})
+		rp.Containers = append(rp.Containers, podstate.RunningContainer{ID: c.ID, Name: c.Name, State: c.State, SandboxID: c.SandboxID, CreatedAt: c.CreatedAt})
 	}
 	return &rp
 }
@@ -304,7 +276,7 @@ func runningFromStatus(st *PodStatus) *RunningPod {
 // reconcile compares a pod's previous and current records; on a change (or
 // when a previous read failed) it reads the pod's status into the cache
 // (st, if already read) and sends the events.
-func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *PodStatus) {
+func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *podstate.PodStatus) {
 	logger := klog.FromContext(ctx)
 	r := p.records[uid]
 	events := computeEvents(uid, r.old, r.current)
@@ -333,14 +305,14 @@ func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *P
 		p.cache.Set(uid, st, nil, ts)
 	}
 	if len(events) == 0 {
-		events = []PodLifecycleEvent{{ID: uid, Type: PodSync}}
+		events = []podstate.PodLifecycleEvent{{ID: uid, Type: podstate.PodSync}}
 	}
 	r.old = r.current
 	if r.current == nil {
 		delete(p.records, uid)
 	}
 	for _, ev := range events {
-		if ev.Type == ContainerChanged {
+		if ev.Type == podstate.ContainerChanged {
 			continue
 		}
 		select {
@@ -362,11 +334,11 @@ const (
 	plegUnknown
 )
 
-func toPLEGState(s ContainerState) plegState {
+func toPLEGState(s podstate.ContainerState) plegState {
 	switch s {
-	case ContainerStateRunning:
+	case podstate.ContainerStateRunning:
 		return plegRunning
-	case ContainerStateExited:
+	case podstate.ContainerStateExited:
 		return plegExited
 	}
 	return plegUnknown // created counts as unknown, as in the kubelet
@@ -374,8 +346,8 @@ func toPLEGState(s ContainerState) plegState {
 
 // computeEvents returns the events for the differences between two records
 // of a pod, sandboxes counted as containers.
-func computeEvents(uid types.UID, old, cur *RunningPod) []PodLifecycleEvent {
-	states := func(p *RunningPod) map[string]plegState {
+func computeEvents(uid types.UID, old, cur *podstate.RunningPod) []podstate.PodLifecycleEvent {
+	states := func(p *podstate.RunningPod) map[string]plegState {
 		m := map[string]plegState{}
 		if p == nil {
 			return m
@@ -390,17 +362,17 @@ func computeEvents(uid types.UID, old, cur *RunningPod) []PodLifecycleEvent {
 	}
 	before, after := states(old), states(cur)
 	var ids []string
-	for _, p := range []*RunningPod{old, cur} {
+	for _, p := range []*podstate.RunningPod{old, cur} {
 		if p == nil {
 			continue
 		}
-		for _, list := range [][]RunningContainer{p.Containers, p.Sandboxes} {
+		for _, list := range [][]podstate.RunningContainer{p.Containers, p.Sandboxes} {
 			for _, c := range list {
 				ids = append(ids, c.ID)
 			}
 		}
 	}
-	var events []PodLifecycleEvent
+	var events []podstate.PodLifecycleEvent
 	done := map[string]bool{}
 	for _, id := range ids {
 		if done[id] {
@@ -413,16 +385,16 @@ func computeEvents(uid types.UID, old, cur *RunningPod) []PodLifecycleEvent {
 		}
 		switch n {
 		case plegRunning:
-			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerStarted, Data: id})
+			events = append(events, podstate.PodLifecycleEvent{ID: uid, Type: podstate.ContainerStarted, Data: id})
 		case plegExited:
-			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerDied, Data: id})
+			events = append(events, podstate.PodLifecycleEvent{ID: uid, Type: podstate.ContainerDied, Data: id})
 		case plegUnknown:
-			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerChanged, Data: id})
+			events = append(events, podstate.PodLifecycleEvent{ID: uid, Type: podstate.ContainerChanged, Data: id})
 		case plegNonExistent:
 			if o != plegExited {
-				events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerDied, Data: id})
+				events = append(events, podstate.PodLifecycleEvent{ID: uid, Type: podstate.ContainerDied, Data: id})
 			}
-			events = append(events, PodLifecycleEvent{ID: uid, Type: ContainerRemoved, Data: id})
+			events = append(events, podstate.PodLifecycleEvent{ID: uid, Type: podstate.ContainerRemoved, Data: id})
 		}
 	}
 	return events

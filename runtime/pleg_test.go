@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -52,9 +54,9 @@ func poll(t *testing.T, cond func() bool) {
 
 // collect reads events until it has seen every wanted (type, data) pair;
 // data "" matches any container.
-func collect(t *testing.T, p *runtime.PLEG, step func(), want ...runtime.PodLifecycleEvent) {
+func collect(t *testing.T, p *runtime.PLEG, step func(), want ...podstate.PodLifecycleEvent) {
 	t.Helper()
-	missing := append([]runtime.PodLifecycleEvent(nil), want...)
+	missing := append([]podstate.PodLifecycleEvent(nil), want...)
 	deadline := time.After(20 * time.Second)
 	for len(missing) > 0 {
 		if step != nil {
@@ -84,28 +86,28 @@ func TestPLEGRelist(t *testing.T) {
 	synced := h.clk.Now()
 	h.sync(pod, nil)
 	app := h.container(pod, "app")
-	sandbox := h.status(pod).Sandboxes[0].Id
+	sandbox := h.status(pod).Sandboxes[0].ID
 
 	step := func() { h.clk.Step(time.Second) }
 	collect(t, p, step,
-		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerStarted, Data: sandbox},
-		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerStarted, Data: app.ID})
+		podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerStarted, Data: sandbox},
+		podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerStarted, Data: app.ID})
 	st, err := p.Cache().GetNewerThan(h.ctx, pod.UID, synced)
-	if err != nil || st.Container("app") == nil || st.Container("app").State != runtime.ContainerStateRunning {
+	if err != nil || st.Container("app") == nil || st.Container("app").State != podstate.ContainerStateRunning {
 		t.Fatalf("cached status after the start: %+v, %v", st, err)
 	}
 
 	// A worker waiting for a status newer than now is woken by the next
 	// relist.
 	now := h.clk.Now()
-	got := make(chan *runtime.PodStatus, 1)
+	got := make(chan *podstate.PodStatus, 1)
 	go func() {
 		st, _ := p.Cache().GetNewerThan(h.ctx, pod.UID, now)
 		got <- st
 	}()
 	h.exitNow(pod, "app", 2)
-	collect(t, p, step, runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerDied, Data: app.ID})
-	if st := <-got; st.Container("app").State != runtime.ContainerStateExited || st.Container("app").ExitCode != 2 {
+	collect(t, p, step, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
+	if st := <-got; st.Container("app").State != podstate.ContainerStateExited || st.Container("app").ExitCode != 2 {
 		t.Fatalf("GetNewerThan after the exit = %+v", st.Container("app"))
 	}
 
@@ -116,9 +118,9 @@ func TestPLEGRelist(t *testing.T) {
 		t.Fatal(err)
 	}
 	collect(t, p, step,
-		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerDied, Data: sandbox},
-		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerRemoved, Data: sandbox},
-		runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerRemoved, Data: app.ID})
+		podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: sandbox},
+		podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerRemoved, Data: sandbox},
+		podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerRemoved, Data: app.ID})
 	poll(t, func() bool {
 		st, _ := p.Cache().Get(pod.UID)
 		return len(st.Containers) == 0 && len(st.Sandboxes) == 0
@@ -139,12 +141,12 @@ func TestPLEGEventStream(t *testing.T) {
 	h.sync(pod, nil)
 	app := h.container(pod, "app")
 	// No clock step: the runtime's events alone bring the news.
-	collect(t, p, nil, runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerStarted, Data: app.ID})
+	collect(t, p, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerStarted, Data: app.ID})
 	if st, _ := p.Cache().Get(pod.UID); st.Container("app") == nil {
 		t.Fatal("the cache lacks the container after its event")
 	}
 	h.exitNow(pod, "app", 0)
-	collect(t, p, nil, runtime.PodLifecycleEvent{ID: pod.UID, Type: runtime.ContainerDied, Data: app.ID})
+	collect(t, p, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
 }
 
 func TestPLEGHealth(t *testing.T) {
@@ -172,13 +174,13 @@ func TestPodCache(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	results := make(chan *runtime.PodStatus, 2)
+	results := make(chan *podstate.PodStatus, 2)
 	go func() { st, _ := c.GetNewerThan(ctx, uid, t0); results <- st }()
 	go func() { st, _ := c.GetNewerThan(ctx, uid, t0.Add(time.Minute)); results <- st }()
 	// An old status wakes nobody; one set after t0 wakes the first waiter;
 	// a relist that started after a minute wakes the second.
-	c.Set(uid, &runtime.PodStatus{ID: uid, Name: "old"}, nil, t0)
-	c.Set(uid, &runtime.PodStatus{ID: uid, Name: "new"}, nil, t0.Add(time.Second))
+	c.Set(uid, &podstate.PodStatus{ID: uid, Name: "old"}, nil, t0)
+	c.Set(uid, &podstate.PodStatus{ID: uid, Name: "new"}, nil, t0.Add(time.Second))
 	if st := <-results; st.Name != "new" {
 		t.Fatalf("first waiter got %q", st.Name)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,10 +84,12 @@ type PodManagerOptions struct {
 	// creating it if needed (cgroupdriver's Manager.EnsurePod). nil leaves
 	// the choice to the runtime.
 	CgroupParent func(ctx context.Context, pod *v1.Pod) (string, error)
-	// CgroupV2 makes container resources carry the cgroup v2 settings the
-	// kubelet adds on a unified hierarchy (memory.oom.group=1 so an OOM
-	// kills the whole container, memory.high=max).
-	CgroupV2 bool
+	// CgroupVersion returns the node's cgroup version (cgroupdriver's
+	// Driver.Version fits); on 2 container resources carry the settings the
+	// kubelet adds on a unified hierarchy (memory.oom.group=1 so an OOM kills
+	// the whole container, memory.high=max). It is asked once, when the
+	// first container is configured; nil means version 1.
+	CgroupVersion func() (int, error)
 	// QOSClass classifies a pod for its containers' OOM score adjustment
 	// (cgroupdriver.PodQOS fits). nil uses pod.Status.QOSClass, and
 	// Burstable when that is empty.
@@ -178,11 +182,24 @@ type PodManager struct {
 
 	mu          sync.Mutex
 	runtimeName string
-	reasons     map[types.UID]map[string]ContainerWaiting
+	reasons     map[types.UID]map[string]podstate.ContainerWaiting
+
+	// machine holds the node facts container configs need, read once on
+	// first use.
+	machineOnce sync.Once
+	machine     machineFacts
+	machineErr  error
+}
+
+// machineFacts are the node facts container configs depend on.
+type machineFacts struct {
+	memoryCapacity int64
+	cgroupV2       bool
 }
 
 // NewPodManager returns a PodManager for opts, applying defaults. It does
-// no I/O except reading /proc/meminfo when MemoryCapacity is zero.
+// no I/O: the node's memory (when MemoryCapacity is zero) and cgroup
+// version are read when the first container is configured.
 func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	if opts.Runtime == nil || opts.Images == nil {
 		return nil, errors.New("pod manager: the CRI runtime and image services are required")
@@ -210,13 +227,6 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	}
 	if opts.DeadContainersPerContainer <= 0 {
 		opts.DeadContainersPerContainer = 1
-	}
-	if opts.MemoryCapacity == 0 {
-		mem, err := readMemTotal("/proc/meminfo")
-		if err != nil {
-			return nil, fmt.Errorf("pod manager: MemoryCapacity is not set: %w", err)
-		}
-		opts.MemoryCapacity = mem
 	}
 	if opts.MemoryCapacity < 0 {
 		return nil, fmt.Errorf("pod manager: memory capacity %d is negative", opts.MemoryCapacity)
@@ -249,10 +259,34 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		metrics:     pm,
 		cfsQuota:    opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
 		runtimeName: opts.RuntimeName,
-		reasons:     map[types.UID]map[string]ContainerWaiting{},
+		reasons:     map[types.UID]map[string]podstate.ContainerWaiting{},
 	}
 	m.images = newImageManager(opts.Images, recorder, opts.ImageBackOff, opts.Clock, opts.MaxParallelImagePulls, opts.RegistryPullQPS, opts.RegistryBurst)
 	return m, nil
+}
+
+// machineFacts reads the node facts on first use and returns them.
+func (m *PodManager) machineFacts() (machineFacts, error) {
+	m.machineOnce.Do(func() {
+		m.machine.memoryCapacity = m.opts.MemoryCapacity
+		if m.machine.memoryCapacity == 0 {
+			mem, err := readMemTotal("/proc/meminfo")
+			if err != nil {
+				m.machineErr = fmt.Errorf("node memory capacity: %w", err)
+				return
+			}
+			m.machine.memoryCapacity = mem
+		}
+		if m.opts.CgroupVersion != nil {
+			v, err := m.opts.CgroupVersion()
+			if err != nil {
+				m.machineErr = fmt.Errorf("node cgroup version: %w", err)
+				return
+			}
+			m.machine.cgroupV2 = v == 2
+		}
+	})
+	return m.machine, m.machineErr
 }
 
 // readMemTotal returns MemTotal from a meminfo file, in bytes.
@@ -298,16 +332,6 @@ func (m *PodManager) runtimeType(ctx context.Context) string {
 	return resp.GetRuntimeName()
 }
 
-// ProbeResult is a probe's latest verdict on one container instance.
-type ProbeResult int
-
-// Probe verdicts. ProbeUnknown means not probed yet (or no such probe).
-const (
-	ProbeUnknown ProbeResult = iota
-	ProbeSuccess
-	ProbeFailure
-)
-
 // ProbeResults gives SyncPod the liveness and startup verdicts it acts on:
 // a running container whose liveness or startup probe failed is killed and
 // restarted, and a sidecar (restartable init container) with a startup
@@ -317,8 +341,8 @@ const (
 // no probes: nothing is killed for probes and startup probes count as
 // passed.
 type ProbeResults interface {
-	Liveness(containerID string) ProbeResult
-	Startup(containerID string) ProbeResult
+	Liveness(containerID string) podstate.ProbeResult
+	Startup(containerID string) podstate.ProbeResult
 }
 
 // SyncResult is the outcome of one SyncPod.
@@ -328,7 +352,7 @@ type SyncResult struct {
 	// latest failed start (ErrImagePull, CrashLoopBackOff, ...), kept
 	// across syncs until the container starts. The status generator turns
 	// it into containers' Waiting states. The map belongs to the caller.
-	Waiting map[string]ContainerWaiting
+	Waiting map[string]podstate.ContainerWaiting
 	// RetryAt, when not zero, is the earliest time a back-off that held a
 	// container back ends: the pod worker should sync the pod again then.
 	RetryAt time.Time
@@ -338,41 +362,6 @@ type SyncResult struct {
 	Err error
 }
 
-// RunningPod is a pod as the runtime knows it: its sandboxes and
-// containers, found by the labels the agent put on them.
-type RunningPod struct {
-	ID              types.UID
-	Name, Namespace string
-	// Sandboxes and Containers are sorted newest first.
-	Sandboxes  []RunningContainer
-	Containers []RunningContainer
-}
-
-// RunningContainer is one container or sandbox of a RunningPod. A sandbox's
-// State is running while it is ready and exited otherwise.
-type RunningContainer struct {
-	ID        string
-	Name      string
-	State     ContainerState
-	SandboxID string
-	CreatedAt time.Time
-}
-
-// RunningPod returns the parts of s that KillPod must stop: its running
-// containers and all its sandboxes.
-func (s *PodStatus) RunningPod() RunningPod {
-	rp := RunningPod{ID: s.ID, Name: s.Name, Namespace: s.Namespace}
-	for _, c := range s.Containers {
-		if c.State == ContainerStateRunning {
-			rp.Containers = append(rp.Containers, RunningContainer{ID: c.ID, Name: c.Name, State: c.State, SandboxID: c.SandboxID, CreatedAt: c.CreatedAt})
-		}
-	}
-	for _, sb := range s.Sandboxes {
-		rp.Sandboxes = append(rp.Sandboxes, RunningContainer{ID: sb.GetId(), Name: sb.GetMetadata().GetName(), State: sandboxState(sb.GetState()), CreatedAt: time.Unix(0, sb.GetCreatedAt())})
-	}
-	return rp
-}
-
 // podDesc is the kubelet's format.Pod: name_namespace(uid).
 func podDesc(pod *v1.Pod) string {
 	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
@@ -380,7 +369,7 @@ func podDesc(pod *v1.Pod) string {
 
 // setReason records the outcome of a start attempt of container name: a
 // failure is kept, a success forgets the previous failure.
-func (m *PodManager) setReason(uid types.UID, name string, w *ContainerWaiting) {
+func (m *PodManager) setReason(uid types.UID, name string, w *podstate.ContainerWaiting) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if w == nil {
@@ -393,16 +382,16 @@ func (m *PodManager) setReason(uid types.UID, name string, w *ContainerWaiting) 
 		return
 	}
 	if m.reasons[uid] == nil {
-		m.reasons[uid] = map[string]ContainerWaiting{}
+		m.reasons[uid] = map[string]podstate.ContainerWaiting{}
 	}
 	m.reasons[uid][name] = *w
 }
 
 // waiting returns a copy of the recorded reasons of pod uid.
-func (m *PodManager) waiting(uid types.UID) map[string]ContainerWaiting {
+func (m *PodManager) waiting(uid types.UID) map[string]podstate.ContainerWaiting {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]ContainerWaiting, len(m.reasons[uid]))
+	out := make(map[string]podstate.ContainerWaiting, len(m.reasons[uid]))
 	for k, v := range m.reasons[uid] {
 		out[k] = v
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,12 +74,12 @@ func TestSyncPodCreatesSandboxAndContainer(t *testing.T) {
 		t.Fatalf("status: sandboxes %d, IPs %v", len(st.Sandboxes), st.IPs)
 	}
 	c := st.Container("app")
-	if c == nil || c.State != runtime.ContainerStateRunning || c.RestartCount != 0 || c.Hash != runtime.HashContainer(&pod.Spec.Containers[0]) ||
+	if c == nil || c.State != podstate.ContainerStateRunning || c.RestartCount != 0 || c.Hash != runtime.HashContainer(&pod.Spec.Containers[0]) ||
 		c.Type != fakecri.DefaultRuntimeName || !strings.HasPrefix(c.ImageID, "sha256:") {
 		t.Fatalf("container status %+v", c)
 	}
 
-	sb := h.cri.SandboxConfig(st.Sandboxes[0].Id)
+	sb := h.cri.SandboxConfig(st.Sandboxes[0].ID)
 	for k, v := range map[string]string{"app": "web", runtime.LabelPodName: "web", runtime.LabelPodNamespace: "default", runtime.LabelPodUID: "uid-web"} {
 		if sb.Labels[k] != v {
 			t.Errorf("sandbox label %s = %q, want %q", k, sb.Labels[k], v)
@@ -256,16 +258,16 @@ func TestRestartPolicies(t *testing.T) {
 			st := h.status(pod)
 			c := st.Container("app")
 			if tc.restart {
-				if c.State != runtime.ContainerStateRunning || c.RestartCount != 1 {
+				if c.State != podstate.ContainerStateRunning || c.RestartCount != 1 {
 					t.Fatalf("container %v restarts %d, want running again with restart count 1", c.State, c.RestartCount)
 				}
 				return
 			}
-			if c.State != runtime.ContainerStateExited || c.ExitCode != int(tc.exitCode) || c.RestartCount != 0 {
+			if c.State != podstate.ContainerStateExited || c.ExitCode != int(tc.exitCode) || c.RestartCount != 0 {
 				t.Fatalf("container %+v, want exited %d without restart", c, tc.exitCode)
 			}
 			// Nothing left to run: the sandbox is stopped, no new one made.
-			if st.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || len(st.Sandboxes) != 1 {
+			if st.Sandboxes[0].Ready || len(st.Sandboxes) != 1 {
 				t.Fatalf("sandboxes %v, want the one sandbox stopped", st.Sandboxes)
 			}
 			if res := h.sync(pod, nil); res.Err != nil || h.cri.Calls("RunPodSandbox") != 1 {
@@ -294,7 +296,7 @@ func TestCrashLoopBackOff(t *testing.T) {
 		res := h.sync(pod, nil)
 		w, ok := res.Waiting["app"]
 		wantMsg := fmt.Sprintf("back-off %s restarting failed container=app pod=crash_default(uid-crash)", delay)
-		if !ok || !errors.Is(w.Reason, runtime.ErrCrashLoopBackOff) || w.Message != wantMsg || !errors.Is(res.Err, runtime.ErrCrashLoopBackOff) {
+		if !ok || !errors.Is(w.Reason, podstate.ErrCrashLoopBackOff) || w.Message != wantMsg || !errors.Is(res.Err, podstate.ErrCrashLoopBackOff) {
 			t.Fatalf("crash %d: waiting %+v, err %v; want CrashLoopBackOff %q", i, res.Waiting, res.Err, wantMsg)
 		}
 		if !res.RetryAt.Equal(crashed.Add(delay)) {
@@ -310,14 +312,14 @@ func TestCrashLoopBackOff(t *testing.T) {
 		if res.Err != nil || len(res.Waiting) != 0 {
 			t.Fatalf("crash %d: sync after back-off: %+v", i, res)
 		}
-		if c := h.container(pod, "app"); c.State != runtime.ContainerStateRunning || c.RestartCount != i+2 {
+		if c := h.container(pod, "app"); c.State != podstate.ContainerStateRunning || c.RestartCount != i+2 {
 			t.Fatalf("crash %d: container %v restart %d", i, c.State, c.RestartCount)
 		}
 	}
 	// Ten minutes of running resets the back-off.
 	h.clk.Step(11 * time.Minute)
 	h.exitNow(pod, "app", 1)
-	if res := h.sync(pod, nil); res.Err != nil || h.container(pod, "app").State != runtime.ContainerStateRunning {
+	if res := h.sync(pod, nil); res.Err != nil || h.container(pod, "app").State != podstate.ContainerStateRunning {
 		t.Fatalf("after a long run a crash is restarted at once: %v", res.Err)
 	}
 	h.exitNow(pod, "app", 1)
@@ -333,7 +335,7 @@ func TestInitContainersRunInOrder(t *testing.T) {
 	running := func() []string {
 		var out []string
 		for _, c := range h.status(pod).Containers {
-			if c.State == runtime.ContainerStateRunning {
+			if c.State == podstate.ContainerStateRunning {
 				out = append(out, c.Name)
 			}
 		}
@@ -350,7 +352,7 @@ func TestInitContainersRunInOrder(t *testing.T) {
 	}
 	h.clk.Step(5 * time.Second)
 	h.sync(pod, nil) // first done: start second (which exits at once)
-	if c := h.container(pod, "second"); c.State != runtime.ContainerStateExited || c.ExitCode != 0 {
+	if c := h.container(pod, "second"); c.State != podstate.ContainerStateExited || c.ExitCode != 0 {
 		t.Fatalf("second init container %+v", c)
 	}
 	if h.status(pod).Container("app") != nil {
@@ -372,7 +374,7 @@ func TestFailedInitContainer(t *testing.T) {
 	pod := newPod("initfail", ctr("app"))
 	pod.Spec.InitContainers = []v1.Container{ctr("setup", "sh", "-c", "exit 3")}
 	h.sync(pod, nil)
-	if c := h.container(pod, "setup"); c.State != runtime.ContainerStateExited || c.ExitCode != 3 {
+	if c := h.container(pod, "setup"); c.State != podstate.ContainerStateExited || c.ExitCode != 3 {
 		t.Fatalf("setup %+v", c)
 	}
 	// Restart policy Always: retried with back-off.
@@ -380,7 +382,7 @@ func TestFailedInitContainer(t *testing.T) {
 	if c := h.container(pod, "setup"); c.RestartCount != 1 {
 		t.Fatalf("setup restart count %d, want 1", c.RestartCount)
 	}
-	if res := h.sync(pod, nil); !errors.Is(res.Waiting["setup"].Reason, runtime.ErrCrashLoopBackOff) {
+	if res := h.sync(pod, nil); !errors.Is(res.Waiting["setup"].Reason, podstate.ErrCrashLoopBackOff) {
 		t.Fatalf("waiting %+v, want setup in CrashLoopBackOff", res.Waiting)
 	}
 	// Only the newest instance of an init container is kept.
@@ -401,7 +403,7 @@ func TestFailedInitContainer(t *testing.T) {
 	h.sync(never, nil)
 	h.sync(never, nil)
 	st := h.status(never)
-	if st.Container("app") != nil || st.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || st.Container("setup").RestartCount != 0 {
+	if st.Container("app") != nil || st.Sandboxes[0].Ready || st.Container("setup").RestartCount != 0 {
 		t.Fatalf("failed init with restartPolicy Never: %+v", st)
 	}
 }
@@ -419,7 +421,7 @@ func TestSidecars(t *testing.T) {
 
 	h.sync(pod, probes)
 	proxy := h.container(pod, "proxy")
-	if proxy.State != runtime.ContainerStateRunning {
+	if proxy.State != podstate.ContainerStateRunning {
 		t.Fatalf("proxy %v", proxy.State)
 	}
 	// Until its startup probe passes the sidecar holds initialization.
@@ -427,17 +429,17 @@ func TestSidecars(t *testing.T) {
 	if h.status(pod).Container("migrate") != nil {
 		t.Fatal("next init container started before the sidecar's startup probe passed")
 	}
-	probes.set(probes.startup, proxy.ID, runtime.ProbeSuccess)
+	probes.set(probes.startup, proxy.ID, podstate.ProbeSuccess)
 	h.sync(pod, probes) // starts migrate, which exits 0
 	h.sync(pod, probes) // starts app
 	st := h.status(pod)
-	if st.Container("app").State != runtime.ContainerStateRunning || st.Container("proxy").State != runtime.ContainerStateRunning {
+	if st.Container("app").State != podstate.ContainerStateRunning || st.Container("proxy").State != podstate.ContainerStateRunning {
 		t.Fatalf("app %v proxy %v, want both running", st.Container("app").State, st.Container("proxy").State)
 	}
 	// A sidecar that exits is restarted.
 	h.exitNow(pod, "proxy", 1)
 	h.sync(pod, probes)
-	if c := h.container(pod, "proxy"); c.State != runtime.ContainerStateRunning || c.RestartCount != 1 {
+	if c := h.container(pod, "proxy"); c.State != podstate.ContainerStateRunning || c.RestartCount != 1 {
 		t.Fatalf("proxy after exit: %v restart %d", c.State, c.RestartCount)
 	}
 	// On kill the sidecar stops after the app (which takes 3s).
@@ -464,11 +466,11 @@ func TestKillOnDefinitionChangeAndLiveness(t *testing.T) {
 	h.sync(pod, probes)
 	first := h.container(pod, "app")
 
-	probes.set(probes.liveness, first.ID, runtime.ProbeFailure)
+	probes.set(probes.liveness, first.ID, podstate.ProbeFailure)
 	h.events()
 	h.sync(pod, probes)
 	second := h.container(pod, "app")
-	if second.ID == first.ID || second.State != runtime.ContainerStateRunning || second.RestartCount != 1 {
+	if second.ID == first.ID || second.State != podstate.ContainerStateRunning || second.RestartCount != 1 {
 		t.Fatalf("after a liveness failure: %+v", second)
 	}
 	wantEvents(t, h.events(), "Normal Killing Container app failed liveness probe, will be restarted", "Normal Started")
@@ -489,21 +491,21 @@ func TestSandboxDeathRecreatesPod(t *testing.T) {
 	h.sync(pod, nil)
 	h.sync(pod, nil)
 	st := h.status(pod)
-	if err := h.cri.StopSandbox(st.Sandboxes[0].Id); err != nil {
+	if err := h.cri.StopSandbox(st.Sandboxes[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	h.events()
 	h.sync(pod, nil) // new sandbox, init containers from scratch
 	wantEvents(t, h.events(), "Normal SandboxChanged Pod sandbox changed, it will be killed and re-created.")
 	st = h.status(pod)
-	if len(st.Sandboxes) != 2 || st.Sandboxes[0].Metadata.Attempt != 1 || st.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_READY {
+	if len(st.Sandboxes) != 2 || st.Sandboxes[0].Attempt != 1 || !st.Sandboxes[0].Ready {
 		t.Fatalf("sandboxes after the old one died: %v", st.Sandboxes)
 	}
-	if c := st.Container("init"); c.SandboxID != st.Sandboxes[0].Id {
+	if c := st.Container("init"); c.SandboxID != st.Sandboxes[0].ID {
 		t.Fatal("init containers did not run again in the new sandbox")
 	}
 	h.sync(pod, nil)
-	if c := h.container(pod, "app"); c.State != runtime.ContainerStateRunning || c.RestartCount != 1 || c.SandboxID != st.Sandboxes[0].Id {
+	if c := h.container(pod, "app"); c.State != podstate.ContainerStateRunning || c.RestartCount != 1 || c.SandboxID != st.Sandboxes[0].ID {
 		t.Fatalf("app after the sandbox was recreated: %+v", c)
 	}
 }
@@ -517,7 +519,7 @@ func TestImagePullPolicies(t *testing.T) {
 	never.Image, never.ImagePullPolicy = "registry.example.com/team/tool:v2", v1.PullNever
 	pod := newPod("never", never)
 	res := h.sync(pod, nil)
-	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrImageNeverPull) || h.cri.Calls("PullImage") != 0 {
+	if !errors.Is(res.Waiting["app"].Reason, podstate.ErrImageNeverPull) || h.cri.Calls("PullImage") != 0 {
 		t.Fatalf("Never with the image absent: %+v", res.Waiting)
 	}
 	wantEvents(t, h.events(), `Warning ErrImageNeverPull Container image "registry.example.com/team/tool:v2" is not present with pull policy of Never`)
@@ -577,7 +579,7 @@ func TestPullSecretsAuthenticate(t *testing.T) {
 	c.Image = "registry.example.com/team/app:1"
 	c.ImagePullPolicy = v1.PullAlways
 	res := h.sync(newPod("noauth", c), nil)
-	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrImagePull) || !strings.Contains(res.Waiting["app"].Message, "401") {
+	if !errors.Is(res.Waiting["app"].Reason, podstate.ErrImagePull) || !strings.Contains(res.Waiting["app"].Message, "401") {
 		t.Fatalf("pull without credentials: %+v", res.Waiting)
 	}
 	// A malformed secret is a pull error naming it.
@@ -595,7 +597,7 @@ func TestErrImagePullThenBackOff(t *testing.T) {
 	c.Image = "missing.example.com/nothing:1"
 	pod := newPod("pull", c)
 	res := h.sync(pod, nil)
-	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrImagePull) || !strings.Contains(w.Message, "not found") {
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrImagePull) || !strings.Contains(w.Message, "not found") {
 		t.Fatalf("first sync: %+v", res.Waiting)
 	}
 	if !res.RetryAt.Equal(t0.Add(10 * time.Second)) {
@@ -605,7 +607,7 @@ func TestErrImagePullThenBackOff(t *testing.T) {
 		`Warning Failed Failed to pull image "missing.example.com/nothing:1"`, "Warning Failed Error: ErrImagePull")
 
 	res = h.sync(pod, nil)
-	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrImagePullBackOff) || !strings.Contains(w.Message, `Back-off pulling image "missing.example.com/nothing:1": ErrImagePull:`) {
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrImagePullBackOff) || !strings.Contains(w.Message, `Back-off pulling image "missing.example.com/nothing:1": ErrImagePull:`) {
 		t.Fatalf("second sync: %+v", res.Waiting)
 	}
 	wantEvents(t, h.events(), `Normal BackOff Back-off pulling image "missing.example.com/nothing:1"`, "Warning Failed Error: ImagePullBackOff")
@@ -614,7 +616,7 @@ func TestErrImagePullThenBackOff(t *testing.T) {
 	}
 	h.clk.Step(10 * time.Second)
 	res = h.sync(pod, nil)
-	if !errors.Is(res.Waiting["app"].Reason, runtime.ErrImagePull) || !res.RetryAt.Equal(h.clk.Now().Add(20*time.Second)) {
+	if !errors.Is(res.Waiting["app"].Reason, podstate.ErrImagePull) || !res.RetryAt.Equal(h.clk.Now().Add(20*time.Second)) {
 		t.Fatalf("third sync: %+v, retry at %v", res.Waiting, res.RetryAt)
 	}
 	img, _ := fakecri.NewImage("missing.example.com/nothing:1", 1)
@@ -631,19 +633,19 @@ func TestContainerConfigErrors(t *testing.T) {
 	c.Env = []v1.EnvVar{{Name: "X", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
 		LocalObjectReference: v1.LocalObjectReference{Name: "creds"}, Key: "token"}}}}
 	res := h.sync(newPod("cfg", c), nil)
-	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrCreateContainerConfig) || !strings.Contains(w.Message, "secret default/creds") {
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrCreateContainerConfig) || !strings.Contains(w.Message, "secret default/creds") {
 		t.Fatalf("missing secret source: %+v", res.Waiting)
 	}
 	nonRoot := ctr("app")
 	nonRoot.SecurityContext = &v1.SecurityContext{RunAsNonRoot: ptr.To(true)}
 	res = h.sync(newPod("root", nonRoot), nil)
-	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrCreateContainerConfig) || !strings.Contains(w.Message, "runAsNonRoot") {
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrCreateContainerConfig) || !strings.Contains(w.Message, "runAsNonRoot") {
 		t.Fatalf("runAsNonRoot with a root image: %+v", res.Waiting)
 	}
 	crash := newPod("crash", ctr("app"))
 	crash.Annotations = map[string]string{fakecri.BehaviorAnnotation: "crash-on-start"}
 	res = h.sync(crash, nil)
-	if w := res.Waiting["app"]; !errors.Is(w.Reason, runtime.ErrRunContainer) || !strings.Contains(w.Message, "crash-on-start") {
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrRunContainer) || !strings.Contains(w.Message, "crash-on-start") {
 		t.Fatalf("start failure: %+v", res.Waiting)
 	}
 }
@@ -667,8 +669,8 @@ func TestKillPodGracePeriod(t *testing.T) {
 		})
 		st := h.status(pod)
 		c := st.Container("app")
-		if c.State != runtime.ContainerStateExited || c.ExitCode != 137 || st.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
-			t.Fatalf("after KillPod: container %+v sandbox %v", c, st.Sandboxes[0].State)
+		if c.State != podstate.ContainerStateExited || c.ExitCode != 137 || st.Sandboxes[0].Ready {
+			t.Fatalf("after KillPod: container %+v sandbox %v", c, st.Sandboxes[0].Ready)
 		}
 		return c.FinishedAt.Sub(start)
 	}
@@ -717,7 +719,7 @@ func TestOrphansAndRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var orphan *runtime.RunningPod
+	var orphan *podstate.RunningPod
 	for i := range pods {
 		if pods[i].ID == pod.UID {
 			orphan = &pods[i]
@@ -775,7 +777,7 @@ func TestGarbageCollectKeepsNewestDeadContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := h.status(pod)
-	if len(st.Containers) != 2 || st.Containers[0].State != runtime.ContainerStateRunning || st.Containers[1].RestartCount != 2 {
+	if len(st.Containers) != 2 || st.Containers[0].State != podstate.ContainerStateRunning || st.Containers[1].RestartCount != 2 {
 		t.Fatalf("after GC: %+v", st.Containers)
 	}
 	// The restart count survives on the kept instance.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
@@ -35,8 +37,8 @@ const (
 // an empty status, not an error. TimeStamp is taken before the runtime is
 // asked, so the status is at least as new as it says. It blocks for
 // 2 + sandboxes + containers CRI calls; the result belongs to the caller.
-func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*PodStatus, error) {
-	st := &PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: m.clock.Now()}
+func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*podstate.PodStatus, error) {
+	st := &podstate.PodStatus{ID: uid, Name: name, Namespace: namespace, TimeStamp: m.clock.Now()}
 	selector := map[string]string{LabelPodUID: string(uid)}
 	sandboxes, err := m.rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
 	if err != nil {
@@ -55,7 +57,7 @@ func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, name
 		if resp.GetStatus() == nil {
 			return nil, fmt.Errorf("get status of pod %s/%s: sandbox %s: the runtime returned no status", namespace, name, sb.GetId())
 		}
-		st.Sandboxes = append(st.Sandboxes, resp.GetStatus())
+		st.Sandboxes = append(st.Sandboxes, sandboxStatus(resp.GetStatus()))
 		if i == 0 && resp.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
 			st.IPs = m.sandboxIPs(ctx, namespace, name, resp.GetStatus())
 		}
@@ -81,7 +83,7 @@ func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, name
 	}
 	// Newest first; instances created within the clock's resolution are
 	// told apart by their restart count.
-	slices.SortStableFunc(st.Containers, func(a, b *ContainerStatus) int {
+	slices.SortStableFunc(st.Containers, func(a, b *podstate.ContainerStatus) int {
 		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.RestartCount, a.RestartCount))
 	})
 	return st, nil
@@ -119,9 +121,9 @@ func (m *PodManager) sandboxIPs(ctx context.Context, namespace, name string, sb 
 // containerStatus converts a CRI container status, reading the termination
 // message of an exited container from its termination message file or, when
 // its policy says so, from the tail of its log.
-func (m *PodManager) containerStatus(ctx context.Context, cs *runtimeapi.ContainerStatus, sandboxID, runtimeType string) *ContainerStatus {
+func (m *PodManager) containerStatus(ctx context.Context, cs *runtimeapi.ContainerStatus, sandboxID, runtimeType string) *podstate.ContainerStatus {
 	rec := readRecorded(ctx, cs.GetLabels(), cs.GetAnnotations())
-	out := &ContainerStatus{
+	out := &podstate.ContainerStatus{
 		ID:           cs.GetId(),
 		Type:         runtimeType,
 		Name:         rec.name,
@@ -251,23 +253,36 @@ func newerContainerFirst(a, b *runtimeapi.Container) int {
 		cmp.Compare(b.GetMetadata().GetAttempt(), a.GetMetadata().GetAttempt()), cmp.Compare(b.GetId(), a.GetId()))
 }
 
-func containerState(s runtimeapi.ContainerState) ContainerState {
-	switch s {
-	case runtimeapi.ContainerState_CONTAINER_CREATED:
-		return ContainerStateCreated
-	case runtimeapi.ContainerState_CONTAINER_RUNNING:
-		return ContainerStateRunning
-	case runtimeapi.ContainerState_CONTAINER_EXITED:
-		return ContainerStateExited
+// sandboxStatus converts a CRI sandbox status to the runtime-neutral one.
+func sandboxStatus(sb *runtimeapi.PodSandboxStatus) *podstate.SandboxStatus {
+	return &podstate.SandboxStatus{
+		ID:              sb.GetId(),
+		Attempt:         sb.GetMetadata().GetAttempt(),
+		Ready:           sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY,
+		HostNetwork:     sb.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE,
+		IP:              sb.GetNetwork().GetIp(),
+		NetworkReported: sb.GetNetwork() != nil,
+		CreatedAt:       time.Unix(0, sb.GetCreatedAt()),
 	}
-	return ContainerStateUnknown
 }
 
-func sandboxState(s runtimeapi.PodSandboxState) ContainerState {
-	if s == runtimeapi.PodSandboxState_SANDBOX_READY {
-		return ContainerStateRunning
+func containerState(s runtimeapi.ContainerState) podstate.ContainerState {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return podstate.ContainerStateCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return podstate.ContainerStateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return podstate.ContainerStateExited
 	}
-	return ContainerStateExited
+	return podstate.ContainerStateUnknown
+}
+
+func sandboxState(s runtimeapi.PodSandboxState) podstate.ContainerState {
+	if s == runtimeapi.PodSandboxState_SANDBOX_READY {
+		return podstate.ContainerStateRunning
+	}
+	return podstate.ContainerStateExited
 }
 
 // ListPods returns the pods the runtime has, found by the pod UID label the
@@ -275,7 +290,7 @@ func sandboxState(s runtimeapi.PodSandboxState) ContainerState {
 // it are not the agent's and are left out. With all false only ready
 // sandboxes and running containers are listed. It blocks for two CRI calls;
 // the result belongs to the caller.
-func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, error) {
+func (m *PodManager) ListPods(ctx context.Context, all bool) ([]podstate.RunningPod, error) {
 	sbFilter, cFilter := &runtimeapi.PodSandboxFilter{}, &runtimeapi.ContainerFilter{}
 	if !all {
 		sbFilter.State = &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}
@@ -289,15 +304,15 @@ func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, erro
 	if err != nil {
 		return nil, fmt.Errorf("list pods: list containers: %w", err)
 	}
-	pods := map[types.UID]*RunningPod{}
-	get := func(labels map[string]string) *RunningPod {
+	pods := map[types.UID]*podstate.RunningPod{}
+	get := func(labels map[string]string) *podstate.RunningPod {
 		uid := types.UID(labels[LabelPodUID])
 		if uid == "" {
 			return nil
 		}
 		p := pods[uid]
 		if p == nil {
-			p = &RunningPod{ID: uid}
+			p = &podstate.RunningPod{ID: uid}
 			pods[uid] = p
 		}
 		if p.Name == "" {
@@ -309,7 +324,7 @@ func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, erro
 	slices.SortFunc(containers, newerContainerFirst)
 	for _, sb := range sandboxes {
 		if p := get(sb.GetLabels()); p != nil {
-			p.Sandboxes = append(p.Sandboxes, RunningContainer{ID: sb.GetId(), Name: sb.GetMetadata().GetName(), State: sandboxState(sb.GetState()), CreatedAt: time.Unix(0, sb.GetCreatedAt())})
+			p.Sandboxes = append(p.Sandboxes, podstate.RunningContainer{ID: sb.GetId(), Name: sb.GetMetadata().GetName(), State: sandboxState(sb.GetState()), CreatedAt: time.Unix(0, sb.GetCreatedAt())})
 		}
 	}
 	for _, c := range containers {
@@ -318,13 +333,13 @@ func (m *PodManager) ListPods(ctx context.Context, all bool) ([]RunningPod, erro
 			if name == "" {
 				name = c.GetMetadata().GetName()
 			}
-			p.Containers = append(p.Containers, RunningContainer{ID: c.GetId(), Name: name, State: containerState(c.GetState()), SandboxID: c.GetPodSandboxId(), CreatedAt: time.Unix(0, c.GetCreatedAt())})
+			p.Containers = append(p.Containers, podstate.RunningContainer{ID: c.GetId(), Name: name, State: containerState(c.GetState()), SandboxID: c.GetPodSandboxId(), CreatedAt: time.Unix(0, c.GetCreatedAt())})
 		}
 	}
-	out := make([]RunningPod, 0, len(pods))
+	out := make([]podstate.RunningPod, 0, len(pods))
 	for _, p := range pods {
 		out = append(out, *p) // sandboxes and containers were added newest first
 	}
-	slices.SortFunc(out, func(a, b RunningPod) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b podstate.RunningPod) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }

@@ -192,3 +192,10 @@ func (m *PodManager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 	}
 	return id, nil
 }
+
+func networkMode(pod *v1.Pod) runtimeapi.NamespaceMode {
+	if pod.Spec.HostNetwork {
+		return runtimeapi.NamespaceMode_NODE
+	}
+	return runtimeapi.NamespaceMode_POD
+}

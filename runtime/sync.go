@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -30,11 +32,11 @@ import (
 //
 // It blocks for the CRI calls it makes, image pulls included. One call per
 // pod at a time.
-func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, pullSecrets []v1.Secret, probes ProbeResults) SyncResult {
+func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.PodStatus, pullSecrets []v1.Secret, probes ProbeResults) SyncResult {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	ctx = klog.NewContext(ctx, logger)
 	if status == nil {
-		status = &PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
+		status = &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
 	s := &podSync{m: m, pod: pod, status: status, pullSecrets: pullSecrets}
 	s.run(ctx, probes)
@@ -45,7 +47,7 @@ func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus
 type podSync struct {
 	m           *PodManager
 	pod         *v1.Pod
-	status      *PodStatus
+	status      *podstate.PodStatus
 	pullSecrets []v1.Secret
 	sandboxID   string
 	sandboxCfg  *runtimeapi.PodSandboxConfig
@@ -85,7 +87,7 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	} else {
 		for id, k := range actions.containersToKill {
 			if err := m.killContainer(ctx, pod, id, k.name, k.message, k.reason, nil, nil); err != nil {
-				s.fail(fmt.Errorf("%w: kill container %s of pod %s: %v", ErrKillContainer, k.name, podDesc(pod), err))
+				s.fail(fmt.Errorf("%w: kill container %s of pod %s: %v", podstate.ErrKillContainer, k.name, podDesc(pod), err))
 				return
 			}
 		}
@@ -106,7 +108,7 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	}
 	var err error
 	if s.sandboxCfg, err = m.sandboxConfig(ctx, pod, actions.attempt); err != nil {
-		s.fail(fmt.Errorf("%w: generate sandbox config of pod %s: %v", ErrConfigPodSandbox, podDesc(pod), err))
+		s.fail(fmt.Errorf("%w: generate sandbox config of pod %s: %v", podstate.ErrConfigPodSandbox, podDesc(pod), err))
 		return
 	}
 
@@ -131,7 +133,7 @@ func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 	if err != nil {
 		m.metrics.startedPodError()
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
-		s.fail(fmt.Errorf("%w: %v", ErrCreatePodSandbox, err))
+		s.fail(fmt.Errorf("%w: %v", podstate.ErrCreatePodSandbox, err))
 		return false
 	}
 	resp, err := m.rs.PodSandboxStatus(ctx, id, false)
@@ -172,11 +174,11 @@ func (s *podSync) start(ctx context.Context, c *v1.Container, kind string) error
 
 // backOff returns the CrashLoopBackOff reason if c's last instance exited
 // too recently to restart it, and advances the back-off otherwise.
-func (s *podSync) backOff(ctx context.Context, c *v1.Container) *ContainerWaiting {
+func (s *podSync) backOff(ctx context.Context, c *v1.Container) *podstate.ContainerWaiting {
 	m, pod := s.m, s.pod
-	var last *ContainerStatus
+	var last *podstate.ContainerStatus
 	for _, cs := range s.status.Containers {
-		if cs.Name == c.Name && cs.State == ContainerStateExited {
+		if cs.Name == c.Name && cs.State == podstate.ContainerStateExited {
 			last = cs
 			break
 		}
@@ -190,7 +192,7 @@ func (s *podSync) backOff(ctx context.Context, c *v1.Container) *ContainerWaitin
 		m.recorder.Eventf(containerRef(pod, c), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
 		s.retry(last.FinishedAt.Add(delay))
 		klog.FromContext(ctx).V(3).Info("Back-off restarting failed container", "container", c.Name, "backOff", delay)
-		return &ContainerWaiting{Reason: ErrCrashLoopBackOff,
+		return &podstate.ContainerWaiting{Reason: podstate.ErrCrashLoopBackOff,
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", delay, c.Name, podDesc(pod))}
 	}
 	m.backOff.Next(key, last.FinishedAt)
@@ -211,18 +213,18 @@ func containerRef(pod *v1.Pod, c *v1.Container) *v1.ObjectReference {
 // startContainer pulls c's image, creates and starts the container and runs
 // its postStart hook. It returns nil on success and the waiting reason
 // otherwise, having recorded the kubelet's events.
-func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *ContainerWaiting {
+func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate.ContainerWaiting {
 	m, pod := s.m, s.pod
 	ref := containerRef(pod, c)
-	failed := func(reason error, msg string) *ContainerWaiting {
+	failed := func(reason error, msg string) *podstate.ContainerWaiting {
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", msg)
-		return &ContainerWaiting{Reason: reason, Message: msg}
+		return &podstate.ContainerWaiting{Reason: reason, Message: msg}
 	}
 	img := m.images.ensure(ctx, pod, c, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c))
 	if img.err != nil {
 		s.retry(img.retryAt)
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", img.err)
-		return &ContainerWaiting{Reason: img.err, Message: img.msg}
+		return &podstate.ContainerWaiting{Reason: img.err, Message: img.msg}
 	}
 	restartCount := 0
 	if cs := s.status.Container(c.Name); cs != nil {
@@ -234,15 +236,15 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *Containe
 	}
 	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs)
 	if err != nil {
-		return failed(ErrCreateContainerConfig, err.Error())
+		return failed(podstate.ErrCreateContainerConfig, err.Error())
 	}
 	id, err := m.rs.CreateContainer(ctx, s.sandboxID, cfg, s.sandboxCfg)
 	if err != nil {
-		return failed(ErrCreateContainer, grpcMessage(err))
+		return failed(podstate.ErrCreateContainer, grpcMessage(err))
 	}
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Container created")
 	if err := m.rs.StartContainer(ctx, id); err != nil {
-		return failed(ErrRunContainer, grpcMessage(err))
+		return failed(podstate.ErrRunContainer, grpcMessage(err))
 	}
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Container started")
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
@@ -256,7 +258,7 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *Containe
 			if kerr := m.killContainer(ctx, pod, id, c.Name, "FailedPostStartHook", killReasonOther, nil, nil); kerr != nil {
 				klog.FromContext(ctx).Error(kerr, "Cannot kill a container whose postStart hook failed", "container", c.Name)
 			}
-			return &ContainerWaiting{Reason: ErrPostStartHook, Message: msg}
+			return &podstate.ContainerWaiting{Reason: podstate.ErrPostStartHook, Message: msg}
 		}
 	}
 	return nil
@@ -312,7 +314,7 @@ func (s *podSync) removeInitContainers(ctx context.Context, keep int) {
 		name := s.pod.Spec.InitContainers[i].Name
 		seen := 0
 		for _, cs := range s.status.Containers {
-			if cs.Name != name || (keep > 0 && cs.State != ContainerStateExited && cs.State != ContainerStateUnknown) {
+			if cs.Name != name || (keep > 0 && cs.State != podstate.ContainerStateExited && cs.State != podstate.ContainerStateUnknown) {
 				continue
 			}
 			seen++

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
@@ -64,8 +63,7 @@ func benchReporter(b testing.TB, runtimeErr *error) (*Reporter, *testingclock.Fa
 	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, created, nil
 	})
-	r.store = cache.NewStore(cache.MetaNamespaceKeyFunc)
-	if err := r.store.Add(created); err != nil {
+	if err := r.node.informer.GetStore().Add(created); err != nil {
 		b.Fatal(err)
 	}
 	r.jitter = func() float64 { return 0.5 }

@@ -99,9 +99,12 @@ func provideDefaultSetters(p SetterParams) ([]OrderedSetter, error) {
 type Params struct {
 	fx.In
 
-	Options    Options
-	Setters    []OrderedSetter `group:"node_status_setters"`
-	Client     kubernetes.Interface
+	Options Options
+	Setters []OrderedSetter `group:"node_status_setters"`
+	Client  kubernetes.Interface
+	// Node, when the graph has one, is the node watch the Reporter reads
+	// (Options.Node wins); it is run by whoever provides it.
+	Node       *NodeWatch            `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
 	Logger     logr.Logger           `optional:"true"`
@@ -119,6 +122,9 @@ func provideReporter(p Params) (*Reporter, error) {
 	}
 	if o.Registerer == nil {
 		o.Registerer = p.Registerer
+	}
+	if o.Node == nil {
+		o.Node = p.Node
 	}
 	o.Setters = append(append([]OrderedSetter(nil), o.Setters...), p.Setters...)
 	r, err := New(o)

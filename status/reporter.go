@@ -13,10 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -46,11 +44,12 @@ type Options struct {
 	// Client talks to the API server as the node; required. The kubelet
 	// uses its heartbeat client here: short timeouts, no rate limit.
 	Client kubernetes.Interface
-	// WatchClient watches the Node for the informer; default Client. Give
-	// a client without a request timeout when Client has one (the agent's
-	// heartbeat client does), or every watch is cut off after the timeout
-	// and re-listed.
-	WatchClient kubernetes.Interface
+	// Node is the watch of the node the Reporter reads it from (try 0 of
+	// every update, as the kubelet's informer). nil makes the Reporter watch
+	// the node itself, through Client, from Run; when Client has a request
+	// timeout (the agent's heartbeat client does) give a NodeWatch on a
+	// client without one, or every watch is cut off after the timeout.
+	Node *NodeWatch
 	// NodeName is the Node's name; required.
 	NodeName string
 	// Hostname is the kubernetes.io/hostname label; default NodeName.
@@ -104,9 +103,10 @@ type Reporter struct {
 	// so that tests can tell when a round is over.
 	waits atomic.Int64
 
-	// informer watches the node; its store is safe for concurrent reads.
-	informer cache.SharedIndexInformer
-	store    cache.Store
+	// node watches the node; ownWatch says the Reporter made it and runs
+	// it.
+	node     *NodeWatch
+	ownWatch bool
 
 	// The fields below belong to Run's goroutine.
 	lastReport    time.Time
@@ -129,9 +129,6 @@ func New(opts Options) (*Reporter, error) {
 	}
 	if opts.Hostname == "" {
 		opts.Hostname = opts.NodeName
-	}
-	if opts.WatchClient == nil {
-		opts.WatchClient = opts.Client
 	}
 	if errs := validation.IsValidLabelValue(opts.Hostname); len(errs) > 0 {
 		return nil, fmt.Errorf("node status reporter: hostname %q is not a valid label value: %v", opts.Hostname, errs)
@@ -182,29 +179,22 @@ func New(opts Options) (*Reporter, error) {
 		registered: make(chan struct{}),
 		jitter:     rand.Float64,
 	}
-	r.informer = r.newInformer()
-	r.store = r.informer.GetStore()
+	if r.node = opts.Node; r.node == nil {
+		if r.node, err = NewNodeWatch(opts.Client, opts.NodeName); err != nil {
+			return nil, fmt.Errorf("node status reporter: %w", err)
+		}
+		r.ownWatch = true
+	}
 	return r, nil
 }
 
-// Node returns the Node as the Reporter's informer last saw it, and false
-// until the informer has seen it (before Run, or before registration). The
-// Node is shared with the informer's cache: callers must not modify it. It
-// is safe for concurrent use; other modules read the node this way (the
-// agent's admission) instead of watching it a second time.
-func (r *Reporter) Node() (*v1.Node, bool) {
-	obj, ok, err := r.store.GetByKey(r.opts.NodeName)
-	if err != nil || !ok {
-		return nil, false
-	}
-	node, ok := obj.(*v1.Node)
-	return node, ok
-}
+// Node returns the Node as the Reporter's watch last saw it (see
+// NodeWatch.Node).
+func (r *Reporter) Node() (*v1.Node, bool) { return r.node.Node() }
 
-// HasSynced reports whether the Reporter's node informer has listed the
-// node since Run started, as the kubelet's node informer gates its pod
-// sources. Safe for concurrent use.
-func (r *Reporter) HasSynced() bool { return r.informer.HasSynced() }
+// HasSynced reports whether the Reporter's node watch has listed the node
+// (see NodeWatch.HasSynced).
+func (r *Reporter) HasSynced() bool { return r.node.HasSynced() }
 
 // Registered returns a channel that is closed once the Node exists (created
 // or found by this Reporter). It is safe for concurrent use.
@@ -226,25 +216,18 @@ func (r *Reporter) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 	}()
-	informer := r.informer
-	wg.Go(func() { informer.RunWithContext(ctx) })
+	if r.ownWatch {
+		wg.Go(func() { _ = r.node.Run(ctx) })
+	}
 
 	if err := r.register(ctx); err != nil {
 		return nil // ctx is done
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), r.node.HasSynced) {
 		return nil
 	}
 	r.loop(ctx)
 	return nil
-}
-
-// newInformer watches this one Node (field selector metadata.name).
-func (r *Reporter) newInformer() cache.SharedIndexInformer {
-	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, r.opts.NodeName).String()
-	return coreinformers.NewFilteredNodeInformer(r.opts.WatchClient, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
-		o.FieldSelector = selector
-	})
 }
 
 func (r *Reporter) markRegistered() {
@@ -350,11 +333,10 @@ func (r *Reporter) readNode(ctx context.Context, fromCache bool) (*v1.Node, erro
 // patch when the informer has not caught up with it yet; nil when the
 // informer does not have the Node. The returned Node is shared.
 func (r *Reporter) cachedNode() *v1.Node {
-	obj, ok, err := r.store.GetByKey(r.opts.NodeName)
-	if err != nil || !ok {
+	node, ok := r.node.Node()
+	if !ok {
 		return nil
 	}
-	node := obj.(*v1.Node)
 	if r.lastPatched != nil && r.patchedFromRV != "" && node.ResourceVersion == r.patchedFromRV {
 		return r.lastPatched
 	}

@@ -153,8 +153,8 @@ func (h *harness) waitLoop(n int64) {
 	h.t.Helper()
 	h.waitFor("the reporter's loop", func() bool { return h.r.waits.Load() >= n })
 	h.waitFor("the informer to catch up", func() bool {
-		obj, ok, _ := h.r.store.GetByKey(testNode)
-		return ok && apiequality.Semantic.DeepEqual(obj, h.node())
+		n, ok := h.r.Node()
+		return ok && apiequality.Semantic.DeepEqual(n, h.node())
 	})
 }
 

@@ -1,11 +1,9 @@
 package status
 
 import (
-	"cmp"
 	"context"
-	"fmt"
-	"slices"
 
+	"github.com/nodekit/nodekit/internal/ordered"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -29,8 +27,9 @@ type Setter func(ctx context.Context, node *v1.Node) error
 //
 // Name identifies the setter in logs and for replacement: an OrderedSetter
 // that is not a default (any setter an embedder builds) replaces the default
-// setter of the same Name, and one with a nil Set removes it. See the package
-// documentation.
+// setter of the same Name, and one with a nil Set removes it (a no-op when
+// this configuration has no such default, e.g. Images with
+// nodeStatusMaxImages 0). See the package documentation.
 type OrderedSetter struct {
 	// Name identifies the setter; it must be unique among non-default setters.
 	Name string
@@ -84,41 +83,31 @@ const (
 	OrderReady            = 10000
 )
 
+// defaultSetterNames are the names DefaultSetters may give, whether or not
+// this configuration has them: removing one that is absent is a no-op.
+var defaultSetterNames = map[string]bool{
+	SetterNodeAddress: true, SetterMachineInfo: true, SetterVersionInfo: true, SetterDaemonEndpoints: true,
+	SetterImages: true, SetterGoRuntime: true, SetterRuntimeHandlers: true, SetterNodeFeatures: true,
+	SetterDeclaredFeatures: true, SetterMemoryPressure: true, SetterDiskPressure: true, SetterPIDPressure: true,
+	SetterNodeSchedulable: true, SetterReady: true,
+}
+
 // resolveSetters applies replacement by name and returns the setters in the
 // order they run. It does not modify in.
 func resolveSetters(in []OrderedSetter) ([]OrderedSetter, error) {
-	defaults := map[string]int{}
-	custom := map[string]int{}
+	entries := make([]ordered.Entry[Setter], len(in))
 	for i, s := range in {
-		if s.Name == "" {
-			return nil, fmt.Errorf("node status setter at index %d (order %d) has no name", i, s.Order)
-		}
-		seen := custom
-		if s.isDefault {
-			seen = defaults
-		}
-		if _, dup := seen[s.Name]; dup {
-			return nil, fmt.Errorf("two node status setters are named %q", s.Name)
-		}
-		seen[s.Name] = i
+		entries[i] = ordered.Entry[Setter]{Name: s.Name, Order: s.Order, Value: s.Set, Default: s.isDefault}
 	}
-	out := make([]OrderedSetter, 0, len(in))
-	for _, s := range in {
-		if s.isDefault {
-			if _, replaced := custom[s.Name]; replaced {
-				continue
-			}
-		} else if s.Set == nil {
-			if _, ok := defaults[s.Name]; !ok {
-				return nil, fmt.Errorf("node status setter %q has no Set func and there is no default setter of that name to remove", s.Name)
-			}
-			continue
-		}
-		out = append(out, s)
+	resolved, err := ordered.Resolve("node status setter", entries,
+		func(s Setter) bool { return s == nil }, func(name string) bool { return defaultSetterNames[name] })
+	if err != nil {
+		return nil, err
 	}
-	slices.SortStableFunc(out, func(a, b OrderedSetter) int {
-		return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Name, b.Name))
-	})
+	out := make([]OrderedSetter, len(resolved))
+	for i, e := range resolved {
+		out[i] = OrderedSetter{Name: e.Name, Order: e.Order, Set: e.Value, isDefault: e.Default}
+	}
 	return out, nil
 }
 

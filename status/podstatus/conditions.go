@@ -5,10 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	v1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/nodekit/nodekit/podstate"
 
-	"github.com/nodekit/nodekit/runtime"
+	v1 "k8s.io/api/core/v1"
 )
 
 // Reasons the generated status carries, the kubelet's.
@@ -73,7 +72,7 @@ func condition(pod *v1.Pod, t v1.PodConditionType, status v1.ConditionStatus, re
 // readyToStartContainersCondition is True when the pod has exactly one ready
 // sandbox, the newest, in the right network namespace and with an IP unless
 // it uses the host's network.
-func readyToStartContainersCondition(pod *v1.Pod, rs *runtime.PodStatus) v1.PodCondition {
+func readyToStartContainersCondition(pod *v1.Pod, rs *podstate.PodStatus) v1.PodCondition {
 	if msg := sandboxNotReadyMessage(pod, rs); msg != "" {
 		return condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, PodSandboxNotReady, msg)
 	}
@@ -81,34 +80,8 @@ func readyToStartContainersCondition(pod *v1.Pod, rs *runtime.PodStatus) v1.PodC
 }
 
 // sandboxNotReadyMessage says why the pod needs a new sandbox, or "".
-func sandboxNotReadyMessage(pod *v1.Pod, rs *runtime.PodStatus) string {
-	if len(rs.Sandboxes) == 0 || rs.Sandboxes[0] == nil {
-		return "no pod sandbox exists"
-	}
-	ready := 0
-	for _, s := range rs.Sandboxes {
-		if s.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
-			ready++
-		}
-	}
-	newest := rs.Sandboxes[0]
-	switch {
-	case ready > 1:
-		return "multiple pod sandboxes are ready and need to be reconciled"
-	case newest.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY:
-		return "pod sandbox is not ready"
-	}
-	want := runtimeapi.NamespaceMode_POD
-	if pod.Spec.HostNetwork {
-		want = runtimeapi.NamespaceMode_NODE
-	}
-	if newest.GetLinux().GetNamespaces().GetOptions().GetNetwork() != want {
-		return "network namespace mode changed and sandbox needs to be recreated"
-	}
-	if !pod.Spec.HostNetwork && newest.GetNetwork() != nil && newest.GetNetwork().GetIp() == "" {
-		return "pod sandbox has no IP address"
-	}
-	return ""
+func sandboxNotReadyMessage(pod *v1.Pod, rs *podstate.PodStatus) string {
+	return string(rs.SandboxChange(pod.Spec.HostNetwork))
 }
 
 // initializedCondition is True once every regular init container completed

@@ -4,8 +4,8 @@
 //
 // # Generating a status
 //
-// Generate turns the runtime's runtime.PodStatus of a pod, the reasons its
-// waiting containers wait (runtime.ContainerWaiting: CrashLoopBackOff,
+// Generate turns the runtime's podstate.PodStatus of a pod, the reasons its
+// waiting containers wait (podstate.ContainerWaiting: CrashLoopBackOff,
 // ErrImagePull, ...) and the prober's results into a v1.PodStatus:
 //
 //   - the phase, by the kubelet's rules: regular init containers first (a

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
@@ -24,20 +24,19 @@ func ExampleGenerate() {
 		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "nginx"}, {Name: "proxy", Image: "envoy"}}},
 	}
 	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	rs := &runtime.PodStatus{
+	rs := &podstate.PodStatus{
 		IPs: []string{"10.244.0.7"},
-		Sandboxes: []*runtimeapi.PodSandboxStatus{{
-			Id: "sb", State: runtimeapi.PodSandboxState_SANDBOX_READY,
-			Network: &runtimeapi.PodSandboxNetworkStatus{Ip: "10.244.0.7"},
+		Sandboxes: []*podstate.SandboxStatus{{
+			ID: "sb", Ready: true, IP: "10.244.0.7", NetworkReported: true,
 		}},
-		Containers: []*runtime.ContainerStatus{{
-			ID: "c1", Type: "containerd", Name: "app", State: runtime.ContainerStateRunning,
+		Containers: []*podstate.ContainerStatus{{
+			ID: "c1", Type: "containerd", Name: "app", State: podstate.ContainerStateRunning,
 			CreatedAt: started, StartedAt: started, Image: "docker.io/library/nginx:latest", ImageRef: "sha256:abc", SandboxID: "sb",
 		}},
 	}
 	// The proxy's image cannot be pulled.
-	waiting := map[string]runtime.ContainerWaiting{
-		"proxy": {Reason: runtime.ErrImagePullBackOff, Message: `Back-off pulling image "envoy"`},
+	waiting := map[string]podstate.ContainerWaiting{
+		"proxy": {Reason: podstate.ErrImagePullBackOff, Message: `Back-off pulling image "envoy"`},
 	}
 	status := podstatus.Generate(pod, rs, waiting, podstatus.GenerateOptions{})
 	fmt.Println("phase:", status.Phase, "podIP:", status.PodIP)

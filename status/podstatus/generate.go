@@ -5,19 +5,18 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	netutils "k8s.io/utils/net"
-
-	"github.com/nodekit/nodekit/runtime"
 )
 
 // ProbeResultFunc returns a container's latest probe result: success, and
 // known false when the probe has no result for the container (it has not
 // run yet, or the container has no such probe). containerID is the
-// runtime's container ID (runtime.ContainerStatus.ID, the key of
+// runtime's container ID (podstate.ContainerStatus.ID, the key of
 // runtime.ProbeResults). It must not block.
 type ProbeResultFunc func(containerID string) (success, known bool)
 
@@ -63,12 +62,12 @@ type GenerateOptions struct {
 // Generate is a pure function: it reads its arguments, modifies none and
 // shares no memory with them. A nil rs is a pod the runtime knows nothing
 // of; a nil pod yields an empty status.
-func Generate(pod *v1.Pod, rs *runtime.PodStatus, waiting map[string]runtime.ContainerWaiting, opts GenerateOptions) v1.PodStatus {
+func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.ContainerWaiting, opts GenerateOptions) v1.PodStatus {
 	if pod == nil {
 		return v1.PodStatus{}
 	}
 	if rs == nil {
-		rs = &runtime.PodStatus{}
+		rs = &podstate.PodStatus{}
 	}
 	old := &pod.Status
 	if opts.Previous != nil {
@@ -160,18 +159,18 @@ func Generate(pod *v1.Pod, rs *runtime.PodStatus, waiting map[string]runtime.Con
 
 type generator struct {
 	pod     *v1.Pod
-	rs      *runtime.PodStatus
-	waiting map[string]runtime.ContainerWaiting
+	rs      *podstate.PodStatus
+	waiting map[string]podstate.ContainerWaiting
 	opts    GenerateOptions
 	old     *v1.PodStatus
 	// containers are rs.Containers, newest first.
-	containers []*runtime.ContainerStatus
+	containers []*podstate.ContainerStatus
 }
 
 // newestFirst returns the non-nil statuses sorted by creation time, newest
 // first (stable, so the runtime's order breaks ties).
-func newestFirst(cs []*runtime.ContainerStatus) []*runtime.ContainerStatus {
-	out := make([]*runtime.ContainerStatus, 0, len(cs))
+func newestFirst(cs []*podstate.ContainerStatus) []*podstate.ContainerStatus {
+	out := make([]*podstate.ContainerStatus, 0, len(cs))
 	for _, c := range cs {
 		if c != nil {
 			out = append(out, c)
@@ -182,7 +181,7 @@ func newestFirst(cs []*runtime.ContainerStatus) []*runtime.ContainerStatus {
 }
 
 // latest returns the newest runtime status of the container name, or nil.
-func (g *generator) latest(name string) *runtime.ContainerStatus {
+func (g *generator) latest(name string) *podstate.ContainerStatus {
 	for _, c := range g.containers {
 		if c.Name == name {
 			return c
@@ -273,7 +272,7 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 		st := statuses[c.Name]
 		if isInit {
 			latest := g.latest(c.Name)
-			if latest != nil && latest.State == runtime.ContainerStateExited && latest.ExitCode == 0 {
+			if latest != nil && latest.State == podstate.ContainerStateExited && latest.ExitCode == 0 {
 				continue
 			}
 			// An init container removed from the runtime after the pod's
@@ -317,7 +316,7 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 
 // convertContainerStatus is the API status of one runtime container
 // instance; old is the container's previous API status, or nil.
-func convertContainerStatus(cs *runtime.ContainerStatus, old *v1.ContainerStatus, spec *v1.Container) *v1.ContainerStatus {
+func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatus, spec *v1.Container) *v1.ContainerStatus {
 	cid := containerID(cs)
 	imageID := cs.ImageRef
 	if imageID == "" {
@@ -339,9 +338,9 @@ func convertContainerStatus(cs *runtime.ContainerStatus, old *v1.ContainerStatus
 		AllocatedResources: spec.Resources.Requests.DeepCopy(),
 	}
 	switch {
-	case cs.State == runtime.ContainerStateRunning:
+	case cs.State == podstate.ContainerStateRunning:
 		st.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(cs.StartedAt)}
-	case cs.State == runtime.ContainerStateExited:
+	case cs.State == podstate.ContainerStateExited:
 		st.State.Terminated = &v1.ContainerStateTerminated{
 			ExitCode:    int32(cs.ExitCode),
 			Reason:      cs.Reason,
@@ -350,7 +349,7 @@ func convertContainerStatus(cs *runtime.ContainerStatus, old *v1.ContainerStatus
 			FinishedAt:  metav1.NewTime(cs.FinishedAt),
 			ContainerID: cid,
 		}
-	case cs.State == runtime.ContainerStateUnknown && old != nil && old.State.Running != nil:
+	case cs.State == podstate.ContainerStateUnknown && old != nil && old.State.Running != nil:
 		// It was running and is not any more, but the runtime cannot say
 		// how it ended: it failed, it did not "never run".
 		st.State.Terminated = &v1.ContainerStateTerminated{
@@ -375,7 +374,7 @@ func runtimeID(containerID string) string {
 }
 
 // containerID is the API's "<runtime>://<id>".
-func containerID(cs *runtime.ContainerStatus) string {
+func containerID(cs *podstate.ContainerStatus) string {
 	if cs.ID == "" {
 		return ""
 	}
@@ -495,27 +494,19 @@ func (g *generator) shouldRestart(c *v1.Container) bool {
 	switch {
 	case cs == nil:
 		return true
-	case cs.State == runtime.ContainerStateRunning:
+	case cs.State == podstate.ContainerStateRunning:
 		return false
-	case cs.State == runtime.ContainerStateExited:
+	case cs.State == podstate.ContainerStateExited:
 		return containerShouldRestart(c, &g.pod.Spec, int32(cs.ExitCode))
 	default:
 		return true
 	}
 }
 
-// activeSandboxID is the newest sandbox's ID when it is ready, else "".
-func (g *generator) activeSandboxID() string {
-	if len(g.rs.Sandboxes) > 0 && g.rs.Sandboxes[0].GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
-		return g.rs.Sandboxes[0].GetId()
-	}
-	return ""
-}
-
 // anyActiveRegularContainer reports whether a regular container exists in
 // the active sandbox: then the pod has initialized.
 func (g *generator) anyActiveRegularContainer() bool {
-	active := g.activeSandboxID()
+	active := g.rs.ActiveSandboxID()
 	if active == "" {
 		return false
 	}
@@ -531,7 +522,7 @@ func (g *generator) anyActiveRegularContainer() bool {
 // regular container was created, running or exited.
 func (g *generator) anyRegularContainerCreated() bool {
 	for i := range g.pod.Spec.Containers {
-		if cs := g.latest(g.pod.Spec.Containers[i].Name); cs != nil && cs.State != runtime.ContainerStateUnknown {
+		if cs := g.latest(g.pod.Spec.Containers[i].Name); cs != nil && cs.State != podstate.ContainerStateUnknown {
 			return true
 		}
 	}

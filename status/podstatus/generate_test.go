@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
@@ -27,7 +27,7 @@ func TestPhase(t *testing.T) {
 	tests := []struct {
 		name     string
 		pod      *v1.Pod
-		rs       *runtime.PodStatus
+		rs       *podstate.PodStatus
 		terminal bool
 		want     v1.PodPhase
 	}{
@@ -35,7 +35,7 @@ func TestPhase(t *testing.T) {
 		{"no sandbox at all", testPod(always, "a"), nil, false, v1.PodPending},
 		{"running", testPod(always, "a"), rt(running("a", t0)), false, v1.PodRunning},
 		{"one running, one not created", testPod(always, "a", "b"), rt(running("a", t0)), false, v1.PodPending},
-		{"created, not started", testPod(always, "a"), rt(&runtime.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: runtime.ContainerStateCreated}), false, v1.PodPending},
+		{"created, not started", testPod(always, "a"), rt(&podstate.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: podstate.ContainerStateCreated}), false, v1.PodPending},
 
 		{"Always, exited 0: restarting", testPod(always, "a"), rt(exited("a", t0, 0)), false, v1.PodRunning},
 		{"Always, exited 1: restarting", testPod(always, "a"), rt(exited("a", t0, 1)), false, v1.PodRunning},
@@ -137,10 +137,10 @@ func TestContainerStatuses(t *testing.T) {
 	oom := exited("app", t0, 137)
 	oom.Reason, oom.Message = "OOMKilled", "out of memory"
 	rs := rt(withRestarts(running("app", t1), 1), oom, withRestarts(exited("log", t0, 0), 0), withRestarts(exited("log", t1, 1), 1))
-	waiting := map[string]runtime.ContainerWaiting{
-		"log": {Reason: runtime.ErrCrashLoopBackOff, Message: "back-off 10s restarting failed container=log pod=web_default(uid-1)"},
+	waiting := map[string]podstate.ContainerWaiting{
+		"log": {Reason: podstate.ErrCrashLoopBackOff, Message: "back-off 10s restarting failed container=log pod=web_default(uid-1)"},
 		// A running container does not wait, whatever the map says.
-		"app": {Reason: runtime.ErrImagePull, Message: "ignored"},
+		"app": {Reason: podstate.ErrImagePull, Message: "ignored"},
 	}
 	s := podstatus.Generate(p, rs, waiting, podstatus.GenerateOptions{})
 	if len(s.ContainerStatuses) != 2 || s.ContainerStatuses[0].Name != "app" || s.ContainerStatuses[1].Name != "log" {
@@ -193,32 +193,32 @@ func TestWaitingReasons(t *testing.T) {
 	tests := []struct {
 		name       string
 		pod        *v1.Pod
-		rs         *runtime.PodStatus
-		waiting    map[string]runtime.ContainerWaiting
+		rs         *podstate.PodStatus
+		waiting    map[string]podstate.ContainerWaiting
 		container  string
 		wantReason string
 	}{
 		{"not created, no init", testPod(v1.RestartPolicyAlways, "a"), rt(), nil, "a", podstatus.ContainerCreating},
 		{"not created, with init", withInit(testPod(v1.RestartPolicyAlways, "a"), "i"), rt(), nil, "a", podstatus.PodInitializing},
 		{"image pull failing", testPod(v1.RestartPolicyAlways, "a"), rt(),
-			map[string]runtime.ContainerWaiting{"a": {Reason: runtime.ErrImagePull, Message: "pull access denied"}}, "a", "ErrImagePull"},
+			map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrImagePull, Message: "pull access denied"}}, "a", "ErrImagePull"},
 		{"image pull back-off", testPod(v1.RestartPolicyAlways, "a"), rt(),
-			map[string]runtime.ContainerWaiting{"a": {Reason: runtime.ErrImagePullBackOff, Message: `Back-off pulling image "a:1"`}}, "a", "ImagePullBackOff"},
+			map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrImagePullBackOff, Message: `Back-off pulling image "a:1"`}}, "a", "ImagePullBackOff"},
 		{"config error", testPod(v1.RestartPolicyAlways, "a"), rt(),
-			map[string]runtime.ContainerWaiting{"a": {Reason: runtime.ErrCreateContainerConfig, Message: `secret "s" not found`}}, "a", "CreateContainerConfigError"},
+			map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrCreateContainerConfig, Message: `secret "s" not found`}}, "a", "CreateContainerConfigError"},
 		{"created, not started", testPod(v1.RestartPolicyAlways, "a"),
-			rt(&runtime.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: runtime.ContainerStateCreated}), nil, "a", ""},
+			rt(&podstate.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: podstate.ContainerStateCreated}), nil, "a", ""},
 		{"Never: a finished container waits for nothing", testPod(v1.RestartPolicyNever, "a"), rt(exited("a", t0, 1)),
-			map[string]runtime.ContainerWaiting{"a": {Reason: runtime.ErrCrashLoopBackOff}}, "a", "-terminated"},
+			map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrCrashLoopBackOff}}, "a", "-terminated"},
 		{"init back-off", withInit(testPod(v1.RestartPolicyAlways, "a"), "i"), rt(exited("i", t0, 1)),
-			map[string]runtime.ContainerWaiting{"i": {Reason: runtime.ErrCrashLoopBackOff}}, "i", "CrashLoopBackOff"},
+			map[string]podstate.ContainerWaiting{"i": {Reason: podstate.ErrCrashLoopBackOff}}, "i", "CrashLoopBackOff"},
 		{"init done waits for nothing", withInit(testPod(v1.RestartPolicyAlways, "a"), "i"), rt(exited("i", t0, 0)),
-			map[string]runtime.ContainerWaiting{"i": {Reason: runtime.ErrCrashLoopBackOff}}, "i", "-terminated"},
+			map[string]podstate.ContainerWaiting{"i": {Reason: podstate.ErrCrashLoopBackOff}}, "i", "-terminated"},
 		{"deleted pod waits for nothing", func() *v1.Pod {
 			p := testPod(v1.RestartPolicyAlways, "a")
 			p.DeletionTimestamp = &metav1.Time{Time: t1}
 			return p
-		}(), rt(exited("a", t0, 1)), map[string]runtime.ContainerWaiting{"a": {Reason: runtime.ErrCrashLoopBackOff}}, "a", "-terminated"},
+		}(), rt(exited("a", t0, 1)), map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrCrashLoopBackOff}}, "a", "-terminated"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,7 +264,7 @@ func TestContainerGoneFromTheRuntime(t *testing.T) {
 
 	// A container in unknown state that was running terminated unknown.
 	unknown := running("a", t0)
-	unknown.State = runtime.ContainerStateUnknown
+	unknown.State = podstate.ContainerStateUnknown
 	s = podstatus.Generate(p, rt(unknown), nil, podstatus.GenerateOptions{Previous: &prev})
 	if term := s.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != podstatus.ContainerStatusUnknown || s.ContainerStatuses[0].RestartCount != 3 {
 		t.Errorf("unknown container = %+v", s.ContainerStatuses[0])
@@ -424,19 +424,19 @@ func TestDisruptionTargetCarriesOver(t *testing.T) {
 func TestReadyToStartContainers(t *testing.T) {
 	p := testPod(v1.RestartPolicyAlways, "a")
 	notReady := rt()
-	notReady.Sandboxes[0].State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	notReady.Sandboxes[0].Ready = false
 	noIP := rt()
-	noIP.Sandboxes[0].Network.Ip = ""
+	noIP.Sandboxes[0].IP = ""
 	two := rt()
 	two.Sandboxes = append(two.Sandboxes, two.Sandboxes[0])
 	hostNet := testPod(v1.RestartPolicyAlways, "a")
 	hostNet.Spec.HostNetwork = true
 	for name, tc := range map[string]struct {
 		pod  *v1.Pod
-		rs   *runtime.PodStatus
+		rs   *podstate.PodStatus
 		want string
 	}{
-		"no sandbox":        {p, &runtime.PodStatus{}, "no pod sandbox exists"},
+		"no sandbox":        {p, &podstate.PodStatus{}, "no pod sandbox exists"},
 		"not ready":         {p, notReady, "pod sandbox is not ready"},
 		"no IP":             {p, noIP, "pod sandbox has no IP address"},
 		"two ready":         {p, two, "multiple pod sandboxes are ready and need to be reconciled"},
@@ -520,7 +520,7 @@ func TestGenerateIsPure(t *testing.T) {
 	p.Status.Conditions = []v1.PodCondition{{Type: "x", Status: v1.ConditionTrue}}
 	rs := rt(exited("i", t0, 0), running("s", t1), running("a", t2))
 	prev := podstatus.Generate(p, rs, nil, podstatus.GenerateOptions{})
-	waiting := map[string]runtime.ContainerWaiting{"a": {Reason: errors.New("X")}}
+	waiting := map[string]podstate.ContainerWaiting{"a": {Reason: errors.New("X")}}
 	pod0, rs0, prev0 := p.DeepCopy(), *rs, *prev.DeepCopy()
 	c0 := *rs.Containers[0]
 

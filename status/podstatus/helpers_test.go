@@ -3,11 +3,10 @@ package podstatus_test
 import (
 	"time"
 
+	"github.com/nodekit/nodekit/podstate"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/nodekit/nodekit/runtime"
 )
 
 var (
@@ -48,35 +47,30 @@ func withSidecar(p *v1.Pod, name string, mutate ...func(*v1.Container)) *v1.Pod 
 }
 
 // rt is a runtime status with one ready sandbox "sb1" at 10.0.0.5.
-func rt(containers ...*runtime.ContainerStatus) *runtime.PodStatus {
-	return &runtime.PodStatus{
+func rt(containers ...*podstate.ContainerStatus) *podstate.PodStatus {
+	return &podstate.PodStatus{
 		ID: "uid-1", Name: "web", Namespace: "default",
 		IPs: []string{"10.0.0.5"},
-		Sandboxes: []*runtimeapi.PodSandboxStatus{{
-			Id: "sb1", State: runtimeapi.PodSandboxState_SANDBOX_READY,
-			Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "uid-1"},
-			Network:  &runtimeapi.PodSandboxNetworkStatus{Ip: "10.0.0.5"},
-			Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
-				Options: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD},
-			}},
+		Sandboxes: []*podstate.SandboxStatus{{
+			ID: "sb1", Ready: true, IP: "10.0.0.5", NetworkReported: true,
 		}},
 		Containers: containers,
 	}
 }
 
 // running is a running container instance created at created.
-func running(name string, created time.Time) *runtime.ContainerStatus {
-	return &runtime.ContainerStatus{
+func running(name string, created time.Time) *podstate.ContainerStatus {
+	return &podstate.ContainerStatus{
 		ID: name + "-" + created.Format("150405"), Type: "containerd", Name: name,
-		State: runtime.ContainerStateRunning, CreatedAt: created, StartedAt: created.Add(time.Second),
+		State: podstate.ContainerStateRunning, CreatedAt: created, StartedAt: created.Add(time.Second),
 		Image: "docker.io/library/" + name + ":1", ImageRef: "sha256:" + name, SandboxID: "sb1",
 	}
 }
 
 // exited is an exited container instance.
-func exited(name string, created time.Time, code int) *runtime.ContainerStatus {
+func exited(name string, created time.Time, code int) *podstate.ContainerStatus {
 	c := running(name, created)
-	c.State = runtime.ContainerStateExited
+	c.State = podstate.ContainerStateExited
 	c.ExitCode = code
 	c.FinishedAt = created.Add(30 * time.Second)
 	c.Reason = "Completed"
@@ -86,7 +80,7 @@ func exited(name string, created time.Time, code int) *runtime.ContainerStatus {
 	return c
 }
 
-func withRestarts(c *runtime.ContainerStatus, n int) *runtime.ContainerStatus {
+func withRestarts(c *podstate.ContainerStatus, n int) *podstate.ContainerStatus {
 	c.RestartCount = n
 	return c
 }

@@ -20,7 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
-	nkruntime "github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
@@ -360,7 +360,7 @@ func TestCachedStatusRules(t *testing.T) {
 
 	// Later: Ready stays False (its time stays), then turns True.
 	e.clock.Step(time.Minute)
-	e.m.SetPodStatus(p, podstatus.Generate(p, rt(&nkruntime.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: nkruntime.ContainerStateCreated}), nil, podstatus.GenerateOptions{Previous: &s}))
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(&podstate.ContainerStatus{ID: "x", Type: "containerd", Name: "a", State: podstate.ContainerStateCreated}), nil, podstatus.GenerateOptions{Previous: &s}))
 	s, _ = e.m.GetPodStatus(p.UID)
 	if !findCond(s, v1.PodReady).LastTransitionTime.Time.Equal(t0) || !s.StartTime.Time.Equal(t0) {
 		t.Errorf("unchanged Ready moved: %v, start %v", findCond(s, v1.PodReady).LastTransitionTime, s.StartTime)

@@ -1,4 +1,4 @@
-package agent
+package pods
 
 import (
 	"fmt"
@@ -12,12 +12,37 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/internal/ordered"
 	"github.com/nodekit/nodekit/podsource"
 )
 
-// AdmitHandlerGroup is the fx value group of AdmitHandler the pod workers
-// consult, in addition to the general predicates, before a pod starts.
+// AdmitHandlerGroup is the fx value group of OrderedAdmitHandler the
+// Controller consults, by Order, before a pod starts. Add to it with
+// AsAdmitHandler.
 const AdmitHandlerGroup = "pod_admit_handlers"
+
+// OrderedAdmitHandler is one entry of the AdmitHandlerGroup: a handler with
+// a Name (for logs, and to replace a default: a handler with the Name of a
+// default replaces it, one with a nil Handler removes it) and an Order
+// (ascending; equal orders by Name).
+type OrderedAdmitHandler struct {
+	Name    string
+	Order   int
+	Handler AdmitHandler
+
+	isDefault bool
+}
+
+// Names and orders of the default admit handlers, in the kubelet's order:
+// the eviction manager's pressure check first, then the general
+// predicates. They are 100 apart so an embedder can slot one between.
+const (
+	AdmitEviction          = "Eviction"
+	AdmitGeneralPredicates = "GeneralPredicates"
+
+	OrderEviction          = 100
+	OrderGeneralPredicates = 200
+)
 
 // AdmitAttributes is what an admit handler decides on.
 type AdmitAttributes struct {
@@ -228,4 +253,35 @@ func hostPortsFree(pod *v1.Pod, others []*v1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// defaultAdmitNames are the names of default admit handlers in some
+// configuration: removing one that is absent is a no-op.
+var defaultAdmitNames = map[string]bool{AdmitEviction: true, AdmitGeneralPredicates: true}
+
+// DefaultAdmitHandler marks h as one of the package's defaults, which an
+// embedder's handler of the same Name replaces. It is for the modules that
+// provide the defaults (this package's Module, the eviction manager's
+// wiring).
+func DefaultAdmitHandler(name string, order int, h AdmitHandler) OrderedAdmitHandler {
+	return OrderedAdmitHandler{Name: name, Order: order, Handler: h, isDefault: true}
+}
+
+// ResolveAdmitHandlers applies replacement and removal by Name and returns
+// the handlers in the order they run, for Options.Admit.
+func ResolveAdmitHandlers(in []OrderedAdmitHandler) ([]AdmitHandler, error) {
+	entries := make([]ordered.Entry[AdmitHandler], len(in))
+	for i, h := range in {
+		entries[i] = ordered.Entry[AdmitHandler]{Name: h.Name, Order: h.Order, Value: h.Handler, Default: h.isDefault}
+	}
+	resolved, err := ordered.Resolve("pod admit handler", entries,
+		func(h AdmitHandler) bool { return h == nil }, func(name string) bool { return defaultAdmitNames[name] })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AdmitHandler, len(resolved))
+	for i, e := range resolved {
+		out[i] = e.Value
+	}
+	return out, nil
 }

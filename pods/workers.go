@@ -1,4 +1,4 @@
-package agent
+package pods
 
 import (
 	"context"
@@ -49,6 +49,12 @@ type podWorker struct {
 
 	mu   sync.Mutex
 	work podWork
+	// cancel cancels the sync in flight, if any; killGrace is the grace
+	// period that sync is stopping the pod with (nil: the pod's own, or no
+	// stop in flight when killing is false).
+	cancel    context.CancelFunc
+	killing   bool
+	killGrace *int64
 }
 
 func newPodWorkers(sync podSyncFunc, clk clock.Clock) *podWorkers {
@@ -79,6 +85,11 @@ func (p *podWorkers) update(ctx context.Context, pod *v1.Pod, terminate, removed
 	w.work.Removed = w.work.Removed || removed
 	if grace != nil && (w.work.GracePeriod == nil || *grace < *w.work.GracePeriod) {
 		w.work.GracePeriod = grace
+		// A stop in flight with a longer grace period is cut short and
+		// started again with this one, as the kubelet's pod workers do.
+		if w.killing && w.cancel != nil && (w.killGrace == nil || *grace < *w.killGrace) {
+			w.cancel()
+		}
 	}
 	w.mu.Unlock()
 	w.poke()
@@ -128,11 +139,17 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 		case <-w.notify:
 		case <-timerC:
 		}
+		syncCtx, cancel := context.WithCancel(ctx)
 		w.mu.Lock()
 		work := w.work
+		w.cancel, w.killing, w.killGrace = cancel, work.Terminate, work.GracePeriod
 		w.mu.Unlock()
 
-		requeue, done := p.sync(ctx, work)
+		requeue, done := p.sync(syncCtx, work)
+		w.mu.Lock()
+		w.cancel, w.killing, w.killGrace = nil, false, nil
+		w.mu.Unlock()
+		cancel()
 		if done {
 			p.mu.Lock()
 			delete(p.workers, uid)

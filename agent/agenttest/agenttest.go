@@ -1,0 +1,300 @@
+// Package agenttest starts complete node agents in tests: the agent's whole
+// fx graph on client-go's fake clientset and, for the default CRI runtime,
+// an in-process fake runtime (runtime/fakecri). Embedders test their own
+// pieces (a status setter, an admit handler, a pod source, a pod-level
+// backend) inside a real agent with it; nodekit's own tests use it too.
+//
+//	node := agenttest.Start(t, agenttest.Options{Extra: []fx.Option{mySetter}})
+//	ctx := agenttest.Context(t)
+//	node.WaitReady(ctx)
+//	pod := node.CreatePod(ctx, agenttest.Pod("web", "busybox"))
+//	node.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
+//
+// Nothing touches the host: the agent's directories live under the test's
+// temporary directory, cgroups per QoS are off, ports are loopback ones
+// picked at random.
+package agenttest
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/agent"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// DefaultTimeout bounds Context: the longest a test waits for an agent.
+const DefaultTimeout = time.Minute
+
+// Options configures Start. The zero value starts node "node-a" on a new
+// fakecri and a new fake clientset.
+type Options struct {
+	// Name is the node's name (default "node-a").
+	Name string
+	// Args are more kubelet flags, after the harness's own (which they
+	// override): --hostname-override, --node-ip=127.0.0.1,
+	// --container-runtime-endpoint, --healthz-port, --root-dir,
+	// --cgroups-per-qos=false.
+	Args []string
+	// Client is the fake clientset the agent talks to; nil makes a new one.
+	// Share one between agents to put several nodes in one fake cluster.
+	Client *fake.Clientset
+	// Runtime replaces the CRI runtime module (agent.CRI on a fakecri), e.g.
+	// agent.PodBackend(...) for a pod-level node. With it no fakecri is
+	// started.
+	Runtime fx.Option
+	// CRI configures the fakecri (default: cgroupfs driver, any image
+	// pullable).
+	CRI *fakecri.Options
+	// CRIEndpoint, when set, is an existing CRI runtime to run on instead
+	// of a new fakecri.
+	CRIEndpoint string
+	// Extra are the embedder's fx options, applied last.
+	Extra []fx.Option
+}
+
+// Node is a running agent under test.
+type Node struct {
+	T      testing.TB
+	Name   string
+	Config *agent.Config
+	Client *fake.Clientset
+	// CRI is the fake runtime; nil with Options.Runtime.
+	CRI *fakecri.Server
+	App *fxtest.App
+}
+
+// Start builds and starts an agent for the test and stops it when the test
+// ends, failing the test if a component shut the agent down meanwhile.
+func Start(t testing.TB, opts Options) *Node {
+	t.Helper()
+	n := &Node{T: t, Name: opts.Name, Client: opts.Client}
+	if n.Name == "" {
+		n.Name = "node-a"
+	}
+	if n.Client == nil {
+		n.Client = fake.NewClientset()
+	}
+	runtime, endpoint := opts.Runtime, opts.CRIEndpoint
+	switch {
+	case runtime != nil:
+		endpoint = "unix:///nonexistent/cri.sock"
+	case endpoint != "":
+		runtime = agent.CRI
+	default:
+		criOpts := fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS, PullAny: true}
+		if opts.CRI != nil {
+			criOpts = *opts.CRI
+		}
+		n.CRI, endpoint = StartFakeCRI(t, criOpts)
+		runtime = agent.CRI
+	}
+	n.Config = Config(t, n.Name, endpoint, opts.Args...)
+	all := append([]fx.Option{
+		fx.Supply(n.Config),
+		agent.Core,
+		runtime,
+		fx.Replace(&agent.Clients{Client: n.Client, Heartbeat: n.Client}),
+	}, opts.Extra...)
+	n.App = fxtest.New(t, all...)
+	n.App.RequireStart()
+	t.Cleanup(func() {
+		RequireNoShutdown(t, n.App)
+		n.App.RequireStop()
+	})
+	return n
+}
+
+// Config returns a complete agent Config for node name on the CRI endpoint,
+// with its directories under a temporary directory, the healthz server on a
+// free loopback port, --node-ip 127.0.0.1 and no cgroups per QoS; args are
+// more kubelet flags.
+func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
+	t.Helper()
+	dir := TempDir(t)
+	cfg, err := agent.ParseFlags(klog.Background(), append([]string{
+		"--hostname-override=" + name,
+		"--node-ip=127.0.0.1",
+		"--container-runtime-endpoint=" + endpoint,
+		"--healthz-port=" + FreePort(t),
+		// A root directory that does not exist yet: the agent makes it.
+		"--root-dir=" + filepath.Join(dir, "state"),
+		// Tests leave the host's cgroups alone.
+		"--cgroups-per-qos=false",
+	}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "logs")
+	return cfg
+}
+
+// TempDir returns a short temporary directory removed when the test ends
+// (unix socket paths must stay under 108 bytes, which t.TempDir's long
+// names can exceed).
+func TempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// StartFakeCRI starts a fake runtime on a unix socket for the test and
+// returns it with its endpoint.
+func StartFakeCRI(t testing.TB, opts fakecri.Options) (*fakecri.Server, string) {
+	t.Helper()
+	srv := fakecri.New(opts)
+	endpoint, stop, err := srv.Start(filepath.Join(TempDir(t), "cri.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return srv, endpoint
+}
+
+// RequireNoShutdown fails the test when a component shut the app down.
+func RequireNoShutdown(t testing.TB, app *fxtest.App) {
+	t.Helper()
+	select {
+	case sig := <-app.Wait():
+		t.Fatalf("the agent shut itself down (exit code %d): a component failed; see the log", sig.ExitCode)
+	default:
+	}
+}
+
+// Context returns a context that ends with the test, within DefaultTimeout.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// WaitForNode polls the node's API object until cond holds and returns it;
+// the test fails when ctx ends first.
+func (n *Node) WaitForNode(ctx context.Context, cond func(*v1.Node) bool) *v1.Node {
+	n.T.Helper()
+	var node *v1.Node
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got, err := n.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = got
+		return cond(got), nil
+	})
+	if err != nil {
+		n.T.Fatalf("node %s did not reach the expected state: %v; last seen: %+v", n.Name, err, node)
+	}
+	return node
+}
+
+// WaitReady waits for the node's Ready condition to be True.
+func (n *Node) WaitReady(ctx context.Context) *v1.Node {
+	n.T.Helper()
+	return n.WaitForNode(ctx, func(node *v1.Node) bool { return NodeCondition(node, v1.NodeReady).Status == v1.ConditionTrue })
+}
+
+// NodeCondition returns the node's condition of type t, or a zero one.
+func NodeCondition(node *v1.Node, t v1.NodeConditionType) v1.NodeCondition {
+	for _, c := range node.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return v1.NodeCondition{}
+}
+
+// Pod returns a pod named name in namespace "default" with one container
+// "app" running image, with a UID; CreatePod binds it to the node.
+func Pod(name, image string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{
+			Containers: []v1.Container{{Name: "app", Image: image, ImagePullPolicy: v1.PullIfNotPresent}},
+		},
+	}
+}
+
+// CreatePod binds pod to the node and creates it.
+func (n *Node) CreatePod(ctx context.Context, pod *v1.Pod) *v1.Pod {
+	n.T.Helper()
+	pod = pod.DeepCopy()
+	pod.Spec.NodeName = n.Name
+	created, err := n.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		n.T.Fatal(err)
+	}
+	return created
+}
+
+// WaitForPod polls the pod's API object until cond holds and returns it; a
+// nil pod passed to cond means the object is gone. The test fails when ctx
+// ends first.
+func (n *Node) WaitForPod(ctx context.Context, pod *v1.Pod, cond func(*v1.Pod) bool) *v1.Pod {
+	n.T.Helper()
+	var last *v1.Pod
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got, err := n.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			got = nil
+		}
+		last = got
+		return cond(got), nil
+	})
+	if err != nil {
+		n.T.Fatalf("pod %s/%s did not reach the expected state: %v; last seen: %+v", pod.Namespace, pod.Name, err, last)
+	}
+	return last
+}
+
+// PodRunningAndReady holds for a Running pod whose Ready condition is True.
+func PodRunningAndReady(p *v1.Pod) bool {
+	return p != nil && p.Status.Phase == v1.PodRunning && PodCondition(p, v1.PodReady).Status == v1.ConditionTrue
+}
+
+// PodPhase returns a condition that holds when the pod is in phase.
+func PodPhase(phase v1.PodPhase) func(*v1.Pod) bool {
+	return func(p *v1.Pod) bool { return p != nil && p.Status.Phase == phase }
+}
+
+// PodGone holds once the pod's API object is deleted.
+func PodGone(p *v1.Pod) bool { return p == nil }
+
+// PodCondition returns the pod's condition of type t, or a zero one.
+func PodCondition(p *v1.Pod, t v1.PodConditionType) v1.PodCondition {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return v1.PodCondition{}
+}

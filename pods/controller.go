@@ -1,0 +1,511 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// Options configures a Controller. Sources, Runtime, Statuses and Node are
+// required.
+type Options struct {
+	// Sources delivers the pods to run.
+	Sources Sources
+	// Runtime runs them.
+	Runtime Runtime
+	// Statuses keeps and writes the pods' API status.
+	Statuses podstatus.Interface
+	// Store receives the active pods; nil makes a Store of the
+	// Controller's own (see Controller.Store).
+	Store *Store
+	// Node returns the node as last seen, for admission; false before it is
+	// known (status.NodeWatch.Node fits).
+	Node func() (*v1.Node, bool)
+	// Admit are the admission checks, in order; a pod the first of them
+	// rejects is failed and never started. GeneralPredicates is the
+	// kubelet's first one; see AdmitHandlerGroup for the fx way.
+	Admit []AdmitHandler
+	// Prober, when set, probes the pods' containers; its readiness and
+	// startup results go into the pods' statuses and its changes sync the
+	// pod. nil means no probes: running containers are ready.
+	Prober Prober
+	// HostIPs returns the node's IPs, reported as the pods' hostIPs; nil
+	// reports none.
+	HostIPs func() []net.IP
+	// QOSClass classifies pods for their status; nil leaves the status
+	// generator's default (the class the API server set).
+	QOSClass func(*v1.Pod) v1.PodQOSClass
+	// SyncFrequency is the longest a pod goes without a sync (kubelet
+	// syncFrequency, default 1m; each resync is jittered by up to half of
+	// it).
+	SyncFrequency time.Duration
+	// HousekeepingPeriod is how often pods the runtime runs but no source
+	// knows are looked for (default 2s, the kubelet's housekeeping period).
+	HousekeepingPeriod time.Duration
+	// Recorder receives the pod events the controller records (rejections).
+	Recorder record.EventRecorder
+	// Clock paces requeues and housekeeping (default clock.RealClock{}).
+	Clock clock.Clock
+}
+
+// Default periods of the Controller, the kubelet's.
+const (
+	DefaultSyncFrequency      = time.Minute
+	DefaultHousekeepingPeriod = 2 * time.Second
+	// syncErrorBackOff is when a pod whose sync failed is tried again,
+	// jittered by up to half of it (the kubelet's workerBackOffPeriod).
+	syncErrorBackOff = 10 * time.Second
+	// gcPeriod is how often dead containers of live pods are removed (the
+	// kubelet's ContainerGCPeriod).
+	gcPeriod = time.Minute
+	// jitterFactor spreads resyncs and retries, as the kubelet's pod
+	// workers.
+	jitterFactor = 0.5
+)
+
+// Controller is the node's pod lifecycle loop: it admits the pods its
+// sources deliver, runs one worker per pod that brings the runtime in line
+// with the pod's spec and reports its status, stops pods that are deleted
+// or finish, and removes what the runtime holds of pods nobody knows, as the
+// kubelet's syncLoop, pod workers and housekeeping do.
+type Controller struct {
+	opts    Options
+	clock   clock.Clock
+	store   *Store
+	workers *podWorkers
+
+	mu   sync.Mutex
+	pods map[types.UID]*podRecord
+	// orphans are the pods no source knows that are being stopped.
+	orphans map[types.UID]bool
+	// background tracks housekeeping's goroutines.
+	background sync.WaitGroup
+}
+
+// podRecord is what the controller remembers of one pod.
+type podRecord struct {
+	pod *v1.Pod
+	// rejected pods were failed by admission and never start.
+	rejected bool
+}
+
+// New validates opts and applies defaults. It does no I/O.
+func New(opts Options) (*Controller, error) {
+	if opts.Sources == nil || opts.Runtime == nil || opts.Statuses == nil {
+		return nil, errors.New("pod controller: Sources, Runtime and Statuses are required")
+	}
+	if opts.Node == nil {
+		return nil, errors.New("pod controller: Node is required for admission")
+	}
+	if opts.SyncFrequency <= 0 {
+		opts.SyncFrequency = DefaultSyncFrequency
+	}
+	if opts.HousekeepingPeriod <= 0 {
+		opts.HousekeepingPeriod = DefaultHousekeepingPeriod
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Store == nil {
+		opts.Store = NewStore()
+	}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}}
+	c.workers = newPodWorkers(c.syncPod, opts.Clock)
+	return c, nil
+}
+
+// Store returns the store of active pods the Controller writes.
+func (c *Controller) Store() *Store { return c.store }
+
+// ActivePods returns the admitted pods that have not terminated, as the
+// kubelet's GetActivePods (see Store.Active).
+func (c *Controller) ActivePods() []*v1.Pod { return c.store.Active() }
+
+// Run handles pod updates, runtime events and probe results until ctx is
+// done, with housekeeping and garbage collection in goroutines of their
+// own, then waits for the pod workers and housekeeping to return. It
+// blocks.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.background.Wait()
+	defer c.workers.wait()
+	c.background.Go(func() { c.runHousekeeping(ctx) })
+	if gc, ok := c.opts.Runtime.(GarbageCollector); ok {
+		c.background.Go(func() { c.runGC(ctx, gc) })
+	}
+	var probes <-chan types.UID
+	if c.opts.Prober != nil {
+		probes = c.opts.Prober.Updates()
+	}
+	updates, events := c.opts.Sources.Updates(), c.opts.Runtime.Events()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-updates:
+			if !ok {
+				return errors.New("pod controller: the pod sources stopped")
+			}
+			c.handle(ctx, u)
+		case ev := <-events:
+			if ev.Type != podstate.ContainerChanged {
+				c.workers.poke(ev.ID)
+			}
+		case uid := <-probes:
+			c.workers.poke(uid)
+		}
+	}
+}
+
+func (c *Controller) handle(ctx context.Context, u podsource.Update) {
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Pod update", "op", u.Op.String(), "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+	switch u.Op {
+	case podsource.OpAdd:
+		// Admit in creation order, so pods that ran before a restart keep
+		// their place, as the kubelet does.
+		pods := slices.Clone(u.Pods)
+		slices.SortStableFunc(pods, func(a, b *v1.Pod) int {
+			return a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time)
+		})
+		for _, pod := range pods {
+			c.add(ctx, pod)
+		}
+	case podsource.OpUpdate, podsource.OpDelete:
+		for _, pod := range u.Pods {
+			c.update(ctx, pod, u.Op == podsource.OpDelete)
+		}
+	case podsource.OpRemove:
+		for _, pod := range u.Pods {
+			c.remove(ctx, pod)
+		}
+	case podsource.OpReconcile:
+		for _, pod := range u.Pods {
+			c.mu.Lock()
+			if r, ok := c.pods[pod.UID]; ok {
+				r.pod = pod
+			}
+			c.mu.Unlock()
+			c.store.update(pod)
+			if podstatus.NeedsReadinessSync(pod) {
+				c.workers.poke(pod.UID)
+			}
+		}
+	}
+}
+
+func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
+	c.mu.Lock()
+	if _, ok := c.pods[pod.UID]; ok {
+		c.mu.Unlock()
+		c.update(ctx, pod, pod.DeletionTimestamp != nil)
+		return
+	}
+	r := &podRecord{pod: pod}
+	c.pods[pod.UID] = r
+	// A finished or deleted pod is not admitted: its worker only makes sure
+	// it is stopped.
+	terminate := pod.DeletionTimestamp != nil || isTerminal(pod.Status.Phase)
+	if !terminate {
+		if res := c.admit(pod); !res.Admit {
+			r.rejected = true
+			c.mu.Unlock()
+			c.reject(ctx, pod, res)
+			return
+		}
+		c.store.set(pod)
+	}
+	c.mu.Unlock()
+	c.workers.update(ctx, pod, terminate, false, pod.DeletionGracePeriodSeconds)
+}
+
+// admit runs the admission checks against the other active pods; c.mu held
+// so that admissions are decided one at a time.
+func (c *Controller) admit(pod *v1.Pod) AdmitResult {
+	node, ok := c.opts.Node()
+	if !ok {
+		node = nil
+	}
+	others := slices.DeleteFunc(c.store.Active(), func(p *v1.Pod) bool { return p.UID == pod.UID })
+	attrs := AdmitAttributes{Pod: pod, OtherPods: others, Node: node}
+	for _, h := range c.opts.Admit {
+		if res := h.Admit(attrs); !res.Admit {
+			return res
+		}
+	}
+	return AdmitResult{Admit: true}
+}
+
+// reject fails a pod admission refused, as the kubelet's rejectPod: a
+// warning event and a Failed status with the reason, written at once.
+func (c *Controller) reject(ctx context.Context, pod *v1.Pod, res AdmitResult) {
+	klog.FromContext(ctx).Info("Pod rejected by admission", "pod", klog.KObj(pod), "reason", res.Reason, "message", res.Message)
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Event(pod, v1.EventTypeWarning, res.Reason, res.Message)
+	}
+	st := *pod.Status.DeepCopy()
+	st.Phase = v1.PodFailed
+	st.Reason = res.Reason
+	st.Message = "Pod was rejected: " + res.Message
+	c.opts.Statuses.SetPodStatus(pod, st)
+	c.opts.Statuses.TerminatePod(pod)
+}
+
+func (c *Controller) update(ctx context.Context, pod *v1.Pod, deleted bool) {
+	c.mu.Lock()
+	r, ok := c.pods[pod.UID]
+	if ok {
+		r.pod = pod
+	}
+	rejected := ok && r.rejected
+	c.mu.Unlock()
+	if !ok {
+		c.add(ctx, pod)
+		return
+	}
+	if rejected {
+		return
+	}
+	c.store.update(pod)
+	c.workers.update(ctx, pod, deleted || pod.DeletionTimestamp != nil, false, pod.DeletionGracePeriodSeconds)
+}
+
+func (c *Controller) remove(ctx context.Context, pod *v1.Pod) {
+	c.mu.Lock()
+	r, ok := c.pods[pod.UID]
+	rejected := ok && r.rejected
+	if rejected {
+		delete(c.pods, pod.UID)
+	}
+	c.mu.Unlock()
+	if rejected {
+		c.opts.Statuses.RemovePod(pod.UID)
+		return
+	}
+	// The worker stops whatever still runs, then forgets the pod.
+	c.workers.update(ctx, pod, true, true, pod.DeletionGracePeriodSeconds)
+}
+
+func isTerminal(phase v1.PodPhase) bool {
+	return phase == v1.PodSucceeded || phase == v1.PodFailed
+}
+
+// statusOptions are the inputs of a pod's status besides the runtime's view.
+func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.GenerateOptions {
+	opts := podstatus.GenerateOptions{Terminal: terminal, QOSClass: c.opts.QOSClass}
+	if c.opts.HostIPs != nil {
+		opts.HostIPs = c.opts.HostIPs()
+	}
+	if prev, ok := c.opts.Statuses.GetPodStatus(pod.UID); ok {
+		opts.Previous = &prev
+	}
+	if p := c.opts.Prober; p != nil {
+		opts.Readiness = probeFunc(p.Readiness)
+		opts.Startup = probeFunc(p.Startup)
+	}
+	return opts
+}
+
+// probeFunc adapts a prober's result lookup to the status generator's.
+func probeFunc(get func(string) podstate.ProbeResult) podstatus.ProbeResultFunc {
+	return func(id string) (bool, bool) {
+		switch get(id) {
+		case podstate.ProbeSuccess:
+			return true, true
+		case podstate.ProbeFailure:
+			return false, true
+		default:
+			return false, false
+		}
+	}
+}
+
+// syncPod is one pod worker sync: report the status the runtime shows,
+// then run or stop the pod and report what that did.
+func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, bool) {
+	pod := w.Pod
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	ctx = klog.NewContext(ctx, logger)
+	prev, hasPrev := c.opts.Statuses.GetPodStatus(pod.UID)
+	if w.Terminate || (hasPrev && isTerminal(prev.Phase)) {
+		return c.terminate(ctx, w)
+	}
+	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false))
+	if err != nil {
+		logger.Error(err, "Cannot read the pod's runtime status; will retry")
+		return c.retryAfterError(), false
+	}
+	c.opts.Statuses.SetPodStatus(pod, st)
+	if isTerminal(st.Phase) {
+		// Every container finished for good: stop the sandbox next.
+		c.workers.update(ctx, pod, true, false, nil)
+		return 0, false
+	}
+	if c.opts.Prober != nil {
+		c.opts.Prober.AddPod(pod)
+	}
+
+	res := c.opts.Runtime.SyncPod(ctx, pod)
+	if res.Err != nil {
+		logger.V(2).Info("Pod sync did not complete", "err", res.Err)
+	}
+	// Report what the sync did at once instead of at the next runtime
+	// event: the status a watcher waits for (Running) is known now.
+	if st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false)); err == nil {
+		c.opts.Statuses.SetPodStatus(pod, st)
+	}
+
+	requeue := wait.Jitter(c.opts.SyncFrequency, jitterFactor)
+	if res.Err != nil {
+		requeue = min(requeue, c.retryAfterError())
+	}
+	if !res.RetryAt.IsZero() {
+		requeue = min(requeue, max(res.RetryAt.Sub(c.clock.Now()), time.Millisecond))
+	}
+	return requeue, false
+}
+
+// retryAfterError is when a pod whose sync failed is synced again.
+func (c *Controller) retryAfterError() time.Duration {
+	return wait.Jitter(syncErrorBackOff, jitterFactor)
+}
+
+// terminate stops the pod's containers with its grace period, reports the
+// final status, and once the pod is gone from its source removes what the
+// runtime holds of it and forgets it.
+func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, bool) {
+	pod, logger := w.Pod, klog.FromContext(ctx)
+	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
+		if ctx.Err() == nil {
+			logger.Error(err, "Cannot stop the pod; will retry")
+		}
+		return time.Second, false
+	}
+	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true))
+	if err != nil {
+		logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
+		return time.Second, false
+	}
+	c.opts.Statuses.SetPodStatus(pod, st)
+	c.opts.Statuses.TerminatePod(pod)
+	if c.opts.Prober != nil {
+		c.opts.Prober.RemovePod(pod)
+	}
+	c.store.delete(pod.UID)
+	if !w.Removed {
+		return 0, false
+	}
+	if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
+		logger.Error(err, "Cannot remove the pod's leftovers; will retry")
+		return time.Second, false
+	}
+	c.opts.Statuses.RemovePod(pod.UID)
+	c.mu.Lock()
+	delete(c.pods, pod.UID)
+	c.mu.Unlock()
+	logger.V(2).Info("Pod removed")
+	return 0, true
+}
+
+// known reports whether the Controller knows a pod, for garbage collection.
+func (c *Controller) known(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pods[uid]
+	return ok
+}
+
+// runHousekeeping looks for orphans every HousekeepingPeriod until ctx is
+// done.
+func (c *Controller) runHousekeeping(ctx context.Context) {
+	t := c.clock.NewTimer(c.opts.HousekeepingPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			c.housekeeping(ctx)
+			t.Reset(c.opts.HousekeepingPeriod)
+		}
+	}
+}
+
+// runGC removes dead containers every gcPeriod once every source has
+// reported (before that, a pod not seen yet is not gone).
+func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
+	t := c.clock.NewTimer(gcPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			if c.opts.Sources.AllReady() {
+				if err := gc.GarbageCollect(ctx, c.known); err != nil && ctx.Err() == nil {
+					klog.FromContext(ctx).Error(err, "Container garbage collection failed")
+				}
+			}
+			t.Reset(gcPeriod)
+		}
+	}
+}
+
+// housekeeping stops and removes what the runtime runs of pods no source
+// knows (pods deleted while the agent was down), once every source has
+// reported. Each orphan is stopped in its own goroutine, so its grace period
+// holds up nothing else.
+func (c *Controller) housekeeping(ctx context.Context) {
+	if !c.opts.Sources.AllReady() {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	running, err := c.opts.Runtime.RunningPods(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Error(err, "Housekeeping cannot list the runtime's pods")
+		}
+		return
+	}
+	for _, pod := range running {
+		c.mu.Lock()
+		_, known := c.pods[pod.UID]
+		skip := known || c.orphans[pod.UID] || c.workers.known(pod.UID)
+		if !skip {
+			c.orphans[pod.UID] = true
+		}
+		c.mu.Unlock()
+		if skip {
+			continue
+		}
+		c.background.Go(func() {
+			defer func() {
+				c.mu.Lock()
+				delete(c.orphans, pod.UID)
+				c.mu.Unlock()
+			}()
+			log := logger.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+			log.Info("Stopping a pod no source knows")
+			if err := c.opts.Runtime.KillPod(ctx, pod, nil); err != nil {
+				log.Error(err, "Cannot stop an orphaned pod")
+				return
+			}
+			if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
+				log.Error(err, "Cannot remove an orphaned pod")
+			}
+		})
+	}
+}

@@ -1,0 +1,102 @@
+package pods
+
+import (
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// NodeGetter returns the node's API object as last seen, and false before
+// it is known; status.NodeWatch is one. The Node is shared and read-only.
+type NodeGetter interface {
+	Node() (*v1.Node, bool)
+}
+
+// Module provides the pod lifecycle loop: a *Store of active pods and the
+// *Controller, run from the application's start to its stop. The graph must
+// supply the *podsource.Config, a Runtime (the CRI backend's module or
+// NewBackendRuntime), the podstatus.Interface and a NodeGetter; optional
+// are Options (the agent derives them from its configuration), a Prober,
+// the record.EventRecorder, clock.Clock and logr.Logger. Admission runs the
+// handlers of the AdmitHandlerGroup by Order, GeneralPredicates among them.
+var Module = fx.Module("pods",
+	fx.Provide(
+		NewStore,
+		provide,
+		fx.Annotate(generalPredicates, fx.ResultTags(`group:"`+AdmitHandlerGroup+`"`)),
+	),
+	fx.Invoke(func(*Controller) {}),
+)
+
+// Params are Module's dependencies. Options fields left zero are filled
+// from them.
+type Params struct {
+	fx.In
+
+	Options    Options `optional:"true"`
+	Sources    *podsource.Config
+	Runtime    Runtime
+	Statuses   podstatus.Interface
+	Store      *Store
+	Node       NodeGetter
+	Admit      []OrderedAdmitHandler `group:"pod_admit_handlers"`
+	Prober     Prober                `optional:"true"`
+	Recorder   record.EventRecorder  `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Controller, error) {
+	o := p.Options
+	if o.Sources == nil {
+		o.Sources = p.Sources
+	}
+	if o.Runtime == nil {
+		o.Runtime = p.Runtime
+	}
+	if o.Statuses == nil {
+		o.Statuses = p.Statuses
+	}
+	if o.Store == nil {
+		o.Store = p.Store
+	}
+	if o.Node == nil {
+		o.Node = p.Node.Node
+	}
+	if o.Prober == nil {
+		o.Prober = p.Prober
+	}
+	if o.Recorder == nil {
+		o.Recorder = p.Recorder
+	}
+	if o.Clock == nil {
+		o.Clock = p.Clock
+	}
+	admit, err := ResolveAdmitHandlers(p.Admit)
+	if err != nil {
+		return nil, err
+	}
+	o.Admit = append(append([]AdmitHandler(nil), o.Admit...), admit...)
+	c, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pods", c.Run)
+	return c, nil
+}
+
+func generalPredicates(logger logr.Logger) OrderedAdmitHandler {
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	return DefaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, GeneralPredicates(logger))
+}

@@ -1,0 +1,101 @@
+package pods
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// Runtime is what runs the node's pods for the Controller: the CRI backend
+// (runtime.Backend: sandboxes and containers on containerd or CRI-O) or a
+// pod-level backend adapted by NewBackendRuntime.
+//
+// The Controller never calls a Runtime concurrently for the same pod; calls
+// for different pods overlap, so implementations must be safe for
+// concurrent use. Pods passed in are shared and read-only. Every method may
+// block on the runtime (bounded by ctx) but must return once ctx is done.
+type Runtime interface {
+	// PodStatus returns the pod's API status as the runtime sees it now,
+	// generated with opts (the status last reported, whether the pod is
+	// terminal, the prober's results, the node's IPs): the CRI backend with
+	// podstatus.Generate, a pod-level backend with podstatus.Normalize.
+	PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error)
+	// SyncPod makes the runtime run pod as its spec says: start what
+	// should run, restart what failed by the restart policy, replace what
+	// changed. A PodStatus call after it reflects what it did.
+	SyncPod(ctx context.Context, pod *v1.Pod) SyncResult
+	// KillPod stops everything the runtime runs of pod, giving each
+	// container gracePeriodOverride seconds when set, else what the pod's
+	// spec says. For a pod returned by RunningPods that no source knows (an
+	// orphan, whose spec is empty) the runtime uses what it recorded when
+	// it started the pod. A context cancelled mid-way (a shorter grace
+	// period arrived) leaves the pod partly stopped; KillPod is called
+	// again.
+	KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64) error
+	// RemovePod removes what the runtime keeps of a pod that was stopped
+	// and is gone from every source (stopped containers, sandboxes,
+	// directories, cgroups). It may be called more than once.
+	RemovePod(ctx context.Context, uid types.UID) error
+	// RunningPods lists the pods that have something running in the
+	// runtime, found by the runtime itself (not from the Controller's
+	// state), for the housekeeping that stops pods no source knows. A pod
+	// the runtime cannot describe has only its UID, name and namespace.
+	RunningPods(ctx context.Context) ([]*v1.Pod, error)
+	// Events delivers the runtime's pod lifecycle events; each makes the
+	// Controller sync that pod. The channel is never closed.
+	Events() <-chan podstate.PodLifecycleEvent
+}
+
+// SyncResult is the outcome of one Runtime.SyncPod.
+type SyncResult struct {
+	// RetryAt, when not zero, is when a back-off that held a container
+	// back (CrashLoopBackOff, ImagePullBackOff) ends: the pod is synced
+	// again then.
+	RetryAt time.Time
+	// Err says what did not happen that should have; the pod is synced
+	// again after a jittered back-off. nil when everything was done.
+	Err error
+}
+
+// GarbageCollector is a Runtime that also removes the dead containers of
+// live pods, the kubelet's container garbage collection. The Controller
+// calls it once a minute, off its sync loop, only after every pod source
+// has reported, with keep reporting the pods it still knows.
+type GarbageCollector interface {
+	GarbageCollect(ctx context.Context, keep func(types.UID) bool) error
+}
+
+// Prober is what the Controller needs of the probe engine (prober.Manager
+// is one): it adds each pod it syncs, removes each pod it terminates, reads
+// readiness and startup results for the pod's status and syncs a pod whose
+// results changed.
+type Prober interface {
+	// AddPod starts probing pod's containers; called on every sync, so it
+	// must be cheap when nothing changed. It must not block.
+	AddPod(pod *v1.Pod)
+	// RemovePod stops probing pod and forgets its results.
+	RemovePod(pod *v1.Pod)
+	// Readiness and Startup return a container's latest result by its
+	// runtime container ID (the part after "://"). They must not block.
+	Readiness(containerID string) podstate.ProbeResult
+	Startup(containerID string) podstate.ProbeResult
+	// Updates delivers the UID of a pod whose results changed. It is never
+	// closed.
+	Updates() <-chan types.UID
+}
+
+// Sources is the stream of pod updates the Controller follows;
+// *podsource.Config is one.
+type Sources interface {
+	// Updates delivers the merged pod updates of every source.
+	Updates() <-chan podsource.Update
+	// AllReady reports whether every source has reported at least once;
+	// until then no pod is treated as gone.
+	AllReady() bool
+}

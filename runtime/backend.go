@@ -1,0 +1,216 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// PodCgroups removes the cgroup of a pod that is gone;
+// *cgroupdriver.Manager is one.
+type PodCgroups interface {
+	RemovePod(ctx context.Context, uid types.UID) error
+}
+
+// SecretGetter returns a secret by namespace and name, typically from a
+// watch-based cache; used for image pull secrets.
+type SecretGetter func(ctx context.Context, namespace, name string) (*v1.Secret, error)
+
+// BackendOptions configures a Backend. Pods and PLEG are required.
+type BackendOptions struct {
+	// Pods syncs pods on the runtime; PLEG watches it and keeps the pod
+	// cache every status is read from.
+	Pods *PodManager
+	PLEG *PLEG
+	// Cgroups, when set, has a pod's cgroup removed once the pod is gone.
+	Cgroups PodCgroups
+	// PullSecrets fetches a pod's imagePullSecrets; nil means none.
+	PullSecrets SecretGetter
+	// Probes are the liveness and startup results SyncPod acts on; nil
+	// means no prober.
+	Probes ProbeResults
+	// Clock stamps the pod cache entries the Backend writes (default
+	// clock.RealClock{}).
+	Clock clock.Clock
+}
+
+// Backend runs pods on a CRI runtime for the pod lifecycle loop: it is the
+// pods.Runtime of a kubelet-like node. A pod's status comes from the PLEG's
+// cache (the sync waits for a status newer than its previous sync, as the
+// kubelet's pod workers do, instead of asking the runtime again), and each
+// SyncPod or KillPod that changed something writes the pod's fresh status
+// into the cache, so the status reported right after it shows what it did.
+// Safe for concurrent use; calls for one pod must not overlap.
+type Backend struct {
+	opts  BackendOptions
+	pm    *PodManager
+	cache *PodCache
+	clock clock.Clock
+
+	mu sync.Mutex
+	// lastSync is, by pod, when the previous status read began: the next
+	// one waits for a cache entry newer than that, as the kubelet's pod
+	// workers wait for a status newer than their last sync.
+	lastSync map[types.UID]time.Time
+}
+
+var (
+	_ pods.Runtime          = (*Backend)(nil)
+	_ pods.GarbageCollector = (*Backend)(nil)
+)
+
+// NewBackend returns a Backend. It does no I/O.
+func NewBackend(opts BackendOptions) (*Backend, error) {
+	if opts.Pods == nil || opts.PLEG == nil {
+		return nil, errors.New("CRI backend: Pods and PLEG are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Backend{opts: opts, pm: opts.Pods, cache: opts.PLEG.Cache(), clock: opts.Clock, lastSync: map[types.UID]time.Time{}}, nil
+}
+
+// runtimeStatus returns the pod's runtime status from the cache, newer than
+// the previous read.
+func (b *Backend) runtimeStatus(ctx context.Context, uid types.UID) (*podstate.PodStatus, error) {
+	b.mu.Lock()
+	since := b.lastSync[uid]
+	b.mu.Unlock()
+	start := b.clock.Now()
+	st, err := b.cache.GetNewerThan(ctx, uid, since)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.lastSync[uid] = start
+	b.mu.Unlock()
+	return st, nil
+}
+
+// refresh reads the pod's status from the runtime into the cache.
+func (b *Backend) refresh(ctx context.Context, pod *v1.Pod) {
+	at := b.clock.Now()
+	st, err := b.pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot refresh the pod's runtime status; the PLEG will", "pod", klog.KObj(pod), "err", err)
+		return
+	}
+	b.cache.Set(pod.UID, st, nil, at)
+}
+
+// PodStatus generates the pod's API status from the cached runtime status
+// and the reasons its containers wait (back-offs, image pull errors).
+func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
+	rs, err := b.runtimeStatus(ctx, pod.UID)
+	if err != nil {
+		return v1.PodStatus{}, fmt.Errorf("status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return podstatus.Generate(pod, rs, b.pm.waiting(pod.UID), opts), nil
+}
+
+// SyncPod runs PodManager.SyncPod on the latest cached runtime status (at
+// least as new as the one PodStatus read) with the pod's pull secrets, then
+// refreshes the cache.
+func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
+	rs, err := b.cache.Get(pod.UID)
+	if err != nil {
+		return pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
+	}
+	res := b.pm.SyncPod(ctx, pod, rs, b.pullSecrets(ctx, pod), b.opts.Probes)
+	b.refresh(ctx, pod)
+	return pods.SyncResult{RetryAt: res.RetryAt, Err: res.Err}
+}
+
+// KillPod stops what runs of the pod, as read from the runtime now. A pod
+// without a spec (an orphan from RunningPods) is stopped with the grace
+// periods recorded on its containers.
+func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64) error {
+	rs, err := b.pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return err
+	}
+	running := rs.RunningPod()
+	if !running.IsRunning() {
+		b.cache.Set(pod.UID, rs, nil, rs.TimeStamp)
+		return nil
+	}
+	spec := pod
+	if len(pod.Spec.Containers) == 0 {
+		spec = nil
+	}
+	if err := b.pm.KillPod(ctx, spec, running, gracePeriodOverride); err != nil {
+		return err
+	}
+	b.refresh(ctx, pod)
+	return nil
+}
+
+// RemovePod removes the pod's containers, sandboxes, directories and
+// cgroup, and forgets it.
+func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
+	if err := b.pm.RemovePod(ctx, uid); err != nil {
+		return err
+	}
+	if b.opts.Cgroups != nil {
+		if err := b.opts.Cgroups.RemovePod(ctx, uid); err != nil {
+			return fmt.Errorf("remove cgroup of pod %s: %w", uid, err)
+		}
+	}
+	b.mu.Lock()
+	delete(b.lastSync, uid)
+	b.mu.Unlock()
+	return nil
+}
+
+// RunningPods lists the pods with a running container or a ready sandbox,
+// as pods with only their UID, name and namespace.
+func (b *Backend) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
+	running, err := b.pm.ListPods(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1.Pod, 0, len(running))
+	for _, rp := range running {
+		out = append(out, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: rp.ID, Name: rp.Name, Namespace: rp.Namespace}})
+	}
+	return out, nil
+}
+
+// Events are the PLEG's.
+func (b *Backend) Events() <-chan podstate.PodLifecycleEvent { return b.opts.PLEG.Events() }
+
+// GarbageCollect removes dead containers beyond the kubelet's limits and
+// everything of stopped pods keep does not know.
+func (b *Backend) GarbageCollect(ctx context.Context, keep func(types.UID) bool) error {
+	return b.pm.GarbageCollect(ctx, func(uid types.UID) bool { return !keep(uid) })
+}
+
+// pullSecrets fetches the pod's imagePullSecrets; a missing one is logged
+// and skipped, as the kubelet does.
+func (b *Backend) pullSecrets(ctx context.Context, pod *v1.Pod) []v1.Secret {
+	if b.opts.PullSecrets == nil || len(pod.Spec.ImagePullSecrets) == 0 {
+		return nil
+	}
+	var out []v1.Secret
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		s, err := b.opts.PullSecrets(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			klog.FromContext(ctx).Info("Cannot get an image pull secret; pulling without it", "pod", klog.KObj(pod), "secret", ref.Name, "err", err)
+			continue
+		}
+		out = append(out, *s)
+	}
+	return out
+}

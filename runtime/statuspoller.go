@@ -1,0 +1,193 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the StatusPoller, the kubelet's.
+const (
+	// DefaultStatusPeriod is how often the runtime's status is asked (the
+	// kubelet's updateRuntimeUp period).
+	DefaultStatusPeriod = 5 * time.Second
+	// DefaultImagesPeriod is how often the runtime's images are listed.
+	DefaultImagesPeriod = 10 * time.Second
+	// DefaultDownThreshold is how long the runtime may go without a
+	// Status answer before it counts as down (the kubelet's
+	// maxWaitForContainerRuntime).
+	DefaultDownThreshold = 30 * time.Second
+)
+
+// errNotAsked is the runtime error before the first Status answer.
+var errNotAsked = errors.New("container runtime status check may not have completed yet")
+
+// StatusPoller asks the runtime for its status, version and images in the
+// background and answers the node status setters from what it last heard,
+// so no setter ever blocks on the runtime: a runtime that hangs turns the
+// node NotReady ("container runtime is down") once DownThreshold passes
+// without an answer, while the node status and the Lease keep flowing, as
+// the kubelet's runtime state. Its methods are safe for concurrent use and
+// never block on the runtime.
+type StatusPoller struct {
+	client *Client
+	clock  clock.Clock
+	opts   StatusPollerOptions
+
+	mu          sync.Mutex
+	health      Health
+	lastHealthy time.Time // when a Status call last answered
+	name, ver   string
+	verErr      error
+	images      []*runtimeapi.Image
+	imagesErr   error
+}
+
+// StatusPollerOptions configures a StatusPoller; zero fields take the
+// defaults.
+type StatusPollerOptions struct {
+	StatusPeriod, ImagesPeriod, DownThreshold time.Duration
+	// Timeout bounds each CRI call (default StatusPeriod).
+	Timeout time.Duration
+	Clock   clock.Clock
+}
+
+// NewStatusPoller returns a poller of client. It does no I/O until Run.
+func NewStatusPoller(client *Client, opts StatusPollerOptions) *StatusPoller {
+	if opts.StatusPeriod <= 0 {
+		opts.StatusPeriod = DefaultStatusPeriod
+	}
+	if opts.ImagesPeriod <= 0 {
+		opts.ImagesPeriod = DefaultImagesPeriod
+	}
+	if opts.DownThreshold <= 0 {
+		opts.DownThreshold = DefaultDownThreshold
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = opts.StatusPeriod
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &StatusPoller{
+		client: client, clock: opts.Clock, opts: opts,
+		verErr: errNotAsked, imagesErr: errNotAsked,
+	}
+}
+
+// Run polls until ctx is done: Status (and, until it succeeds, Version)
+// every StatusPeriod, ListImages every ImagesPeriod. It blocks and returns
+// nil.
+func (p *StatusPoller) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { p.every(ctx, p.opts.StatusPeriod, p.pollStatus) })
+	wg.Go(func() { p.every(ctx, p.opts.ImagesPeriod, p.pollImages) })
+	<-ctx.Done()
+	return nil
+}
+
+func (p *StatusPoller) every(ctx context.Context, period time.Duration, poll func(context.Context)) {
+	t := p.clock.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+			poll(callCtx)
+			cancel()
+			t.Reset(period)
+		}
+	}
+}
+
+func (p *StatusPoller) pollStatus(ctx context.Context) {
+	h := p.client.Health(ctx)
+	p.mu.Lock()
+	needVersion := p.verErr != nil
+	// A call that got no answer changes nothing: the last answer stands
+	// until DownThreshold passes, as the kubelet's runtime state.
+	if !errors.Is(h.RuntimeErr, errRuntimeUnreachable) {
+		p.health, p.lastHealthy = h, p.clock.Now()
+	}
+	p.mu.Unlock()
+	if needVersion {
+		name, ver, err := p.client.Version(ctx)
+		p.mu.Lock()
+		p.name, p.ver, p.verErr = name, ver, err
+		p.mu.Unlock()
+	}
+	if h.RuntimeErr != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).V(2).Info("Container runtime is not ready", "err", h.RuntimeErr)
+	}
+}
+
+func (p *StatusPoller) pollImages(ctx context.Context) {
+	images, err := p.client.ImageService().ListImages(ctx, nil)
+	p.mu.Lock()
+	p.images, p.imagesErr = images, err
+	p.mu.Unlock()
+}
+
+// Version returns the runtime's name and version as last heard
+// (status.RuntimeVersionFunc).
+func (p *StatusPoller) Version(context.Context) (string, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.name, p.ver, p.verErr
+}
+
+// Health returns the runtime and network errors for the Ready condition
+// (status.RuntimeHealthFunc): the last Status answer's, "container runtime
+// is down" when the runtime has not answered for DownThreshold, and
+// "container runtime status check may not have completed yet" before its
+// first answer, as the kubelet's.
+func (p *StatusPoller) Health(context.Context) (runtimeErr, networkErr error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.lastHealthy.IsZero():
+		return errNotAsked, nil
+	case p.clock.Since(p.lastHealthy) > p.opts.DownThreshold:
+		return errRuntimeUnreachable, nil
+	}
+	return p.health.RuntimeErr, p.health.NetworkErr
+}
+
+// Handlers returns the runtime handlers as last heard
+// (status.RuntimeHandlersFunc).
+func (p *StatusPoller) Handlers(context.Context) ([]*runtimeapi.RuntimeHandler, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastHealthy.IsZero() {
+		return nil, errNotAsked
+	}
+	return p.health.Handlers, p.health.RuntimeErr
+}
+
+// Features returns the runtime's features as last heard
+// (status.RuntimeFeaturesFunc).
+func (p *StatusPoller) Features(context.Context) (*runtimeapi.RuntimeFeatures, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastHealthy.IsZero() {
+		return nil, errNotAsked
+	}
+	return p.health.Features, p.health.RuntimeErr
+}
+
+// Images returns the runtime's images as last listed
+// (status.ListImagesFunc). The images are shared: callers must not modify
+// them.
+func (p *StatusPoller) Images(context.Context) ([]*runtimeapi.Image, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.images, p.imagesErr
+}
