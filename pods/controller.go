@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -88,10 +89,15 @@ type Controller struct {
 	store   *Store
 	workers *podWorkers
 
+	// runCtx is Run's context, for the workers KillPod starts.
+	runCtx context.Context
+
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
 	// orphans are the pods no source knows that are being stopped.
 	orphans map[types.UID]bool
+	// stopped are KillPod's waiters, by pod, told once the pod stopped.
+	stopped map[types.UID][]chan struct{}
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
 }
@@ -101,6 +107,9 @@ type podRecord struct {
 	pod *v1.Pod
 	// rejected pods were failed by admission and never start.
 	rejected bool
+	// statusFn, set by KillPod, amends the pod's final status (an
+	// eviction's reason and condition).
+	statusFn func(*v1.PodStatus)
 }
 
 // New validates opts and applies defaults. It does no I/O.
@@ -123,7 +132,7 @@ func New(opts Options) (*Controller, error) {
 	if opts.Store == nil {
 		opts.Store = NewStore()
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background()}
 	c.workers = newPodWorkers(c.syncPod, opts.Clock)
 	return c, nil
 }
@@ -140,6 +149,9 @@ func (c *Controller) ActivePods() []*v1.Pod { return c.store.Active() }
 // own, then waits for the pod workers and housekeeping to return. It
 // blocks.
 func (c *Controller) Run(ctx context.Context) error {
+	c.mu.Lock()
+	c.runCtx = ctx
+	c.mu.Unlock()
 	defer c.background.Wait()
 	defer c.workers.wait()
 	c.background.Go(func() { c.runHousekeeping(ctx) })
@@ -399,12 +411,22 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
 		return time.Second, false
 	}
+	c.mu.Lock()
+	if r := c.pods[pod.UID]; r != nil && r.statusFn != nil {
+		r.statusFn(&st)
+	}
+	waiters := c.stopped[pod.UID]
+	delete(c.stopped, pod.UID)
+	c.mu.Unlock()
 	c.opts.Statuses.SetPodStatus(pod, st)
 	c.opts.Statuses.TerminatePod(pod)
 	if c.opts.Prober != nil {
 		c.opts.Prober.RemovePod(pod)
 	}
 	c.store.delete(pod.UID)
+	for _, ch := range waiters {
+		close(ch)
+	}
 	if !w.Removed {
 		return 0, false
 	}
@@ -418,6 +440,52 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	c.mu.Unlock()
 	logger.V(2).Info("Pod removed")
 	return 0, true
+}
+
+// minKillTimeout is the shortest KillPod waits for a pod to stop.
+const minKillTimeout = 10 * time.Second
+
+// KillPod stops an admitted pod for good, as the kubelet's killPodNow (the
+// eviction manager's kill): the pod's worker stops its containers with
+// gracePeriodOverride (the pod's own grace period when nil), applies
+// statusFn to the pod's final status (phase Failed and reason Evicted, say)
+// and never runs it again. KillPod blocks until the pod's containers are
+// stopped and its final status is set, or for at most the longer of 10s
+// and 1.5 × the grace period, or until ctx is done. Safe for concurrent use.
+func (c *Controller) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64, statusFn func(*v1.PodStatus)) error {
+	c.mu.Lock()
+	r, ok := c.pods[pod.UID]
+	if !ok || r.rejected {
+		c.mu.Unlock()
+		return fmt.Errorf("kill pod %s/%s: the pod is not running on this node", pod.Namespace, pod.Name)
+	}
+	if statusFn != nil {
+		r.statusFn = statusFn
+	}
+	done := make(chan struct{})
+	c.stopped[pod.UID] = append(c.stopped[pod.UID], done)
+	runCtx, current := c.runCtx, r.pod
+	c.mu.Unlock()
+
+	grace := int64(0)
+	switch {
+	case gracePeriodOverride != nil:
+		grace = *gracePeriodOverride
+	case current.Spec.TerminationGracePeriodSeconds != nil:
+		grace = *current.Spec.TerminationGracePeriodSeconds
+	}
+	timeout := max(minKillTimeout, time.Duration(grace)*time.Second*3/2)
+	c.workers.update(runCtx, current, true, false, gracePeriodOverride)
+	t := c.clock.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C():
+		return fmt.Errorf("kill pod %s/%s: not stopped within %v", pod.Namespace, pod.Name, timeout)
+	case <-ctx.Done():
+		return fmt.Errorf("kill pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
+	}
 }
 
 // known reports whether the Controller knows a pod, for garbage collection.
