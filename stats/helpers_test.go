@@ -63,7 +63,7 @@ func newHost(t testing.TB, version int) *host {
 	if err := os.MkdirAll(h.rootDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h.write(h.proc, "self/mountinfo", fmt.Sprintf("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n30 22 0:40 / %s rw - tmpfs tmpfs rw\n", h.dir))
+	h.write(h.proc, "self/mountinfo", fmt.Sprintf("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n30 22 8:17 / %s rw - ext4 /dev/sdb1 rw\n", h.dir))
 	switch version {
 	case 1:
 		for _, d := range []string{"cpu", "cpuacct", "memory", "pids"} {
