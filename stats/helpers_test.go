@@ -27,17 +27,18 @@ var (
 // directory, a fakecri runtime on the same fake clock, and the agent's
 // directories.
 type host struct {
-	t       testing.TB
-	dir     string
-	proc    string
-	sys     string
-	cgroup  string
-	rootDir string
-	logsDir string
-	version int
-	clock   *clocktesting.FakeClock
-	cri     *fakecri.Server
-	client  *runtime.Client
+	t        testing.TB
+	dir      string
+	proc     string
+	sys      string
+	cgroup   string
+	rootDir  string
+	logsDir  string
+	version  int
+	clock    *clocktesting.FakeClock
+	cri      *fakecri.Server
+	endpoint string
+	client   *runtime.Client
 }
 
 func newHost(t testing.TB, version int) *host {
@@ -173,6 +174,7 @@ func (h *host) startCRI(opts fakecri.Options) {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(stop)
+	h.endpoint = endpoint
 	h.client, err = runtime.New(runtime.Options{Endpoint: endpoint})
 	if err != nil {
 		h.t.Fatal(err)
