@@ -188,8 +188,13 @@ func (c *cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 	root.cpuMemory(sum.Node.CPU, sum.Node.Memory, sum.Node.Swap)
 	root.network(sum.Node.Network)
 	devices := c.p.mountDevices()
+	seen := map[string]bool{}
 	for _, f := range s.fs {
 		dev := devices.deviceOf(f.path)
+		if seen[dev] {
+			continue
+		}
+		seen[dev] = true
 		root.emit(cadvisorFsInodesFree, prometheus.GaugeValue, f.time, float64(f.info.inodesFree), dev)
 		root.emit(cadvisorFsInodesTotal, prometheus.GaugeValue, f.time, float64(f.info.inodes), dev)
 		root.emit(cadvisorFsLimitDesc, prometheus.GaugeValue, f.time, float64(f.info.capacity), dev)

@@ -9,14 +9,20 @@ import (
 )
 
 // statfs returns the usage of the filesystem holding path, as cAdvisor
-// computes it: sizes are fragment size × blocks, used is total − free.
+// computes it (sizes are fragment size × blocks, used is total − free),
+// and its device number.
 func statfs(path string) (fsInfo, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return fsInfo{}, &os.PathError{Op: "statfs", Path: path, Err: err}
 	}
+	var dev unix.Stat_t
+	if err := unix.Stat(path, &dev); err != nil {
+		return fsInfo{}, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
 	frsize := uint64(st.Frsize)
 	return fsInfo{
+		device:     uint64(dev.Dev),
 		capacity:   frsize * st.Blocks,
 		available:  frsize * st.Bavail,
 		used:       frsize * (st.Blocks - st.Bfree),

@@ -237,7 +237,7 @@ func (r *round) nodeFilesystems() []pathFs {
 		return nil
 	}
 	out := []pathFs{{path: r.p.opts.RootDir, info: r.nodefs.info, time: r.now}}
-	if res, ok := r.fs[r.imagefsDir]; ok && r.imagefsDir != "" && res.err == nil && res.info != r.nodefs.info {
+	if res, ok := r.fs[r.imagefsDir]; ok && r.imagefsDir != "" && res.err == nil && res.info.device != r.nodefs.info.device {
 		out = append(out, pathFs{path: r.imagefsDir, info: res.info, time: r.now})
 	}
 	return out

@@ -70,8 +70,10 @@ type pathFs struct {
 	time time.Time
 }
 
-// fsInfo is one statfs of a filesystem, in bytes and inodes.
+// fsInfo is one statfs of a filesystem, in bytes and inodes, with the
+// device number that identifies the filesystem.
 type fsInfo struct {
+	device                    uint64
 	capacity, available, used uint64
 	inodes, inodesFree        uint64
 }
