@@ -1,11 +1,13 @@
 package stats
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -161,5 +163,35 @@ func TestMountTable(t *testing.T) {
 		if got := m.deviceOf(path); got != want {
 			t.Errorf("device of %s = %s, want %s", path, got, want)
 		}
+	}
+}
+
+// TestFileUsage counts the regular files (and symlinks) directly in a
+// directory, not its subdirectories, across several directory reads.
+func TestFileUsage(t *testing.T) {
+	dir := t.TempDir()
+	var want uint64
+	for i := range 300 { // more entries than one 4 KiB read returns
+		p := filepath.Join(dir, fmt.Sprintf("log-with-a-longish-name-%03d.log", i))
+		writeFile(t, p, "line\n")
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		want += uint64(st.Blocks) * 512
+	}
+	writeFile(t, filepath.Join(dir, "sub", "nested.log"), "not counted\n")
+	if err := os.Symlink("log-with-a-longish-name-000.log", filepath.Join(dir, "current")); err != nil {
+		t.Fatal(err)
+	}
+	used, inodes, err := fileUsage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used != want || inodes != 301 {
+		t.Errorf("usage = %d bytes %d inodes, want %d bytes 301 inodes", used, inodes, want)
+	}
+	if _, _, err := fileUsage(filepath.Join(dir, "missing")); !isNotExist(err) {
+		t.Errorf("missing dir: %v, want a not-exist error", err)
 	}
 }

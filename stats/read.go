@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // reader reads small kernel files (cgroup control files, procfs) into one
@@ -22,12 +22,14 @@ type reader struct {
 const maxFileSize = 1 << 20
 
 // read returns the content of path. The slice is valid until the next call.
+// It uses the system calls directly: os.Open would also try to register
+// every file with the network poller, a wasted system call per file.
 func (r *reader) read(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	if r.buf == nil {
 		r.buf = make([]byte, 8<<10)
 	}
@@ -41,13 +43,26 @@ func (r *reader) read(path string) ([]byte, error) {
 			copy(grown, r.buf[:n])
 			r.buf = grown
 		}
-		m, err := f.Read(r.buf[n:])
-		n += m
-		if errors.Is(err, io.EOF) || (err == nil && m == 0) {
-			return r.buf[:n], nil
+		m, err := unix.Read(fd, r.buf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", path, err)
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return r.buf[:n], nil
+		}
+		n += m
+	}
+}
+
+// openRetry opens path, retrying when a signal interrupts the call.
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
 		}
 	}
 }
