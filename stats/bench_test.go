@@ -80,33 +80,33 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // BenchmarkSummary computes one summary of 30 pods (60 containers) on a
-// fake cgroup v1 tree with fakecri over its gRPC socket: from pod sandbox
-// stats (containerd 1.6's path) and from container stats and the pod
-// cgroups (a runtime without ListPodSandboxStats), full and CPU and memory
-// only.
+// fake cgroup v1 tree with fakecri over its gRPC socket: from container
+// stats and the pod cgroups (the default) and from pod sandbox stats
+// (PodStatsFromCRI), full and CPU and memory only.
 func BenchmarkSummary(b *testing.B) {
 	for _, bc := range []struct {
 		name       string
-		opts       fakecri.Options
+		fromCRI    bool
 		cpuMemOnly bool
 	}{
-		{"SandboxStats/Full", fakecri.Options{}, false},
-		{"SandboxStats/CPUAndMemory", fakecri.Options{}, true},
-		{"PodCgroups/Full", fakecri.Options{Unimplemented: []string{"ListPodSandboxStats"}}, false},
-		{"PodCgroups/CPUAndMemory", fakecri.Options{Unimplemented: []string{"ListPodSandboxStats"}}, true},
+		{"PodCgroups/Full", false, false},
+		{"PodCgroups/CPUAndMemory", false, true},
+		{"SandboxStats/Full", true, false},
+		{"SandboxStats/CPUAndMemory", true, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := benchHost(b, 1, bc.opts)
+			h := benchHost(b, 1, fakecri.Options{})
 			o := h.options()
 			o.Cgroups = h.cgroups()
+			o.PodStatsFromCRI = bc.fromCRI
 			runSummaryBench(b, o, bc.cpuMemOnly)
 		})
 	}
 }
 
 // BenchmarkSummaryRealHost computes a summary of 30 fakecri pods with the
-// node's stats from this machine's /proc and /sys/fs/cgroup (and the
-// kubepods cgroup there when the agent or a kubelet made one).
+// node's stats from this machine's /proc and /sys/fs/cgroup; the pods'
+// come from the runtime (no pod cgroups exist for them there).
 func BenchmarkSummaryRealHost(b *testing.B) {
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		b.Skipf("no cgroup filesystem on this machine: %v", err)

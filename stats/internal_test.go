@@ -195,3 +195,19 @@ func TestFileUsage(t *testing.T) {
 		t.Errorf("missing dir: %v, want a not-exist error", err)
 	}
 }
+
+// TestCRINetwork converts containerd 1.6's pod network: the default
+// interface alone, without a timestamp.
+func TestCRINetwork(t *testing.T) {
+	now := time.Unix(100, 0)
+	ns := criNetwork(&runtimeapi.NetworkUsage{DefaultInterface: &runtimeapi.NetworkInterfaceUsage{
+		Name: "eth0", RxBytes: &runtimeapi.UInt64Value{Value: 10}, TxBytes: &runtimeapi.UInt64Value{Value: 20},
+	}}, now)
+	if !ns.Time.Time.Equal(now) || ns.Name != "eth0" || len(ns.Interfaces) != 1 || *ns.Interfaces[0].TxBytes != 20 || ns.Interfaces[0].RxErrors != nil {
+		t.Errorf("network = %+v", ns)
+	}
+	ns = criNetwork(&runtimeapi.NetworkUsage{Timestamp: 5e9}, now)
+	if !ns.Time.Time.Equal(time.Unix(5, 0)) || ns.Name != "" || len(ns.Interfaces) != 0 {
+		t.Errorf("network without interfaces = %+v", ns)
+	}
+}

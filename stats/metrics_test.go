@@ -165,7 +165,7 @@ func TestCadvisorCollector(t *testing.T) {
 		root("container_network_transmit_bytes_total", `interface="cni0"`):           400,
 		root("container_start_time_seconds"):                                         float64(bootTime.Unix()),
 		row("", "/kubepods", "", "", "", "")("container_memory_working_set_bytes"):   gib * 3 / 2,
-		row("", pod, "", "", "default", "web")("container_memory_working_set_bytes"): 64 << 20,
+		row("", pod, "", "", "default", "web")("container_memory_working_set_bytes"): 100 << 20,
 		app("container_cpu_usage_seconds_total", `cpu="total"`):                      2.5,
 		app("container_memory_working_set_bytes"):                                    64 << 20,
 		app("container_last_seen"):                                                   float64(epoch.Add(10 * time.Second).Unix()),

@@ -130,6 +130,17 @@ type Options struct {
 	SystemCgroups SystemCgroups
 	// VolumeStats reports pod volume usage; optional (no volume stats).
 	VolumeStats VolumeStatsFunc
+	// PodStatsFromCRI takes the pod-level stats (and the containers') from
+	// the runtime's ListPodSandboxStats even when Cgroups locates the pod
+	// cgroups: the kubelet's PodAndContainerStatsFromCRI feature, off by
+	// default there too. Without Cgroups, ListPodSandboxStats is always
+	// used when the runtime implements it. Off, pods are read from their
+	// cgroups and containers from ListContainerStats, as the kubelet does
+	// by default: containerd 1.6 answers ListPodSandboxStats by asking
+	// every shim for its task, at several times the cost of
+	// ListContainerStats (measured here with 10 pods: about 110 ms of
+	// containerd CPU and 1 s per call, against 30 ms and 30 ms).
+	PodStatsFromCRI bool
 
 	// MaxAge is how old a summary Summary and CPUAndMemory may return from
 	// the cache; a negative value disables the cache. Default

@@ -23,12 +23,14 @@ type podAcc struct {
 	info    podInfo
 }
 
-// pods returns the stats of the pods the runtime runs. It asks the
-// runtime for pod sandbox stats (ListPodSandboxStats) and, when the
-// runtime does not implement it (remembered for the Provider's life) or
-// the call fails (this round only: containerd fails the whole call when
-// one sandbox is being torn down), for container stats
-// (ListContainerStats) and reads the pod-level stats from the pod cgroups.
+// pods returns the stats of the pods the runtime runs. With the pod
+// cgroups known (and PodStatsFromCRI off) it asks the runtime for
+// container stats (ListContainerStats) and reads the pod-level stats from
+// the pod cgroups, as the kubelet does by default. Otherwise it asks for
+// pod sandbox stats (ListPodSandboxStats), and falls back to the former
+// when the runtime does not implement them (remembered for the Provider's
+// life) or the call fails (this round only: containerd fails the whole
+// call when one sandbox is being torn down).
 func (r *round) pods() ([]statsapi.PodStats, []podInfo, error) {
 	p := r.p
 	rt := p.opts.Runtime
@@ -50,7 +52,7 @@ func (r *round) pods() ([]statsapi.PodStats, []podInfo, error) {
 
 	var accs []*podAcc
 	fromSandboxes := false
-	if !p.noSbox.Load() {
+	if (p.opts.PodStatsFromCRI || p.opts.Cgroups == nil) && !p.noSbox.Load() {
 		stats, err := rt.ListPodSandboxStats(r.ctx, &runtimeapi.PodSandboxStatsFilter{})
 		switch {
 		case err == nil:
@@ -159,7 +161,7 @@ func (r *round) podsFromSandboxStats(stats []*runtimeapi.PodSandboxStats, sandbo
 			a.stats.CPU = r.criCPU("pod:"+sb.GetId(), linux.GetCpu())
 			a.stats.Memory = criMemory(linux.GetMemory())
 			if r.full {
-				a.stats.Network = criNetwork(linux.GetNetwork())
+				a.stats.Network = criNetwork(linux.GetNetwork(), r.now)
 				if pc := linux.GetProcess().GetProcessCount(); pc != nil {
 					a.stats.ProcessStats = &statsapi.ProcessStats{ProcessCount: u64(pc.GetValue())}
 				}
@@ -374,17 +376,27 @@ func criSwap(u *runtimeapi.SwapUsage) *statsapi.SwapStats {
 	}
 }
 
-// criNetwork converts a CRI pod network usage.
-func criNetwork(u *runtimeapi.NetworkUsage) *statsapi.NetworkStats {
+// criNetwork converts a CRI pod network usage. containerd 1.6 reports
+// only the default interface, without a timestamp: the interface is then
+// also listed (as cAdvisor lists it, so per-interface metrics exist) and
+// the time is now.
+func criNetwork(u *runtimeapi.NetworkUsage, now time.Time) *statsapi.NetworkStats {
 	if u == nil {
 		return nil
 	}
-	ns := &statsapi.NetworkStats{Time: metaTime(time.Unix(0, u.GetTimestamp()))}
+	t := now
+	if u.GetTimestamp() != 0 {
+		t = time.Unix(0, u.GetTimestamp())
+	}
+	ns := &statsapi.NetworkStats{Time: metaTime(t)}
 	if d := u.GetDefaultInterface(); d != nil {
 		ns.InterfaceStats = criInterface(d)
 	}
 	for _, i := range u.GetInterfaces() {
 		ns.Interfaces = append(ns.Interfaces, criInterface(i))
+	}
+	if len(ns.Interfaces) == 0 && ns.Name != "" {
+		ns.Interfaces = []statsapi.InterfaceStats{ns.InterfaceStats}
 	}
 	return ns
 }

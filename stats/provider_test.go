@@ -82,8 +82,8 @@ func check(t *testing.T, what string, got, want any) {
 }
 
 // TestSummaryV1FromSandboxStats checks every field the eviction manager
-// reads, on a cgroup v1 tree with a runtime that answers
-// ListPodSandboxStats (containerd 1.6 does).
+// reads, on a cgroup v1 tree, with pod stats from ListPodSandboxStats
+// (containerd 1.6 answers it).
 func TestSummaryV1FromSandboxStats(t *testing.T) {
 	h := newHost(t, 1)
 	h.startCRI(fakecri.Options{})
@@ -92,6 +92,7 @@ func TestSummaryV1FromSandboxStats(t *testing.T) {
 	h.write(h.rootDir, "pods/uid-1/etc-hosts", "127.0.0.1 localhost\n")
 	o := h.options()
 	o.Cgroups = h.cgroups()
+	o.PodStatsFromCRI = true
 	o.VolumeStats = func(uid types.UID) (stats.PodVolumeStats, bool) {
 		if uid != "uid-1" {
 			return stats.PodVolumeStats{}, false
@@ -253,13 +254,13 @@ func TestCPURatesAndCache(t *testing.T) {
 	check(t, "app usageNanoCores", val(app.CPU.UsageNanoCores), uint64(5e8))
 }
 
-// TestFallbackToPodCgroups runs against a runtime without
-// ListPodSandboxStats (cgroup v2, pod cgroups of the cgroupfs driver): pod
-// CPU, memory, processes and network come from the pod cgroup and procfs,
-// and the runtime is not asked again.
-func TestFallbackToPodCgroups(t *testing.T) {
+// TestPodsFromPodCgroups checks the default with the pod cgroups known
+// (cgroup v2, pod cgroups of the cgroupfs driver): pod CPU, memory,
+// processes and network come from the pod cgroup and procfs, containers
+// from ListContainerStats, and ListPodSandboxStats is not asked.
+func TestPodsFromPodCgroups(t *testing.T) {
 	h := newHost(t, 2)
-	h.startCRI(fakecri.Options{Unimplemented: []string{"ListPodSandboxStats"}})
+	h.startCRI(fakecri.Options{})
 	sb, ids := h.runPod("kube-system", "dns", "uid-2", "memory 10Mi", "dns")
 	pod := "/kubepods/besteffort/poduid-2"
 	h.setCgroup("/kubepods", cgroupValues{cpu: 1e9, usage: gib, rss: gib / 2})
@@ -291,6 +292,25 @@ func TestFallbackToPodCgroups(t *testing.T) {
 	h.clock.Step(time.Minute)
 	if _, err := p.Summary(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	check(t, "ListPodSandboxStats calls", h.cri.Calls("ListPodSandboxStats"), 0)
+	check(t, "ListContainerStats calls", h.cri.Calls("ListContainerStats"), 2)
+}
+
+// TestSandboxStatsUnimplemented asks a runtime without
+// ListPodSandboxStats once, and then only for container stats.
+func TestSandboxStatsUnimplemented(t *testing.T) {
+	h := newHost(t, 1)
+	h.startCRI(fakecri.Options{Unimplemented: []string{"ListPodSandboxStats"}})
+	h.runPod("default", "web", "uid-1", "memory 10Mi", "a")
+	p := h.provider(h.options())
+	for range 2 {
+		s, err := p.Summary(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, "pods", len(s.Pods), 1)
+		h.clock.Step(time.Minute)
 	}
 	check(t, "ListPodSandboxStats calls", h.cri.Calls("ListPodSandboxStats"), 1)
 	check(t, "ListContainerStats calls", h.cri.Calls("ListContainerStats"), 2)
