@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,11 @@ type cgroupFS struct {
 
 	mu     sync.Mutex
 	layout *cgroupLayout
+	// noSwapFiles is set once a cgroup's swap limit file (v1
+	// memory.memsw.limit_in_bytes, absent without swap accounting) or
+	// swap usage file (v2 memory.swap.current, absent without swap
+	// support) was found missing: the kernel does not grow them later.
+	noSwapFiles atomic.Bool
 }
 
 // detect returns the layout, detecting it once: the root is cgroup v2 when
@@ -147,8 +153,14 @@ func (c *cgroupFS) readV1(r *reader, l *cgroupLayout, literal string, s *cgroupS
 	if s.limit, err = r.readUint(filepath.Join(dir, "memory.limit_in_bytes")); err != nil && !isNotExist(err) {
 		return err
 	}
-	if sw, err := r.readUint(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err == nil {
-		s.swapLimit = sw
+	if !c.noSwapFiles.Load() {
+		sw, err := r.readUint(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
+		switch {
+		case err == nil:
+			s.swapLimit = sw
+		case isNotExist(err) && literal != "/":
+			c.noSwapFiles.Store(true)
+		}
 	}
 	b, err := r.read(filepath.Join(dir, "memory.stat"))
 	if err != nil {
@@ -241,11 +253,16 @@ func (c *cgroupFS) readV2(r *reader, dir string, root bool, mem memInfo, s *cgro
 		if s.limit, err = r.readUint(filepath.Join(dir, "memory.max")); err != nil && !isNotExist(err) {
 			return err
 		}
-		if sw, err := r.readUint(filepath.Join(dir, "memory.swap.current")); err == nil {
-			s.swap, s.hasSwap = sw, true
-		}
-		if sw, err := r.readUint(filepath.Join(dir, "memory.swap.max")); err == nil {
-			s.swapLimit = sw
+		if !c.noSwapFiles.Load() {
+			sw, err := r.readUint(filepath.Join(dir, "memory.swap.current"))
+			if isNotExist(err) {
+				c.noSwapFiles.Store(true)
+			} else if err == nil {
+				s.swap, s.hasSwap = sw, true
+				if sw, err := r.readUint(filepath.Join(dir, "memory.swap.max")); err == nil {
+					s.swapLimit = sw
+				}
+			}
 		}
 	case root && isNotExist(err):
 		// The root cgroup has no memory.current: its usage is anon + file,

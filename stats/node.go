@@ -26,8 +26,10 @@ type round struct {
 	nodefs     *fsResult
 	imagefsDir string
 
-	podCgroups     map[types.UID]string
-	podCgroupsRead bool
+	// podsSeen are the pods whose cgroup was looked up this round;
+	// podCgroupsListed says the pod cgroups were listed this round.
+	podsSeen         map[types.UID]bool
+	podCgroupsListed bool
 }
 
 type fsResult struct {

@@ -70,6 +70,7 @@ func (r *round) pods() ([]statsapi.PodStats, []podInfo, error) {
 			return nil, nil, fmt.Errorf("stats summary: list container stats: %w", err)
 		}
 		accs = r.podsFromContainerStats(stats, sandboxByID, running)
+		r.forgetPodCgroups()
 	}
 
 	sort.Slice(accs, func(i, j int) bool {
@@ -207,6 +208,7 @@ func (r *round) podsFromContainerStats(stats []*runtimeapi.ContainerStats, sandb
 		}
 		s, err := r.p.cg.read(&r.p.r, cgroup, r.p.mem, r.now)
 		if err != nil {
+			delete(r.p.podCgroups, types.UID(a.stats.PodRef.UID))
 			r.log().V(4).Info("Cannot read pod cgroup; summing its containers", "pod", a.stats.PodRef, "cgroup", cgroup, "err", err)
 			a.stats.CPU, a.stats.Memory = sumCPUMemory(a.stats.Containers)
 			a.stats.Swap = sumSwap(a.stats.Containers)
@@ -222,24 +224,42 @@ func (r *round) podsFromContainerStats(stats []*runtimeapi.ContainerStats, sandb
 }
 
 // podCgroup returns the path of the cgroup of the pod with uid, "" when
-// unknown. The pod cgroups are listed once per round.
+// unknown. The pod cgroups are listed again (at most once per round) only
+// when a pod is not in the list kept from earlier rounds: a pod's cgroup
+// never moves.
 func (r *round) podCgroup(uid types.UID) string {
-	c := r.p.opts.Cgroups
+	p := r.p
+	c := p.opts.Cgroups
 	if c == nil {
 		return ""
 	}
-	if !r.podCgroupsRead {
-		r.podCgroupsRead = true
-		names, err := c.ListPods(r.ctx)
-		if err != nil {
-			r.log().V(2).Info("Cannot list the pod cgroups", "err", err)
-		}
-		r.podCgroups = make(map[types.UID]string, len(names))
-		for uid, n := range names {
-			r.podCgroups[uid] = c.Driver().Literal(n)
+	r.podsSeen[uid] = true
+	if cg, ok := p.podCgroups[uid]; ok {
+		return cg
+	}
+	if r.podCgroupsListed {
+		return ""
+	}
+	r.podCgroupsListed = true
+	names, err := c.ListPods(r.ctx)
+	if err != nil {
+		r.log().V(2).Info("Cannot list the pod cgroups", "err", err)
+		return ""
+	}
+	p.podCgroups = make(map[types.UID]string, len(names))
+	for uid, n := range names {
+		p.podCgroups[uid] = c.Driver().Literal(n)
+	}
+	return p.podCgroups[uid]
+}
+
+// forgetPodCgroups drops the kept pod cgroups of pods not seen this round.
+func (r *round) forgetPodCgroups() {
+	for uid := range r.p.podCgroups {
+		if !r.podsSeen[uid] {
+			delete(r.p.podCgroups, uid)
 		}
 	}
-	return r.podCgroups[uid]
 }
 
 // podProcesses fills a pod's process count (the processes of its

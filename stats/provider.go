@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 )
@@ -33,6 +34,8 @@ type Provider struct {
 	rates cpuRates
 	mem   memInfo
 	boot  time.Time
+	// podCgroups are the pod cgroup paths by UID, kept across rounds.
+	podCgroups map[types.UID]string
 
 	mu     sync.Mutex // guards full and cpuMem
 	full   *snapshot
@@ -183,7 +186,7 @@ func (p *Provider) compute(ctx context.Context, full bool) (*snapshot, error) {
 	if err := p.readHost(); err != nil {
 		return nil, err
 	}
-	r := &round{p: p, ctx: ctx, now: now, full: full, fs: map[string]*fsResult{}}
+	r := &round{p: p, ctx: ctx, now: now, full: full, fs: map[string]*fsResult{}, podsSeen: map[types.UID]bool{}}
 	node, err := r.node()
 	if err != nil {
 		return nil, err

@@ -270,7 +270,8 @@ func TestPodsFromPodCgroups(t *testing.T) {
 	h.setCgroup(pod+"/"+ids[0], cgroupValues{procs: []int{101, 102}})
 	h.write(h.proc, "100/net/dev", netDev(map[string][4]uint64{"lo": {9, 0, 9, 0}, "eth0": {700, 0, 800, 0}}))
 	o := h.options()
-	o.Cgroups = h.cgroups()
+	cg := &countingCgroups{Manager: h.cgroups()}
+	o.Cgroups = cg
 	p := h.provider(o)
 	s, err := p.Summary(context.Background())
 	if err != nil {
@@ -295,6 +296,29 @@ func TestPodsFromPodCgroups(t *testing.T) {
 	}
 	check(t, "ListPodSandboxStats calls", h.cri.Calls("ListPodSandboxStats"), 0)
 	check(t, "ListContainerStats calls", h.cri.Calls("ListContainerStats"), 2)
+	check(t, "pod cgroup listings (kept across rounds)", cg.lists, 1)
+
+	// A new pod has its cgroup looked up once.
+	h.runPod("default", "new", "uid-3", "", "c")
+	h.setCgroup("/kubepods/besteffort/poduid-3", cgroupValues{cpu: 9e9, usage: 1 << 20})
+	h.clock.Step(time.Minute)
+	s, err = p.Summary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "pod cgroup listings after a new pod", cg.lists, 2)
+	check(t, "new pod's cpu", val(s.Pods[0].CPU.UsageCoreNanoSeconds), uint64(9e9))
+}
+
+// countingCgroups counts the pod cgroup listings.
+type countingCgroups struct {
+	*cgroupdriver.Manager
+	lists int
+}
+
+func (c *countingCgroups) ListPods(ctx context.Context) (map[types.UID]cgroupdriver.Name, error) {
+	c.lists++
+	return c.Manager.ListPods(ctx)
 }
 
 // TestSandboxStatsUnimplemented asks a runtime without
