@@ -25,16 +25,18 @@
 //     eviction manager needs for allocatableMemory.available), and
 //     "kubelet", "runtime" and "misc" when Options.SystemCgroups names them.
 //   - Pods, from the runtime's sandboxes (the ready one, or else the newest,
-//     of each namespace/name) and running containers. When the runtime
-//     answers ListPodSandboxStats (containerd 1.6 and later do), pod CPU,
-//     memory, network, processes and the containers' CPU, memory and
-//     writable layer come from it. When it answers Unimplemented (decided
-//     once) or fails (for that round: containerd fails the whole call while
-//     one sandbox is torn down), containers come from ListContainerStats
-//     and the pod's CPU, memory and swap from its cgroup (found with
-//     Options.Cgroups), its processes from its containers' cgroups and its
-//     network from the namespace of a process in it; without its cgroup the
-//     pod's CPU and memory are the sums of its containers'.
+//     of each namespace/name) and running containers. By default, as the
+//     kubelet does, containers come from ListContainerStats (CPU, memory,
+//     writable layer) and each pod's CPU, memory and swap from its cgroup
+//     (found with Options.Cgroups), its processes from its containers'
+//     cgroups and its network from the namespace of one of its processes;
+//     a pod whose cgroup is unknown gets the sums of its containers' CPU
+//     and memory. With Options.PodStatsFromCRI, or without Options.Cgroups,
+//     pods and containers come from ListPodSandboxStats instead, unless the
+//     runtime answers Unimplemented (decided once) or the call fails (for
+//     that round: containerd fails the whole call while one sandbox is torn
+//     down). containerd 1.6 answers both; its ListPodSandboxStats costs
+//     several times the runtime CPU of ListContainerStats.
 //   - Per container: rootfs (the runtime's writable layer usage with the
 //     capacity of its filesystem) and logs (the files in
 //     <PodLogsDir>/<namespace>_<name>_<uid>/<container>/, as du counts
@@ -46,23 +48,23 @@
 //     previous sample of the same pod or container (at least a second
 //     apart); until there is one, the runtime's own figure is reported.
 //
-// Nodes and containers report what the kubelet reports on the same host
-// with its default configuration, except: pod stats come from the CRI
-// where the runtime provides them (the kubelet's alpha
-// PodAndContainerStatsFromCRI behaviour) rather than from cAdvisor; PSI,
-// IO, accelerator and user-defined metrics are not reported; the hugepage
-// adjustment of the node's availableBytes (feature HugepageAwareEviction)
-// is not made.
+// The summary holds what the kubelet reports on the same host with its
+// default configuration, except: containers' CPU and memory are the
+// runtime's figures (the kubelet overrides them with cAdvisor's reading of
+// the same cgroups); PSI, IO, accelerator and user-defined metrics are not
+// reported; the hugepage adjustment of the node's availableBytes (feature
+// HugepageAwareEviction) is not made.
 //
 // # Cost
 //
 // Nothing runs in the background. Summary and CPUAndMemory compute a
 // summary when asked and the cached one is older than Options.MaxAge
 // (default 10 s, the eviction manager's interval); concurrent callers
-// share one computation. A computation is about three CRI calls
-// (ListPodSandbox, ListContainers, ListPodSandboxStats; ImageFsInfo for
-// Summary), one statfs per filesystem and a few small files per cgroup
-// and per container log directory.
+// share one computation. A computation is three CRI calls
+// (ListPodSandbox, ListContainers, ListContainerStats; ImageFsInfo too for
+// Summary), one statfs per filesystem, a few small files per cgroup and,
+// for Summary, one directory read per container log directory; the pod
+// cgroups are listed again only when a new pod appears.
 //
 // # Filesystem roots and tests
 //

@@ -264,8 +264,8 @@ func (r *round) forgetPodCgroups() {
 
 // podProcesses fills a pod's process count (the processes of its
 // containers' cgroups, as cAdvisor counts them) and network (the network
-// namespace of a process in the pod's cgroup, as cAdvisor reads it for the
-// sandbox) from the pod cgroup.
+// namespace of one of its processes, which all share the sandbox's, as
+// cAdvisor reads it for the sandbox) from the pod cgroup.
 func (r *round) podProcesses(a *podAcc, cgroup string) {
 	p := r.p
 	children, err := p.cg.children(cgroup)
@@ -275,19 +275,30 @@ func (r *round) podProcesses(a *podAcc, cgroup string) {
 	}
 	var count uint64
 	netPID := 0
+	sandboxChild := ""
 	for _, child := range children {
-		pids, err := p.cg.procs(&p.r, cgroup+"/"+child)
-		if err != nil {
+		if strings.Contains(child, a.info.sandboxID) {
+			sandboxChild = child
 			continue
 		}
-		if len(pids) > 0 && (netPID == 0 || strings.Contains(child, a.info.sandboxID)) {
-			netPID = pids[0]
-		}
 		for _, ci := range a.info.containers {
-			if strings.Contains(child, ci.id) {
-				count += uint64(len(pids))
+			if !strings.Contains(child, ci.id) {
+				continue
+			}
+			pids, err := p.cg.procs(&p.r, cgroup+"/"+child)
+			if err != nil {
 				break
 			}
+			count += uint64(len(pids))
+			if netPID == 0 && len(pids) > 0 {
+				netPID = pids[0] // containers share the sandbox's network namespace
+			}
+			break
+		}
+	}
+	if netPID == 0 && sandboxChild != "" {
+		if pids, err := p.cg.procs(&p.r, cgroup+"/"+sandboxChild); err == nil && len(pids) > 0 {
+			netPID = pids[0]
 		}
 	}
 	a.stats.ProcessStats = &statsapi.ProcessStats{ProcessCount: u64(count)}

@@ -268,7 +268,7 @@ func TestPodsFromPodCgroups(t *testing.T) {
 	h.setCgroup(pod, cgroupValues{cpu: 3e9, usage: 300 << 20, inactive: 100 << 20, rss: 150 << 20, limit: 512 << 20})
 	h.setCgroup(pod+"/"+sb, cgroupValues{procs: []int{100}})
 	h.setCgroup(pod+"/"+ids[0], cgroupValues{procs: []int{101, 102}})
-	h.write(h.proc, "100/net/dev", netDev(map[string][4]uint64{"lo": {9, 0, 9, 0}, "eth0": {700, 0, 800, 0}}))
+	h.write(h.proc, "101/net/dev", netDev(map[string][4]uint64{"lo": {9, 0, 9, 0}, "eth0": {700, 0, 800, 0}}))
 	o := h.options()
 	cg := &countingCgroups{Manager: h.cgroups()}
 	o.Cgroups = cg
@@ -286,7 +286,7 @@ func TestPodsFromPodCgroups(t *testing.T) {
 	check(t, "pod.memory.availableBytes", val(ps.Memory.AvailableBytes), uint64(312<<20))
 	check(t, "pod.processes (containers only)", val(ps.ProcessStats.ProcessCount), uint64(2))
 	if ps.Network == nil || len(ps.Network.Interfaces) != 1 || val(ps.Network.RxBytes) != uint64(700) {
-		t.Errorf("pod network = %+v, want eth0 from the sandbox's process", ps.Network)
+		t.Errorf("pod network = %+v, want eth0 from a process of the pod", ps.Network)
 	}
 	check(t, "dns.memory.workingSetBytes", val(findContainer(t, ps, "dns").Memory.WorkingSetBytes), uint64(10<<20))
 
