@@ -3,6 +3,7 @@ package stats_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodekit/nodekit/runtime"
@@ -267,4 +269,12 @@ func ival(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestMain keeps the runtime client's klog lines out of the test and
+// benchmark output.
+func TestMain(m *testing.M) {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
 }
