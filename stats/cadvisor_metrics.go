@@ -212,30 +212,39 @@ func (c *cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 		r.seen(sc.StartTime.Time, now)
 	}
 
-	podCgroups := c.podCgroups(ctx)
+	var listed map[types.UID]string // pod cgroups the summary did not read
 	for i := range sum.Pods {
 		ps := &sum.Pods[i]
+		info := &s.pods[i]
 		ref := ps.PodRef
-		cgroup := podCgroups[types.UID(ref.UID)]
+		cgroup := info.cgroup
+		if cgroup == "" {
+			if listed == nil {
+				listed = c.podCgroups(ctx)
+			}
+			cgroup = listed[types.UID(ref.UID)]
+		}
 		pr := row(cgroup, "", "", ref.Namespace, ref.Name, "")
 		pr.cpuMemory(ps.CPU, ps.Memory, ps.Swap)
 		pr.network(ps.Network)
 		pr.seen(ps.StartTime.Time, now)
 		var children []string
-		if cgroup != "" {
-			children, _ = c.p.cg.children(cgroup)
-		}
 		for j := range ps.Containers {
 			cs := &ps.Containers[j]
-			info := s.pods[i].containers[j]
-			id := ""
-			for _, child := range children {
-				if strings.Contains(child, info.id) {
-					id = cgroup + "/" + child
-					break
+			ci := info.containers[j]
+			id := ci.cgroup
+			if id == "" && cgroup != "" {
+				if children == nil {
+					children, _ = c.p.cg.children(cgroup)
+				}
+				for _, child := range children {
+					if strings.Contains(child, ci.id) {
+						id = cgroup + "/" + child
+						break
+					}
 				}
 			}
-			cr := row(id, info.image, info.id, ref.Namespace, ref.Name, cs.Name)
+			cr := row(id, ci.image, ci.id, ref.Namespace, ref.Name, cs.Name)
 			cr.cpuMemory(cs.CPU, cs.Memory, cs.Swap)
 			cr.seen(cs.StartTime.Time, now)
 		}
@@ -261,7 +270,7 @@ func (c *cadvisorCollector) systemCgroup(name string) string {
 	return ""
 }
 
-// podCgroups returns the pod cgroup paths by pod UID; empty without
+// podCgroups lists the pod cgroup paths by pod UID; empty without
 // Options.Cgroups.
 func (c *cadvisorCollector) podCgroups(ctx context.Context) map[types.UID]string {
 	cg := c.p.opts.Cgroups

@@ -123,7 +123,15 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	return out
 }
 
+// TestCadvisorCollector checks the series, with the pods read from their
+// cgroups (the default) and from the runtime's pod sandbox stats (the
+// collector then lists the pod cgroups to label the rows).
 func TestCadvisorCollector(t *testing.T) {
+	t.Run("PodCgroups", func(t *testing.T) { testCadvisorCollector(t, false, 100<<20) })
+	t.Run("SandboxStats", func(t *testing.T) { testCadvisorCollector(t, true, 64<<20) })
+}
+
+func testCadvisorCollector(t *testing.T, fromCRI bool, podWorkingSet float64) {
 	h := newHost(t, 1)
 	h.startCRI(fakecri.Options{})
 	h.setCgroup("/kubepods", cgroupValues{cpu: 20e9, usage: 2 * gib, inactive: gib / 2, rss: gib, limit: 6 * gib})
@@ -134,6 +142,7 @@ func TestCadvisorCollector(t *testing.T) {
 	h.setCgroup(pod+"/"+ids[0], cgroupValues{procs: []int{101}})
 	o := h.options()
 	o.Cgroups = h.cgroups()
+	o.PodStatsFromCRI = fromCRI
 	p := h.provider(o)
 	h.clock.Step(10 * time.Second)
 
@@ -165,7 +174,7 @@ func TestCadvisorCollector(t *testing.T) {
 		root("container_network_transmit_bytes_total", `interface="cni0"`):           400,
 		root("container_start_time_seconds"):                                         float64(bootTime.Unix()),
 		row("", "/kubepods", "", "", "", "")("container_memory_working_set_bytes"):   gib * 3 / 2,
-		row("", pod, "", "", "default", "web")("container_memory_working_set_bytes"): 100 << 20,
+		row("", pod, "", "", "default", "web")("container_memory_working_set_bytes"): podWorkingSet,
 		app("container_cpu_usage_seconds_total", `cpu="total"`):                      2.5,
 		app("container_memory_working_set_bytes"):                                    64 << 20,
 		app("container_last_seen"):                                                   float64(epoch.Add(10 * time.Second).Unix()),

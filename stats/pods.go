@@ -216,6 +216,7 @@ func (r *round) podsFromContainerStats(stats []*runtimeapi.ContainerStats, sandb
 		}
 		cs := r.cgroupStats(cgroup, s)
 		a.stats.CPU, a.stats.Memory, a.stats.Swap = cs.CPU, cs.Memory, cs.Swap
+		a.info.cgroup = cgroup
 		if r.full {
 			r.podProcesses(a, cgroup)
 		}
@@ -281,10 +282,11 @@ func (r *round) podProcesses(a *podAcc, cgroup string) {
 			sandboxChild = child
 			continue
 		}
-		for _, ci := range a.info.containers {
+		for i, ci := range a.info.containers {
 			if !strings.Contains(child, ci.id) {
 				continue
 			}
+			a.info.containers[i].cgroup = cgroup + "/" + child
 			pids, err := p.cg.procs(&p.r, cgroup+"/"+child)
 			if err != nil {
 				break

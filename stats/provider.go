@@ -58,12 +58,16 @@ type snapshot struct {
 // podInfo identifies a summary pod's sandbox and containers in the runtime.
 type podInfo struct {
 	sandboxID string
+	// cgroup is the pod cgroup's path when the round read it.
+	cgroup string
 	// containers is parallel to PodStats.Containers.
 	containers []containerInfo
 }
 
 type containerInfo struct {
 	id, image string
+	// cgroup is the container cgroup's path when the round found it.
+	cgroup string
 }
 
 // pathFs is the statfs of the filesystem holding path.
