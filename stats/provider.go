@@ -207,9 +207,9 @@ func (p *Provider) compute(ctx context.Context, full bool) (*snapshot, error) {
 	return s, nil
 }
 
-// readHost reads the host facts that do not change while it runs: memory
-// and swap totals (swap use is re-read every round on cgroup v2) and the
-// boot time.
+// readHost reads the host's memory and swap (MemTotal is the root
+// cgroup's limit; the root's swap use on cgroup v2 is SwapTotal −
+// SwapFree), every round, and the boot time, once.
 func (p *Provider) readHost() error {
 	mem, err := p.r.readMemInfo(filepath.Join(p.opts.ProcRoot, "meminfo"))
 	if err != nil {
