@@ -60,7 +60,7 @@ func (v ThresholdValue) String() string {
 	if v.Quantity != nil {
 		return v.Quantity.String()
 	}
-	return strconv.FormatFloat(float64(v.Percentage)*100, 'f', -1, 32) + "%"
+	return strconv.FormatFloat(float64(v.Percentage)*100, 'g', 6, 64) + "%"
 }
 
 // Threshold is one eviction threshold: the signal is met when its available
