@@ -29,15 +29,15 @@ func u64(v int64) *uint64 { return ptr.To(uint64(v)) }
 // summaryBuilder builds summaries for tests. Zero fields leave the stats
 // out.
 type node struct {
-	memAvail, memWS       int64 // node memory
-	memUsage              int64 // usage_in_bytes; defaults to memWS
-	podsAvail, podsWS     int64 // "pods" system container; -1 avail: absent
+	memAvail, memWS        int64 // node memory
+	memUsage               int64 // usage_in_bytes; defaults to memWS
+	podsAvail, podsWS      int64 // "pods" system container; -1 avail: absent
 	nodefsAvail, nodefsCap int64
-	nodefsIFree, nodefsI  int64
-	imgAvail, imgCap      int64
-	imgIFree, imgI        int64
-	cfsAvail, cfsCap      int64
-	maxPID, procs         int64
+	nodefsIFree, nodefsI   int64
+	imgAvail, imgCap       int64
+	imgIFree, imgI         int64
+	cfsAvail, cfsCap       int64
+	maxPID, procs          int64
 }
 
 func (n node) summary(now time.Time, pods ...statsapi.PodStats) *statsapi.Summary {
