@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -184,6 +185,7 @@ type harness struct {
 	reg      *prometheus.Registry
 
 	mu       sync.Mutex
+	calls    int
 	summary  *statsapi.Summary
 	pods     []*v1.Pod
 	killed   []killCall
@@ -204,6 +206,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	opts.Summary = func(context.Context) (*statsapi.Summary, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		h.calls++
 		return h.summary, nil
 	}
 	opts.ActivePods = func() []*v1.Pod {
@@ -255,7 +258,7 @@ func (h *harness) set(s *statsapi.Summary, pods ...*v1.Pod) {
 
 func (h *harness) sync() []*v1.Pod {
 	h.t.Helper()
-	evicted, err := h.m.synchronize(context.Background())
+	evicted, err := h.m.synchronize(testContext(h.t))
 	if err != nil {
 		h.t.Fatalf("synchronize: %v", err)
 	}
@@ -298,3 +301,15 @@ func minimalOptions() Options {
 }
 
 func mustQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+// testContext carries a logger that writes to the test's log.
+func testContext(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	return ctx
+}
+
+func (h *harness) summaryCalls() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls
+}
