@@ -381,10 +381,15 @@ func (m *Manager) resolveLayout(ctx context.Context, summary *statsapi.Summary) 
 		i := slices.IndexFunc(m.signals, func(s Signal) bool { return s.Name == t.Signal })
 		m.thresholds = append(m.thresholds, resolved{Threshold: t, sig: i})
 	}
-	// Thresholds are tracked by index: start over.
+	// Thresholds are tracked by index: start over, and re-arm the memcg
+	// notifiers for the new indexes on this pass.
 	m.firstObserved = make([]time.Time, len(m.thresholds))
 	m.met = nil
 	m.lastObs = nil
+	if m.memcg != nil {
+		m.memcg.closeAll()
+		m.memcg.last = time.Time{}
+	}
 	return nil
 }
 
@@ -477,6 +482,9 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	}
 	activePods := m.opts.ActivePods()
 	summary, err := m.opts.Summary(ctx)
+	if err == nil && summary == nil {
+		err = errors.New("no summary")
+	}
 	if err != nil {
 		logger.Error(err, "Eviction manager: failed to get summary stats")
 		return nil, nil
@@ -647,6 +655,9 @@ func (m *Manager) reclaimNodeLevel(ctx context.Context, sig *Signal) bool {
 		}
 	}
 	summary, err := m.opts.Summary(ctx)
+	if err == nil && summary == nil {
+		err = errors.New("no summary")
+	}
 	if err != nil {
 		logger.Error(err, "Eviction manager: failed to get summary stats after resource reclaim")
 		return false

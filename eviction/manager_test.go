@@ -622,3 +622,44 @@ func TestRunWithoutPodCleanedUpWaitsAnInterval(t *testing.T) {
 		t.Errorf("Run returned %v", err)
 	}
 }
+
+func TestSummaryErrorSkipsThePass(t *testing.T) {
+	h := newHarness(t, hardOnly(map[string]string{"memory.available": "100Mi"}))
+	h.set(node{memAvail: 50 * Mi, memWS: 1 * Gi}.summary(h.clock.Now()))
+	h.sync()
+	h.m.opts.Summary = func(context.Context) (*statsapi.Summary, error) { return nil, context.DeadlineExceeded }
+	h.clock.Step(10 * time.Minute)
+	if got := h.sync(); len(got) != 0 {
+		t.Errorf("evicted %s without stats", names(got))
+	}
+	if !h.m.IsUnderMemoryPressure() {
+		t.Error("a failed stats read cleared the condition")
+	}
+	h.m.opts.Summary = func(context.Context) (*statsapi.Summary, error) { return nil, nil }
+	if got := h.sync(); len(got) != 0 {
+		t.Errorf("evicted %s on a nil summary", names(got))
+	}
+}
+
+func TestInferredLayoutSettlesOnceStatsArrive(t *testing.T) {
+	h := newHarness(t, hardOnly(map[string]string{"imagefs.available": "15%"}))
+	// No runtime stats yet: one filesystem is assumed, not fixed.
+	h.set(node{nodefsAvail: 50 * Gi, nodefsCap: 100 * Gi}.summary(h.clock.Now()))
+	h.sync()
+	if h.m.layoutFixed || h.m.layout.DedicatedImageFs {
+		t.Fatalf("layout %+v fixed %v without runtime stats", h.m.layout, h.m.layoutFixed)
+	}
+	h.clock.Step(10 * time.Second)
+	h.set(node{nodefsAvail: 50 * Gi, nodefsCap: 100 * Gi, imgAvail: 50 * Gi, imgCap: 500 * Gi}.summary(h.clock.Now()))
+	h.sync()
+	if !h.m.layoutFixed || !h.m.layout.DedicatedImageFs {
+		t.Fatalf("layout %+v fixed %v with runtime stats", h.m.layout, h.m.layoutFixed)
+	}
+	// Later summaries do not change it.
+	h.clock.Step(10 * time.Second)
+	h.set(node{nodefsAvail: 50 * Gi, nodefsCap: 100 * Gi, imgAvail: 50 * Gi, imgCap: 100 * Gi}.summary(h.clock.Now()))
+	h.sync()
+	if !h.m.layout.DedicatedImageFs {
+		t.Error("layout changed after it was known")
+	}
+}

@@ -159,3 +159,26 @@ func TestMemcgIncompleteStats(t *testing.T) {
 		t.Error("no error without memory stats")
 	}
 }
+
+func TestMemcgRearmedWhenTheLayoutSettles(t *testing.T) {
+	f := &fakeMemcg{}
+	opts := hardOnly(map[string]string{"memory.available": "100Mi", "imagefs.available": "10%"})
+	opts.KernelMemcgNotification = true
+	h := newHarness(t, opts)
+	h.m.memcg = &memcgNotifiers{open: f.open, armed: map[int]memcgWaiter{}}
+	h.set(node{memAvail: 1 * Gi, memWS: 1 * Gi}.summary(h.clock.Now()))
+	h.sync()
+	first := f.list()
+	if len(first) != 1 {
+		t.Fatalf("%d armed, want 1", len(first))
+	}
+	// The layout becomes known (thresholds are rebuilt): the notifier is
+	// re-armed at once for the rebuilt thresholds, the old one disarmed.
+	h.clock.Step(time.Second)
+	h.set(node{memAvail: 1 * Gi, memWS: 1 * Gi, nodefsAvail: 1 * Gi, nodefsCap: 10 * Gi, imgAvail: 1 * Gi, imgCap: 20 * Gi}.summary(h.clock.Now()))
+	h.sync()
+	if all := f.list(); len(all) != 2 || !first[0].isClosed() || all[1].isClosed() {
+		t.Errorf("armed %d, first closed %v", len(all), first[0].isClosed())
+	}
+	h.m.memcg.closeAll()
+}
