@@ -270,6 +270,7 @@ func (m *Manager) Conditions() []v1.NodeConditionType {
 // Run watches the signals every MonitoringInterval (sooner when a memcg
 // threshold fires) and acts on them until ctx is done; it then returns nil.
 // After evicting a pod it waits for the pod's cleanup before the next pass.
+// Call Run once per Manager.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Eviction manager: starting control loop")
