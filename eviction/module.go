@@ -1,0 +1,81 @@
+package eviction
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// SignalGroup is the fx value group of Signal added to the built-in ones
+// (or replacing one by Name), after Options.Signals.
+const SignalGroup = "eviction_signals"
+
+// Module provides the *Manager, built from the graph's Options, and runs it
+// for the application's lifetime. Options fields left nil are filled from
+// the graph: Summary, ActivePods, KillPod and PodCleanedUp from the
+// optional SummaryFunc, ActivePodsFunc, KillPodFunc and PodCleanedUpFunc;
+// Recorder, Clock and Registerer from the optional record.EventRecorder,
+// clock.Clock and prometheus.Registerer. Signals in the SignalGroup value
+// group are appended to Options.Signals. The manager logs with the optional
+// logr.Logger (klog's by default) under the name "eviction".
+var Module = fx.Module("eviction",
+	fx.Provide(provide),
+	fx.Invoke(func(*Manager) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options      Options
+	Summary      SummaryFunc      `optional:"true"`
+	ActivePods   ActivePodsFunc   `optional:"true"`
+	KillPod      KillPodFunc      `optional:"true"`
+	PodCleanedUp PodCleanedUpFunc `optional:"true"`
+	Signals      []Signal         `group:"eviction_signals"`
+
+	Recorder   record.EventRecorder  `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Manager, error) {
+	o := p.Options
+	if o.Summary == nil {
+		o.Summary = p.Summary
+	}
+	if o.ActivePods == nil {
+		o.ActivePods = p.ActivePods
+	}
+	if o.KillPod == nil {
+		o.KillPod = p.KillPod
+	}
+	if o.PodCleanedUp == nil {
+		o.PodCleanedUp = p.PodCleanedUp
+	}
+	if len(p.Signals) > 0 {
+		o.Signals = append(append([]Signal(nil), o.Signals...), p.Signals...)
+	}
+	if o.Recorder == nil {
+		o.Recorder = p.Recorder
+	}
+	if o.Clock == nil {
+		o.Clock = p.Clock
+	}
+	if o.Registerer == nil {
+		o.Registerer = p.Registerer
+	}
+	m, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "eviction", m.Run)
+	return m, nil
+}
