@@ -127,12 +127,12 @@ func TestAtomicWriterInvalidPaths(t *testing.T) {
 	w, _ := NewAtomicWriter(dir, "test")
 	long := strings.Repeat("x", 256)
 	for p, want := range map[string]string{
-		"":             `invalid path: must not be empty: ""`,
-		"/abs":         "invalid path: must be relative path: /abs",
-		"a/../b":       "invalid path: must not contain '..': a/../b",
-		"..data":       "invalid path: must not start with '..': ..data",
-		long:           "invalid path: filenames must be less than or equal to 255 characters",
-		"a/" + long:    "invalid path: filenames must be less than or equal to 255 characters",
+		"":                                `invalid path: must not be empty: ""`,
+		"/abs":                            "invalid path: must be relative path: /abs",
+		"a/../b":                          "invalid path: must not contain '..': a/../b",
+		"..data":                          "invalid path: must not start with '..': ..data",
+		long:                              "invalid path: filenames must be less than or equal to 255 characters",
+		"a/" + long:                       "invalid path: filenames must be less than or equal to 255 characters",
 		strings.Repeat("ab/", 1366) + "c": "invalid path: must be less than or equal to 4096 characters",
 	} {
 		err := w.Write(context.Background(), map[string]FileProjection{p: {Data: []byte("x"), Mode: 0o644}}, nil)

@@ -49,14 +49,16 @@ func newFixture(t *testing.T, objs []runtime.Object, tweak func(*Options)) *fixt
 	}
 	noswap := false
 	opts := Options{
-		RootDir:         f.root,
-		Client:          f.client,
-		NodeName:        "node-1",
-		Recorder:        f.recorder,
-		Clock:           f.clock,
-		Mounter:         f.mounter,
-		TmpfsNoswap:     &noswap,
-		NodeAllocatable: func() v1.ResourceList { return v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourceCPU: resource.MustParse("4")} },
+		RootDir:     f.root,
+		Client:      f.client,
+		NodeName:    "node-1",
+		Recorder:    f.recorder,
+		Clock:       f.clock,
+		Mounter:     f.mounter,
+		TmpfsNoswap: &noswap,
+		NodeAllocatable: func() v1.ResourceList {
+			return v1.ResourceList{v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourceCPU: resource.MustParse("4")}
+		},
 	}
 	if tweak != nil {
 		tweak(&opts)
