@@ -383,12 +383,17 @@ func (s *notifyingStore) Replace(list []interface{}, rv string) error {
 		return err
 	}
 	s.mu.Lock()
-	if !s.closed {
+	first := !s.closed
+	if first {
 		close(s.synced)
 		s.closed = true
 	}
 	s.mu.Unlock()
-	s.notify()
+	// The first list is no change: readers waited for it. A later one
+	// (after the watch broke) may carry changes.
+	if !first {
+		s.notify()
+	}
 	return nil
 }
 
