@@ -522,8 +522,10 @@ func TestVolumesInUse(t *testing.T) {
 // attachable is a plugin whose volumes are reported in use.
 type attachable struct{}
 
-func (attachable) Name() string                   { return "example.com/disk" }
-func (attachable) CanSupport(vol *v1.Volume) bool { return vol.CSI != nil && vol.CSI.Driver == "disk.example.com" }
+func (attachable) Name() string { return "example.com/disk" }
+func (attachable) CanSupport(vol *v1.Volume) bool {
+	return vol.CSI != nil && vol.CSI.Driver == "disk.example.com"
+}
 func (attachable) SetUp(_ context.Context, vc *VolumeContext) (Mounted, error) {
 	return Mounted{Path: vc.Path}, os.MkdirAll(vc.Path, 0o750)
 }
@@ -552,7 +554,7 @@ func TestPluginSelection(t *testing.T) {
 
 type greedy struct{ attachable }
 
-func (greedy) Name() string                { return "example.com/greedy" }
+func (greedy) Name() string               { return "example.com/greedy" }
 func (greedy) CanSupport(*v1.Volume) bool { return true }
 
 type replacement struct{ attachable }
