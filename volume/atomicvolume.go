@@ -37,6 +37,10 @@ type atomicVolume struct {
 
 // setUp writes payload into vc's volume, setting the volume up first.
 func (a *atomicVolume) setUp(ctx context.Context, vc *VolumeContext, payload map[string]FileProjection) (Mounted, error) {
+	if usesUserFields(vc.Volume) {
+		klog.FromContext(ctx).V(2).Info("Ignoring defaultUser and user: the AtomicWriteVolumeUserFields feature (alpha, off by default in the kubelet) is not implemented",
+			"pod", klog.KObj(vc.Pod), "volume", vc.Name)
+	}
 	_, statErr := os.Lstat(filepath.Join(vc.Path, dataDirName))
 	firstWrite := errors.Is(statErr, fs.ErrNotExist)
 	var size int64
@@ -157,4 +161,37 @@ func visitContainers(pod *v1.Pod, fn func(*v1.Container) bool) {
 			return
 		}
 	}
+}
+
+// usesUserFields reports whether vol sets the alpha defaultUser or user
+// fields of configMap, secret, downwardAPI and projected volumes.
+func usesUserFields(vol *v1.Volume) bool {
+	items := func(ks []v1.KeyToPath) bool {
+		return slices.ContainsFunc(ks, func(k v1.KeyToPath) bool { return k.User != nil })
+	}
+	files := func(fs []v1.DownwardAPIVolumeFile) bool {
+		return slices.ContainsFunc(fs, func(f v1.DownwardAPIVolumeFile) bool { return f.User != nil })
+	}
+	switch s := vol.VolumeSource; {
+	case s.ConfigMap != nil:
+		return s.ConfigMap.DefaultUser != nil || items(s.ConfigMap.Items)
+	case s.Secret != nil:
+		return s.Secret.DefaultUser != nil || items(s.Secret.Items)
+	case s.DownwardAPI != nil:
+		return s.DownwardAPI.DefaultUser != nil || files(s.DownwardAPI.Items)
+	case s.Projected != nil:
+		if s.Projected.DefaultUser != nil {
+			return true
+		}
+		for _, p := range s.Projected.Sources {
+			switch {
+			case p.ConfigMap != nil && items(p.ConfigMap.Items),
+				p.Secret != nil && items(p.Secret.Items),
+				p.DownwardAPI != nil && files(p.DownwardAPI.Items),
+				p.ServiceAccountToken != nil && p.ServiceAccountToken.User != nil:
+				return true
+			}
+		}
+	}
+	return false
 }

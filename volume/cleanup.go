@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -105,10 +106,32 @@ func (m *Manager) cleanupOrphans(ctx context.Context) {
 		if !e.IsDir() || mounted || m.opts.PodKnown(uid) {
 			continue
 		}
-		if err := m.cleanupOrphan(ctx, uid); err != nil {
+		err := m.cleanupOrphan(ctx, uid)
+		m.mu.Lock()
+		last, seen := m.orphanErrs[uid]
+		if err == nil {
+			delete(m.orphanErrs, uid)
+		} else {
+			m.orphanErrs[uid] = err.Error()
+		}
+		m.mu.Unlock()
+		switch {
+		case err == nil:
+		case !seen || last != err.Error():
 			klog.FromContext(ctx).Error(err, "Orphaned pod found, but its volumes could not be cleaned up", "podUID", uid)
+		default:
+			// The same error every CleanupPeriod: logged once.
+			klog.FromContext(ctx).V(4).Info("Orphaned pod still not cleaned up", "podUID", uid, "err", err)
 		}
 	}
+	// Forget the errors of orphans gone from disk.
+	m.mu.Lock()
+	for uid := range m.orphanErrs {
+		if !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == string(uid) }) {
+			delete(m.orphanErrs, uid)
+		}
+	}
+	m.mu.Unlock()
 }
 
 // cleanupOrphan tears down the volumes of an orphaned pod and removes its

@@ -126,6 +126,9 @@ type Manager struct {
 	found map[types.UID]map[string]string
 	// dirty are the pods whose remountable volumes are to be set up again.
 	dirty map[types.UID]bool
+	// orphanErrs are the last cleanup errors of orphaned pods, so a
+	// repeated error is logged once.
+	orphanErrs map[types.UID]string
 }
 
 // podState is the Manager's record of one pod. Its fields are guarded by
@@ -187,6 +190,8 @@ func New(opts Options) (*Manager, error) {
 		pods:     map[types.UID]*podState{},
 		found:    map[types.UID]map[string]string{},
 		dirty:    map[types.UID]bool{},
+
+		orphanErrs: map[types.UID]string{},
 	}
 	m.objects = newObjectCache(opts.Client, opts.Clock, m.objectChanged)
 	noswap := tmpfsNoswap(opts.TmpfsNoswap)
