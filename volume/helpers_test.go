@@ -24,7 +24,7 @@ import (
 // fixture is a Manager on fakes: a fake clientset, a fake mounter, a fake
 // clock and a fake event recorder, in a temporary root directory.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	m        *Manager
 	client   *fake.Clientset
 	mounter  *mount.FakeMounter
@@ -35,7 +35,7 @@ type fixture struct {
 }
 
 // newFixture builds the fixture; tweak adjusts the Options before New.
-func newFixture(t *testing.T, objs []runtime.Object, tweak func(*Options)) *fixture {
+func newFixture(t testing.TB, objs []runtime.Object, tweak func(*Options)) *fixture {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	f := &fixture{

@@ -97,6 +97,8 @@ type Options struct {
 	TmpfsNoswap *bool
 }
 
+var _ Host = (*Manager)(nil)
+
 // Manager sets up the volumes of the node's pods and tears them down, as
 // the kubelet's volume manager does for the volume kinds that need no
 // storage driver. See the package documentation.
@@ -318,6 +320,10 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		m.mu.Unlock()
 
 		out, err := m.setUp(ctx, pod, vol, plugin)
+		if err != nil && ctx.Err() != nil {
+			// The caller gave up (shutdown): not the volume's failure.
+			return nil, fmt.Errorf("mount volumes of pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
+		}
 		m.mu.Lock()
 		if err != nil {
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vol.Name, err)
@@ -596,7 +602,7 @@ func (m *Manager) remountPod(ctx context.Context, uid types.UID) {
 	}
 	m.mu.Unlock()
 	for _, j := range jobs {
-		if _, err := m.setUp(ctx, pod, &j.vol, j.plugin); err != nil {
+		if _, err := m.setUp(ctx, pod, &j.vol, j.plugin); err != nil && ctx.Err() == nil {
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", j.vol.Name, err)
 			klog.FromContext(ctx).Error(err, "Remount failed", "pod", klog.KObj(pod), "volume", j.vol.Name)
 			m.event(pod, msg)
