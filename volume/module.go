@@ -1,0 +1,63 @@
+package volume
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// Module provides the volume *Manager built from the volume.Options in the
+// graph and runs it (Run) for the application's lifetime. Options fields
+// left zero are filled from the graph: Client from kubernetes.Interface,
+// Recorder, Clock and Registerer from the optional record.EventRecorder,
+// clock.Clock and prometheus.Registerer. Plugins provided to the value
+// group PluginGroup ("volume_plugins") are added to Options.Plugins. The
+// Manager logs with the optional logr.Logger (klog's by default) under the
+// name "volume".
+var Module = fx.Module("volume",
+	fx.Provide(provide),
+	fx.Invoke(func(*Manager) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options    Options
+	Plugins    []Plugin              `group:"volume_plugins"`
+	Client     kubernetes.Interface  `optional:"true"`
+	Recorder   record.EventRecorder  `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Manager, error) {
+	opts := p.Options
+	if opts.Client == nil {
+		opts.Client = p.Client
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = p.Recorder
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = p.Registerer
+	}
+	if opts.Clock == nil {
+		opts.Clock = p.Clock
+	}
+	opts.Plugins = append(append([]Plugin(nil), opts.Plugins...), p.Plugins...)
+	m, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "volume", m.Run)
+	return m, nil
+}
