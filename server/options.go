@@ -48,6 +48,11 @@ type Options struct {
 	// 0 (the kubelet's default) leaves it off.
 	ReadOnlyPort int32
 
+	// Listener and ReadOnlyListener, when set, are served by Run instead of
+	// listening on Address:Port and Address:ReadOnlyPort (socket
+	// activation, tests). Run closes them when it returns.
+	Listener, ReadOnlyListener net.Listener
+
 	// NodeName is the node's name: authorization checks ask about
 	// nodes/<NodeName>, and a bootstrapped serving certificate is for
 	// system:node:<NodeName>.

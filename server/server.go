@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,10 +55,11 @@ type Server struct {
 	cas      *caBundle
 	metrics  *httpMetrics
 
-	ready   chan struct{}
-	addr    net.Addr
-	roAddr  net.Addr
-	certMgr certificate.Manager
+	ready     chan struct{}
+	readyOnce sync.Once
+	addr      net.Addr
+	roAddr    net.Addr
+	certMgr   certificate.Manager
 }
 
 // New returns a Server for opts, with defaults applied. It does no I/O:
@@ -121,7 +123,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.secure = s.metrics.instrument("readwrite", routes, s.secure)
-	if o.ReadOnlyPort > 0 {
+	if o.ReadOnlyPort > 0 || o.ReadOnlyListener != nil {
 		var ro []Route
 		for _, r := range routes {
 			if r.ReadOnly {
@@ -245,21 +247,30 @@ func (s *Server) Run(ctx context.Context) error {
 	o := s.opts
 	var servers []*http.Server
 	var listeners []net.Listener
+	served := false
 	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
+		s.readyOnce.Do(func() { close(s.ready) })
+		if served {
+			return
+		}
+		for _, l := range append(listeners, o.Listener, o.ReadOnlyListener) {
+			if l != nil {
+				_ = l.Close()
+			}
 		}
 	}()
-	if o.Port > 0 {
+	if o.Port > 0 || o.Listener != nil {
 		cfg, stop, err := s.tlsConfig(ctx)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		addr := net.JoinHostPort(o.Address, strconv.Itoa(int(o.Port)))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("node API: listen on %s: %w", addr, err)
+		ln := o.Listener
+		if ln == nil {
+			addr := net.JoinHostPort(o.Address, strconv.Itoa(int(o.Port)))
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				return fmt.Errorf("node API: listen on %s: %w", addr, err)
+			}
 		}
 		listeners = append(listeners, ln)
 		s.addr = ln.Addr()
@@ -268,18 +279,21 @@ func (s *Server) Run(ctx context.Context) error {
 		servers = append(servers, srv)
 		logger.Info("Starting to listen", "address", ln.Addr().String())
 	}
-	if o.ReadOnlyPort > 0 {
-		addr := net.JoinHostPort(o.Address, strconv.Itoa(int(o.ReadOnlyPort)))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("node API: listen read-only on %s: %w", addr, err)
+	if s.readOnly != nil {
+		ln := o.ReadOnlyListener
+		if ln == nil {
+			addr := net.JoinHostPort(o.Address, strconv.Itoa(int(o.ReadOnlyPort)))
+			var err error
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				return fmt.Errorf("node API: listen read-only on %s: %w", addr, err)
+			}
 		}
 		listeners = append(listeners, ln)
 		s.roAddr = ln.Addr()
 		servers = append(servers, newHTTPServer(ctx, s.readOnly))
 		logger.Info("Starting to listen read-only", "address", ln.Addr().String())
 	}
-	close(s.ready)
+	s.readyOnce.Do(func() { close(s.ready) })
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func(srv *http.Server, ln net.Listener) {
@@ -295,7 +309,7 @@ func (s *Server) Run(ctx context.Context) error {
 			errc <- err
 		}(srv, listeners[i])
 	}
-	listeners = nil // the servers own them now
+	served = true // the servers own the listeners now
 	var runErr error
 	select {
 	case <-ctx.Done():
