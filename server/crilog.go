@@ -435,8 +435,15 @@ func readLogs(ctx context.Context, path string, opts *logOptions, rotated bool, 
 			}
 			return fmt.Errorf("failed to open log file %q: %w", src.path, err)
 		}
+		if sk, ok := rc.(io.Seeker); ok && src.offset > 0 {
+			if _, err := sk.Seek(src.offset, io.SeekStart); err != nil {
+				rc.Close()
+				return fmt.Errorf("failed to seek %d in log file %q: %w", src.offset, src.path, err)
+			}
+		}
 		br.Reset(rc)
-		if err := skipLines(br, src.skipLines); err == nil {
+		err = skipLines(br, src.skipLines)
+		if err == nil {
 			err = lr.consume(br, true)
 		}
 		rc.Close()
