@@ -5,11 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -316,11 +316,12 @@ func (a *tokenAuthenticator) authenticate(r *http.Request) (*User, bool, error) 
 // fromProtocol is true and filtered holds the other protocols).
 func bearerToken(r *http.Request) (token string, fromProtocol bool, filtered []string, err error) {
 	if auth := strings.TrimSpace(r.Header.Get("Authorization")); auth != "" {
-		parts := strings.SplitN(auth, " ", 3)
-		if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") {
+		scheme, rest, ok := strings.Cut(auth, " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") {
 			return "", false, nil, nil
 		}
-		return parts[1], false, nil, nil
+		token, _, _ := strings.Cut(rest, " ")
+		return token, false, nil, nil
 	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return "", false, nil, nil
@@ -429,11 +430,8 @@ func (a *sarAuthorizer) Authorize(ctx context.Context, attr Attributes) (Decisio
 			}
 		}
 	}
-	key, err := json.Marshal(spec)
-	if err != nil {
-		return DecisionNoOpinion, "", fmt.Errorf("subject access review: encode: %w", err)
-	}
-	if v, ok := a.cache.Get(string(key)); ok {
+	key := sarKey(&spec)
+	if v, ok := a.cache.Get(key); ok {
 		res := v.(sarResult)
 		return decision(res.allowed), res.reason, nil
 	}
@@ -448,8 +446,41 @@ func (a *sarAuthorizer) Authorize(ctx context.Context, attr Attributes) (Decisio
 	if res.allowed {
 		ttl = a.authorizedTTL
 	}
-	a.cache.Add(string(key), res, ttl)
+	a.cache.Add(key, res, ttl)
 	return decision(res.allowed), res.reason, nil
+}
+
+// sarKey identifies a review's spec in the cache; fields are separated by
+// bytes that cannot occur in them unescaped (names are UTF-8 text).
+func sarKey(spec *authzv1.SubjectAccessReviewSpec) string {
+	ra := spec.ResourceAttributes
+	n := len(spec.User) + len(spec.UID) + len(ra.Verb) + len(ra.Subresource) + len(ra.Name) + 32
+	for _, g := range spec.Groups {
+		n += len(g) + 2
+	}
+	b := make([]byte, 0, n)
+	for _, s := range [...]string{spec.User, spec.UID, ra.Verb, ra.Version, ra.Resource, ra.Subresource, ra.Name} {
+		b = strconv.AppendQuote(b, s)
+	}
+	b = append(b, 0)
+	for _, g := range spec.Groups {
+		b = strconv.AppendQuote(b, g)
+	}
+	if len(spec.Extra) > 0 {
+		keys := make([]string, 0, len(spec.Extra))
+		for k := range spec.Extra {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = append(b, 0)
+			b = strconv.AppendQuote(b, k)
+			for _, v := range spec.Extra[k] {
+				b = strconv.AppendQuote(b, v)
+			}
+		}
+	}
+	return string(b)
 }
 
 func decision(allowed bool) Decision {

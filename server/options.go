@@ -210,7 +210,7 @@ type HealthCheck struct {
 // server proxies to), ExecSync for /run, the sandbox and container lists
 // for /runningpods and container lookups, and ContainerStatus for a
 // container's log path and state. cri-api's RuntimeService (and nodekit's
-// runtime.Client.Runtime()) implement it.
+// runtime.Client.RuntimeService()) implement it.
 type Runtime interface {
 	Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error)
 	Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error)
