@@ -18,7 +18,7 @@
 //     timestamps, previous; rotated files with Options.ReadRotatedLogs);
 //   - /exec, /attach, /portForward and /run through the CRI: the runtime's
 //     streaming URL is proxied to (SPDY and WebSocket upgrades pass
-//     through unchanged);
+//     through unchanged); /checkpoint through CRI CheckpointContainer;
 //   - /logs/ (files and directory listings under /var/log) and
 //     /debug/pprof/.
 //
@@ -50,8 +50,8 @@
 // # Not implemented
 //
 // The journal/log query mode of /logs/ (enableSystemLogQuery; accepted and
-// logged as ignored), /debug/flags/v, /statusz, /flagz, /checkpoint and
-// /allocatedPods (404; their authorization mapping is in place), and the
+// logged as ignored), /debug/flags/v, /statusz, /flagz and /allocatedPods
+// (404; their authorization mapping is in place), and the
 // kubelet's WebSocket v5 → SPDY translation for exec/attach
 // (ExtendWebSocketsToKubelet): a node must not declare that feature in
 // status.declaredFeatures, so the API server translates WebSockets itself

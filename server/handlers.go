@@ -92,6 +92,7 @@ func (s *Server) defaultRoutes() []Route {
 		Route{Path: "/containerLogs/{podNamespace}/{podID}/{containerName}", Methods: getOnly, Handler: http.HandlerFunc(s.getContainerLogs)},
 		Route{Path: configzPath, Handler: http.HandlerFunc(s.getConfigz)},
 		Route{Path: runningPodsPath, Methods: getOnly, Handler: http.HandlerFunc(s.getRunningPods)},
+		Route{Path: "/checkpoint/{podNamespace}/{podID}/{containerName}", Methods: postOnly, Handler: http.HandlerFunc(s.checkpoint)},
 	)
 	return routes
 }

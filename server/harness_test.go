@@ -32,6 +32,8 @@ type fakeRuntime struct {
 	streamErr  error
 	execSync   func(id string, cmd []string) ([]byte, []byte, error)
 
+	checkpoint func(*runtimeapi.CheckpointContainerRequest) error
+
 	execReqs   []*runtimeapi.ExecRequest
 	attachReqs []*runtimeapi.AttachRequest
 	pfReqs     []*runtimeapi.PortForwardRequest
@@ -72,6 +74,13 @@ func (f *fakeRuntime) ExecSync(_ context.Context, id string, cmd []string, _ tim
 		return nil, nil, grpcstatus.Error(codes.Unimplemented, "no exec")
 	}
 	return f.execSync(id, cmd)
+}
+
+func (f *fakeRuntime) CheckpointContainer(_ context.Context, req *runtimeapi.CheckpointContainerRequest) error {
+	if f.checkpoint == nil {
+		return grpcstatus.Error(codes.Unimplemented, "no checkpoints")
+	}
+	return f.checkpoint(req)
 }
 
 func (f *fakeRuntime) ListPodSandbox(_ context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {

@@ -25,6 +25,7 @@ const (
 	DefaultUnauthorizedTTL               = 30 * time.Second
 	DefaultCertDirectory                 = "/var/lib/kubelet/pki"
 	DefaultNodeLogDir                    = "/var/log"
+	DefaultCheckpointDir                 = "/var/lib/kubelet/checkpoints"
 	DefaultRuntimeRequestTimeout         = 2 * time.Minute
 	AuthorizationModeWebhook             = "Webhook"
 	AuthorizationModeAlwaysAllow         = "AlwaysAllow"
@@ -109,6 +110,10 @@ type Options struct {
 	// Nil: /configz serves {}.
 	Configz func() any
 
+	// CheckpointDir is where /checkpoint has the runtime write container
+	// checkpoints; "" means /var/lib/kubelet/checkpoints (the kubelet's
+	// <root-dir>/checkpoints).
+	CheckpointDir string
 	// NodeLogDir is the directory /logs/ serves; "" means /var/log.
 	NodeLogDir string
 	// DisableDebuggingHandlers turns off run, exec, attach, portForward,
@@ -207,7 +212,8 @@ type HealthCheck struct {
 
 // Runtime is the part of the CRI runtime service the default routes use:
 // the streaming calls (which return the runtime's streaming server URL the
-// server proxies to), ExecSync for /run, the sandbox and container lists
+// server proxies to), ExecSync for /run, CheckpointContainer for
+// /checkpoint, the sandbox and container lists
 // for /runningpods and container lookups, and ContainerStatus for a
 // container's log path and state. cri-api's RuntimeService (and nodekit's
 // runtime.Client.RuntimeService()) implement it.
@@ -219,6 +225,7 @@ type Runtime interface {
 	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
 	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+	CheckpointContainer(ctx context.Context, options *runtimeapi.CheckpointContainerRequest) error
 }
 
 // withDefaults returns o with defaults applied, or an error naming the
@@ -264,6 +271,9 @@ func (o Options) withDefaults() (Options, error) {
 	needClient := !o.Authentication.DisableWebhook || o.Authorization.Mode == AuthorizationModeWebhook || o.TLS.Bootstrap
 	if needClient && o.Client == nil && o.Port > 0 {
 		return o, errors.New("server: Client is required for the token webhook, Webhook authorization or TLS bootstrap")
+	}
+	if o.CheckpointDir == "" {
+		o.CheckpointDir = DefaultCheckpointDir
 	}
 	if o.NodeLogDir == "" {
 		o.NodeLogDir = DefaultNodeLogDir

@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -360,4 +364,65 @@ func containerSpec(pod *v1.Pod, name string) *v1.Container {
 		}
 	}
 	return nil
+}
+
+// checkpoint serves POST /checkpoint/{podNamespace}/{podID}/{containerName}
+// [?timeout=<seconds>]: the runtime checkpoints the running container to
+// <CheckpointDir>/checkpoint-<pod>_<namespace>-<container>-<RFC 3339>.tar,
+// answered as {"items":["<path>"]}, as the kubelet's (ContainerCheckpoint,
+// on by default since 1.30).
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
+	ns, name, container := r.PathValue("podNamespace"), r.PathValue("podID"), r.PathValue("containerName")
+	pod, ok := s.podByName(ns, name)
+	if !ok {
+		writeError(w, http.StatusNotFound, "pod does not exist")
+		return
+	}
+	if containerSpec(pod, container) == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("container %v does not exist", container))
+		return
+	}
+	req := &runtimeapi.CheckpointContainerRequest{}
+	if ts := r.URL.Query()["timeout"]; len(ts) > 0 {
+		t, err := strconv.ParseInt(ts[len(ts)-1], 10, 64)
+		if err != nil {
+			writeError(w, http.StatusNotFound, "cannot parse value of timeout parameter")
+			return
+		}
+		req.Timeout = t
+	}
+	if !s.requireRuntime(w) {
+		return
+	}
+	fail := func(err error) {
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("checkpointing of %v/%v/%v failed (%v)", ns, name, container, err))
+	}
+	ctx, cancel := s.runtimeCtx(r.Context())
+	defer cancel()
+	id, err := s.findContainer(ctx, ns, name, container)
+	if err == nil && id == "" {
+		err = fmt.Errorf("container %v not found", container)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	if err := os.MkdirAll(s.opts.CheckpointDir, 0o700); err != nil {
+		fail(err)
+		return
+	}
+	req.ContainerId = id
+	req.Location = filepath.Join(s.opts.CheckpointDir, fmt.Sprintf("checkpoint-%s_%s-%s-%s.tar", name, ns, container, s.opts.Clock.Now().Format(time.RFC3339)))
+	cctx := ctx
+	if d := time.Duration(req.Timeout) * time.Second; d > s.opts.RuntimeRequestTimeout {
+		var ccancel context.CancelFunc
+		cctx, ccancel = context.WithTimeout(r.Context(), d)
+		defer ccancel()
+	}
+	if err := s.opts.Runtime.CheckpointContainer(cctx, req); err != nil {
+		fail(err)
+		return
+	}
+	body, _ := json.Marshal(map[string][]string{"items": {req.Location}})
+	writeJSON(w, r, body)
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +22,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // streamingBackend stands in for the runtime's streaming server: it
@@ -327,5 +331,49 @@ func TestSPDYThroughProxy(t *testing.T) {
 	}
 	if rt.execReqs[0].ContainerId != "web-app" || !slices.Equal(rt.execReqs[0].Cmd, []string{"cat"}) {
 		t.Errorf("exec request %+v", rt.execReqs[0])
+	}
+}
+
+func TestCheckpoint(t *testing.T) {
+	h := newStreamHarness(t)
+	dir := filepath.Join(t.TempDir(), "checkpoints")
+	o := baseOptions(testPod("default", "web", "app", "side"))
+	o.Runtime = h.rt
+	o.CheckpointDir = dir
+	o.Clock = clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	var got []*runtimeapi.CheckpointContainerRequest
+	h.rt.checkpoint = func(req *runtimeapi.CheckpointContainerRequest) error {
+		got = append(got, req)
+		if req.ContainerId == "web-side" {
+			return errors.New("criu failed")
+		}
+		return nil
+	}
+	hd := mustNew(t, o).Handler()
+	code, body, _ := do(t, hd, "POST", "/checkpoint/default/web/app?timeout=5&timeout=9", nil)
+	want := filepath.Join(dir, "checkpoint-web_default-app-2026-03-01T12:00:00Z.tar")
+	if code != 200 || body != `{"items":["`+want+`"]}` {
+		t.Errorf("checkpoint: %d %q", code, body)
+	}
+	if len(got) != 1 || got[0].ContainerId != "web-app" || got[0].Timeout != 9 || got[0].Location != want {
+		t.Errorf("CRI checkpoint request %+v", got)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Errorf("checkpoint directory not created: %v", err)
+	}
+	for _, tc := range []struct {
+		method, target string
+		code           int
+		body           string
+	}{
+		{"POST", "/checkpoint/default/nope/app", 404, "pod does not exist"},
+		{"POST", "/checkpoint/default/web/nope", 404, "container nope does not exist"},
+		{"POST", "/checkpoint/default/web/app?timeout=x", 404, "cannot parse value of timeout parameter"},
+		{"POST", "/checkpoint/default/web/side", 500, "checkpointing of default/web/side failed (criu failed)"},
+		{"GET", "/checkpoint/default/web/app", 405, "Method Not Allowed"},
+	} {
+		if code, body, _ := do(t, hd, tc.method, tc.target, nil); code != tc.code || body != tc.body {
+			t.Errorf("%s %s: %d %q, want %d %q", tc.method, tc.target, code, body, tc.code, tc.body)
+		}
 	}
 }
