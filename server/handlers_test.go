@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -306,4 +307,44 @@ func TestOptionsValidation(t *testing.T) {
 			t.Errorf("%s: New succeeded", name)
 		}
 	}
+}
+
+func TestRunServesReadOnlyPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := baseOptions(testPod("default", "p", "c"))
+	o.Port = -1
+	o.ReadOnlyPort = 10255
+	o.ReadOnlyListener = ln
+	s, _ := runServerNoTLS(t, o)
+	addr, _ := s.ReadOnlyAddr(context.Background())
+	resp, err := http.Get("http://" + addr.String() + "/pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("read-only /pods over HTTP: %d", resp.StatusCode)
+	}
+}
+
+// runServerNoTLS runs s (secure port off) until the test ends.
+func runServerNoTLS(t *testing.T, o Options) (*Server, context.CancelFunc) {
+	t.Helper()
+	s := mustNew(t, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if _, err := s.Addr(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, cancel
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +121,13 @@ func (f *fakeRuntime) ContainerStatus(_ context.Context, id string, _ bool) (*ru
 		return nil, grpcstatus.Errorf(codes.NotFound, "container %q not found", id)
 	}
 	return &runtimeapi.ContainerStatusResponse{Status: proto.Clone(st).(*runtimeapi.ContainerStatus)}, nil
+}
+
+// requests returns the streaming requests so far.
+func (f *fakeRuntime) requests() ([]*runtimeapi.ExecRequest, []*runtimeapi.AttachRequest, []*runtimeapi.PortForwardRequest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.execReqs), slices.Clone(f.attachReqs), slices.Clone(f.pfReqs)
 }
 
 func (f *fakeRuntime) setState(id string, state runtimeapi.ContainerState) {

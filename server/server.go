@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/cache"
-	"k8s.io/client-go/util/certificate"
 	"k8s.io/klog/v2"
 )
 
@@ -59,7 +58,6 @@ type Server struct {
 	readyOnce sync.Once
 	addr      net.Addr
 	roAddr    net.Addr
-	certMgr   certificate.Manager
 }
 
 // New returns a Server for opts, with defaults applied. It does no I/O:
@@ -241,7 +239,9 @@ func (s *Server) ReadOnlyHandler() http.Handler { return s.readOnly }
 // a self-signed one, or starts the CSR-based certificate manager), listens
 // on the secure port and, when configured, the read-only port, and serves
 // until ctx is done. It returns an error when a certificate, the client CA
-// bundle or an address cannot be had; it is called once.
+// bundle or an address cannot be had; it is called once. Upgraded
+// connections (exec, attach, port-forward sessions) are not closed when
+// Run returns: they end when either peer closes them.
 func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	o := s.opts
@@ -356,21 +356,14 @@ func (s *Server) tlsConfig(ctx context.Context) (*tls.Config, func(), error) {
 	stop := func() {}
 	var current func() (*tls.Certificate, error)
 	if o.TLS.Bootstrap {
-		var m *certMetrics
-		getCert := func() *tls.Certificate {
-			if s.certMgr == nil {
-				return nil
-			}
-			return s.certMgr.Current()
-		}
-		if m, err = newCertMetrics(o.Registerer, getCert, o.Clock); err != nil {
-			return nil, nil, err
-		}
+		m := newCertMetrics()
 		mgr, err := newBootstrapManager(ctx, o.Client, o, m)
 		if err != nil {
 			return nil, nil, err
 		}
-		s.certMgr = mgr
+		if err := m.register(o.Registerer, mgr.Current, o.Clock); err != nil {
+			return nil, nil, err
+		}
 		mgr.Start()
 		stop = mgr.Stop
 		current = func() (*tls.Certificate, error) {

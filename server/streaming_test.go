@@ -140,7 +140,8 @@ func TestExecProxied(t *testing.T) {
 		t.Fatalf("exec: %d %q", code, body)
 	}
 	echo(t, conn, br, "/exec/web-side")
-	req := h.rt.execReqs[0]
+	execs, _, _ := h.rt.requests()
+	req := execs[0]
 	if req.ContainerId != "web-side" || !slices.Equal(req.Cmd, []string{"sh", "-c", "id"}) || !req.Stdin || !req.Stdout || !req.Stderr || req.Tty {
 		t.Errorf("CRI exec request %+v", req)
 	}
@@ -150,7 +151,8 @@ func TestExecProxied(t *testing.T) {
 		t.Fatalf("exec with uid: %d", code)
 	}
 	echo(t, conn, br, "/exec/web-app")
-	if req := h.rt.execReqs[1]; !req.Tty || req.Stderr || !req.Stdout {
+	execs, _, _ = h.rt.requests()
+	if req := execs[1]; !req.Tty || req.Stderr || !req.Stdout {
 		t.Errorf("tty exec request %+v", req)
 	}
 }
@@ -162,7 +164,8 @@ func TestAttachAndPortForwardProxied(t *testing.T) {
 		t.Fatalf("attach: %d %q", code, body)
 	}
 	echo(t, conn, br, "/attach/web-app")
-	if req := h.rt.attachReqs[0]; !req.Tty || !req.Stdin || !req.Stdout || req.Stderr {
+	_, attaches, _ := h.rt.requests()
+	if req := attaches[0]; !req.Tty || !req.Stdin || !req.Stdout || req.Stderr {
 		t.Errorf("attach request %+v: TTY from the container spec", req)
 	}
 	conn, br, code, body = h.upgrade(t, "POST", "/portForward/default/web", nil)
@@ -170,7 +173,8 @@ func TestAttachAndPortForwardProxied(t *testing.T) {
 		t.Fatalf("portForward: %d %q", code, body)
 	}
 	echo(t, conn, br, "/portforward/sb-web")
-	if req := h.rt.pfReqs[0]; req.PodSandboxId != "sb-web" || len(req.Port) != 0 {
+	_, _, pfs := h.rt.requests()
+	if req := pfs[0]; req.PodSandboxId != "sb-web" || len(req.Port) != 0 {
 		t.Errorf("port-forward request %+v", req)
 	}
 	// A WebSocket port-forward names its ports in the query.
@@ -180,7 +184,8 @@ func TestAttachAndPortForwardProxied(t *testing.T) {
 		t.Fatalf("websocket portForward: %d %q", code, body)
 	}
 	echo(t, conn, br, "/portforward/sb-web")
-	if req := h.rt.pfReqs[1]; !slices.Equal(req.Port, []int32{80, 8080, 9090}) {
+	_, _, pfs = h.rt.requests()
+	if req := pfs[1]; !slices.Equal(req.Port, []int32{80, 8080, 9090}) {
 		t.Errorf("websocket port-forward ports %v", req.Port)
 	}
 }
@@ -329,8 +334,9 @@ func TestSPDYThroughProxy(t *testing.T) {
 	if err != nil || string(got) != "hello over spdy" {
 		t.Errorf("SPDY echo %q %v", got, err)
 	}
-	if rt.execReqs[0].ContainerId != "web-app" || !slices.Equal(rt.execReqs[0].Cmd, []string{"cat"}) {
-		t.Errorf("exec request %+v", rt.execReqs[0])
+	execs, _, _ := rt.requests()
+	if execs[0].ContainerId != "web-app" || !slices.Equal(execs[0].Cmd, []string{"cat"}) {
+		t.Errorf("exec request %+v", execs[0])
 	}
 }
 

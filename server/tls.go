@@ -233,8 +233,8 @@ type certMetrics struct {
 	renewErr prometheus.Counter
 }
 
-func newCertMetrics(reg prometheus.Registerer, current func() *tls.Certificate, clk clock.PassiveClock) (*certMetrics, error) {
-	m := &certMetrics{
+func newCertMetrics() *certMetrics {
+	return &certMetrics{
 		rotation: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubelet",
 			Name:      "certificate_manager_server_rotation_seconds",
@@ -247,8 +247,13 @@ func newCertMetrics(reg prometheus.Registerer, current func() *tls.Certificate, 
 			Help:      "[ALPHA] Counter of certificate renewal errors.",
 		}),
 	}
+}
+
+// register registers the metrics and the TTL gauge of current's
+// certificate with reg (nil registers nothing).
+func (m *certMetrics) register(reg prometheus.Registerer, current func() *tls.Certificate, clk clock.PassiveClock) error {
 	if reg == nil {
-		return m, nil
+		return nil
 	}
 	ttl := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Subsystem: "kubelet",
@@ -263,10 +268,10 @@ func newCertMetrics(reg prometheus.Registerer, current func() *tls.Certificate, 
 	})
 	for _, c := range []prometheus.Collector{m.rotation, m.renewErr, ttl} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register certificate manager metrics: %w", err)
+			return fmt.Errorf("register certificate manager metrics: %w", err)
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // newBootstrapManager returns client-go's certificate manager set up as the
