@@ -11,7 +11,8 @@
 //   - /healthz (and /healthz/ping, /healthz/log, /healthz/syncloop, plus
 //     Options.HealthChecks), /pods, /runningpods/, /configz;
 //   - /metrics, /metrics/resource, /metrics/cadvisor, /metrics/probes from
-//     the prometheus.Gatherers in Options, /stats/summary (and
+//     the prometheus.Gatherers in Options, /metrics/slis (the healthz
+//     checks' SLIs), /stats/summary (and
 //     ?only_cpu_and_memory=true) from the Summary funcs;
 //   - /containerLogs/{namespace}/{pod}/{container} reading the CRI log
 //     format (follow, tailLines, limitBytes, sinceSeconds, sinceTime,

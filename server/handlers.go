@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -52,7 +53,8 @@ func (s *Server) defaultRoutes() []Route {
 		}},
 	}, o.HealthChecks...)
 	routes := []Route{
-		{Path: healthzPath, Handler: healthzHandler("healthz", checks), ReadOnly: true},
+		{Path: healthzPath, Handler: healthzHandler("healthz", checks, s.slis), ReadOnly: true},
+		{Path: "/metrics/slis", Handler: s.slis.handler(), ReadOnly: true},
 		{Path: podsPath, Methods: getOnly, Handler: http.HandlerFunc(s.getPods), ReadOnly: true},
 		{Path: "/stats/summary", Methods: getOrPost, Handler: http.HandlerFunc(s.getSummary), ReadOnly: true},
 		{Path: metricsPath, Handler: metricsHandler(o.Metrics), ReadOnly: true},
@@ -115,10 +117,14 @@ func disabled(msg string) http.Handler {
 	})
 }
 
+// errExcluded marks a check skipped with ?exclude=.
+var errExcluded = errors.New("excluded")
+
 // healthzHandler runs every check as the API server's healthz root
 // handler: "ok", or with ?verbose each check's line; on failure 500 with
-// the failed checks' reasons withheld. ?exclude=<name> skips a check.
-func healthzHandler(name string, checks []HealthCheck) http.Handler {
+// the failed checks' reasons withheld. ?exclude=<name> skips a check. Each
+// result is recorded in the SLI metrics.
+func healthzHandler(name string, checks []HealthCheck, slis *sliMetrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var excluded []string
 		verbose := false
@@ -127,37 +133,39 @@ func healthzHandler(name string, checks []HealthCheck) http.Handler {
 			excluded = q["exclude"]
 			_, verbose = q["verbose"]
 		}
-		// Fast path: nothing excluded, all checks pass, not verbose.
-		if len(excluded) == 0 && !verbose {
-			ok := true
-			for _, c := range checks {
-				if c.Check(r) != nil {
-					ok = false
-					break
-				}
-			}
-			if ok {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				w.Header().Set("X-Content-Type-Options", "nosniff")
-				_, _ = w.Write([]byte("ok"))
-				return
-			}
-		}
-		var out strings.Builder
-		var failed []string
+		var buf [8]error
+		results := buf[:0]
+		failed := false
 		for _, c := range checks {
 			if slices.Contains(excluded, c.Name) {
+				results = append(results, errExcluded)
+				continue
+			}
+			err := c.Check(r)
+			slis.observe(c.Name, name, err)
+			if err != nil {
+				klog.FromContext(r.Context()).V(2).Info("Health check failed", "check", c.Name, "err", err)
+				failed = true
+			}
+			results = append(results, err)
+		}
+		if !failed && !verbose && len(excluded) == 0 {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			_, _ = w.Write([]byte("ok"))
+			return
+		}
+		var out strings.Builder
+		for i, c := range checks {
+			switch err := results[i]; {
+			case err == errExcluded:
 				fmt.Fprintf(&out, "[+]%s excluded: ok\n", c.Name)
 				excluded = slices.DeleteFunc(excluded, func(e string) bool { return e == c.Name })
-				continue
-			}
-			if err := c.Check(r); err != nil {
+			case err != nil:
 				fmt.Fprintf(&out, "[-]%s failed: reason withheld\n", c.Name)
-				klog.FromContext(r.Context()).V(2).Info("Health check failed", "check", c.Name, "err", err)
-				failed = append(failed, c.Name)
-				continue
+			default:
+				fmt.Fprintf(&out, "[+]%s ok\n", c.Name)
 			}
-			fmt.Fprintf(&out, "[+]%s ok\n", c.Name)
 		}
 		if len(excluded) > 0 {
 			quoted := make([]string, len(excluded))
@@ -166,7 +174,7 @@ func healthzHandler(name string, checks []HealthCheck) http.Handler {
 			}
 			fmt.Fprintf(&out, "warn: some health checks cannot be excluded: no matches for %s\n", strings.Join(quoted, ","))
 		}
-		if len(failed) > 0 {
+		if failed {
 			http.Error(w, out.String()+name+" check failed", http.StatusInternalServerError)
 			return
 		}

@@ -39,6 +39,23 @@ func TestHealthz(t *testing.T) {
 	if code != 500 || body != "[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\n[+]extra ok\nhealthz check failed\n" {
 		t.Errorf("failing /healthz: %d %q", code, body)
 	}
+	_, body, _ = do(t, h, "GET", "/metrics/slis", nil)
+	for _, want := range []string{
+		`kubernetes_healthcheck{name="syncloop",type="healthz"} 0`,
+		`kubernetes_healthcheck{name="ping",type="healthz"} 1`,
+		`kubernetes_healthchecks_total{name="syncloop",status="error",type="healthz"} 1`,
+		`kubernetes_healthchecks_total{name="syncloop",status="success",type="healthz"} 3`,
+		`kubernetes_healthchecks_total{name="ping",status="success",type="healthz"} 4`,
+		`kubernetes_healthchecks_total{name="log",status="success",type="healthz"} 3`, // excluded once
+	} {
+		contains(t, "/metrics/slis", body, want)
+	}
+	if code, body, _ := do(t, h, "DELETE", "/metrics/slis", nil); code != 200 || body != "metrics reset\n" {
+		t.Errorf("DELETE /metrics/slis: %d %q", code, body)
+	}
+	if _, body, _ := do(t, h, "GET", "/metrics/slis", nil); strings.Contains(body, "kubernetes_healthcheck") {
+		t.Errorf("after reset: %q", body)
+	}
 	code, body, _ = do(t, h, "GET", "/healthz/syncloop", nil)
 	if code != 500 || body != "internal server error: sync loop took too long\n" {
 		t.Errorf("failing /healthz/syncloop: %d %q", code, body)
@@ -240,7 +257,7 @@ func TestReadOnlyServer(t *testing.T) {
 	o.Authentication = AuthnOptions{DisableWebhook: true} // secure port: no anonymous
 	s := mustNew(t, o)
 	ro := s.ReadOnlyHandler()
-	for _, p := range []string{"/healthz", "/healthz/ping", "/pods", "/metrics", "/metrics/resource", "/metrics/cadvisor", "/metrics/probes"} {
+	for _, p := range []string{"/healthz", "/healthz/ping", "/pods", "/metrics", "/metrics/resource", "/metrics/cadvisor", "/metrics/probes", "/metrics/slis"} {
 		if code, _, _ := do(t, ro, "GET", p, nil); code != 200 {
 			t.Errorf("read-only GET %s: %d", p, code)
 		}

@@ -53,6 +53,7 @@ type Server struct {
 	readOnly http.Handler
 	cas      *caBundle
 	metrics  *httpMetrics
+	slis     *sliMetrics
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -68,7 +69,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, ready: make(chan struct{})}
+	s := &Server{opts: o, ready: make(chan struct{}), slis: newSLIMetrics()}
 	if o.Authentication.ClientCAFile != "" {
 		s.cas = &caBundle{path: o.Authentication.ClientCAFile, clock: o.Clock, interval: defaultCertReloadCheckInterval}
 	}
