@@ -307,16 +307,15 @@ func TestHTTPMetrics(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	for name, mut := range map[string]func(*Options){
-		"no node name":     func(o *Options) { o.NodeName = "" },
-		"no pods":          func(o *Options) { o.Pods = nil },
-		"bad address":      func(o *Options) { o.Address = "node" },
-		"bad port":         func(o *Options) { o.Port = 70000 },
-		"cert without key": func(o *Options) { o.TLS.CertFile = "x" },
-		"bad mode":         func(o *Options) { o.Authorization.Mode = "RBAC" },
-		"webhook, no client": func(o *Options) {
-			o.Port = 0
-			o.Authentication.DisableWebhook = false
-		},
+		"no node name":             func(o *Options) { o.NodeName = "" },
+		"no pods":                  func(o *Options) { o.Pods = nil },
+		"bad address":              func(o *Options) { o.Address = "node" },
+		"bad port":                 func(o *Options) { o.Port = 70000 },
+		"cert without key":         func(o *Options) { o.TLS.CertFile = "x" },
+		"bad mode":                 func(o *Options) { o.Authorization.Mode = "RBAC" },
+		"token webhook, no client": func(o *Options) { o.Authentication.DisableWebhook = false },
+		"SAR webhook, no client":   func(o *Options) { o.Authorization.Mode = "" },
+		"bootstrap, no client":     func(o *Options) { o.TLS.Bootstrap = true },
 	} {
 		o := baseOptions()
 		mut(&o)

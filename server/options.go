@@ -106,8 +106,10 @@ type Options struct {
 	Metrics, ResourceMetrics, CadvisorMetrics, ProbeMetrics prometheus.Gatherer
 
 	// Configz returns the configuration /configz serves under
-	// "kubeletconfig" (the kubelet serves its v1beta1 KubeletConfiguration).
-	// Nil: /configz serves {}.
+	// "kubeletconfig". The kubelet serves its v1beta1 KubeletConfiguration
+	// with kind and apiVersion set; return that to look the same. It is
+	// called per request and must be safe for concurrent use. Nil: /configz
+	// serves {}.
 	Configz func() any
 
 	// CheckpointDir is where /checkpoint has the runtime write container
@@ -268,9 +270,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Authorization.UnauthorizedTTL == 0 {
 		o.Authorization.UnauthorizedTTL = DefaultUnauthorizedTTL
 	}
-	needClient := !o.Authentication.DisableWebhook || o.Authorization.Mode == AuthorizationModeWebhook || o.TLS.Bootstrap
-	if needClient && o.Client == nil && o.Port > 0 {
-		return o, errors.New("server: Client is required for the token webhook, Webhook authorization or TLS bootstrap")
+	if o.TLS.Bootstrap && o.Client == nil {
+		return o, errors.New("server: Client is required for TLS bootstrap")
 	}
 	if o.CheckpointDir == "" {
 		o.CheckpointDir = DefaultCheckpointDir
