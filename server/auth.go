@@ -16,8 +16,11 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/klog/v2"
@@ -270,12 +273,13 @@ func (a *x509Authenticator) authenticate(r *http.Request) (*User, bool, error) {
 
 // tokenAuthenticator checks bearer tokens with TokenReview and caches the
 // answers (authenticated or not) for ttl under the token's SHA-256; failed
-// calls are not cached.
+// calls are retried (see retry) and not cached.
 type tokenAuthenticator struct {
 	client  authnclient.TokenReviewInterface
 	cache   *cache.LRUExpireCache
 	ttl     time.Duration
 	timeout time.Duration
+	clock   clock.Clock
 }
 
 type tokenResult struct {
@@ -355,9 +359,11 @@ func (a *tokenAuthenticator) review(ctx context.Context, token string) (*User, b
 		res := v.(tokenResult)
 		return copyUser(res.user), res.ok, res.err
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	tr, err := a.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	var tr *authnv1.TokenReview
+	err := retry(ctx, a.clock, a.timeout, func(ctx context.Context) (err error) {
+		tr, err = a.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to make webhook authenticator request")
 		return nil, false, fmt.Errorf("token review: %w", err)
@@ -397,13 +403,14 @@ func (alwaysAllow) Authorize(context.Context, Attributes) (Decision, string, err
 
 // sarAuthorizer asks the API server with SubjectAccessReview and caches
 // allowed answers for authorizedTTL and the others for unauthorizedTTL;
-// failed calls are not cached.
+// failed calls are retried (see retry) and not cached.
 type sarAuthorizer struct {
 	client          authzclient.SubjectAccessReviewInterface
 	cache           *cache.LRUExpireCache
 	authorizedTTL   time.Duration
 	unauthorizedTTL time.Duration
 	timeout         time.Duration
+	clock           clock.Clock
 }
 
 type sarResult struct {
@@ -435,9 +442,11 @@ func (a *sarAuthorizer) Authorize(ctx context.Context, attr Attributes) (Decisio
 		res := v.(sarResult)
 		return decision(res.allowed), res.reason, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	sar, err := a.client.Create(ctx, &authzv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+	var sar *authzv1.SubjectAccessReview
+	err := retry(ctx, a.clock, a.timeout, func(ctx context.Context) (err error) {
+		sar, err = a.client.Create(ctx, &authzv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return DecisionNoOpinion, "", fmt.Errorf("subject access review: %w", err)
 	}
@@ -539,4 +548,43 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(msg))
+}
+
+// Webhook retries, as the kubelet's DefaultAuthWebhookRetryBackoff: up to
+// 5 attempts, 500ms apart growing by 1.5 (±20% jitter).
+const (
+	webhookAttempts     = 5
+	webhookInitialDelay = 500 * time.Millisecond
+)
+
+// retry runs call, each attempt bounded by timeout, until it succeeds,
+// fails with an error that is not transient, ctx is done, or the attempts
+// run out; it waits on clk between attempts.
+func retry(ctx context.Context, clk clock.Clock, timeout time.Duration, call func(context.Context) error) error {
+	delay := webhookInitialDelay
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		err := call(actx)
+		cancel()
+		if err == nil || !transient(err) || attempt == webhookAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-clk.After(wait.Jitter(delay, 0.2)):
+		}
+		delay = time.Duration(float64(delay) * 1.5)
+	}
+}
+
+// transient reports whether a webhook call's error is worth retrying, as
+// the kubelet's webhook.DefaultShouldRetry: a reset or lost connection, an
+// internal error, a timeout, throttling, or an answer asking to retry.
+func transient(err error) bool {
+	if utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err) || apierrors.IsInternalError(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) {
+		return true
+	}
+	_, retry := apierrors.SuggestsClientDelay(err)
+	return retry
 }

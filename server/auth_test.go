@@ -13,6 +13,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -366,5 +367,78 @@ func TestCustomAuthenticatorAndAuthorizer(t *testing.T) {
 	code, body, _ := do(t, s.Handler(), "GET", "/metrics", nil)
 	if code != http.StatusForbidden || body != "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[metrics])\n" {
 		t.Errorf("no opinion: %d %q", code, body)
+	}
+}
+
+func TestWebhookRetries(t *testing.T) {
+	h := newAuthHarness(t, false, func(authzv1.SubjectAccessReviewSpec) bool { return true })
+	var mu sync.Mutex
+	sarFails, tokenFails := 2, 1
+	client := fake.NewClientset()
+	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if sarFails > 0 {
+			sarFails--
+			return true, nil, apierrors.NewInternalError(errors.New("etcd hiccup"))
+		}
+		return h.sar.react(a)
+	})
+	client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if tokenFails > 0 {
+			tokenFails--
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return h.token.react(a)
+	})
+	o := h.s.opts
+	o.Client = client
+	s := mustNew(t, o)
+	done := make(chan int)
+	go func() {
+		req := httptest.NewRequest("GET", "/healthz", nil)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		done <- rec.Code
+	}()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case code := <-done:
+			if code != http.StatusOK {
+				t.Fatalf("after transient webhook errors: %d, want 200", code)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if sarFails != 0 || tokenFails != 0 || h.sar.count() != 1 || h.token.count() != 1 {
+				t.Errorf("attempts left sar %d token %d; successes sar %d token %d", sarFails, tokenFails, h.sar.count(), h.token.count())
+			}
+			return
+		case <-deadline:
+			t.Fatal("request did not finish")
+		case <-time.After(5 * time.Millisecond):
+			h.clk.Step(time.Second)
+		}
+	}
+}
+
+func TestTransientErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewInternalError(errors.New("x")), true},
+		{apierrors.NewTimeoutError("x", 1), true},
+		{apierrors.NewTooManyRequests("x", 1), true},
+		{apierrors.NewServiceUnavailable("x"), false},
+		{apierrors.NewForbidden(authzv1.Resource("subjectaccessreviews"), "", errors.New("x")), false},
+		{errors.New("plain"), false},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -88,6 +88,7 @@ func New(opts Options) (*Server, error) {
 				cache:   cache.NewLRUExpireCacheWithClock(defaultCacheSize, o.Clock),
 				ttl:     o.Authentication.CacheTTL,
 				timeout: defaultWebhookRequestTimeout,
+				clock:   o.Clock,
 			}
 		}
 		authn = a
@@ -106,6 +107,7 @@ func New(opts Options) (*Server, error) {
 				authorizedTTL:   o.Authorization.AuthorizedTTL,
 				unauthorizedTTL: o.Authorization.UnauthorizedTTL,
 				timeout:         defaultWebhookRequestTimeout,
+				clock:           o.Clock,
 			}
 		}
 	}
