@@ -299,6 +299,9 @@ func follow(t *testing.T, h http.Handler, target string) *follower {
 	if resp.StatusCode != 200 {
 		t.Fatalf("follow %s: %d", target, resp.StatusCode)
 	}
+	// Cleanups run last-registered first: closing the body ends the
+	// request, so the server can close.
+	t.Cleanup(func() { resp.Body.Close() })
 	f := &follower{lines: make(chan string, 100), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -391,6 +394,13 @@ func TestContainerLogsFollow(t *testing.T) {
 func TestContainerLogsFollowLimitAndTruncate(t *testing.T) {
 	h := newLogHarness(t)
 	f := follow(t, mustNew(t, h.opts).Handler(), "/containerLogs/default/web/app?follow=true&tailLines=0&limitBytes=12")
+	// Wait until the reader has taken its position (the end of the file)
+	// and polls.
+	for deadline := time.Now().Add(20 * time.Second); !h.clk.HasWaiters(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never started polling")
+		}
+	}
 	// copytruncate: the file shrinks and starts over.
 	h.write("1.log", criLines(5, 5))
 	f.expect(t, h.clk, "line5\n")
