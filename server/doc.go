@@ -1,0 +1,60 @@
+// Package server is the kubelet's node API: the HTTPS server on port 10250
+// that the API server, kubectl (logs, exec, attach, port-forward, top),
+// metrics-server and Prometheus talk to, and the optional plain-HTTP
+// read-only port.
+//
+// # What it serves
+//
+// With the kubelet's paths, status codes and error texts (k8s.io/kubernetes
+// v1.37 pkg/kubelet/server):
+//
+//   - /healthz (and /healthz/ping, /healthz/log, /healthz/syncloop, plus
+//     Options.HealthChecks), /pods, /runningpods/, /configz;
+//   - /metrics, /metrics/resource, /metrics/cadvisor, /metrics/probes from
+//     the prometheus.Gatherers in Options, /metrics/slis (the healthz
+//     checks' SLIs), /stats/summary (and
+//     ?only_cpu_and_memory=true) from the Summary funcs;
+//   - /containerLogs/{namespace}/{pod}/{container} reading the CRI log
+//     format (follow, tailLines, limitBytes, sinceSeconds, sinceTime,
+//     timestamps, previous; rotated files with Options.ReadRotatedLogs);
+//   - /exec, /attach, /portForward and /run through the CRI: the runtime's
+//     streaming URL is proxied to (SPDY and WebSocket upgrades pass
+//     through unchanged); /checkpoint through CRI CheckpointContainer;
+//   - /logs/ (files and directory listings under /var/log) and
+//     /debug/pprof/.
+//
+// # Security
+//
+// Every request on the secure port is authenticated (x509 client
+// certificates against the client CA file, bearer tokens through
+// TokenReview with a cache, anonymous only when enabled; else 401) and
+// authorized (SubjectAccessReview on nodes/<node> with the kubelet's
+// path → subresource mapping and the fine-grained pods/healthz/configz
+// fallback to proxy, cached 5m/30s; or AlwaysAllow; else 403). The serving
+// certificate is tlsCertFile/tlsPrivateKeyFile (reloaded when they
+// change), a self-signed pair in the certificate directory, or, with
+// serverTLSBootstrap, issued through the CertificateSigningRequest API and
+// rotated by client-go's certificate manager. HTTP/2 is offered by ALPN.
+//
+// # Swapping pieces
+//
+// Routes are the unit of replacement. Add a Route to Options.Routes (or,
+// with fx, to the RouteGroup value group): a route with the same Path as a
+// default one replaces it, a route with a nil Handler removes it, others
+// are added. Authentication and authorization wrap every route; a Route
+// can name the subresources it is authorized against. A node whose pods
+// are not run by a CRI runtime replaces the containerLogs, exec, attach
+// and portForward routes with its own handlers (and leaves Runtime nil).
+// Options.Authenticator and Options.Authorizer replace the built-in
+// authentication and authorization.
+//
+// # Not implemented
+//
+// The journal/log query mode of /logs/ (enableSystemLogQuery; accepted and
+// logged as ignored), /debug/flags/v, /statusz, /flagz and /allocatedPods
+// (404; their authorization mapping is in place), and the
+// kubelet's WebSocket v5 → SPDY translation for exec/attach
+// (ExtendWebSocketsToKubelet): a node must not declare that feature in
+// status.declaredFeatures, so the API server translates WebSockets itself
+// and speaks SPDY to this server.
+package server

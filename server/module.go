@@ -1,0 +1,64 @@
+package server
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// RouteGroup is the fx value group of Route an embedder adds to, to serve
+// another endpoint or to replace (same Path) or remove (nil Handler) a
+// default one.
+const RouteGroup = "node_api_routes"
+
+// Module provides the node API *Server, built from the graph's Options and
+// the routes in the RouteGroup value group, and runs it from the
+// application's start to its stop. Options fields left zero are filled
+// from the graph: Client from kubernetes.Interface, Clock from the optional
+// clock.Clock (when it has tickers), Registerer from the optional
+// prometheus.Registerer. The server logs with the optional logr.Logger
+// (klog's by default) under the name "server".
+var Module = fx.Module("server",
+	fx.Provide(provide),
+	fx.Invoke(func(*Server) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options    Options
+	Routes     []Route               `group:"node_api_routes"`
+	Client     kubernetes.Interface  `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Server, error) {
+	opts := p.Options
+	if opts.Client == nil {
+		opts.Client = p.Client
+	}
+	if opts.Clock == nil {
+		if c, ok := p.Clock.(clock.WithTicker); ok {
+			opts.Clock = c
+		}
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = p.Registerer
+	}
+	opts.Routes = append(append([]Route(nil), opts.Routes...), p.Routes...)
+	s, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "server", s.Run)
+	return s, nil
+}
