@@ -543,6 +543,7 @@ func (m *Manager) finish(w *worker, keep bool) {
 	w.running = false
 	w.ran = true
 	m.inflight--
+	m.pool.willReturn()
 	if w.stopped {
 		m.metrics.forget(w)
 		return

@@ -97,6 +97,8 @@ type notifier struct {
 	pending map[types.UID]struct{}
 	queue   []types.UID
 	head    int
+	// sending is the UID taken from the queue and not yet received.
+	sending types.UID
 	signal  chan struct{}
 	out     chan types.UID
 }
@@ -105,7 +107,7 @@ func newNotifier() *notifier {
 	return &notifier{
 		pending: make(map[types.UID]struct{}),
 		signal:  make(chan struct{}, 1),
-		out:     make(chan types.UID, 16),
+		out:     make(chan types.UID),
 	}
 }
 
@@ -135,7 +137,15 @@ func (n *notifier) next() (types.UID, bool) {
 	n.queue[n.head] = ""
 	n.head++
 	delete(n.pending, uid)
+	n.sending = uid
 	return uid, true
+}
+
+// sent records that the UID in hand was received (or dropped).
+func (n *notifier) sent() {
+	n.mu.Lock()
+	n.sending = ""
+	n.mu.Unlock()
 }
 
 // run forwards queued UIDs to out until ctx is done.
@@ -152,8 +162,10 @@ func (n *notifier) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			n.sent()
 			return
 		case n.out <- uid:
+			n.sent()
 		}
 	}
 }

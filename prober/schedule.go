@@ -61,18 +61,26 @@ func (m *Manager) schedule(ctx context.Context) {
 			}
 			m.pool.submit(w)
 		}
-		wait := time.Duration(-1)
+		var top time.Time
 		if len(m.heap) > 0 {
-			wait = max(m.heap[0].next.Sub(now), m.resolution)
+			top = m.heap[0].next
 		}
 		m.mu.Unlock()
 
 		var fired <-chan time.Time
-		if wait >= 0 {
+		if !top.IsZero() {
+			wait := max(top.Sub(now), m.resolution)
 			if timer == nil {
 				timer = m.clock.NewTimer(wait)
 			} else {
 				timer.Reset(wait)
+			}
+			// The timer counts from the clock's time at Reset: if the
+			// clock moved past the next run since now was read (a fake
+			// clock's step), it would fire too late. Look again instead.
+			if !m.clock.Now().Before(top) {
+				stopTimer(timer)
+				continue
 			}
 			fired = timer.C()
 		}
@@ -81,14 +89,20 @@ func (m *Manager) schedule(ctx context.Context) {
 			return
 		case <-fired:
 		case <-m.wake:
-			if timer != nil && !timer.Stop() {
-				// Drain a value that fired meanwhile (fake clocks and
-				// pre-1.23 timer semantics keep it).
-				select {
-				case <-timer.C():
-				default:
-				}
+			if timer != nil {
+				stopTimer(timer)
 			}
+		}
+	}
+}
+
+// stopTimer stops t and drains a value it fired meanwhile (fake clocks keep
+// it), so its next Reset starts clean.
+func stopTimer(t clock.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C():
+		default:
 		}
 	}
 }
@@ -102,23 +116,30 @@ func (m *Manager) wakeScheduler() {
 }
 
 // pool runs probe runs on reusable goroutines. A run never waits for
-// another: when no goroutine is idle a new one starts, so a slow or hung
+// another: every queued run is matched by a goroutine that is about to look
+// at the queue (starting, woken, or done with its run), parked goroutines are
+// woken, and new ones start only when none is parked; so a slow or hung
 // probe only ever holds up its own worker. At most maxIdle goroutines stay
 // parked; the rest exit when they find nothing to do. As a worker is never
-// run twice at once, the pool never holds more goroutines than there are
-// workers plus maxIdle.
+// run twice at once, no more goroutines run probes than there are workers.
 type pool struct {
-	mu      sync.Mutex
-	cond    sync.Cond
-	queue   []*worker
-	head    int
-	idle    int // parked goroutines not yet signalled
-	total   int
-	maxIdle int
-	started uint64 // goroutines ever started
-	closed  bool
-	run     func(*worker)
-	wg      sync.WaitGroup
+	mu   sync.Mutex
+	cond sync.Cond
+	// queue[head:] are the runs waiting for a goroutine.
+	queue []*worker
+	head  int
+	// Goroutines by state: parked and not woken; woken and not yet back
+	// at the queue; started and not yet at the queue; done with a run
+	// (willReturn) and not yet back at the queue. The last three will look
+	// at the queue without waiting on a probe.
+	idle, woken, starting, returning int
+	total                            int
+	maxIdle                          int
+	started                          uint64 // goroutines ever started
+	closed                           bool
+	// run runs w and calls willReturn once the probe is over.
+	run func(*worker)
+	wg  sync.WaitGroup
 }
 
 func newPool(maxIdle int, run func(*worker)) *pool {
@@ -127,26 +148,32 @@ func newPool(maxIdle int, run func(*worker)) *pool {
 	return p
 }
 
-// submit queues w for a run on an idle or a new goroutine. It never blocks
-// for long (only on the pool's lock).
+// submit queues w. It blocks only on the pool's lock.
 func (p *pool) submit(w *worker) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.queue = append(p.queue, w)
+	if len(p.queue)-p.head <= p.woken+p.starting+p.returning {
+		// A goroutine on its way to the queue will take it.
+		return
+	}
 	if p.idle > 0 {
 		p.idle--
+		p.woken++
 		p.cond.Signal()
-	} else {
-		p.total++
-		p.started++
-		p.wg.Add(1)
-		go p.loop()
+		return
 	}
-	p.mu.Unlock()
+	p.starting++
+	p.total++
+	p.started++
+	p.wg.Add(1)
+	go p.loop()
 }
 
 func (p *pool) loop() {
 	defer p.wg.Done()
 	p.mu.Lock()
+	p.starting--
 	for {
 		if p.head == len(p.queue) {
 			p.queue, p.head = p.queue[:0], 0
@@ -157,6 +184,9 @@ func (p *pool) loop() {
 			}
 			p.idle++
 			p.cond.Wait()
+			if !p.closed {
+				p.woken--
+			}
 			continue
 		}
 		w := p.queue[p.head]
@@ -165,15 +195,24 @@ func (p *pool) loop() {
 		p.mu.Unlock()
 		p.run(w)
 		p.mu.Lock()
+		p.returning--
 	}
 }
 
-// close makes idle goroutines exit once the queue is drained and waits for
+// willReturn tells the pool that the calling goroutine's probe run is over
+// and, bar bookkeeping that never blocks, it is going back to the queue.
+// run calls it exactly once per run.
+func (p *pool) willReturn() {
+	p.mu.Lock()
+	p.returning++
+	p.mu.Unlock()
+}
+
+// close makes the goroutines exit once the queue is drained and waits for
 // all of them.
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
-	p.idle = 0
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
