@@ -292,4 +292,3 @@ func (n *notifier) queued() int {
 	}
 	return p
 }
-
