@@ -248,8 +248,8 @@ func TestTCP(t *testing.T) {
 	host, port := hostPort(t, l.Addr())
 	h := NewTCPHandler()
 	tg := &Target{Container: &v1.Container{Ports: []v1.ContainerPort{{Name: "db", ContainerPort: int32(port)}}},
-		Probe:  &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromString("db")}}},
-		PodIP:  host, Timeout: time.Second}
+		Probe: &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromString("db")}}},
+		PodIP: host, Timeout: time.Second}
 	if res, out, err := h.Probe(context.Background(), tg); res != Success || out != "" || err != nil {
 		t.Errorf("listening: %s, %q, %v", res, out, err)
 	}
@@ -309,8 +309,8 @@ func TestTCPTimeout(t *testing.T) {
 		fill = append(fill, c)
 	}
 	tg := &Target{Container: &v1.Container{},
-		Probe:  &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}},
-		PodIP:  "127.0.0.1", Timeout: 200 * time.Millisecond}
+		Probe: &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}},
+		PodIP: "127.0.0.1", Timeout: 200 * time.Millisecond}
 	res, out, err := NewTCPHandler().Probe(context.Background(), tg)
 	if res != Failure || !strings.Contains(out, "i/o timeout") || err != nil {
 		t.Errorf("full accept queue: %s, %q, %v", res, out, err)
