@@ -443,6 +443,7 @@ type worker struct {
 	lastResult podstate.ProbeResult
 	resultRun  int
 	onHold     bool
+	noted      bool // unsupported alpha fields were logged
 	target     Target
 	metrics    workerMetrics
 

@@ -203,6 +203,17 @@ func (m *Manager) probe(ctx context.Context, w *worker) (podstate.ProbeResult, e
 		output string
 		err    error
 	)
+	if !w.noted {
+		w.noted = true
+		if g := w.spec.HTTPGet; g != nil && g.Protocol != nil && *g.Protocol == v1.HTTPProtocolHTTP2 {
+			log.Info("HTTP/2 cleartext probes (alpha H2CContainerProbe) are not supported; probing with HTTP/1.1 as a kubelet with the gate off",
+				"pod", podRef(w), "containerName", w.container.Name, "probeType", w.probeType)
+		}
+		if g := w.spec.GRPC; g != nil && g.Mode != nil && *g.Mode == v1.GRPCProbeModeTLS {
+			log.Info("TLS gRPC probes (alpha GRPCContainerProbeTLS) are not supported; probing without TLS as a kubelet with the gate off",
+				"pod", podRef(w), "containerName", w.container.Name, "probeType", w.probeType)
+		}
+	}
 	h := m.handlers[KindOf(w.spec)]
 	if h == nil {
 		result, err = Unknown, fmt.Errorf("missing probe handler for %s_%s(%s):%s", w.podName, w.namespace, w.key.uid, w.container.Name)
