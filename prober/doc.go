@@ -145,20 +145,21 @@
 //
 // # What an embedder can swap
 //
-//   - A probe kind's handler: provide a Handler whose Kind is that of a
-//     default and it replaces the default (Options.Handlers, or the value
-//     group HandlerGroup with fx); a new kind is added the same way. Two
-//     handlers of one kind are an error. For example, exec probes run
-//     in-process by a pod-level backend:
-//
-//     fx.Provide(fx.Annotate(newMyExecHandler, fx.As(new(prober.Handler)),
-//     fx.ResultTags(`group:"probe_handlers"`)))
-//
+//   - A probe kind's handler: a Handler whose Kind is that of a default
+//     replaces the default (Options.Handlers, or the value group
+//     HandlerGroup with fx); a new kind is added the same way. Two handlers
+//     of one kind are an error.
 //   - How exec commands reach containers: Options.Exec (any ExecRunner).
 //   - Where pod status comes from: Options.PodStatus.
 //   - The clock, the event recorder and the metrics registry.
 //   - The whole prober: the loop, the status generator and the runtime
-//     consume it through small funcs and interfaces (AddPod/RemovePod...,
-//     func(containerID) (success, known bool), Liveness/Startup), so another
-//     implementation can stand in without this package.
+//     consume it through small funcs and interfaces (AddPod, RemovePod...,
+//     func(containerID) (success, known bool), Liveness and Startup), so
+//     another implementation can stand in without this package.
+//
+// For example, a pod-level backend that runs its containers in-process
+// answers exec probes itself (see Example_module):
+//
+//	fx.Provide(fx.Annotate(newInProcessExec, fx.As(new(prober.Handler)),
+//		fx.ResultTags(`group:"probe_handlers"`)))
 package prober
