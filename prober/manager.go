@@ -19,8 +19,8 @@ import (
 	"github.com/nodekit/nodekit/podstate"
 )
 
-// DefaultMaxIdleGoroutines is Options.MaxIdleGoroutines' default.
-const DefaultMaxIdleGoroutines = 64
+// DefaultParallelism is Options.Parallelism's default.
+const DefaultParallelism = 64
 
 // Options configure a Manager. PodStatus is required.
 type Options struct {
@@ -45,10 +45,12 @@ type Options struct {
 	// prober_probe_duration_seconds. The kubelet serves them on
 	// /metrics/probes, from a registry of their own. Nil records none.
 	Registerer prometheus.Registerer
-	// MaxIdleGoroutines is how many probe-running goroutines stay parked
-	// between runs; more start when more probes run at once, and exit
-	// again. Default DefaultMaxIdleGoroutines.
-	MaxIdleGoroutines int
+	// Parallelism is how many probe runs proceed at once before further
+	// due runs wait for one to finish; a run that has lasted 10 ms no
+	// longer counts, so slow and hung probes never hold up others. It is
+	// also how many probe goroutines stay parked between runs. Default
+	// DefaultParallelism.
+	Parallelism int
 }
 
 // Manager runs the probes of the pods it is given and caches their results,
@@ -99,8 +101,8 @@ func New(opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.MaxIdleGoroutines <= 0 {
-		opts.MaxIdleGoroutines = DefaultMaxIdleGoroutines
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = DefaultParallelism
 	}
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -135,7 +137,7 @@ func New(opts Options) (*Manager, error) {
 		given[k] = h
 		m.handlers[k] = h
 	}
-	m.pool = newPool(opts.MaxIdleGoroutines, m.execute)
+	m.pool = newPool(opts.Parallelism, opts.Clock, m.execute)
 	return m, nil
 }
 
@@ -463,6 +465,9 @@ type worker struct {
 	triggered bool // run again as soon as possible
 	ctx       context.Context
 	cancel    context.CancelFunc
+
+	// slot is the pool goroutine's slot while the worker runs.
+	slot *runSlot
 }
 
 func newWorker(pod *v1.Pod, c *v1.Container, t ProbeType, p *v1.Probe) *worker {
@@ -544,7 +549,7 @@ func (m *Manager) finish(w *worker, keep bool) {
 	w.running = false
 	w.ran = true
 	m.inflight--
-	m.pool.willReturn()
+	m.pool.willReturn(w.slot)
 	if w.stopped {
 		m.metrics.forget(w)
 		return

@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -702,9 +703,9 @@ func labels(m *dto.Metric) map[string]string {
 
 func TestGoroutinesAreReused(t *testing.T) {
 	h := newHarness(t, time.Hour, 0)
-	const pods = 50
+	const pods = 200
 	for i := range pods {
-		uid := types.UID("u" + string(rune('A'+i)))
+		uid := types.UID(fmt.Sprintf("u%d", i))
 		h.setStatus(uid, running(string(uid), h.clock.Now(), true))
 		h.m.AddPod(testPod(uid, v1.Container{ReadinessProbe: execProbe(1, 1, 1)}))
 	}
@@ -712,15 +713,40 @@ func TestGoroutinesAreReused(t *testing.T) {
 	if got := h.h.count(Readiness); got != pods*21 {
 		t.Fatalf("%d runs, want %d", got, pods*21)
 	}
-	// At most one goroutine per worker in flight.
+	// All 200 are due at once every second: at most Parallelism goroutines
+	// run them.
 	alive, started := h.m.pool.stats()
-	if started > pods {
+	if started > DefaultParallelism {
 		t.Fatalf("%d goroutines started for %d runs of %d workers", started, pods*21, pods)
 	}
-	if alive > pods {
+	if alive > DefaultParallelism {
 		t.Fatalf("%d goroutines alive", alive)
 	}
 	t.Logf("%d runs on %d goroutines", pods*21, started)
+}
+
+func TestSlowRunsDoNotCountAgainstParallelism(t *testing.T) {
+	h := newHarness(t, time.Hour, 0)
+	h.m.pool.limit = 1
+	h.setStatus("u1", running("c1", h.clock.Now(), true))
+	h.setStatus("u2", running("d1", h.clock.Now(), true))
+	release := h.h.blockType(Liveness)
+	defer release()
+	h.m.AddPod(testPod("u1", v1.Container{LivenessProbe: execProbe(1, 1, 3)}))
+	<-h.h.entered
+	// The hung liveness run fills the only place: the readiness run waits.
+	h.m.AddPod(testPod("u2", v1.Container{ReadinessProbe: execProbe(1, 1, 3)}))
+	h.waitFor("the readiness run to be queued", func() bool {
+		h.m.pool.mu.Lock()
+		defer h.m.pool.mu.Unlock()
+		return h.m.pool.queued() == 1
+	})
+	if got := h.h.count(Readiness); got != 0 {
+		t.Fatalf("%d readiness runs beside a fast run at parallelism 1", got)
+	}
+	// Once the hung run lasted slowRun, it no longer holds the place.
+	h.clock.Step(slowRun)
+	h.waitFor("the readiness run", func() bool { return h.h.count(Readiness) == 1 })
 }
 
 func TestRunOnceAndNoLeaks(t *testing.T) {

@@ -59,13 +59,18 @@ func (m *Manager) schedule(ctx context.Context) {
 			if w.ctx == nil {
 				w.ctx, w.cancel = context.WithCancel(ctx)
 			}
-			m.pool.submit(w)
+			m.pool.submit(w, now)
 		}
 		var top time.Time
 		if len(m.heap) > 0 {
 			top = m.heap[0].next
 		}
 		m.mu.Unlock()
+		// Runs held up by slow ones: look again when the next fast run
+		// turns slow.
+		if c := m.pool.check(now); !c.IsZero() && (top.IsZero() || c.Before(top)) {
+			top = c
+		}
 
 		var fired <-chan time.Time
 		if !top.IsZero() {
@@ -115,69 +120,135 @@ func (m *Manager) wakeScheduler() {
 	}
 }
 
-// pool runs probe runs on reusable goroutines. A run never waits for
-// another: every queued run is matched by a goroutine that is about to look
-// at the queue (starting, woken, or done with its run), parked goroutines are
-// woken, and new ones start only when none is parked; so a slow or hung
-// probe only ever holds up its own worker. At most maxIdle goroutines stay
-// parked; the rest exit when they find nothing to do. As a worker is never
-// run twice at once, no more goroutines run probes than there are workers.
+// slowRun is how long a probe run may take before it no longer counts
+// against the pool's parallelism: runs queued behind it are started on other
+// goroutines.
+const slowRun = 10 * time.Millisecond
+
+// pool runs probe runs on reusable goroutines. Up to limit runs proceed at
+// once; further runs wait for one of them to finish, but never longer than
+// slowRun: a run that has lasted slowRun no longer counts against the
+// limit, so a slow or hung probe holds up only its own worker (the
+// scheduler calls check when that happens). Parked goroutines are reused;
+// at most limit stay parked, the rest exit. No more goroutines run probes
+// than there are workers.
 type pool struct {
-	mu   sync.Mutex
-	cond sync.Cond
+	mu    sync.Mutex
+	cond  sync.Cond
+	clock clock.PassiveClock
+	limit int
+	run   func(*worker)
+
 	// queue[head:] are the runs waiting for a goroutine.
 	queue []*worker
 	head  int
 	// Goroutines by state: parked and not woken; woken and not yet back
 	// at the queue; started and not yet at the queue; done with a run
-	// (willReturn) and not yet back at the queue. The last three will look
-	// at the queue without waiting on a probe.
+	// (willReturn) and not yet back at the queue. The last three will take
+	// a queued run without waiting on a probe: they are "coming".
 	idle, woken, starting, returning int
-	total                            int
-	maxIdle                          int
-	started                          uint64 // goroutines ever started
-	closed                           bool
-	// run runs w and calls willReturn once the probe is over.
-	run func(*worker)
-	wg  sync.WaitGroup
+	// fast counts runs in progress that started less than slowRun ago;
+	// recent[rhead:] are the runs started within slowRun, oldest first
+	// (entries of runs that ended are skipped).
+	fast   int
+	recent []recentRun
+	rhead  int
+
+	total   int
+	started uint64 // goroutines ever started
+	closed  bool
+	wg      sync.WaitGroup
 }
 
-func newPool(maxIdle int, run func(*worker)) *pool {
-	p := &pool{maxIdle: maxIdle, run: run}
+// runSlot is one pool goroutine's current run.
+type runSlot struct {
+	gen  uint64 // counts the goroutine's runs
+	fast bool   // the run counts in pool.fast
+}
+
+type recentRun struct {
+	slot  *runSlot
+	gen   uint64
+	start time.Time
+}
+
+func newPool(limit int, clk clock.PassiveClock, run func(*worker)) *pool {
+	p := &pool{limit: limit, clock: clk, run: run}
 	p.cond.L = &p.mu
 	return p
 }
 
+func (p *pool) queued() int { return len(p.queue) - p.head }
+func (p *pool) coming() int { return p.woken + p.starting + p.returning }
+
 // submit queues w. It blocks only on the pool's lock.
-func (p *pool) submit(w *worker) {
+func (p *pool) submit(w *worker, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.queue = append(p.queue, w)
-	if len(p.queue)-p.head <= p.woken+p.starting+p.returning {
-		// A goroutine on its way to the queue will take it.
-		return
+	p.pruneLocked(now)
+	p.dispatchLocked()
+}
+
+// check starts goroutines for queued runs whose way was blocked by runs
+// that have become slow. It returns when to check again: when the oldest
+// fast run becomes slow, if runs wait; zero otherwise.
+func (p *pool) check(now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pruneLocked(now)
+	p.dispatchLocked()
+	if p.queued() > p.coming() && p.rhead < len(p.recent) {
+		return p.recent[p.rhead].start.Add(slowRun)
 	}
-	if p.idle > 0 {
-		p.idle--
-		p.woken++
-		p.cond.Signal()
-		return
+	return time.Time{}
+}
+
+// pruneLocked stops counting runs started slowRun ago or earlier as fast.
+func (p *pool) pruneLocked(now time.Time) {
+	cutoff := now.Add(-slowRun)
+	for p.rhead < len(p.recent) && !p.recent[p.rhead].start.After(cutoff) {
+		r := p.recent[p.rhead]
+		p.recent[p.rhead] = recentRun{}
+		p.rhead++
+		if r.slot.gen == r.gen && r.slot.fast {
+			r.slot.fast = false
+			p.fast--
+		}
 	}
-	p.starting++
-	p.total++
-	p.started++
-	p.wg.Add(1)
-	go p.loop()
+	if p.rhead == len(p.recent) {
+		p.recent, p.rhead = p.recent[:0], 0
+	}
+}
+
+// dispatchLocked wakes parked goroutines, or starts new ones, for queued
+// runs no coming goroutine will take, while fewer than limit fast runs are
+// in progress or about to start.
+func (p *pool) dispatchLocked() {
+	for p.queued() > p.coming() && p.fast+p.coming() < p.limit {
+		if p.idle > 0 {
+			p.idle--
+			p.woken++
+			p.cond.Signal()
+			continue
+		}
+		p.starting++
+		p.total++
+		p.started++
+		p.wg.Add(1)
+		go p.loop()
+	}
 }
 
 func (p *pool) loop() {
 	defer p.wg.Done()
+	slot := &runSlot{}
 	p.mu.Lock()
 	p.starting--
 	for {
-		if p.head == len(p.queue) {
+		if p.queued() == 0 {
 			p.queue, p.head = p.queue[:0], 0
-			if p.closed || p.idle >= p.maxIdle {
+			if p.closed || p.idle >= p.limit {
 				p.total--
 				p.mu.Unlock()
 				return
@@ -192,6 +263,11 @@ func (p *pool) loop() {
 		w := p.queue[p.head]
 		p.queue[p.head] = nil
 		p.head++
+		slot.gen++
+		slot.fast = true
+		p.fast++
+		p.recent = append(p.recent, recentRun{slot: slot, gen: slot.gen, start: p.clock.Now()})
+		w.slot = slot
 		p.mu.Unlock()
 		p.run(w)
 		p.mu.Lock()
@@ -199,13 +275,17 @@ func (p *pool) loop() {
 	}
 }
 
-// willReturn tells the pool that the calling goroutine's probe run is over
-// and, bar bookkeeping that never blocks, it is going back to the queue.
+// willReturn tells the pool that the run in slot is over and its
+// goroutine, bar bookkeeping that never blocks, is going back to the queue.
 // run calls it exactly once per run.
-func (p *pool) willReturn() {
+func (p *pool) willReturn(slot *runSlot) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if slot.fast {
+		slot.fast = false
+		p.fast--
+	}
 	p.returning++
-	p.mu.Unlock()
 }
 
 // close makes the goroutines exit once the queue is drained and waits for
@@ -213,6 +293,14 @@ func (p *pool) willReturn() {
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
+	for p.queued() > p.coming()+p.idle {
+		// Runs beyond the limit: let new goroutines drain them.
+		p.starting++
+		p.total++
+		p.started++
+		p.wg.Add(1)
+		go p.loop()
+	}
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()

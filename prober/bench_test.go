@@ -1,0 +1,352 @@
+package prober
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// benchServerEnv makes the test binary serve the benchmark's probe targets
+// instead of running tests, so their CPU is not counted as the prober's.
+const benchServerEnv = "NODEKIT_PROBER_BENCH_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(benchServerEnv) == "1" {
+		serveBenchTargets()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// serveBenchTargets serves an HTTP endpoint answering 200 "ok" and a TCP
+// port that accepts and closes, prints "<http addr> <tcp addr>", and exits
+// when stdin closes.
+func serveBenchTargets() {
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	srv.SetKeepAlivesEnabled(false)
+	go func() { _ = srv.Serve(hl) }()
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	fmt.Printf("%s %s\n", hl.Addr(), tl.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// startBenchTargets starts the target server in a child process.
+func startBenchTargets(b *testing.B) (httpPort, tcpPort int) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), benchServerEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	var ha, ta string
+	if _, err := fmt.Fscan(bufio.NewReader(stdout), &ha, &ta); err != nil {
+		b.Fatal(err)
+	}
+	port := func(a string) int {
+		_, p, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(p)
+		return n
+	}
+	return port(ha), port(ta)
+}
+
+// countingHandler wraps a handler, counting runs and failures and the
+// spread of the intervals between runs of one worker around its period.
+type countingHandler struct {
+	Handler
+	runs, failures atomic.Int64
+
+	mu       sync.Mutex
+	last     map[*Target]time.Time
+	lateness []time.Duration // interval − period, per run
+	record   bool
+}
+
+func (h *countingHandler) Probe(ctx context.Context, t *Target) (Result, string, error) {
+	now := time.Now()
+	h.mu.Lock()
+	if prev, ok := h.last[t]; ok && h.record {
+		h.lateness = append(h.lateness, now.Sub(prev)-time.Second)
+	}
+	h.last[t] = now
+	h.mu.Unlock()
+	res, out, err := h.Handler.Probe(ctx, t)
+	h.runs.Add(1)
+	if res != Success || err != nil {
+		h.failures.Add(1)
+	}
+	return res, out, err
+}
+
+// benchPods returns n pods (UIDs prefix-i) with one container whose
+// readiness probe, every second, is made by probe, and their statuses: the
+// container running since startedAt.
+func benchPods(prefix string, n int, startedAt time.Time, probe func() *v1.Probe, statuses map[types.UID]v1.PodStatus) []*v1.Pod {
+	pods := make([]*v1.Pod, n)
+	for i := range pods {
+		uid := types.UID(prefix + strconv.Itoa(i))
+		p := probe()
+		p.PeriodSeconds, p.TimeoutSeconds, p.SuccessThreshold, p.FailureThreshold = 1, 1, 1, 3
+		pods[i] = &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "bench", UID: uid},
+			Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app", ReadinessProbe: p}}},
+		}
+		statuses[uid] = v1.PodStatus{
+			Phase: v1.PodRunning, PodIP: "127.0.0.1",
+			ContainerStatuses: []v1.ContainerStatus{{
+				Name: "app", ContainerID: "bench://" + string(uid), Started: ptr.To(true),
+				State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(startedAt)}},
+			}},
+		}
+	}
+	return pods
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkProbes runs 10,000 tcpSocket and/or 10,000 httpGet readiness
+// probes every second against a server in a child process, on the real
+// clock with the default handlers, and reports per probe run the CPU time
+// and allocations of this process (the prober, its handlers and the Go
+// runtime), the goroutines alive, and how far runs strayed from their
+// period. One op is one probe run; ns/op is the CPU per probe, not the
+// wall time. Run it with a count of runs, e.g. -benchtime=200000x (about
+// ten seconds at 20,000 probes per second).
+func BenchmarkProbes(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		tcp, http int
+	}{
+		{"tcp=10k", 10000, 0},
+		{"http=10k", 0, 10000},
+		{"tcp=10k,http=10k", 10000, 10000},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchProbes(b, tc.tcp, tc.http) })
+	}
+}
+
+func benchProbes(b *testing.B, nTCP, nHTTP int) {
+	httpPort, tcpPort := startBenchTargets(b)
+	statuses := map[types.UID]v1.PodStatus{}
+	var pods []*v1.Pod
+	pods = append(pods, benchPods("tcp-", nTCP, time.Now().Add(-time.Hour), func() *v1.Probe {
+		return &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(tcpPort))}}}
+	}, statuses)...)
+	pods = append(pods, benchPods("http-", nHTTP, time.Now().Add(-time.Hour), func() *v1.Probe {
+		return &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(httpPort))}}}
+	}, statuses)...)
+	tcpH := &countingHandler{Handler: NewTCPHandler(), last: map[*Target]time.Time{}}
+	httpH := &countingHandler{Handler: NewHTTPHandler(), last: map[*Target]time.Time{}}
+	m, err := New(Options{
+		// The map is read-only from here on; statuses are returned as
+		// they are (podstatus.Manager.GetPodStatus deep-copies).
+		PodStatus: func(uid types.UID) (v1.PodStatus, bool) { s, ok := statuses[uid]; return s, ok },
+		Handlers:  []Handler{tcpH, httpH},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	for _, p := range pods {
+		m.AddPod(p)
+	}
+	runs := func() int64 { return tcpH.runs.Load() + httpH.runs.Load() }
+	total := int64(len(pods))
+
+	// Warm up: every worker has run twice (its random first delay is
+	// within a period).
+	for runs() < 2*total {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, h := range []*countingHandler{tcpH, httpH} {
+		h.mu.Lock()
+		h.record = true
+		h.mu.Unlock()
+	}
+	runtime.GC()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	heapPerWorker := float64(ms0.HeapAlloc) / float64(total)
+	fail0 := tcpH.failures.Load() + httpH.failures.Load()
+	b.ResetTimer()
+	start, cpu0, runs0 := time.Now(), cpuTime(), runs()
+	maxG, sumG, samples := 0, 0, 0
+	for runs()-runs0 < int64(b.N) {
+		time.Sleep(20 * time.Millisecond)
+		g := runtime.NumGoroutine()
+		maxG = max(maxG, g)
+		sumG += g
+		samples++
+	}
+	cpu, wall, n := cpuTime()-cpu0, time.Since(start), runs()-runs0
+	runtime.ReadMemStats(&ms1)
+	b.StopTimer()
+	failures := tcpH.failures.Load() + httpH.failures.Load() - fail0
+
+	var late []time.Duration
+	for _, h := range []*countingHandler{tcpH, httpH} {
+		h.mu.Lock()
+		late = append(late, h.lateness...)
+		h.mu.Unlock()
+	}
+	slices.Sort(late)
+	pct := func(p float64) float64 {
+		if len(late) == 0 {
+			return 0
+		}
+		return float64(late[int(float64(len(late)-1)*p)]) / float64(time.Millisecond)
+	}
+	alive, started := m.pool.stats()
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/probe")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(n), "allocs/probe")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), "B/probe")
+	b.ReportMetric(float64(n)/wall.Seconds(), "probes/s")
+	b.ReportMetric(float64(cpu)/float64(wall), "cores")
+	b.ReportMetric(float64(maxG), "goroutines-max")
+	b.ReportMetric(float64(sumG)/float64(max(samples, 1)), "goroutines-mean")
+	b.ReportMetric(float64(started), "pool-goroutines-started")
+	b.ReportMetric(float64(alive), "pool-goroutines-alive")
+	b.ReportMetric(heapPerWorker, "heap-B/worker")
+	b.ReportMetric(pct(0.5), "interval-dev-p50-ms")
+	b.ReportMetric(pct(0.99), "interval-dev-p99-ms")
+	b.ReportMetric(pct(1), "interval-dev-max-ms")
+	b.ReportMetric(float64(failures), "failed-runs")
+}
+
+// nopHandler answers Success at once.
+type nopHandler struct{ kind Kind }
+
+func (h nopHandler) Kind() Kind { return h.kind }
+func (nopHandler) Probe(context.Context, *Target) (Result, string, error) {
+	return Success, "", nil
+}
+
+// BenchmarkEngine measures the engine alone: 20,000 workers (10,000 with
+// tcpSocket, 10,000 with httpGet probes) whose handlers answer at once, on
+// a fake clock stepped a period at a time, so every worker runs once per
+// step. One op is one probe run: the scheduler, the pool, the worker's
+// checks, the result cache and the metrics (to a registry).
+func BenchmarkEngine(b *testing.B) {
+	const workers = 20000
+	clk := testingclock.NewFakeClock(t0)
+	statuses := map[types.UID]v1.PodStatus{}
+	pods := append(benchPods("tcp-", workers/2, t0, func() *v1.Probe {
+		return &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(1)}}}
+	}, statuses), benchPods("http-", workers/2, t0, func() *v1.Probe {
+		return &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Port: intstr.FromInt32(1)}}}
+	}, statuses)...)
+	m, err := New(Options{
+		PodStatus:  func(uid types.UID) (v1.PodStatus, bool) { s, ok := statuses[uid]; return s, ok },
+		Handlers:   []Handler{nopHandler{KindTCPSocket}, nopHandler{KindHTTPGet}},
+		Clock:      clk,
+		Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk.Step(time.Minute) // no random first delay
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	for _, p := range pods {
+		m.AddPod(p)
+	}
+	settle := func() {
+		for !m.idle() {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	settle()
+	clk.Step(time.Second) // a warm-up round: metric series exist
+	settle()
+	rounds := max(1, b.N/workers)
+	runtime.GC()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	maxG := 0
+	for range rounds {
+		clk.Step(time.Second)
+		for !m.idle() {
+			maxG = max(maxG, runtime.NumGoroutine())
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	cpu := cpuTime() - cpu0
+	runtime.ReadMemStats(&ms1)
+	b.StopTimer()
+	n := float64(rounds * workers)
+	_, started := m.pool.stats()
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/probe")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/n, "allocs/probe")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, "B/probe")
+	b.ReportMetric(float64(maxG), "goroutines-max")
+	b.ReportMetric(float64(started), "pool-goroutines-started")
+}
