@@ -9,9 +9,12 @@ import (
 
 // probeDialer returns a dialer whose sockets linger at most 1 s after close
 // (SO_LINGER), so probes leave no sockets in TIME-WAIT for the OS default of
-// 60 s, as the kubelet's probe.ProbeDialer (kubernetes issue 89898).
+// 60 s, as the kubelet's probe.ProbeDialer (kubernetes issue 89898). Unlike
+// it, no TCP keep-alive is set up: a probe's connection lives for its
+// timeout at most, far less than a keep-alive's idle time, so it would
+// never send one; that saves three system calls per connection.
 func probeDialer() *net.Dialer {
-	return &net.Dialer{Control: lingerControl}
+	return &net.Dialer{Control: lingerControl, KeepAlive: -1}
 }
 
 func lingerControl(_, _ string, c syscall.RawConn) error {

@@ -747,6 +747,20 @@ func TestSlowRunsDoNotCountAgainstParallelism(t *testing.T) {
 	// Once the hung run lasted slowRun, it no longer holds the place.
 	h.clock.Step(slowRun)
 	h.waitFor("the readiness run", func() bool { return h.h.count(Readiness) == 1 })
+
+	// Two goroutines for a parallelism of 1: once both are parked, the
+	// surplus one is retired.
+	release()
+	for i := 0; ; i++ {
+		h.step(time.Second)
+		if alive, _ := h.m.pool.stats(); alive == 1 {
+			break
+		}
+		if i == 10 {
+			alive, _ := h.m.pool.stats()
+			t.Fatalf("%d goroutines parked, want 1", alive)
+		}
+	}
 }
 
 func TestRunOnceAndNoLeaks(t *testing.T) {

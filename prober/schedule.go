@@ -61,29 +61,29 @@ func (m *Manager) schedule(ctx context.Context) {
 			}
 			m.pool.submit(w, now)
 		}
-		var top time.Time
+		var next time.Time
 		if len(m.heap) > 0 {
-			top = m.heap[0].next
+			next = m.heap[0].next
 		}
 		m.mu.Unlock()
-		// Runs held up by slow ones: look again when the next fast run
-		// turns slow.
-		if c := m.pool.check(now); !c.IsZero() && (top.IsZero() || c.Before(top)) {
-			top = c
-		}
+		// Runs held up by slow ones are looked at again when the next
+		// fast run turns slow; surplus parked goroutines are retired
+		// bit by bit.
+		next = earliest(next, m.pool.check(now))
+		next = earliest(next, m.pool.trim(now))
 
 		var fired <-chan time.Time
-		if !top.IsZero() {
-			wait := max(top.Sub(now), m.resolution)
+		if !next.IsZero() {
+			wait := max(next.Sub(now), m.resolution)
 			if timer == nil {
 				timer = m.clock.NewTimer(wait)
 			} else {
 				timer.Reset(wait)
 			}
 			// The timer counts from the clock's time at Reset: if the
-			// clock moved past the next run since now was read (a fake
-			// clock's step), it would fire too late. Look again instead.
-			if !m.clock.Now().Before(top) {
+			// clock moved past next since now was read (a fake clock's
+			// step), it would fire too late. Look again instead.
+			if !m.clock.Now().Before(next) {
 				stopTimer(timer)
 				continue
 			}
@@ -99,6 +99,14 @@ func (m *Manager) schedule(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// earliest returns the earlier of two times, a zero time meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // stopTimer stops t and drains a value it fired meanwhile (fake clocks keep
@@ -125,13 +133,18 @@ func (m *Manager) wakeScheduler() {
 // goroutines.
 const slowRun = 10 * time.Millisecond
 
+// trimPeriod is how often the pool retires a part of its surplus parked
+// goroutines.
+const trimPeriod = time.Second
+
 // pool runs probe runs on reusable goroutines. Up to limit runs proceed at
 // once; further runs wait for one of them to finish, but never longer than
 // slowRun: a run that has lasted slowRun no longer counts against the
 // limit, so a slow or hung probe holds up only its own worker (the
 // scheduler calls check when that happens). Parked goroutines are reused;
-// at most limit stay parked, the rest exit. No more goroutines run probes
-// than there are workers.
+// those beyond limit are retired a quarter at a time every trimPeriod
+// (trim), so a burst of slow runs does not make goroutines come and go. No
+// more goroutines run probes than there are workers.
 type pool struct {
 	mu    sync.Mutex
 	cond  sync.Cond
@@ -153,6 +166,10 @@ type pool struct {
 	fast   int
 	recent []recentRun
 	rhead  int
+
+	// retire counts parked goroutines woken to exit.
+	retire   int
+	nextTrim time.Time
 
 	total   int
 	started uint64 // goroutines ever started
@@ -204,6 +221,31 @@ func (p *pool) check(now time.Time) time.Time {
 	return time.Time{}
 }
 
+// trim retires a quarter (at least one) of the parked goroutines beyond
+// limit, at most once per trimPeriod. It returns when to trim again, zero
+// when nothing is to be retired.
+func (p *pool) trim(now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	surplus := p.idle - p.limit
+	if surplus <= 0 {
+		return time.Time{}
+	}
+	if now.Before(p.nextTrim) {
+		return p.nextTrim
+	}
+	for range max(1, surplus/4) {
+		p.idle--
+		p.retire++
+		p.cond.Signal()
+	}
+	p.nextTrim = now.Add(trimPeriod)
+	if p.idle > p.limit {
+		return p.nextTrim
+	}
+	return time.Time{}
+}
+
 // pruneLocked stops counting runs started slowRun ago or earlier as fast.
 func (p *pool) pruneLocked(now time.Time) {
 	cutoff := now.Add(-slowRun)
@@ -248,14 +290,24 @@ func (p *pool) loop() {
 	for {
 		if p.queued() == 0 {
 			p.queue, p.head = p.queue[:0], 0
-			if p.closed || p.idle >= p.limit {
+			if p.closed {
 				p.total--
 				p.mu.Unlock()
 				return
 			}
 			p.idle++
 			p.cond.Wait()
-			if !p.closed {
+			switch {
+			case p.closed:
+				// The counts no longer matter.
+			case p.retire > 0:
+				// Signals wake parked goroutines in no particular
+				// order: whichever wakes takes a retirement first.
+				p.retire--
+				p.total--
+				p.mu.Unlock()
+				return
+			default:
 				p.woken--
 			}
 			continue
