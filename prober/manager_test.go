@@ -727,7 +727,9 @@ func TestGoroutinesAreReused(t *testing.T) {
 
 func TestSlowRunsDoNotCountAgainstParallelism(t *testing.T) {
 	h := newHarness(t, time.Hour, 0)
+	h.m.pool.mu.Lock()
 	h.m.pool.limit = 1
+	h.m.pool.mu.Unlock()
 	h.setStatus("u1", running("c1", h.clock.Now(), true))
 	h.setStatus("u2", running("d1", h.clock.Now(), true))
 	release := h.h.blockType(Liveness)
