@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -186,11 +187,28 @@ func BenchmarkProbes(b *testing.B) {
 		{"tcp=10k,period=10s", 10000, 0, 10},
 		{"http=10k,period=10s", 0, 10000, 10},
 	} {
-		b.Run(tc.name, func(b *testing.B) { benchProbes(b, tc.tcp, tc.http, tc.period) })
+		b.Run(tc.name, func(b *testing.B) { benchProbes(b, tc.tcp, tc.http, tc.period, false) })
 	}
 }
 
-func benchProbes(b *testing.B, nTCP, nHTTP int, period int32) {
+// BenchmarkTickerPerWorker runs BenchmarkProbes' cases the kubelet's way,
+// for comparison on the same machine at the same time: a goroutine per
+// probe with a ticker, calling the same handlers directly (none of the
+// worker's bookkeeping).
+func BenchmarkTickerPerWorker(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		tcp, http int
+		period    int32
+	}{
+		{"tcp=10k,period=1s", 10000, 0, 1},
+		{"tcp=10k,http=10k,period=10s", 10000, 10000, 10},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchProbes(b, tc.tcp, tc.http, tc.period, true) })
+	}
+}
+
+func benchProbes(b *testing.B, nTCP, nHTTP int, period int32, tickers bool) {
 	httpPort, tcpPort := startBenchTargets(b)
 	statuses := map[types.UID]v1.PodStatus{}
 	var pods []*v1.Pod
@@ -202,24 +220,52 @@ func benchProbes(b *testing.B, nTCP, nHTTP int, period int32) {
 	}, statuses)...)
 	tcpH := &countingHandler{Handler: NewTCPHandler(), last: map[*Target]time.Time{}, period: time.Duration(period) * time.Second}
 	httpH := &countingHandler{Handler: NewHTTPHandler(), last: map[*Target]time.Time{}, period: time.Duration(period) * time.Second}
-	m, err := New(Options{
-		// The map is read-only from here on; statuses are returned as
-		// they are (podstatus.Manager.GetPodStatus deep-copies).
-		PodStatus: func(uid types.UID) (v1.PodStatus, bool) { s, ok := statuses[uid]; return s, ok },
-		Handlers:  []Handler{tcpH, httpH},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = m.Run(ctx)
-	}()
-	defer func() { cancel(); <-done }()
-	for _, p := range pods {
-		m.AddPod(p)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var m *Manager
+	if tickers {
+		for _, pod := range pods {
+			c := &pod.Spec.Containers[0]
+			t := &Target{ProbeType: Readiness, Pod: pod, Container: c, Probe: c.ReadinessProbe, PodIP: "127.0.0.1", Timeout: time.Second}
+			h := Handler(tcpH)
+			if KindOf(c.ReadinessProbe) == KindHTTPGet {
+				h = httpH
+			}
+			wg.Go(func() {
+				p := time.Duration(period) * time.Second
+				select {
+				case <-time.After(time.Duration(rand.Int64N(int64(p)))):
+				case <-ctx.Done():
+					return
+				}
+				tick := time.NewTicker(p)
+				defer tick.Stop()
+				for {
+					_, _, _ = h.Probe(ctx, t)
+					select {
+					case <-tick.C:
+					case <-ctx.Done():
+						return
+					}
+				}
+			})
+		}
+	} else {
+		var err error
+		m, err = New(Options{
+			// The map is read-only from here on; statuses are returned as
+			// they are (podstatus.Manager.GetPodStatus deep-copies).
+			PodStatus: func(uid types.UID) (v1.PodStatus, bool) { s, ok := statuses[uid]; return s, ok },
+			Handlers:  []Handler{tcpH, httpH},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { _ = m.Run(ctx) })
+		for _, p := range pods {
+			m.AddPod(p)
+		}
 	}
 	runs := func() int64 { return tcpH.runs.Load() + httpH.runs.Load() }
 	total := int64(len(pods))
@@ -270,7 +316,11 @@ func benchProbes(b *testing.B, nTCP, nHTTP int, period int32) {
 		}
 		return float64(late[int(float64(len(late)-1)*p)]) / float64(time.Millisecond)
 	}
-	alive, started := m.pool.stats()
+	if m != nil {
+		alive, started := m.pool.stats()
+		b.ReportMetric(float64(started), "pool-goroutines-started")
+		b.ReportMetric(float64(alive), "pool-goroutines-alive")
+	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/probe")
 	b.ReportMetric(float64(user.Nanoseconds())/float64(n), "user-ns/probe")
 	b.ReportMetric(float64(sys.Nanoseconds())/float64(n), "sys-ns/probe")
@@ -280,8 +330,6 @@ func benchProbes(b *testing.B, nTCP, nHTTP int, period int32) {
 	b.ReportMetric(float64(cpu)/float64(wall), "cores")
 	b.ReportMetric(float64(maxG), "goroutines-max")
 	b.ReportMetric(float64(sumG)/float64(max(samples, 1)), "goroutines-mean")
-	b.ReportMetric(float64(started), "pool-goroutines-started")
-	b.ReportMetric(float64(alive), "pool-goroutines-alive")
 	b.ReportMetric(heapPerWorker, "heap-B/worker")
 	b.ReportMetric(pct(0.5), "interval-dev-p50-ms")
 	b.ReportMetric(pct(0.99), "interval-dev-p99-ms")

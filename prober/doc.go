@@ -61,14 +61,15 @@
 // goroutine keeps the workers in a heap ordered by their next run and
 // sleeps on one timer; due runs go to a pool of reusable goroutines, up to
 // Options.Parallelism (64) runs at once. A run beyond that waits for one to
-// finish, but never longer than 10 ms: a run that has lasted 10 ms no longer
-// counts, so a slow or hung probe holds up only its own worker, and a burst
-// of due runs does not start a goroutine each. The goroutines running
-// probes are never more than the workers; up to Options.Parallelism stay
-// parked between runs. A run may start up to 1 ms late (so one wake-up
-// starts several), never early. Stopping a worker (RemovePod, CleanupPods,
-// StopLivenessAndStartup) cancels its run in flight, whose result is
-// discarded; the kubelet lets it finish.
+// finish, but never longer than 100 ms: a run that has lasted 100 ms no
+// longer counts, so a slow or hung probe delays other runs by 100 ms at
+// most, and a burst of due runs does not start a goroutine each. The
+// goroutines running probes are never more than the workers; up to
+// Options.Parallelism stay parked between runs, and a quarter of those
+// beyond are retired every second. A run may start up to 1 ms late (so one
+// wake-up starts several), never early. Stopping a worker (RemovePod,
+// CleanupPods, StopLivenessAndStartup) cancels its run in flight, whose
+// result is discarded; the kubelet lets it finish.
 //
 // # Results and updates
 //

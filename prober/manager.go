@@ -46,10 +46,10 @@ type Options struct {
 	// /metrics/probes, from a registry of their own. Nil records none.
 	Registerer prometheus.Registerer
 	// Parallelism is how many probe runs proceed at once before further
-	// due runs wait for one to finish; a run that has lasted 10 ms no
-	// longer counts, so slow and hung probes never hold up others. It is
-	// also how many probe goroutines stay parked between runs. Default
-	// DefaultParallelism.
+	// due runs wait for one to finish; a run that has lasted 100 ms no
+	// longer counts, so slow and hung probes delay others by 100 ms at
+	// most. It is also how many probe goroutines stay parked between runs.
+	// Default DefaultParallelism.
 	Parallelism int
 }
 

@@ -131,7 +131,7 @@ func (m *Manager) wakeScheduler() {
 // slowRun is how long a probe run may take before it no longer counts
 // against the pool's parallelism: runs queued behind it are started on other
 // goroutines.
-const slowRun = 10 * time.Millisecond
+const slowRun = 100 * time.Millisecond
 
 // trimPeriod is how often the pool retires a part of its surplus parked
 // goroutines.
