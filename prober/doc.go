@@ -81,8 +81,12 @@
 // means "decide from the previous status"). A stopped worker's results are
 // dropped. Updates delivers the UID of a pod whose cached results changed:
 // every readiness and startup change, and liveness changes to Failure (the
-// kubelet's sync loop acts on no other). A pod is queued at most once until
-// it is received, so probes never wait on the consumer.
+// kubelet's sync loop acts on no other). A change is what a run leaves
+// behind, so a worker that AddPod starts for a container that exited for
+// good, and that sets its initial result and stops in its first run, does
+// not make the loop sync the pod again (and AddPod start it again). A pod
+// is queued at most once until it is received, so probes never wait on the
+// consumer.
 //
 // # Handlers
 //

@@ -396,11 +396,13 @@ func (m *Manager) Started(containerID string) (success, known bool) {
 }
 
 // Updates returns the channel that receives the UID of a pod whose cached
-// results changed, so the loop syncs it: every readiness and startup change,
-// and a liveness change to Failure (the kubelet's sync loop acts on no other
-// liveness change). A pod is queued at most once until received, so a
-// worker never waits on the consumer. There is one channel per Manager; it
-// is fed while Run runs and is never closed.
+// results changed, so the loop syncs it: every readiness and startup
+// change, and a liveness change to Failure (the kubelet's sync loop acts on
+// no other liveness change). A change is what a probe run left behind: a
+// run that sets a result and stops its worker (dropping the result) changes
+// nothing. A pod is queued at most once until received, so a worker never
+// waits on the consumer. There is one channel per Manager; it is fed while
+// Run runs and is never closed.
 func (m *Manager) Updates() <-chan types.UID {
 	return m.notifier.out
 }
@@ -523,10 +525,30 @@ func withDefaults(p *v1.Probe) *v1.Probe {
 	return out
 }
 
-// execute is one probe run of w on a pool goroutine.
+// execute is one probe run of w on a pool goroutine. The loop is told of
+// the run's net change to w's cached result: a worker that sets a result
+// and stops in the same run (a container that exited for good, seen by a
+// worker started by the sync that followed) changes nothing, so its sync
+// does not start another.
 func (m *Manager) execute(w *worker) {
+	before := m.results.state(w)
 	keep := m.runOnce(w)
-	m.finish(w, keep)
+	m.finish(w, keep, before)
+}
+
+// changed reports whether w's cached result differs from before in a way
+// the loop acts on: any change of readiness or startup, and liveness
+// turning Failure (the kubelet's sync loop ignores other liveness changes).
+// A new container's result counts as a change when there is one.
+func (m *Manager) changed(w *worker, before resultState) bool {
+	after := m.results.state(w)
+	if after.id == before.id && after.ok == before.ok && after.r == before.r {
+		return false
+	}
+	if after.id != before.id && !after.ok {
+		return false
+	}
+	return w.probeType != Liveness || (after.ok && after.r == podstate.ProbeFailure)
 }
 
 // runOnce runs doProbe, treating a panic as a run to forget (the kubelet's
@@ -542,8 +564,9 @@ func (m *Manager) runOnce(w *worker) (keep bool) {
 	return m.doProbe(w.ctx, w)
 }
 
-// finish reschedules w after a run, or retires it.
-func (m *Manager) finish(w *worker, keep bool) {
+// finish reschedules w after a run, or retires it, and tells the loop if
+// the run changed w's result (before is what it was).
+func (m *Manager) finish(w *worker, keep bool, before resultState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	w.running = false
@@ -551,11 +574,17 @@ func (m *Manager) finish(w *worker, keep bool) {
 	m.inflight--
 	m.pool.willReturn(w.slot)
 	if w.stopped {
+		// Stopped during the run: whoever stopped it knows.
 		m.metrics.forget(w)
 		return
 	}
 	if !keep {
 		m.stopLocked(w)
+	}
+	if m.changed(w, before) {
+		m.notifier.notify(w.key.uid)
+	}
+	if !keep {
 		return
 	}
 	now := m.clock.Now()

@@ -413,6 +413,34 @@ func TestUpdatesOnlyOnChange(t *testing.T) {
 	}
 }
 
+// A container that exited for good stops its worker; the worker the next
+// sync starts sees it, sets its initial result and stops again, which is no
+// change: the loop is not asked to sync again, and again.
+func TestNoUpdateLoopForExitedContainer(t *testing.T) {
+	h := newHarness(t, time.Hour, 0)
+	h.setStatus("u1", running("c1", h.clock.Now(), true))
+	pod := testPod("u1", v1.Container{ReadinessProbe: execProbe(1, 1, 1)})
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	h.add(pod)
+	h.drainUpdates("u1")
+	s := running("c1", h.clock.Now(), true)
+	s.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}
+	h.setStatus("u1", s)
+	h.step(time.Second)
+	if n := h.drainUpdates("u1"); n != 1 {
+		t.Fatalf("%d updates when readiness went, want 1", n)
+	}
+	for range 3 {
+		h.add(pod)
+		if n := h.drainUpdates("u1"); n != 0 {
+			t.Fatalf("%d updates from a worker that found the container gone", n)
+		}
+	}
+	if n := h.m.workerCount(); n != 0 {
+		t.Fatalf("%d workers", n)
+	}
+}
+
 // drainUpdates receives the pending updates, all of which must be for
 // uid, and returns how many there were.
 func (h *harness) drainUpdates(uid types.UID) int {

@@ -36,21 +36,33 @@ func (c *resultCache) get(t ProbeType, id string) (podstate.ProbeResult, bool) {
 	return r, ok
 }
 
-// set records r as w's verdict on its current container. It reports whether
-// the cached value changed; a stopped worker, or one that has seen no
-// container, changes nothing.
-func (c *resultCache) set(w *worker, r podstate.ProbeResult) bool {
+// resultState is a worker's container and its cached result.
+type resultState struct {
+	id string
+	r  podstate.ProbeResult
+	ok bool
+}
+
+// state returns w's container and its cached result.
+func (c *resultCache) state(w *worker) resultState {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	st := resultState{id: w.id}
+	if w.id != "" && !w.stopped {
+		st.r, st.ok = c.results[w.probeType][w.id]
+	}
+	return st
+}
+
+// set records r as w's verdict on its current container, unless w is
+// stopped or has seen no container.
+func (c *resultCache) set(w *worker, r podstate.ProbeResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w.stopped || w.id == "" {
-		return false
+		return
 	}
-	m := c.results[w.probeType]
-	if prev, ok := m[w.id]; ok && prev == r {
-		return false
-	}
-	m[w.id] = r
-	return true
+	c.results[w.probeType][w.id] = r
 }
 
 // switchContainer makes fullID (ContainerStatus.ContainerID) w's container,

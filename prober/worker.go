@@ -181,16 +181,10 @@ func (m *Manager) doProbe(ctx context.Context, w *worker) bool {
 	return true
 }
 
-// setResult caches r as w's verdict and, when that changes it, tells the
-// loop (liveness only when it turns Failure).
+// setResult caches r as w's verdict. Whether the loop hears of it is
+// decided once the run is over (Manager.execute).
 func (m *Manager) setResult(w *worker, r podstate.ProbeResult) {
-	if !m.results.set(w, r) {
-		return
-	}
-	if w.probeType == Liveness && r != podstate.ProbeFailure {
-		return
-	}
-	m.notifier.notify(w.key.uid)
+	m.results.set(w, r)
 }
 
 // probe runs w's probe action, retrying errors, records the kubelet's
