@@ -19,8 +19,8 @@ type grpcHandler struct{}
 
 // NewGRPCHandler returns the default grpc handler, the kubelet's: it
 // connects to the pod IP at the probe's port without TLS (blocking until
-// connected, within the probe's timeout), with user agent UserAgent, and
-// calls the standard grpc.health.v1.Health/Check with the probe's service
+// connected, within the probe's timeout), with user agent
+// "kube-probe/1.37", and calls the standard grpc.health.v1.Health/Check with the probe's service
 // name. SERVING is Success; any other answer and any error is Failure, as
 // the grpc_health_probe tool. The alpha TLS mode (GRPCContainerProbeTLS,
 // off by default in v1.37) is not supported: such probes connect without
@@ -42,7 +42,7 @@ func (grpcHandler) Probe(ctx context.Context, t *Target) (Result, string, error)
 	// DialContext with WithBlock, as the kubelet: connection errors and
 	// timeouts get its messages, and every probe tests a new connection.
 	conn, err := grpc.DialContext(ctx, addr, //nolint:staticcheck // see above.
-		grpc.WithUserAgent(UserAgent),
+		grpc.WithUserAgent(userAgent),
 		grpc.WithBlock(), //nolint:staticcheck // see above.
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {

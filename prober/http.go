@@ -22,9 +22,10 @@ import (
 // maxRedirects is how many redirects an HTTP probe follows.
 const maxRedirects = 10
 
-// UserAgent is the User-Agent of HTTP and gRPC probes, the kubelet's:
-// "kube-probe/<major>.<minor>" of the Kubernetes release nodekit matches.
-var UserAgent = "kube-probe/" + majorMinor(nodekit.KubernetesVersion)
+// userAgent is the User-Agent of HTTP and gRPC probes, the kubelet's:
+// "kube-probe/<major>.<minor>" of the Kubernetes release nodekit matches
+// (kube-probe/1.37).
+var userAgent = "kube-probe/" + majorMinor(nodekit.KubernetesVersion)
 
 // majorMinor returns "1.37" of "v1.37.2".
 func majorMinor(version string) string {
@@ -45,8 +46,8 @@ type httpHandler struct {
 // to scheme://host:port/path (scheme http unless set, host the pod IP
 // unless set, port by number or by the name of one of the container's
 // ports) with the probe's headers, a Host header setting the request's
-// host, User-Agent UserAgent and Accept "*/*" unless the probe sets them
-// (an empty Accept removes it). A response 200–399 is Success; 300–399 after
+// host, User-Agent "kube-probe/1.37" and Accept "*/*" unless the probe sets
+// them (an empty Accept removes it). A response 200–399 is Success; 300–399 after
 // the redirects stopped (at one to another host) is Warning; others are
 // Failure, with a message that leaves out the body. Redirects are followed
 // only to the same host and at most 10 times (more is a Failure). At most
@@ -136,7 +137,7 @@ func newHTTPRequest(ctx context.Context, get *v1.HTTPGetAction, c *v1.Container,
 		headers.Add(h.Name, h.Value)
 	}
 	if _, ok := headers["User-Agent"]; !ok {
-		headers.Set("User-Agent", UserAgent)
+		headers.Set("User-Agent", userAgent)
 	}
 	if _, ok := headers["Accept"]; !ok {
 		headers.Set("Accept", "*/*")
