@@ -349,7 +349,8 @@ func (nopHandler) Probe(context.Context, *Target) (Result, string, error) {
 // tcpSocket, 10,000 with httpGet probes) whose handlers answer at once, on
 // a fake clock stepped a period at a time, so every worker runs once per
 // step. One op is one probe run: the scheduler, the pool, the worker's
-// checks, the result cache and the metrics (to a registry).
+// checks, the result cache and the metrics (to a registry). It also
+// reports the heap the workers hold.
 func BenchmarkEngine(b *testing.B) {
 	const workers = 20000
 	clk := testingclock.NewFakeClock(t0)
@@ -376,6 +377,9 @@ func BenchmarkEngine(b *testing.B) {
 		_ = m.Run(ctx)
 	}()
 	defer func() { cancel(); <-done }()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
 	for _, p := range pods {
 		m.AddPod(p)
 	}
@@ -391,6 +395,9 @@ func BenchmarkEngine(b *testing.B) {
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	// What the workers hold: their state, specs, heap slot, cached
+	// results and metric series.
+	heapPerWorker := float64(ms0.HeapAlloc-before.HeapAlloc) / workers
 	b.ResetTimer()
 	user0, sys0 := cpuTime()
 	maxG := 0
@@ -412,4 +419,5 @@ func BenchmarkEngine(b *testing.B) {
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/n, "B/probe")
 	b.ReportMetric(float64(maxG), "goroutines-max")
 	b.ReportMetric(float64(started), "pool-goroutines-started")
+	b.ReportMetric(heapPerWorker, "heap-B/worker")
 }
