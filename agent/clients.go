@@ -2,9 +2,10 @@ package agent
 
 import (
 	"fmt"
-	"github.com/nodekit/nodekit"
 	"net"
 	"time"
+
+	"github.com/nodekit/nodekit"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"

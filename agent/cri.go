@@ -14,6 +14,7 @@ import (
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
 )
 
@@ -23,7 +24,9 @@ import (
 // and images for the node status setters, the cgroup hierarchy
 // (cgroupdriver.Module, left out with cgroupsPerQOS false), the pod manager,
 // PLEG and the CRI backend that provides pods.Runtime (runtime.PodsModule),
-// and the PLEG's health check gating Ready. The CRI services come from the
+// the PLEG's health check gating Ready, and the stats provider (node, pod
+// and container usage from the kernel and the CRI) the node API and the
+// eviction manager read. The CRI services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
 var CRI = fx.Module("cri",
@@ -40,9 +43,11 @@ var CRI = fx.Module("cri",
 			}
 		},
 		fx.Annotate(plegHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
+		func(cfg *Config) stats.Options { return cfg.StatsOptions() },
 	),
 	runtime.Module,
 	runtime.PodsModule,
+	stats.Module,
 )
 
 // RuntimeFuncs are the container runtime's answers the node status setters

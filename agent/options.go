@@ -15,6 +15,7 @@ import (
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource/apiserver"
 	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
 )
 
@@ -228,4 +229,18 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		RegistryPullQPS:       float32(*kc.RegistryPullQPS),
 		RegistryBurst:         int(kc.RegistryBurst),
 	}, nil
+}
+
+// StatsOptions returns the stats provider's options: the node's name, its
+// root and pod log directories, the system cgroups (kubeletCgroups,
+// systemCgroups). The CRI services, the cgroup hierarchy and volume usage
+// come from the graph (stats.Module) or the caller.
+func (cfg *Config) StatsOptions() stats.Options {
+	kc := &cfg.Kubelet
+	return stats.Options{
+		NodeName:      cfg.NodeName,
+		RootDir:       cfg.RootDir,
+		PodLogsDir:    kc.PodLogsDir,
+		SystemCgroups: stats.SystemCgroups{Kubelet: kc.KubeletCgroups, Misc: kc.SystemCgroups},
+	}
 }
