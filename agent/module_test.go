@@ -196,7 +196,7 @@ func TestAgentStopsPodsNoSourceKnows(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: "uid-gone"},
 		Spec:       v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "app", Image: "busybox"}}},
 	}
-	if res := pm.SyncPod(ctx, orphan, nil, nil, nil); res.Err != nil {
+	if res := pm.SyncPod(ctx, orphan, nil, runtime.SyncInput{}); res.Err != nil {
 		t.Fatalf("start the orphan: %v", res.Err)
 	}
 	running := func() int {

@@ -44,6 +44,9 @@ type podActions struct {
 	// pod.Spec.Containers, in start order.
 	initToStart       []int
 	containersToStart []int
+	// ephemeralToStart index pod.Spec.EphemeralContainers: those never
+	// started (they are never restarted).
+	ephemeralToStart []int
 	// containersToKill are keyed by container ID.
 	containersToKill map[string]containerToKill
 }
@@ -175,7 +178,18 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus,
 		return a
 	}
 
+	// Ephemeral containers may start before the pod is initialized; one
+	// that ran once (any status) is never started again.
+	for i := range pod.Spec.EphemeralContainers {
+		if st.Container(pod.Spec.EphemeralContainers[i].Name) == nil {
+			a.ephemeralToStart = append(a.ephemeralToStart, i)
+		}
+	}
+
 	if initialized := computeInitActions(pod, st, probes, &a); a.killPod || !initialized {
+		if a.killPod {
+			a.ephemeralToStart = nil
+		}
 		return a
 	}
 
@@ -218,8 +232,10 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus,
 	}
 	if keep == 0 && len(a.containersToStart) == 0 {
 		a.killPod = true
-		// Sidecars must not keep a finished pod alive.
+		// Neither sidecars nor debugging containers keep a finished pod
+		// alive.
 		a.initToStart = nil
+		a.ephemeralToStart = nil
 	}
 	return a
 }

@@ -41,6 +41,10 @@ type BackendOptions struct {
 	// Probes are the liveness and startup results SyncPod acts on; nil
 	// means no prober.
 	Probes ProbeResults
+	// Volumes sets up the pods' volumes before their containers start and
+	// tears them down after they stopped. nil means no volume manager:
+	// only pods that mount no volume can start.
+	Volumes VolumeManager
 	// Clock stamps the pod cache entries the Backend writes (default
 	// clock.RealClock{}).
 	Clock clock.Clock
@@ -120,22 +124,36 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 	return podstatus.Generate(pod, rs, b.pm.waiting(pod.UID), opts), nil
 }
 
-// SyncPod runs PodManager.SyncPod on the latest cached runtime status (at
-// least as new as the one PodStatus read) with the pod's pull secrets, then
-// refreshes the cache.
+// SyncPod mounts the pod's volumes (VolumeManager.MountPod), then runs
+// PodManager.SyncPod on the latest cached runtime status (at least as new
+// as the one PodStatus read) with the pod's pull secrets and volumes, then
+// refreshes the cache. When the volumes cannot be mounted nothing is
+// started (the pod stays ContainerCreating; the volume manager recorded
+// FailedMount) and the error makes the loop retry after its back-off.
 func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	rs, err := b.cache.Get(pod.UID)
 	if err != nil {
 		return pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
 	}
-	res := b.pm.SyncPod(ctx, pod, rs, b.pullSecrets(ctx, pod), b.opts.Probes)
+	in := SyncInput{Probes: b.opts.Probes}
+	if v := b.opts.Volumes; v != nil {
+		mounted, err := v.MountPod(ctx, pod)
+		if err != nil {
+			return pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
+		}
+		in.Volumes = PodVolumes{Mounted: mounted, SubPath: v.SubPath}
+	}
+	in.PullSecrets = b.pullSecrets(ctx, pod)
+	res := b.pm.SyncPod(ctx, pod, rs, in)
 	b.refresh(ctx, pod)
 	return pods.SyncResult{RetryAt: res.RetryAt, Err: res.Err}
 }
 
-// KillPod stops what runs of the pod, as read from the runtime now. A pod
-// without a spec (an orphan from RunningPods) is stopped with the grace
-// periods recorded on its containers.
+// KillPod stops what runs of the pod, as read from the runtime now, then
+// tears down its volumes (VolumeManager.UnmountPod; a failure there is
+// logged and left to RemovePod). A pod without a spec
+// (an orphan from RunningPods) is stopped with the grace periods recorded
+// on its containers.
 func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64) error {
 	rs, err := b.pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
@@ -144,6 +162,7 @@ func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride 
 	running := rs.RunningPod()
 	if !running.IsRunning() {
 		b.cache.Set(pod.UID, rs, nil, rs.TimeStamp)
+		b.unmountStopped(ctx, pod)
 		return nil
 	}
 	spec := pod
@@ -154,12 +173,37 @@ func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride 
 		return err
 	}
 	b.refresh(ctx, pod)
+	b.unmountStopped(ctx, pod)
 	return nil
 }
 
-// RemovePod removes the pod's containers, sandboxes, directories and
-// cgroup, and forgets it.
+// unmountStopped tears down the volumes of a pod KillPod stopped. A
+// failure is logged, not returned: the pod's final status does not wait
+// for it; RemovePod tries again and fails until it works, so the pod is
+// not forgotten with volumes mounted (as the kubelet waits for the
+// unmount before it lets the pod go).
+func (b *Backend) unmountStopped(ctx context.Context, pod *v1.Pod) {
+	if err := b.unmount(ctx, pod.UID); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Cannot tear down the stopped pod's volumes; will retry when removing it", "pod", klog.KObj(pod))
+	}
+}
+
+// unmount tears down the volumes of a pod whose containers are stopped.
+func (b *Backend) unmount(ctx context.Context, uid types.UID) error {
+	if b.opts.Volumes == nil {
+		return nil
+	}
+	return b.opts.Volumes.UnmountPod(ctx, uid)
+}
+
+// RemovePod tears down the pod's volumes (if KillPod did not), removes its
+// containers, sandboxes, logs and the runtime's files in its directory and
+// its cgroup, and forgets it. The pod's directory itself is the volume
+// manager's to remove (it never deletes through a mount point).
 func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
+	if err := b.unmount(ctx, uid); err != nil {
+		return err
+	}
 	if err := b.pm.RemovePod(ctx, uid); err != nil {
 		return err
 	}
@@ -192,9 +236,18 @@ func (b *Backend) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
 func (b *Backend) Events() <-chan podstate.PodLifecycleEvent { return b.opts.PLEG.Events() }
 
 // GarbageCollect removes dead containers beyond the kubelet's limits and
-// everything of stopped pods keep does not know.
+// everything of stopped pods keep does not know (PodManager.GarbageCollect).
 func (b *Backend) GarbageCollect(ctx context.Context, keep func(types.UID) bool) error {
 	return b.pm.GarbageCollect(ctx, func(uid types.UID) bool { return !keep(uid) })
+}
+
+// HasPod reports whether the runtime holds anything of pod uid (a sandbox
+// or a container, running or not) as the PLEG's cache last saw it. It does
+// not call the runtime: a pod created since the last relist may be
+// missing. For the volume manager's orphan cleanup.
+func (b *Backend) HasPod(uid types.UID) bool {
+	st, _ := b.cache.Get(uid)
+	return st != nil && (len(st.Sandboxes) > 0 || len(st.Containers) > 0)
 }
 
 // pullSecrets fetches the pod's imagePullSecrets; a missing one is logged

@@ -24,7 +24,7 @@ func BenchmarkSyncPod(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res := h.pm.SyncPod(h.ctx, pod, st, nil, nil); res.Err != nil {
+		if res := h.pm.SyncPod(h.ctx, pod, st, runtime.SyncInput{}); res.Err != nil {
 			b.Fatal(res.Err)
 		}
 	}

@@ -8,12 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/klog/v2"
 )
 
 // CPU share and quota bounds of the Linux CFS, as the kubelet's.
@@ -38,8 +36,10 @@ type imageUser struct {
 }
 
 // containerConfig returns the CRI config of one instance of container c.
-// podIPs are the sandbox's IPs (for the downward API and /etc/hosts).
-func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, imageRef string, user imageUser, podIPs []string) (*runtimeapi.ContainerConfig, error) {
+// podIPs are the sandbox's IPs (for the downward API and /etc/hosts), vols
+// the pod's mounted volumes; nsTarget, when set, is the container whose
+// process namespace an ephemeral container joins.
+func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, imageRef string, user imageUser, podIPs []string, vols PodVolumes, nsTarget string) (*runtimeapi.ContainerConfig, error) {
 	env, err := m.makeEnv(ctx, pod, c, envContext{podIPs: podIPs, hostIPs: m.opts.NodeIPs})
 	if err != nil {
 		return nil, err
@@ -57,7 +57,11 @@ func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Con
 		}
 		sc.RunAsUsername = user.username
 	}
-	mounts, err := m.mounts(ctx, pod, c, env, podIPs)
+	if nsTarget != "" && sc.NamespaceOptions.GetPid() == runtimeapi.NamespaceMode_CONTAINER {
+		sc.NamespaceOptions.Pid = runtimeapi.NamespaceMode_TARGET
+		sc.NamespaceOptions.TargetId = nsTarget
+	}
+	mounts, err := m.mounts(ctx, pod, c, vols, env, podIPs)
 	if err != nil {
 		return nil, err
 	}
@@ -306,56 +310,24 @@ func verifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, sc *runtimeapi.LinuxContai
 	return nil
 }
 
-// mounts returns c's mounts: its volume mounts (of the volumes the pod
-// manager sets up or VolumePaths provides), the pod's /etc/hosts and the
-// container's termination message file.
-func (m *PodManager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env []envVar, podIPs []string) ([]*runtimeapi.Mount, error) {
-	paths, err := m.volumePaths(ctx, pod)
+// mounts returns c's mounts: its volume mounts (of the pod's mounted
+// volumes, see volumeMounts), the pod's /etc/hosts unless a volume is
+// mounted there, and the container's termination message file.
+func (m *PodManager) mounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVolumes, env []envVar, podIPs []string) ([]*runtimeapi.Mount, error) {
+	out, etcHosts, err := volumeMounts(ctx, pod, c, vols, env)
 	if err != nil {
 		return nil, err
 	}
-	var out []*runtimeapi.Mount
 	mounted := map[string]bool{}
-	for _, vm := range c.VolumeMounts {
-		host, ok := paths[vm.Name]
-		if !ok {
-			klog.FromContext(ctx).V(2).Info("Leaving out the mount of a volume this agent does not provide",
-				"pod", klog.KObj(pod), "container", c.Name, "volume", vm.Name, "mountPath", vm.MountPath)
-			continue
-		}
-		sub := vm.SubPath
-		if vm.SubPathExpr != "" {
-			sub = expandAll([]string{vm.SubPathExpr}, env)[0]
-		}
-		if sub != "" {
-			if filepath.IsAbs(sub) || strings.HasPrefix(filepath.Clean(sub), "..") {
-				return nil, fmt.Errorf("volume mount %s of container %s: subPath %q must be a relative path inside the volume", vm.Name, c.Name, sub)
-			}
-			host = filepath.Join(host, sub)
-			if _, err := os.Stat(host); os.IsNotExist(err) {
-				if err := os.MkdirAll(host, 0o750); err != nil {
-					return nil, fmt.Errorf("volume mount %s of container %s: create subPath: %w", vm.Name, c.Name, err)
-				}
-			}
-		}
-		mnt := &runtimeapi.Mount{ContainerPath: vm.MountPath, HostPath: host, Readonly: vm.ReadOnly, Propagation: runtimeapi.MountPropagation_PROPAGATION_PRIVATE}
-		if vm.MountPropagation != nil {
-			switch *vm.MountPropagation {
-			case v1.MountPropagationHostToContainer:
-				mnt.Propagation = runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
-			case v1.MountPropagationBidirectional:
-				mnt.Propagation = runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
-			}
-		}
-		out = append(out, mnt)
-		mounted[vm.MountPath] = true
+	for _, mnt := range out {
+		mounted[mnt.ContainerPath] = true
 	}
-	if !mounted["/etc/hosts"] {
+	if !etcHosts {
 		hosts, err := m.writeEtcHosts(pod, podIPs)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: hosts})
+		out = append(out, &runtimeapi.Mount{ContainerPath: etcHostsPath, HostPath: hosts})
 	}
 	if c.TerminationMessagePath != "" && !mounted[c.TerminationMessagePath] {
 		dir := filepath.Join(m.podDir(pod.UID), "containers", c.Name)

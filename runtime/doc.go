@@ -27,7 +27,9 @@
 //	status, err := pleg.Cache().GetNewerThan(ctx, uid, lastSync) // or pm.GetPodStatus
 //	... generate and report the API status from status and the last SyncResult.Waiting ...
 //	if the pod should run {
-//		res := pm.SyncPod(ctx, pod, status, pullSecrets, probes) // requeue at res.RetryAt
+//		vols, err := volumes.MountPod(ctx, pod) // a VolumeManager; skip the sync on error
+//		res := pm.SyncPod(ctx, pod, status, runtime.SyncInput{PullSecrets: secrets, Probes: probes,
+//			Volumes: runtime.PodVolumes{Mounted: vols, SubPath: volumes.SubPath}}) // requeue at res.RetryAt
 //	} else {
 //		err = pm.KillPod(ctx, pod, status.RunningPod(), gracePeriodOverride)
 //		... once the final status is reported: pm.RemovePod(ctx, uid)

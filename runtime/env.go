@@ -370,7 +370,8 @@ func (m *PodManager) resourceFieldValue(pod *v1.Pod, c *v1.Container, ref *v1.Re
 	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
 }
 
-// findContainer returns the init or regular container named name.
+// findContainer returns the init, regular or ephemeral container named
+// name.
 func findContainer(pod *v1.Pod, name string) *v1.Container {
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {
@@ -380,6 +381,19 @@ func findContainer(pod *v1.Pod, name string) *v1.Container {
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == name {
 			return &pod.Spec.InitContainers[i]
+		}
+	}
+	if ec := findEphemeral(pod, name); ec != nil {
+		return (*v1.Container)(&ec.EphemeralContainerCommon)
+	}
+	return nil
+}
+
+// findEphemeral returns the ephemeral container named name, or nil.
+func findEphemeral(pod *v1.Pod, name string) *v1.EphemeralContainer {
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return &pod.Spec.EphemeralContainers[i]
 		}
 	}
 	return nil

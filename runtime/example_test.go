@@ -105,7 +105,7 @@ func ExamplePodManager() {
 		if err != nil {
 			panic(err)
 		}
-		if res := pm.SyncPod(ctx, pod, status, nil, nil); res.Err != nil {
+		if res := pm.SyncPod(ctx, pod, status, runtime.SyncInput{}); res.Err != nil {
 			panic(res.Err)
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/runtime"
@@ -102,41 +101,74 @@ func TestEnvFromSources(t *testing.T) {
 	}
 }
 
-func TestHostPathVolumes(t *testing.T) {
+// TestVolumeMounts: containers mount the volumes the volume manager set up,
+// as the kubelet's makeMounts: read-only when the volume or the mount says
+// so, subPath and subPathExpr through the resolver with the mount's index,
+// and the kubelet's errors for a volume that was not set up or a
+// subPathExpr without its variable.
+func TestVolumeMounts(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "file")
-	must(t, os.WriteFile(file, nil, 0o644))
-	mk := func(name, path string, typ v1.HostPathType) *v1.Pod {
-		c := ctr("app")
-		c.VolumeMounts = []v1.VolumeMount{{Name: "host", MountPath: "/host", ReadOnly: true, SubPath: ""}}
-		pod := newPod(name, c)
-		pod.Spec.Volumes = []v1.Volume{{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: path, Type: &typ}}}}
-		return pod
+	hostDir := t.TempDir()
+	c := ctr("app")
+	c.Env = []v1.EnvVar{{Name: "SUB", Value: "from-env"}}
+	c.VolumeMounts = []v1.VolumeMount{
+		{Name: "host", MountPath: "/host", ReadOnly: true},
+		{Name: "scratch", MountPath: "/scratch"},
+		{Name: "scratch", MountPath: "/sub", SubPath: "a/b"},
+		{Name: "scratch", MountPath: "/expr", SubPathExpr: "x-$(SUB)"},
+		{Name: "config", MountPath: "/etc/hosts"},
 	}
-	created := filepath.Join(dir, "made", "here")
-	pod := mk("create", created, v1.HostPathDirectoryOrCreate)
-	if res := h.sync(pod, nil); res.Err != nil {
+	pod := newPod("vols", c)
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: hostDir}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
+	}
+	vols := h.volumes(pod)
+	var subPaths []runtime.SubPathSpec
+	vols.SubPath = func(_ context.Context, s runtime.SubPathSpec) (string, error) {
+		subPaths = append(subPaths, s)
+		return "/bound/" + strconv.Itoa(s.MountIndex), nil
+	}
+	res := h.pm.SyncPod(h.ctx, pod, h.status(pod), runtime.SyncInput{Volumes: vols})
+	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	if fi, err := os.Stat(created); err != nil || !fi.IsDir() {
-		t.Fatalf("DirectoryOrCreate did not create %s: %v", created, err)
-	}
-	var mnt bool
+	got := map[string]*runtimeapi.Mount{}
 	for _, m := range h.cri.ContainerConfig(h.container(pod, "app").ID).Mounts {
-		if m.ContainerPath == "/host" && m.HostPath == created && m.Readonly {
-			mnt = true
+		got[m.ContainerPath] = m
+	}
+	scratch := vols.Mounted["scratch"].HostPath
+	for path, want := range map[string]*runtimeapi.Mount{
+		"/host":      {HostPath: hostDir, Readonly: true},
+		"/scratch":   {HostPath: scratch, SelinuxRelabel: true},
+		"/sub":       {HostPath: "/bound/2", SelinuxRelabel: true},
+		"/expr":      {HostPath: "/bound/3", SelinuxRelabel: true},
+		"/etc/hosts": {HostPath: vols.Mounted["config"].HostPath, Readonly: true, SelinuxRelabel: true},
+	} {
+		m := got[path]
+		if m == nil || m.HostPath != want.HostPath || m.Readonly != want.Readonly || m.SelinuxRelabel != want.SelinuxRelabel {
+			t.Errorf("mount %s = %v, want %v", path, m, want)
 		}
 	}
-	if !mnt {
-		t.Fatal("hostPath mount missing")
+	if len(subPaths) != 2 || subPaths[0].SubPath != "a/b" || subPaths[1].SubPath != "x-from-env" || subPaths[1].VolumePath != scratch ||
+		subPaths[1].ContainerName != "app" || subPaths[1].PodUID != pod.UID || subPaths[1].VolumeName != "scratch" {
+		t.Errorf("subPaths resolved %+v", subPaths)
 	}
-	res := h.sync(mk("notdir", file, v1.HostPathDirectory), nil)
-	if !errors.Is(res.Waiting["app"].Reason, podstate.ErrCreateContainerConfig) || !strings.Contains(res.Waiting["app"].Message, "is not a Directory") {
-		t.Fatalf("Directory type on a file: %+v", res.Waiting)
+
+	// A volume the manager did not set up, or a subPathExpr whose variable
+	// is empty, keeps the container from starting, in the kubelet's words.
+	missing := newPod("missing", ctr("app"))
+	missing.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	res = h.pm.SyncPod(h.ctx, missing, h.status(missing), runtime.SyncInput{})
+	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrCreateContainerConfig) || w.Message != `cannot find volume "data" to mount into container "app"` {
+		t.Errorf("mount of a volume not set up: %+v", res.Waiting)
 	}
-	if res := h.sync(mk("isfile", file, v1.HostPathFile), nil); res.Err != nil {
-		t.Fatal(res.Err)
+	expr := newPod("expr", ctr("app"))
+	expr.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/x", SubPathExpr: "$(NOPE)/$(ALSO)"}}
+	expr.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	if res := h.sync(expr, nil); res.Waiting["app"].Message != "missing value for ALSO, NOPE" {
+		t.Errorf("subPathExpr without its variables: %+v", res.Waiting)
 	}
 }
 
@@ -196,5 +228,60 @@ func TestNewPodManagerValidates(t *testing.T) {
 	}
 	if _, err := runtime.NewPLEG(runtime.PLEGOptions{}); err == nil {
 		t.Error("NewPLEG accepted options without a pod lister")
+	}
+}
+
+// TestEphemeralContainers: an ephemeral container added to a running pod
+// (kubectl debug) starts in the pod's sandbox, joins its target's process
+// namespace, is never restarted, and does not keep a finished pod alive.
+func TestEphemeralContainers(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pod := newPod("debugged", ctr("app"))
+	h.sync(pod, nil)
+	sandbox := h.status(pod).Sandboxes[0].ID
+	app := h.container(pod, "app")
+
+	pod = pod.DeepCopy()
+	pod.Spec.EphemeralContainers = []v1.EphemeralContainer{{
+		EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger", Image: "busybox", Command: []string{"sh"},
+			ImagePullPolicy: v1.PullIfNotPresent, TerminationMessagePolicy: v1.TerminationMessageReadFile},
+		TargetContainerName: "app",
+	}}
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	dbg := h.container(pod, "debugger")
+	if dbg.State != podstate.ContainerStateRunning || dbg.SandboxID != sandbox {
+		t.Fatalf("ephemeral container %+v, want running in sandbox %s", dbg, sandbox)
+	}
+	ns := h.cri.ContainerConfig(dbg.ID).Linux.SecurityContext.NamespaceOptions
+	if ns.Pid != runtimeapi.NamespaceMode_TARGET || ns.TargetId != app.ID {
+		t.Errorf("ephemeral container PID namespace %v target %q, want TARGET %s", ns.Pid, ns.TargetId, app.ID)
+	}
+	wantEvents(t, h.events(), "Normal Created Container created", "Normal Started Container started")
+	if h.container(pod, "app").ID != app.ID {
+		t.Error("the pod's container was restarted")
+	}
+
+	// It exits: it is never started again.
+	h.exitNow(pod, "debugger", 1)
+	h.clk.Step(time.Hour)
+	before := h.cri.Calls("CreateContainer")
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if h.cri.Calls("CreateContainer") != before {
+		t.Fatal("an exited ephemeral container was restarted")
+	}
+
+	// A target that does not exist keeps it waiting, in the kubelet's words.
+	bad := pod.DeepCopy()
+	bad.Spec.EphemeralContainers = append(bad.Spec.EphemeralContainers, v1.EphemeralContainer{
+		EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "lost", Image: "busybox", ImagePullPolicy: v1.PullIfNotPresent},
+		TargetContainerName:      "nope",
+	})
+	res := h.sync(bad, nil)
+	if w := res.Waiting["lost"]; !errors.Is(w.Reason, podstate.ErrCreateContainerConfig) || w.Message != "unable to find target container nope" {
+		t.Errorf("unknown target: %+v", res.Waiting)
 	}
 }

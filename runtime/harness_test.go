@@ -122,7 +122,38 @@ func (h *harness) status(pod *v1.Pod) *podstate.PodStatus {
 // sync runs one pod worker iteration: read the status, sync.
 func (h *harness) sync(pod *v1.Pod, probes runtime.ProbeResults, secrets ...v1.Secret) runtime.SyncResult {
 	h.t.Helper()
-	return h.pm.SyncPod(h.ctx, pod, h.status(pod), secrets, probes)
+	return h.pm.SyncPod(h.ctx, pod, h.status(pod), runtime.SyncInput{PullSecrets: secrets, Probes: probes, Volumes: h.volumes(pod)})
+}
+
+// volumes mounts the pod's volumes as a volume manager would, in the
+// kubelet's layout: a directory per volume (a hostPath volume's own path),
+// configMap, secret, downwardAPI and projected volumes read-only, every
+// volume but hostPath relabeled; subPaths are joined to the volume's path.
+func (h *harness) volumes(pod *v1.Pod) runtime.PodVolumes {
+	h.t.Helper()
+	out := runtime.PodVolumes{Mounted: map[string]runtime.Volume{},
+		SubPath: func(_ context.Context, s runtime.SubPathSpec) (string, error) {
+			return filepath.Join(s.VolumePath, s.SubPath), nil
+		}}
+	for _, vol := range pod.Spec.Volumes {
+		if vol.HostPath != nil {
+			out.Mounted[vol.Name] = runtime.Volume{HostPath: vol.HostPath.Path}
+			continue
+		}
+		kind := "empty-dir"
+		switch {
+		case vol.ConfigMap != nil:
+			kind = "configmap"
+		case vol.Secret != nil:
+			kind = "secret"
+		}
+		dir := filepath.Join(h.podsDir, string(pod.UID), "volumes", "kubernetes.io~"+kind, vol.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			h.t.Fatal(err)
+		}
+		out.Mounted[vol.Name] = runtime.Volume{HostPath: dir, ReadOnly: vol.EmptyDir == nil, SELinuxRelabel: true}
+	}
+	return out
 }
 
 // container returns the newest status of a container, failing if absent.

@@ -62,7 +62,8 @@ func provide(p Params) (Result, error) {
 // CRI services (cri.RuntimeService and cri.ImageManagerService, so a
 // decorator of either reaches pod syncing), the record.EventRecorder, the
 // clock.Clock and the prometheus.Registerer. The Backend takes the optional
-// PodCgroups, SecretGetter and ProbeResults of the graph. To swap the
+// PodCgroups, SecretGetter, ProbeResults and VolumeManager of the graph
+// (without a VolumeManager only pods that mount no volume start). To swap the
 // runtime side of pod syncing, leave PodsModule out and provide a
 // pods.Runtime yourself.
 var PodsModule = fx.Module("runtime-pods", fx.Provide(
@@ -81,6 +82,7 @@ type PodsParams struct {
 	Cgroups        PodCgroups            `optional:"true"`
 	PullSecrets    SecretGetter          `optional:"true"`
 	Probes         ProbeResults          `optional:"true"`
+	Volumes        VolumeManager         `optional:"true"`
 	Recorder       record.EventRecorder  `optional:"true"`
 	Registerer     prometheus.Registerer `optional:"true"`
 	Clock          clock.Clock           `optional:"true"`
@@ -138,7 +140,7 @@ func providePods(p PodsParams) (PodsResult, error) {
 		return PodsResult{}, err
 	}
 	backend, err := NewBackend(BackendOptions{
-		Pods: pm, PLEG: pleg, Cgroups: p.Cgroups, PullSecrets: p.PullSecrets, Probes: p.Probes, Clock: p.Clock,
+		Pods: pm, PLEG: pleg, Cgroups: p.Cgroups, PullSecrets: p.PullSecrets, Probes: p.Probes, Volumes: p.Volumes, Clock: p.Clock,
 	})
 	if err != nil {
 		return PodsResult{}, err

@@ -93,7 +93,7 @@ func TestPodsModule(t *testing.T) {
 	app.RequireStart()
 	ctx := testCtx(t)
 	pod := newPod("fx", ctr("app"))
-	if res := pm.SyncPod(ctx, pod, nil, nil, nil); res.Err != nil {
+	if res := pm.SyncPod(ctx, pod, nil, runtime.SyncInput{}); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	poll(t, func() bool {

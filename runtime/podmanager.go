@@ -62,9 +62,10 @@ type PodManagerOptions struct {
 	// <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restartCount>.log
 	// (default DefaultPodLogsDir).
 	PodLogsDir string
-	// PodsDir holds the per-pod files the agent makes: emptyDir volumes
-	// (<PodsDir>/<uid>/volumes/kubernetes.io~empty-dir/<name>), the pod's
-	// /etc/hosts and the containers' termination message files (default
+	// PodsDir holds the per-pod files the agent makes: the pod's
+	// /etc/hosts (<PodsDir>/<uid>/etc-hosts) and the containers'
+	// termination message files (<PodsDir>/<uid>/containers/<name>/), next
+	// to the volumes the volume manager sets up there (default
 	// DefaultPodsDir).
 	PodsDir string
 	// HostsFile is the node's hosts file, copied for hostNetwork pods
@@ -136,19 +137,13 @@ type PodManagerOptions struct {
 	// Allocatable returns the node's allocatable resources, which the
 	// downward API reports for limits a container does not set.
 	Allocatable func() v1.ResourceList
-	// VolumePaths returns the host paths of the pod's volumes that the
-	// PodManager does not set up itself (it handles emptyDir and hostPath),
-	// by volume name, for a volume manager to plug in. Mounts of volumes
-	// nobody provides are left out of the container.
-	VolumePaths func(ctx context.Context, pod *v1.Pod) (map[string]string, error)
 	// HTTPClient runs httpGet lifecycle hooks (default: a client that skips
 	// TLS verification, as the kubelet's).
 	HTTPClient *http.Client
 
-	// DeadContainersPerContainer is how many exited instances of each
-	// container of a live pod GarbageCollect keeps (default 1, the kubelet's
-	// minimum, which keeps the last exit status and restart count).
-	DeadContainersPerContainer int
+	// ContainerGC is the policy GarbageCollect applies; nil means
+	// DefaultContainerGCPolicy().
+	ContainerGC *ContainerGCPolicy
 
 	// Recorder receives the kubelet's events (Pulling, Created, Started,
 	// Killing, BackOff, FailedCreatePodSandBox...). nil records nothing.
@@ -171,6 +166,7 @@ type PodManagerOptions struct {
 // them); calls for different pods may run concurrently.
 type PodManager struct {
 	opts     PodManagerOptions
+	gc       ContainerGCPolicy
 	rs       cri.RuntimeService
 	recorder record.EventRecorder
 	clock    clock.Clock
@@ -225,9 +221,6 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	if opts.CPUCFSQuotaPeriod < time.Millisecond || opts.CPUCFSQuotaPeriod > time.Second {
 		return nil, fmt.Errorf("pod manager: CPU CFS quota period %v is not within [1ms, 1s]", opts.CPUCFSQuotaPeriod)
 	}
-	if opts.DeadContainersPerContainer <= 0 {
-		opts.DeadContainersPerContainer = 1
-	}
 	if opts.MemoryCapacity < 0 {
 		return nil, fmt.Errorf("pod manager: memory capacity %d is negative", opts.MemoryCapacity)
 	}
@@ -259,7 +252,11 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		metrics:     pm,
 		cfsQuota:    opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
 		runtimeName: opts.RuntimeName,
+		gc:          DefaultContainerGCPolicy(),
 		reasons:     map[types.UID]map[string]podstate.ContainerWaiting{},
+	}
+	if opts.ContainerGC != nil {
+		m.gc = *opts.ContainerGC
 	}
 	m.images = newImageManager(opts.Images, recorder, opts.ImageBackOff, opts.Clock, opts.MaxParallelImagePulls, opts.RegistryPullQPS, opts.RegistryBurst)
 	return m, nil

@@ -152,11 +152,12 @@ func TestSyncPodCreatesSandboxAndContainer(t *testing.T) {
 	for _, m := range cc.Mounts {
 		mounts[m.ContainerPath] = m
 	}
-	if m := mounts["/scratch"]; m == nil || m.HostPath != filepath.Join(h.podsDir, "uid-web", "volumes", "kubernetes.io~empty-dir", "scratch") {
+	if m := mounts["/scratch"]; m == nil || m.HostPath != filepath.Join(h.podsDir, "uid-web", "volumes", "kubernetes.io~empty-dir", "scratch") ||
+		m.Readonly || !m.SelinuxRelabel {
 		t.Errorf("emptyDir mount %v", m)
 	}
-	if mounts["/config"] != nil {
-		t.Error("a configMap volume, which this agent does not provide, was mounted")
+	if m := mounts["/config"]; m == nil || m.HostPath != filepath.Join(h.podsDir, "uid-web", "volumes", "kubernetes.io~configmap", "config") || !m.Readonly {
+		t.Errorf("configMap mount %v, want the volume manager's path, read-only", m)
 	}
 	if m := mounts["/dev/termination-log"]; m == nil {
 		t.Error("no termination message mount")

@@ -27,20 +27,33 @@ import (
 // initialized; restarts exited containers by the pod's restartPolicy,
 // holding crashing ones back with CrashLoopBackOff; kills and restarts a
 // running container whose image changed or whose liveness or startup probe
-// failed (probes may be nil); and stops the pod when nothing is left to
-// run. pullSecrets are the pod's image pull secrets, fetched by the caller.
+// failed (in.Probes); starts ephemeral containers once, never restarting
+// them; and stops the pod when nothing is left to run.
 //
 // It blocks for the CRI calls it makes, image pulls included. One call per
 // pod at a time.
-func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.PodStatus, pullSecrets []v1.Secret, probes ProbeResults) SyncResult {
+func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.PodStatus, in SyncInput) SyncResult {
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	ctx = klog.NewContext(ctx, logger)
 	if status == nil {
 		status = &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
-	s := &podSync{m: m, pod: pod, status: status, pullSecrets: pullSecrets}
-	s.run(ctx, probes)
+	s := &podSync{m: m, pod: pod, status: status, pullSecrets: in.PullSecrets, volumes: in.Volumes}
+	s.run(ctx, in.Probes)
 	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...)}
+}
+
+// SyncInput is what SyncPod works with besides the pod and its runtime
+// status, gathered by the caller.
+type SyncInput struct {
+	// PullSecrets are the pod's image pull secrets.
+	PullSecrets []v1.Secret
+	// Probes are the liveness and startup verdicts; nil means the node
+	// runs no probes.
+	Probes ProbeResults
+	// Volumes are the pod's mounted volumes (VolumeManager.MountPod); a
+	// container mounting a volume not in them does not start.
+	Volumes PodVolumes
 }
 
 // podSync is the state of one SyncPod.
@@ -49,6 +62,7 @@ type podSync struct {
 	pod         *v1.Pod
 	status      *podstate.PodStatus
 	pullSecrets []v1.Secret
+	volumes     PodVolumes
 	sandboxID   string
 	sandboxCfg  *runtimeapi.PodSandboxConfig
 	podIPs      []string
@@ -70,7 +84,7 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	actions := computePodActions(ctx, pod, s.status, probes)
 	logger.V(3).Info("Computed pod actions", "killPod", actions.killPod, "createSandbox", actions.createSandbox,
 		"attempt", actions.attempt, "initToStart", actions.initToStart, "containersToStart", actions.containersToStart,
-		"containersToKill", len(actions.containersToKill))
+		"ephemeralToStart", actions.ephemeralToStart, "containersToKill", len(actions.containersToKill))
 	if actions.createSandbox && actions.sandboxID != "" {
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
@@ -103,7 +117,7 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 			return
 		}
 	}
-	if !actions.createSandbox && len(actions.initToStart) == 0 && len(actions.containersToStart) == 0 {
+	if !actions.createSandbox && len(actions.initToStart) == 0 && len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 {
 		return
 	}
 	var err error
@@ -112,6 +126,12 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 		return
 	}
 
+	// Ephemeral containers first, as the kubelet: a debugging container
+	// starts even while an init container fails.
+	for _, i := range actions.ephemeralToStart {
+		ec := &pod.Spec.EphemeralContainers[i]
+		s.start(ctx, (*v1.Container)(&ec.EphemeralContainerCommon), "ephemeral container") //nolint:errcheck // recorded in s
+	}
 	for _, i := range actions.initToStart {
 		c := &pod.Spec.InitContainers[i]
 		if err := s.start(ctx, c, "init container"); err != nil && !isSidecar(c) {
@@ -203,8 +223,11 @@ func (s *podSync) backOff(ctx context.Context, c *v1.Container) *podstate.Contai
 // container's field path.
 func containerRef(pod *v1.Pod, c *v1.Container) *v1.ObjectReference {
 	path := fmt.Sprintf("spec.containers{%s}", c.Name)
-	if findInit(pod, c.Name) {
+	switch {
+	case findInit(pod, c.Name):
 		path = fmt.Sprintf("spec.initContainers{%s}", c.Name)
+	case findEphemeral(pod, c.Name) != nil:
+		path = fmt.Sprintf("spec.ephemeralContainers{%s}", c.Name)
 	}
 	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 		ResourceVersion: pod.ResourceVersion, FieldPath: path}
@@ -234,7 +257,11 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		// remember how often it ran.
 		restartCount = restartCountFromLogs(filepath.Dir(ContainerLogPath(m.opts.PodLogsDir, pod.Namespace, pod.Name, pod.UID, c.Name, 0)))
 	}
-	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs)
+	nsTarget, err := s.ephemeralTarget(c)
+	if err != nil {
+		return failed(podstate.ErrCreateContainerConfig, err.Error())
+	}
+	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs, s.volumes, nsTarget)
 	if err != nil {
 		return failed(podstate.ErrCreateContainerConfig, err.Error())
 	}
@@ -262,6 +289,21 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		}
 	}
 	return nil
+}
+
+// ephemeralTarget returns the ID of the container whose process namespace
+// ephemeral container c joins (its targetContainerName), "" when c is not
+// an ephemeral container or targets none.
+func (s *podSync) ephemeralTarget(c *v1.Container) (string, error) {
+	ec := findEphemeral(s.pod, c.Name)
+	if ec == nil || ec.TargetContainerName == "" {
+		return "", nil
+	}
+	target := s.status.Container(ec.TargetContainerName)
+	if target == nil {
+		return "", fmt.Errorf("unable to find target container %v", ec.TargetContainerName)
+	}
+	return target.ID, nil
 }
 
 // needsImageUser reports whether starting c needs the image's user: to

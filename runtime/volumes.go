@@ -5,103 +5,153 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 )
 
-// emptyDirPath is where an emptyDir volume lives, as with the kubelet.
-func (m *PodManager) emptyDirPath(pod *v1.Pod, name string) string {
-	return filepath.Join(m.podDir(pod.UID), "volumes", "kubernetes.io~empty-dir", name)
+// Volume is one of a pod's volumes as the volume manager set it up, for
+// the runtime to mount into containers.
+type Volume struct {
+	// HostPath is the volume's path on the node.
+	HostPath string
+	// ReadOnly means every mount of the volume is read-only, whatever the
+	// volumeMount says (configMap, secret, downwardAPI and projected
+	// volumes).
+	ReadOnly bool
+	// SELinuxRelabel asks the runtime to relabel the volume for the
+	// container's SELinux context (CRI Mount.selinux_relabel).
+	SELinuxRelabel bool
 }
 
-// volumePaths returns the host path of each of the pod's volumes that can
-// be mounted: emptyDir volumes (a directory in the pod's directory; medium
-// Memory is a plain directory too, not a tmpfs) and hostPath volumes
-// (checked against their type, created for the *OrCreate types) set up
-// here, and whatever VolumePaths provides for the others.
-func (m *PodManager) volumePaths(ctx context.Context, pod *v1.Pod) (map[string]string, error) {
-	paths := map[string]string{}
-	if m.opts.VolumePaths != nil {
-		provided, err := m.opts.VolumePaths(ctx, pod)
-		if err != nil {
-			return nil, fmt.Errorf("volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		for k, v := range provided {
-			paths[k] = v
-		}
-	}
-	for _, vol := range pod.Spec.Volumes {
-		switch {
-		case vol.EmptyDir != nil:
-			dir := m.emptyDirPath(pod, vol.Name)
-			if err := os.MkdirAll(dir, 0o777); err != nil {
-				return nil, fmt.Errorf("emptyDir volume %s of pod %s/%s: %w", vol.Name, pod.Namespace, pod.Name, err)
-			}
-			// Any container user may write to it, whatever the umask.
-			if err := os.Chmod(dir, 0o777); err != nil {
-				return nil, fmt.Errorf("emptyDir volume %s of pod %s/%s: %w", vol.Name, pod.Namespace, pod.Name, err)
-			}
-			paths[vol.Name] = dir
-		case vol.HostPath != nil:
-			if err := checkHostPath(vol.HostPath); err != nil {
-				return nil, fmt.Errorf("hostPath volume %s of pod %s/%s: %w", vol.Name, pod.Namespace, pod.Name, err)
-			}
-			paths[vol.Name] = vol.HostPath.Path
-		}
-	}
-	return paths, nil
+// SubPathSpec is a container's volume mount with a subPath (or an expanded
+// subPathExpr), for VolumeManager.SubPath.
+type SubPathSpec struct {
+	PodUID types.UID
+	// VolumeName names the volume; VolumePath is its Volume.HostPath.
+	VolumeName string
+	VolumePath string
+	// SubPath is the path inside the volume, relative.
+	SubPath string
+	// ContainerName and MountIndex (the mount's index in the container's
+	// volumeMounts) name the bind mount.
+	ContainerName string
+	MountIndex    int
 }
 
-// checkHostPath checks a hostPath volume against its type, creating a
-// directory or file for DirectoryOrCreate and FileOrCreate.
-func checkHostPath(hp *v1.HostPathVolumeSource) error {
-	typ := v1.HostPathUnset
-	if hp.Type != nil {
-		typ = *hp.Type
-	}
-	if typ == v1.HostPathUnset {
-		return nil
-	}
-	fi, err := os.Stat(hp.Path)
-	switch {
-	case os.IsNotExist(err) && typ == v1.HostPathDirectoryOrCreate:
-		if err := os.MkdirAll(hp.Path, 0o755); err != nil {
-			return err
+// VolumeManager sets up and tears down the volumes of the node's pods for
+// the Backend: volume.Manager, adapted by the agent, is one. Its methods
+// are safe for concurrent use and may block for I/O and API calls, bounded
+// by ctx.
+type VolumeManager interface {
+	// MountPod sets up every volume of pod a container mounts and returns
+	// them by name. It is called before every SyncPod of a pod that should
+	// run, so it must be cheap once the volumes are set up. On error the
+	// pod's containers are not started; MountPod records the pod's
+	// FailedMount events itself.
+	MountPod(ctx context.Context, pod *v1.Pod) (map[string]Volume, error)
+	// UnmountPod tears down the volumes of pod uid once none of its
+	// containers runs. It is idempotent.
+	UnmountPod(ctx context.Context, uid types.UID) error
+	// SubPath resolves a subPath volume mount to the host path to mount
+	// instead of the volume, safely (a bind mount of the subPath), and
+	// returns errors in the kubelet's words.
+	SubPath(ctx context.Context, spec SubPathSpec) (string, error)
+}
+
+// PodVolumes are the mounted volumes of one pod, for SyncPod.
+type PodVolumes struct {
+	// Mounted are the pod's volumes by name (MountPod's answer). A
+	// container mounting a volume that is not here does not start
+	// (CreateContainerConfigError "cannot find volume ...").
+	Mounted map[string]Volume
+	// SubPath resolves volume mounts with a subPath or subPathExpr; nil
+	// makes such mounts fail to start.
+	SubPath func(ctx context.Context, spec SubPathSpec) (string, error)
+}
+
+// volumeMounts returns the CRI mounts of c's volumeMounts, as the
+// kubelet's makeMounts: each must name a volume in vols; a subPath (or
+// subPathExpr expanded with env) is resolved by vols.SubPath; a volume the
+// manager mounts read-only is mounted read-only. It also reports whether
+// c mounts a volume on /etc/hosts.
+func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVolumes, env []envVar) ([]*runtimeapi.Mount, bool, error) {
+	var out []*runtimeapi.Mount
+	etcHosts := false
+	for i, vm := range c.VolumeMounts {
+		etcHosts = etcHosts || vm.MountPath == etcHostsPath
+		vol, ok := vols.Mounted[vm.Name]
+		if !ok {
+			klog.FromContext(ctx).Error(nil, "Couldn't find volume with name", "volumeName", vm.Name, "pod", klog.KObj(pod))
+			return nil, false, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
 		}
-		return nil
-	case os.IsNotExist(err) && typ == v1.HostPathFileOrCreate:
-		if err := os.MkdirAll(filepath.Dir(hp.Path), 0o755); err != nil {
-			return err
+		host := vol.HostPath
+		sub := vm.SubPath
+		if vm.SubPathExpr != "" {
+			var err error
+			if sub, err = expandSubPathExpr(vm.SubPathExpr, env); err != nil {
+				return nil, false, err
+			}
 		}
-		f, err := os.OpenFile(hp.Path, os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
+		if sub != "" {
+			if vols.SubPath == nil {
+				return nil, false, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q", vm.Name, c.Name)
+			}
+			var err error
+			host, err = vols.SubPath(ctx, SubPathSpec{PodUID: pod.UID, VolumeName: vm.Name, VolumePath: vol.HostPath,
+				SubPath: sub, ContainerName: c.Name, MountIndex: i})
+			if err != nil {
+				return nil, false, err
+			}
 		}
-		return f.Close()
-	case err != nil:
-		return fmt.Errorf("hostPath type check failed: %s is not a %s: %w", hp.Path, typ, err)
+		mnt := &runtimeapi.Mount{
+			ContainerPath:  vm.MountPath,
+			HostPath:       host,
+			Readonly:       vm.ReadOnly || vol.ReadOnly,
+			SelinuxRelabel: vol.SELinuxRelabel,
+			Propagation:    runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
+		}
+		if vm.MountPropagation != nil {
+			switch *vm.MountPropagation {
+			case v1.MountPropagationHostToContainer:
+				mnt.Propagation = runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
+			case v1.MountPropagationBidirectional:
+				mnt.Propagation = runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
+			}
+		}
+		out = append(out, mnt)
 	}
-	mode := fi.Mode()
-	ok := true
-	switch typ {
-	case v1.HostPathDirectory, v1.HostPathDirectoryOrCreate:
-		ok = mode.IsDir()
-	case v1.HostPathFile, v1.HostPathFileOrCreate:
-		ok = mode.IsRegular()
-	case v1.HostPathSocket:
-		ok = mode&os.ModeSocket != 0
-	case v1.HostPathCharDev:
-		ok = mode&os.ModeCharDevice != 0
-	case v1.HostPathBlockDev:
-		ok = mode&os.ModeDevice != 0 && mode&os.ModeCharDevice == 0
-	default:
-		return fmt.Errorf("unknown hostPath type %q", typ)
+	return out, etcHosts, nil
+}
+
+// etcHostsPath is where the pod's hosts file is mounted.
+const etcHostsPath = "/etc/hosts"
+
+// expandSubPathExpr expands a subPathExpr with the container's environment,
+// failing when a referenced variable is unset or empty, as the kubelet's
+// ExpandContainerVolumeMounts.
+func expandSubPathExpr(expr string, env []envVar) (string, error) {
+	values := make(map[string]string, len(env))
+	for _, e := range env {
+		values[e.name] = e.value
 	}
-	if !ok {
-		return fmt.Errorf("hostPath type check failed: %s is not a %s", hp.Path, typ)
+	var missing []string
+	out := expand(expr, func(name string) (string, bool) {
+		v := values[name]
+		if v == "" && !slices.Contains(missing, name) {
+			missing = append(missing, name)
+		}
+		return v, true
+	})
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return "", fmt.Errorf("missing value for %s", strings.Join(missing, ", "))
 	}
-	return nil
+	return out, nil
 }
 
 // writeEtcHosts writes the pod's hosts file and returns its path: the
