@@ -53,8 +53,11 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 
 // containerType maps the start kind to the kubelet's container_type label.
 func containerType(kind string) string {
-	if kind == "init container" {
+	switch kind {
+	case "init container":
 		return "init_container"
+	case "ephemeral container":
+		return "ephemeral_container"
 	}
 	return "container"
 }
