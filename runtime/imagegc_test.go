@@ -247,7 +247,10 @@ func TestImageGCRun(t *testing.T) {
 		t.Error("images counted as collected")
 	}
 
-	off := newImageGCHarness(t, func(o *runtime.ImageGCOptions) { o.HighThresholdPercent = ptr.To(100); o.LowThresholdPercent = ptr.To(80) })
+	off := newImageGCHarness(t, func(o *runtime.ImageGCOptions) {
+		o.HighThresholdPercent = ptr.To(100)
+		o.LowThresholdPercent = ptr.To(80)
+	})
 	if off.gc.Enabled() {
 		t.Error("image GC with a high threshold of 100 and no MaxAge is enabled")
 	}

@@ -370,11 +370,16 @@ func (s *podSync) removeInitContainers(ctx context.Context, keep int) {
 	}
 }
 
-// removeContainer removes a container and its log file.
+// removeContainer removes a container and its log files (the current
+// one and those a log rotation moved aside).
 func (m *PodManager) removeContainer(ctx context.Context, id string) error {
 	if resp, err := m.rs.ContainerStatus(ctx, id, false); err == nil && resp.GetStatus().GetLogPath() != "" {
-		if err := os.Remove(resp.GetStatus().GetLogPath()); err != nil && !os.IsNotExist(err) {
-			klog.FromContext(ctx).Error(err, "Cannot remove a container's log", "containerID", id)
+		log := resp.GetStatus().GetLogPath()
+		rotated, _ := filepath.Glob(log + ".*")
+		for _, l := range append(rotated, log) {
+			if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
+				klog.FromContext(ctx).Error(err, "Cannot remove a container's log", "containerID", id, "path", l)
+			}
 		}
 	}
 	if err := m.rs.RemoveContainer(ctx, id); err != nil {

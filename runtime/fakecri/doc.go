@@ -30,6 +30,8 @@
 //     stopped. A started container writes its log lines to its log path in
 //     the CRI log format. StopContainer honours the timeout: SIGTERM, then a
 //     kill (exit code 137) when the container outlives it.
+//   - ReopenContainerLog opens a running container's log file anew at its
+//     path (creating it after a log rotation moved it away), as containerd.
 //   - ExecSync answered by an [ExecHandler] ([Server.SetExecHandler]);
 //     UpdateContainerResources; a verbose ContainerStatus carrying, as
 //     containerd's, the OCI runtime spec (github.com/opencontainers/runtime-spec)

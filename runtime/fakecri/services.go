@@ -289,6 +289,13 @@ func (r *runtimeService) ReopenContainerLog(_ context.Context, req *runtimeapi.R
 	if c.state != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return nil, status.Errorf(codes.FailedPrecondition, "container %s is not running", c.id)
 	}
+	// As containerd: the log file is opened anew at its path (created when
+	// a log rotation moved it away); later output goes there.
+	if c.logPath != "" {
+		if err := writeLog(c.logPath, r.s.clock.Now(), nil); err != nil {
+			return nil, status.Errorf(codes.Internal, "reopen log of container %s: %v", c.id, err)
+		}
+	}
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
 }
 

@@ -1,0 +1,201 @@
+package runtime_test
+
+import (
+	"compress/gzip"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// logFiles lists the files of a container's log directory, by name.
+func logFiles(t *testing.T, log string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Dir(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func appendTo(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gunzip(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestLogRotation: a running container's log that reaches the maximum size
+// is moved aside with a timestamp and reopened by the runtime, the rotated
+// file is gzipped at the next rotation and the oldest go so that at most
+// MaxFiles remain; an exited container's log and a log under the size are
+// left alone.
+func TestLogRotation(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: 100, MaxFiles: 3, Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod("chatty", ctr("app"), ctr("done"))
+	h.sync(pod, nil)
+	h.exitNow(pod, "done", 0)
+	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "chatty", pod.UID), "app", "0.log")
+	doneLog := filepath.Join(filepath.Dir(filepath.Dir(log)), "done", "0.log")
+	appendTo(t, doneLog, strings.Repeat("d", 500))
+
+	// Under the size: nothing happens.
+	appendTo(t, log, strings.Repeat("a", 50))
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := logFiles(t, log); !slices.Equal(got, []string{"0.log"}) || h.cri.Calls("ReopenContainerLog") != 0 {
+		t.Fatalf("files %v, reopens %d under the maximum size", got, h.cri.Calls("ReopenContainerLog"))
+	}
+
+	first := h.clk.Now().Format("20060102-150405")
+	appendTo(t, log, strings.Repeat("b", 60))
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logFiles(t, log), []string{"0.log", "0.log." + first}; !slices.Equal(got, want) {
+		t.Fatalf("files after a rotation %v, want %v", got, want)
+	}
+	if data, _ := os.ReadFile(log + "." + first); !strings.HasSuffix(string(data), strings.Repeat("a", 50)+strings.Repeat("b", 60)) {
+		t.Errorf("rotated file holds %q", data)
+	}
+	if fi, err := os.Stat(log); err != nil || fi.Size() >= 100 {
+		t.Fatalf("the reopened log: %v, %v", fi, err)
+	}
+	if n := h.cri.Calls("ReopenContainerLog"); n != 1 {
+		t.Errorf("%d ReopenContainerLog calls, want 1", n)
+	}
+
+	// Two more rotations: the first file is gzipped, then removed (3 files
+	// at most: the log, the newest rotated and one gzipped).
+	h.clk.Step(time.Second)
+	second := h.clk.Now().Format("20060102-150405")
+	appendTo(t, log, strings.Repeat("c", 120))
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logFiles(t, log), []string{"0.log", "0.log." + first + ".gz", "0.log." + second}; !slices.Equal(got, want) {
+		t.Fatalf("files after a second rotation %v, want %v", got, want)
+	}
+	if got := gunzip(t, log+"."+first+".gz"); !strings.HasPrefix(got, strings.Repeat("a", 50)) {
+		t.Errorf("gzipped log holds %q", got)
+	}
+	h.clk.Step(time.Second)
+	third := h.clk.Now().Format("20060102-150405")
+	// A leftover of a failed compression is cleaned up.
+	must(t, os.WriteFile(log+"."+second+".tmp", []byte("x"), 0o640))
+	appendTo(t, log, strings.Repeat("e", 120))
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logFiles(t, log), []string{"0.log", "0.log." + second + ".gz", "0.log." + third}; !slices.Equal(got, want) {
+		t.Fatalf("files after a third rotation %v, want %v", got, want)
+	}
+	if got := logFiles(t, doneLog); !slices.Equal(got, []string{"0.log"}) {
+		t.Errorf("an exited container's log was rotated: %v", got)
+	}
+
+	// A log that went missing is reopened.
+	must(t, os.Remove(log))
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(log); err != nil {
+		t.Errorf("a missing log was not reopened: %v", err)
+	}
+
+	// Removing the container removes its rotated logs too.
+	h.inBackground(time.Second, func() {
+		if err := h.pm.KillPod(h.ctx, pod, h.status(pod).RunningPod(), nil); err != nil {
+			t.Error(err)
+		}
+	})
+	must(t, h.pm.RemovePod(h.ctx, pod.UID))
+	if _, err := os.Stat(filepath.Dir(log)); !os.IsNotExist(err) {
+		t.Errorf("log directory after RemovePod: %v", err)
+	}
+}
+
+// TestLogRotatorRun: Run rotates every MonitorInterval; a negative maximum
+// size disables rotation.
+func TestLogRotatorRun(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: 10, Workers: 4, Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod("run", ctr("app"))
+	h.sync(pod, nil)
+	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "run", pod.UID), "app", "0.log")
+	appendTo(t, log, strings.Repeat("x", 20))
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error)
+	go func() { done <- rot.Run(ctx) }()
+	poll(t, func() bool {
+		if h.clk.Waiters() > 0 {
+			h.clk.Step(runtime.DefaultContainerLogMonitorInterval)
+		}
+		return h.cri.Calls("ReopenContainerLog") > 0
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(logFiles(t, log)); n != 2 {
+		t.Errorf("%d log files after Run rotated, want 2", n)
+	}
+
+	off, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: -1, Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, log, strings.Repeat("y", 20))
+	if err := off.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(logFiles(t, log)); n != 2 {
+		t.Errorf("disabled rotation rotated: %d files", n)
+	}
+	if _, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxFiles: 1}); err == nil {
+		t.Error("MaxFiles 1 was accepted")
+	}
+}
