@@ -59,6 +59,9 @@ type SetterOptions struct {
 	RuntimeHandlers RuntimeHandlersFunc
 	RuntimeFeatures RuntimeFeaturesFunc
 	ListImages      ListImagesFunc
+	// VolumesInUse feeds status.volumesInUse; without it (nil funcs) the
+	// VolumesInUse setter is left out.
+	VolumesInUse VolumesInUseFuncs
 	// Pressure feeds the pressure conditions; nil funcs report no pressure.
 	Pressure PressureFuncs
 	// HealthChecks also gate Ready (e.g. PLEG).
@@ -140,6 +143,10 @@ func DefaultSetters(opts SetterOptions) ([]OrderedSetter, error) {
 		NoLocalStorageCapacityIsolation: opts.NoLocalStorageCapacityIsolation, Clock: opts.Clock, Recorder: opts.Recorder,
 	})
 	add(SetterReady, OrderReady, s, err)
+	if opts.VolumesInUse.Synced != nil || opts.VolumesInUse.InUse != nil {
+		s, err = VolumesInUse(opts.VolumesInUse)
+		add(SetterVolumesInUse, OrderVolumesInUse, s, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("default node status setters for host %s: %w", opts.Hostname, err)
 	}

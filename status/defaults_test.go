@@ -44,9 +44,10 @@ func TestDefaultSettersOrderAndOptionalOnes(t *testing.T) {
 	full.ListImages = func(context.Context) ([]*runtimeapi.Image, error) { return nil, nil }
 	full.RuntimeHandlers = func(context.Context) ([]*runtimeapi.RuntimeHandler, error) { return nil, nil }
 	full.RuntimeFeatures = func(context.Context) (*runtimeapi.RuntimeFeatures, error) { return nil, nil }
+	full.VolumesInUse = VolumesInUseFuncs{Synced: func() bool { return true }, InUse: func() []v1.UniqueVolumeName { return nil }}
 	want = []string{SetterNodeAddress, SetterMachineInfo, SetterVersionInfo, SetterDaemonEndpoints, SetterImages, SetterGoRuntime,
 		SetterRuntimeHandlers, SetterNodeFeatures, SetterDeclaredFeatures, SetterMemoryPressure, SetterDiskPressure, SetterPIDPressure,
-		SetterNodeSchedulable, SetterReady}
+		SetterNodeSchedulable, SetterReady, SetterVolumesInUse}
 	if got := names(full); !reflect.DeepEqual(got, want) {
 		t.Errorf("setters = %v, want %v", got, want)
 	}

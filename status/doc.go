@@ -26,8 +26,10 @@
 //     values, as in the kubelet: NodeAddress, MachineInfo (capacity and
 //     allocatable), VersionInfo, DaemonEndpoints, Images, GoRuntime,
 //     RuntimeHandlers, NodeFeatures, DeclaredFeatures,
-//     Memory/Disk/PIDPressureCondition, NodeSchedulable (events only) and
-//     ReadyCondition. DefaultSetters builds them all in the kubelet's order.
+//     Memory/Disk/PIDPressureCondition, NodeSchedulable (events only),
+//     ReadyCondition and VolumesInUse (status.volumesInUse once the volume
+//     manager has synced). DefaultSetters builds them all in the kubelet's
+//     order.
 //   - Machine facts without cAdvisor: ReadMachine reads CPUs (online ∩ this
 //     process's cpuset), memory, swap, huge pages, the root directory's
 //     filesystem size, machine ID, system UUID, boot ID, kernel and OS image
@@ -47,7 +49,8 @@
 // (Machine, image lists) are not modified. status does not import the
 // runtime, lease, eviction or agent packages: they are wired in through the
 // func types RuntimeVersionFunc, RuntimeHealthFunc, RuntimeHandlersFunc,
-// RuntimeFeaturesFunc, ListImagesFunc, PressureFuncs and HealthCheck.
+// RuntimeFeaturesFunc, ListImagesFunc, VolumesInUseFuncs, PressureFuncs and
+// HealthCheck.
 //
 // # Wiring with fx
 //
@@ -55,7 +58,8 @@
 // both from its KubeletConfiguration), a kubernetes.Interface, and a
 // RuntimeVersionFunc and a RuntimeHealthFunc (unless SetterOptions carries
 // them). Optional: RuntimeHandlersFunc, RuntimeFeaturesFunc, ListImagesFunc,
-// PressureFuncs (absent: no pressure), record.EventRecorder (absent: no
+// VolumesInUseFuncs (absent: no VolumesInUse setter), PressureFuncs (absent:
+// no pressure), record.EventRecorder (absent: no
 // events), clock.Clock, prometheus.Registerer, logr.Logger, and HealthCheck
 // values in the group "node_health_checks". It provides *Reporter (wait on
 // Registered() for the Node to exist) and runs it from start to stop.

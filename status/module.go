@@ -21,8 +21,9 @@ const HealthCheckGroup = "node_health_checks"
 // and a *Reporter that runs from the application's start to its stop. The
 // graph must supply Options and SetterOptions (the agent builds both from
 // its configuration), a kubernetes.Interface, and the runtime funcs
-// RuntimeVersionFunc and RuntimeHealthFunc unless SetterOptions carries them.
-// See the package documentation for what an embedder can add or replace.
+// RuntimeVersionFunc and RuntimeHealthFunc unless SetterOptions carries them;
+// an optional VolumesInUseFuncs adds the VolumesInUse setter. See the
+// package documentation for what an embedder can add or replace.
 var Module = fx.Module("status",
 	fx.Provide(
 		fx.Annotate(provideDefaultSetters, fx.ResultTags(`group:"`+SetterGroup+`,flatten"`)),
@@ -44,6 +45,7 @@ type SetterParams struct {
 	RuntimeHandlers RuntimeHandlersFunc `optional:"true"`
 	RuntimeFeatures RuntimeFeaturesFunc `optional:"true"`
 	ListImages      ListImagesFunc      `optional:"true"`
+	VolumesInUse    VolumesInUseFuncs   `optional:"true"`
 	Pressure        PressureFuncs       `optional:"true"`
 	HealthChecks    []HealthCheck       `group:"node_health_checks"`
 
@@ -73,6 +75,9 @@ func provideDefaultSetters(p SetterParams) ([]OrderedSetter, error) {
 	}
 	if c.ListImages == nil {
 		c.ListImages = p.ListImages
+	}
+	if c.VolumesInUse.Synced == nil && c.VolumesInUse.InUse == nil {
+		c.VolumesInUse = p.VolumesInUse
 	}
 	if c.Pressure.Memory == nil {
 		c.Pressure.Memory = p.Pressure.Memory

@@ -59,13 +59,15 @@ const (
 	SetterPIDPressure      = "PIDPressure"
 	SetterNodeSchedulable  = "NodeSchedulable"
 	SetterReady            = "Ready"
+	SetterVolumesInUse     = "VolumesInUse"
 )
 
 // Orders of the default setters, in the kubelet's order. They are 100 apart
 // so an embedder can slot a setter between two of them. A custom condition
-// usually goes before OrderReady, which is the highest: the Ready setter
-// checks the capacity the others set, and the kubelet keeps Ready the last
-// condition in the list.
+// usually goes before OrderReady, the last of the conditions: the Ready
+// setter checks the capacity the others set, and the kubelet keeps Ready
+// the last condition in the list. VolumesInUse follows Ready, as in the
+// kubelet.
 const (
 	OrderNodeAddress      = 100
 	OrderMachineInfo      = 200
@@ -81,6 +83,7 @@ const (
 	OrderPIDPressure      = 1200
 	OrderNodeSchedulable  = 1300
 	OrderReady            = 10000
+	OrderVolumesInUse     = 10100
 )
 
 // defaultSetterNames are the names DefaultSetters may give, whether or not
@@ -89,7 +92,7 @@ var defaultSetterNames = map[string]bool{
 	SetterNodeAddress: true, SetterMachineInfo: true, SetterVersionInfo: true, SetterDaemonEndpoints: true,
 	SetterImages: true, SetterGoRuntime: true, SetterRuntimeHandlers: true, SetterNodeFeatures: true,
 	SetterDeclaredFeatures: true, SetterMemoryPressure: true, SetterDiskPressure: true, SetterPIDPressure: true,
-	SetterNodeSchedulable: true, SetterReady: true,
+	SetterNodeSchedulable: true, SetterReady: true, SetterVolumesInUse: true,
 }
 
 // resolveSetters applies replacement by name and returns the setters in the

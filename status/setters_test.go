@@ -755,3 +755,35 @@ func TestResolveSetters(t *testing.T) {
 		}
 	}
 }
+
+func TestVolumesInUse(t *testing.T) {
+	synced := false
+	inUse := []v1.UniqueVolumeName{"kubernetes.io/csi/driver^vol-1"}
+	set, err := VolumesInUse(VolumesInUseFuncs{Synced: func() bool { return synced }, InUse: func() []v1.UniqueVolumeName { return inUse }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := newNode("n")
+	node.Status.VolumesInUse = []v1.UniqueVolumeName{"previous"}
+	if err := set(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.VolumesInUse) != 1 || node.Status.VolumesInUse[0] != "previous" {
+		t.Errorf("before the volume manager synced: %v, want the list left alone", node.Status.VolumesInUse)
+	}
+	synced = true
+	if err := set(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.VolumesInUse) != 1 || node.Status.VolumesInUse[0] != inUse[0] {
+		t.Errorf("synced: %v, want %v", node.Status.VolumesInUse, inUse)
+	}
+	inUse = nil
+	_ = set(context.Background(), node)
+	if node.Status.VolumesInUse != nil {
+		t.Errorf("no volume in use: %v, want none", node.Status.VolumesInUse)
+	}
+	if _, err := VolumesInUse(VolumesInUseFuncs{Synced: func() bool { return true }}); err == nil {
+		t.Error("a VolumesInUse setter without InUse was built")
+	}
+}
