@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -44,6 +45,20 @@ type Config struct {
 	RootDir string
 	// CertDir holds the serving certificate (--cert-dir, <root-dir>/pki).
 	CertDir string
+
+	// MinimumContainerTTLDuration, MaxPerPodContainerCount and
+	// MaxContainerCount are the container garbage collection policy, the
+	// kubelet's flags --minimum-container-ttl-duration (default 0),
+	// --maximum-dead-containers-per-container (default 1) and
+	// --maximum-dead-containers (default -1, no limit); Complete sets the
+	// counts' defaults when nil.
+	MinimumContainerTTLDuration time.Duration
+	MaxPerPodContainerCount     *int32
+	MaxContainerCount           *int32
+	// PodInfraContainerImage (--pod-infra-container-image) is never removed
+	// by the image garbage collector, as with the kubelet; the sandbox
+	// image itself is the runtime's setting.
+	PodInfraContainerImage string
 
 	// NodeName is the Node's name, derived by Complete: HostnameOverride or
 	// the machine's hostname, lower-cased.
@@ -242,6 +257,12 @@ func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
 	if kc.ContainerLogMaxFiles == nil {
 		kc.ContainerLogMaxFiles = ptr.To[int32](5)
 	}
+	if kc.ContainerLogMaxWorkers == nil {
+		kc.ContainerLogMaxWorkers = ptr.To[int32](1)
+	}
+	if kc.ContainerLogMonitorInterval == nil {
+		kc.ContainerLogMonitorInterval = &metav1.Duration{Duration: 10 * time.Second}
+	}
 	if kc.EnforceNodeAllocatable == nil {
 		kc.EnforceNodeAllocatable = []string{"pods"}
 	}
@@ -272,6 +293,12 @@ func (c *Config) Complete() error {
 	}
 	if c.CertDir == "" {
 		c.CertDir = c.RootDir + "/pki"
+	}
+	if c.MaxPerPodContainerCount == nil {
+		c.MaxPerPodContainerCount = ptr.To[int32](1)
+	}
+	if c.MaxContainerCount == nil {
+		c.MaxContainerCount = ptr.To[int32](-1)
 	}
 	name := c.HostnameOverride
 	if name == "" {
@@ -334,7 +361,64 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.validateGC()...)
 	return errors.Join(errs...)
+}
+
+// validateGC checks the garbage collection and log rotation settings with
+// the kubelet's rules and messages.
+func (c *Config) validateGC() []error {
+	kc := &c.Kubelet
+	var errs []error
+	high, low := *kc.ImageGCHighThresholdPercent, *kc.ImageGCLowThresholdPercent
+	if high < 0 || high > 100 {
+		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent (--image-gc-high-threshold) %d must be between 0 and 100, inclusive", high))
+	}
+	if low < 0 || low > 100 {
+		errs = append(errs, fmt.Errorf("imageGCLowThresholdPercent (--image-gc-low-threshold) %d must be between 0 and 100, inclusive", low))
+	}
+	if low >= high {
+		errs = append(errs, fmt.Errorf("imageGCLowThresholdPercent (--image-gc-low-threshold) %d must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) %d", low, high))
+	}
+	if kc.ImageMinimumGCAge.Duration < 0 {
+		errs = append(errs, fmt.Errorf("imageMinimumGCAge %v must not be negative", kc.ImageMinimumGCAge.Duration))
+	}
+	if kc.ImageMaximumGCAge.Duration < 0 {
+		errs = append(errs, fmt.Errorf("imageMaximumGCAge %v must not be negative", kc.ImageMaximumGCAge.Duration))
+	}
+	if kc.ImageMaximumGCAge.Duration > 0 && kc.ImageMaximumGCAge.Duration <= kc.ImageMinimumGCAge.Duration {
+		errs = append(errs, fmt.Errorf("imageMaximumGCAge %v must be greater than imageMinimumGCAge %v", kc.ImageMaximumGCAge.Duration, kc.ImageMinimumGCAge.Duration))
+	}
+	if _, err := c.ContainerLogMaxSize(); err != nil {
+		errs = append(errs, err)
+	}
+	if *kc.ContainerLogMaxFiles <= 1 {
+		errs = append(errs, errors.New("containerLogMaxFiles must be greater than 1"))
+	}
+	if *kc.ContainerLogMaxWorkers < 1 {
+		errs = append(errs, errors.New("containerLogMaxWorkers must be greater than or equal to 1"))
+	}
+	if kc.ContainerLogMonitorInterval.Duration < 3*time.Second {
+		errs = append(errs, errors.New("containerLogMonitorInterval must be a positive time duration greater than or equal to 3s"))
+	}
+	if c.MinimumContainerTTLDuration < 0 {
+		errs = append(errs, fmt.Errorf("--minimum-container-ttl-duration %v must not be negative", c.MinimumContainerTTLDuration))
+	}
+	return errs
+}
+
+// ContainerLogMaxSize returns containerLogMaxSize in bytes (a negative
+// size disables log rotation).
+func (c *Config) ContainerLogMaxSize() (int64, error) {
+	q, err := resource.ParseQuantity(c.Kubelet.ContainerLogMaxSize)
+	if err != nil {
+		return 0, fmt.Errorf("containerLogMaxSize %q: %w", c.Kubelet.ContainerLogMaxSize, err)
+	}
+	n, ok := q.AsInt64()
+	if !ok {
+		return 0, fmt.Errorf("containerLogMaxSize %q: invalid max log size", c.Kubelet.ContainerLogMaxSize)
+	}
+	return n, nil
 }
 
 func validateTaint(t v1.Taint) error {

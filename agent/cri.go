@@ -6,7 +6,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // CRI runs the node's pods on a CRI runtime (containerd, CRI-O, or
@@ -24,9 +24,10 @@ import (
 // and images for the node status setters, the cgroup hierarchy
 // (cgroupdriver.Module, left out with cgroupsPerQOS false), the pod manager,
 // PLEG and the CRI backend that provides pods.Runtime (runtime.PodsModule),
-// the PLEG's health check gating Ready, and the stats provider (node, pod
+// the PLEG's health check gating Ready, the stats provider (node, pod
 // and container usage from the kernel and the CRI) the node API and the
-// eviction manager read. The CRI services come from the
+// eviction manager read, the volume manager (Volumes), and image garbage
+// collection and container log rotation (RuntimeGC). The CRI services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
 var CRI = fx.Module("cri",
@@ -36,18 +37,14 @@ var CRI = fx.Module("cri",
 		provideCgroups,
 		podManagerOptions,
 		newServiceLister,
-		func(c *Clients) runtime.SecretGetter {
-			core := c.Client.CoreV1()
-			return func(ctx context.Context, ns, name string) (*v1.Secret, error) {
-				return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-			}
-		},
 		fx.Annotate(plegHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
 		func(cfg *Config) stats.Options { return cfg.StatsOptions() },
 	),
 	runtime.Module,
 	runtime.PodsModule,
 	stats.Module,
+	Volumes,
+	RuntimeGC,
 )
 
 // RuntimeFuncs are the container runtime's answers the node status setters
@@ -127,12 +124,13 @@ type podManagerParams struct {
 	Driver   cgroupdriver.Driver
 	Node     *status.NodeWatch
 	Services *serviceLister
+	Volumes  *volume.Manager
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
 // and the graph: cgroup parents from the hierarchy, services, config maps
-// and secrets for the containers' environment, the node's allocatable for
-// the downward API.
+// and secrets for the containers' environment (from the volume manager's
+// watches: no GET per sync), the node's allocatable for the downward API.
 func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	var parent func(context.Context, *v1.Pod) (string, error)
 	if p.Cgroups != nil {
@@ -142,14 +140,9 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	if err != nil {
 		return o, err
 	}
-	core := p.Clients.Client.CoreV1()
 	o.Services = p.Services.List
-	o.ConfigMaps = func(ctx context.Context, ns, name string) (*v1.ConfigMap, error) {
-		return core.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-	}
-	o.Secrets = func(ctx context.Context, ns, name string) (*v1.Secret, error) {
-		return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-	}
+	o.ConfigMaps = p.Volumes.ConfigMap
+	o.Secrets = p.Volumes.Secret
 	o.Allocatable = p.Node.Allocatable
 	return o, nil
 }

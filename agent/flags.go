@@ -11,20 +11,20 @@ import (
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // ignoredKubeletFlags are kubelet flags an operator's unit file may pass
 // that nodekit accepts so the command line stays unchanged, but does not act
 // on. Each use is logged once at startup.
 var ignoredKubeletFlags = []string{
-	"bootstrap-kubeconfig", "cloud-provider", "pod-infra-container-image", "seccomp-default",
+	"bootstrap-kubeconfig", "cloud-provider", "seccomp-default",
 	"lock-file", "exit-on-lock-contention", "image-credential-provider-config",
 	"image-credential-provider-bin-dir", "rotate-certificates", "rotate-server-certificates",
 	"volume-plugin-dir", "kubelet-cgroups", "system-cgroups", "runtime-cgroups",
 	"protect-kernel-defaults", "make-iptables-util-chains", "cpu-manager-policy",
-	"topology-manager-policy", "memory-manager-policy", "read-only-port", "container-log-max-size",
-	"container-log-max-files", "image-gc-high-threshold", "image-gc-low-threshold",
-	"minimum-image-ttl-duration", "config-dir", "streaming-connection-idle-timeout",
+	"topology-manager-policy", "memory-manager-policy", "read-only-port",
+	"config-dir", "streaming-connection-idle-timeout",
 	"enable-controller-attach-detach", "hairpin-mode", "pod-cidr", "oom-score-adj",
 }
 
@@ -96,6 +96,21 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.BoolVar(kc.FailSwapOn, "fail-swap-on", *kc.FailSwapOn, "Fail to start when swap is on.")
 	fs.StringVar(&kc.ProviderID, "provider-id", kc.ProviderID, "Unique identifier of the node in the machine database.")
 	fs.Var(featureGatesValue{&kc.FeatureGates}, "feature-gates", "Feature gates (key=true|false).")
+	fs.StringVar(&kc.ContainerLogMaxSize, "container-log-max-size", kc.ContainerLogMaxSize, "Size a container's log reaches before it is rotated (e.g. 10Mi).")
+	fs.Int32Var(kc.ContainerLogMaxFiles, "container-log-max-files", *kc.ContainerLogMaxFiles, "Most log files kept per container, the current one included; more than 1.")
+	fs.Int32Var(kc.ImageGCHighThresholdPercent, "image-gc-high-threshold", *kc.ImageGCHighThresholdPercent, "Image filesystem usage percent from which image garbage collection runs; 100 disables it.")
+	fs.Int32Var(kc.ImageGCLowThresholdPercent, "image-gc-low-threshold", *kc.ImageGCLowThresholdPercent, "Image filesystem usage percent image garbage collection frees down to.")
+	fs.DurationVar(&kc.ImageMinimumGCAge.Duration, "minimum-image-ttl-duration", kc.ImageMinimumGCAge.Duration, "Minimum age of an unused image before it is garbage collected.")
+	if c.MaxPerPodContainerCount == nil {
+		c.MaxPerPodContainerCount = ptr.To[int32](1)
+	}
+	if c.MaxContainerCount == nil {
+		c.MaxContainerCount = ptr.To[int32](-1)
+	}
+	fs.DurationVar(&c.MinimumContainerTTLDuration, "minimum-container-ttl-duration", c.MinimumContainerTTLDuration, "Minimum age of a finished container before it is garbage collected.")
+	fs.Int32Var(c.MaxPerPodContainerCount, "maximum-dead-containers-per-container", *c.MaxPerPodContainerCount, "Dead instances kept per container; negative for no limit.")
+	fs.Int32Var(c.MaxContainerCount, "maximum-dead-containers", *c.MaxContainerCount, "Dead containers kept on the node; negative for no limit.")
+	fs.StringVar(&c.PodInfraContainerImage, "pod-infra-container-image", c.PodInfraContainerImage, "Image the image garbage collector never removes (the runtime's sandbox image).")
 
 	b.ignored = make(map[string]*string, len(ignoredKubeletFlags))
 	for _, name := range ignoredKubeletFlags {

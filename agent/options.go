@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/lease"
@@ -17,6 +18,7 @@ import (
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // This file translates the Config into each module's Options, the way
@@ -228,7 +230,74 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		CgroupVersion:         cgroupVersion,
 		RegistryPullQPS:       float32(*kc.RegistryPullQPS),
 		RegistryBurst:         int(kc.RegistryBurst),
+		ContainerGC:           cfg.ContainerGCPolicy(),
 	}, nil
+}
+
+// ContainerGCPolicy returns the container garbage collection policy of the
+// kubelet's --minimum-container-ttl-duration,
+// --maximum-dead-containers-per-container and --maximum-dead-containers.
+func (cfg *Config) ContainerGCPolicy() *runtime.ContainerGCPolicy {
+	p := runtime.DefaultContainerGCPolicy()
+	p.MinAge = cfg.MinimumContainerTTLDuration
+	if cfg.MaxPerPodContainerCount != nil {
+		p.MaxPerPodContainer = int(*cfg.MaxPerPodContainerCount)
+	}
+	if cfg.MaxContainerCount != nil {
+		p.MaxContainers = int(*cfg.MaxContainerCount)
+	}
+	return &p
+}
+
+// ImageGCOptions returns the image garbage collector's options:
+// imageGCHighThresholdPercent, imageGCLowThresholdPercent,
+// imageMinimumGCAge, imageMaximumGCAge and --pod-infra-container-image.
+// The CRI services, recorder, clock and registerer are the caller's to
+// fill.
+func (cfg *Config) ImageGCOptions() runtime.ImageGCOptions {
+	kc := &cfg.Kubelet
+	o := runtime.ImageGCOptions{
+		HighThresholdPercent: ptr.To(int(*kc.ImageGCHighThresholdPercent)),
+		LowThresholdPercent:  ptr.To(int(*kc.ImageGCLowThresholdPercent)),
+		MinAge:               ptr.To(kc.ImageMinimumGCAge.Duration),
+		MaxAge:               kc.ImageMaximumGCAge.Duration,
+		NodeName:             cfg.NodeName,
+	}
+	if cfg.PodInfraContainerImage != "" {
+		o.PinnedImages = []string{cfg.PodInfraContainerImage}
+	}
+	return o
+}
+
+// LogRotatorOptions returns the container log rotation's options:
+// containerLogMaxSize, containerLogMaxFiles, containerLogMaxWorkers and
+// containerLogMonitorInterval. The CRI service and clock are the caller's
+// to fill.
+func (cfg *Config) LogRotatorOptions() (runtime.LogRotatorOptions, error) {
+	kc := &cfg.Kubelet
+	size, err := cfg.ContainerLogMaxSize()
+	if err != nil {
+		return runtime.LogRotatorOptions{}, err
+	}
+	return runtime.LogRotatorOptions{
+		MaxSize:         size,
+		MaxFiles:        int(*kc.ContainerLogMaxFiles),
+		Workers:         int(*kc.ContainerLogMaxWorkers),
+		MonitorInterval: kc.ContainerLogMonitorInterval.Duration,
+	}, nil
+}
+
+// VolumeOptions returns the volume manager's options: the root directory,
+// the node's name, the resync period (syncFrequency, how often configMap,
+// secret, downwardAPI and projected volumes are rewritten at the latest).
+// The pod functions (PodKnown, SourcesReady), the node's allocatable, the
+// client, recorder, clock and registerer are the caller's to fill.
+func (cfg *Config) VolumeOptions() volume.Options {
+	return volume.Options{
+		RootDir:      cfg.RootDir,
+		NodeName:     cfg.NodeName,
+		ResyncPeriod: cfg.Kubelet.SyncFrequency.Duration,
+	}
 }
 
 // StatsOptions returns the stats provider's options: the node's name, its

@@ -496,6 +496,20 @@ func (c *Controller) known(uid types.UID) bool {
 	return ok
 }
 
+// PodKnown reports whether the Controller still has business with pod
+// uid: a source delivered it and it was not removed yet, it has a worker
+// (it may be stopping), or housekeeping is stopping it as an orphan. A pod
+// it does not know may have leftovers on the node that are safe to clean
+// up (the volume manager's orphaned pod directories). Safe for concurrent
+// use; it does not block.
+func (c *Controller) PodKnown(uid types.UID) bool {
+	c.mu.Lock()
+	_, ok := c.pods[uid]
+	ok = ok || c.orphans[uid]
+	c.mu.Unlock()
+	return ok || c.workers.known(uid)
+}
+
 // runHousekeeping looks for orphans every HousekeepingPeriod until ctx is
 // done.
 func (c *Controller) runHousekeeping(ctx context.Context) {

@@ -241,6 +241,16 @@ func (b *Backend) GarbageCollect(ctx context.Context, keep func(types.UID) bool)
 	return b.pm.GarbageCollect(ctx, func(uid types.UID) bool { return !keep(uid) })
 }
 
+// DeleteAllUnusedContainers removes every dead container and not-ready
+// sandbox of the pods active does not report, and everything of the pods
+// known does not report, as the kubelet does for the eviction manager
+// under disk pressure (PodManager.DeleteAllUnusedContainers). known is the
+// pod lifecycle loop's (pods.Controller.PodKnown), active typically "in
+// the pods.Store" (admitted and not terminated).
+func (b *Backend) DeleteAllUnusedContainers(ctx context.Context, known, active func(types.UID) bool) error {
+	return b.pm.DeleteAllUnusedContainers(ctx, func(uid types.UID) bool { return !known(uid) }, active)
+}
+
 // HasPod reports whether the runtime holds anything of pod uid (a sandbox
 // or a container, running or not) as the PLEG's cache last saw it. It does
 // not call the runtime: a pod created since the last relist may be

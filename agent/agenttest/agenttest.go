@@ -11,8 +11,9 @@
 //	node.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
 //
 // Nothing touches the host: the agent's directories live under the test's
-// temporary directory, cgroups per QoS are off, ports are loopback ones
-// picked at random.
+// temporary directory, cgroups per QoS are off, the volume manager's
+// mounter is k8s.io/mount-utils' fake (memory-backed volumes are plain
+// directories), ports are loopback ones picked at random.
 package agenttest
 
 import (
@@ -33,9 +34,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // DefaultTimeout bounds Context: the longest a test waits for an agent.
@@ -110,6 +113,13 @@ func Start(t testing.TB, opts Options) *Node {
 		agent.Core,
 		runtime,
 		fx.Replace(&agent.Clients{Client: n.Client, Heartbeat: n.Client}),
+		// Volumes are directories: nothing is mounted on the host.
+		fx.Decorate(func(o volume.Options) volume.Options {
+			if o.Mounter == nil {
+				o.Mounter = mount.NewFakeMounter(nil)
+			}
+			return o
+		}),
 	}, opts.Extra...)
 	n.App = fxtest.New(t, all...)
 	n.App.RequireStart()

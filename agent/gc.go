@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/tools/record"
+	cri "k8s.io/cri-api/pkg/apis"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/runtime"
+)
+
+// RuntimeGC is a CRI node's housekeeping of images and logs (part of CRI):
+// the image garbage collector (runtime.ImageGC from Config.ImageGCOptions,
+// every 5 minutes, not run when imageGCHighThresholdPercent is 100 and
+// imageMaximumGCAge 0, as the kubelet) and container log rotation
+// (runtime.LogRotator from Config.LogRotatorOptions), both run from start
+// to stop. *runtime.ImageGC is in the graph for the eviction manager
+// (DeleteUnusedImages), as is *runtime.Backend (DeleteAllUnusedContainers).
+// Container garbage collection is the pod lifecycle loop's, with the
+// policy of Config.ContainerGCPolicy. Decorate runtime.ImageGCOptions or
+// runtime.LogRotatorOptions to change them.
+var RuntimeGC = fx.Options(
+	fx.Provide(
+		func(cfg *Config) runtime.ImageGCOptions { return cfg.ImageGCOptions() },
+		func(cfg *Config) (runtime.LogRotatorOptions, error) { return cfg.LogRotatorOptions() },
+		provideImageGC,
+		provideLogRotator,
+	),
+	fx.Invoke(func(*runtime.ImageGC, *runtime.LogRotator) {}),
+)
+
+type runtimeGCParams struct {
+	fx.In
+
+	RuntimeService cri.RuntimeService
+	ImageService   cri.ImageManagerService
+	Recorder       record.EventRecorder
+	Registerer     prometheus.Registerer
+	Clock          clock.Clock
+	Logger         logr.Logger
+	Lifecycle      fx.Lifecycle
+	Shutdowner     fx.Shutdowner
+}
+
+func provideImageGC(p runtimeGCParams, o runtime.ImageGCOptions) (*runtime.ImageGC, error) {
+	if o.Runtime == nil {
+		o.Runtime = p.RuntimeService
+	}
+	if o.Images == nil {
+		o.Images = p.ImageService
+	}
+	if o.Recorder == nil {
+		o.Recorder = p.Recorder
+	}
+	if o.Clock == nil {
+		o.Clock = p.Clock
+	}
+	if o.Registerer == nil {
+		o.Registerer = p.Registerer
+	}
+	g, err := runtime.NewImageGC(o)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "imagegc", g.Run)
+	return g, nil
+}
+
+func provideLogRotator(p runtimeGCParams, o runtime.LogRotatorOptions) (*runtime.LogRotator, error) {
+	if o.Runtime == nil {
+		o.Runtime = p.RuntimeService
+	}
+	if o.Clock == nil {
+		o.Clock = p.Clock
+	}
+	r, err := runtime.NewLogRotator(o)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "logrotation", r.Run)
+	return r, nil
+}

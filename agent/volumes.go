@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+
+	"go.uber.org/fx"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/volume"
+)
+
+// Volumes is the volume manager of a CRI node (part of CRI): volume.Module
+// configured from the *Config (Config.VolumeOptions) with the node's
+// allocatable from the node watch, the pod sources' readiness and "pod
+// known" (to the pod lifecycle loop, or the runtime still has something of
+// it) for the cleanup of orphaned pod directories; the *volume.Manager as
+// the runtime.VolumeManager the CRI backend mounts pods' volumes through
+// before their containers start and unmounts them after they stopped; its
+// watch-based configMaps and secrets as the pull secret source
+// (runtime.SecretGetter; the pod manager's env sources come from it too);
+// and the VolumesInUse node status setter's funcs. Decorate volume.Options
+// to change the periods or the mounter; add plugins to the value group
+// volume.PluginGroup.
+var Volumes = fx.Options(
+	fx.Provide(
+		newPodKnown,
+		volumeOptions,
+		func(m *volume.Manager) runtime.VolumeManager { return volumeManager{m} },
+		func(m *volume.Manager) runtime.SecretGetter { return m.Secret },
+		func(m *volume.Manager) status.VolumesInUseFuncs {
+			return status.VolumesInUseFuncs{Synced: m.ReconcilerSynced, InUse: m.VolumesInUse}
+		},
+	),
+	volume.Module,
+	fx.Invoke(func(k *podKnown, c *pods.Controller, b *runtime.Backend) {
+		k.set(func(uid types.UID) bool { return c.PodKnown(uid) || b.HasPod(uid) })
+	}),
+)
+
+// podKnown is Options.PodKnown of the volume manager, resolved once the
+// pod lifecycle loop exists (the loop depends on the backend, which
+// depends on the volume manager). Until then every pod counts as known, so
+// nothing is cleaned up.
+type podKnown struct{ f atomic.Pointer[func(types.UID) bool] }
+
+func newPodKnown() *podKnown { return &podKnown{} }
+
+func (k *podKnown) set(f func(types.UID) bool) { k.f.Store(&f) }
+
+func (k *podKnown) known(uid types.UID) bool {
+	f := k.f.Load()
+	return f == nil || (*f)(uid)
+}
+
+func volumeOptions(cfg *Config, node *status.NodeWatch, sources *podsource.Config, known *podKnown, _ dataDirs) volume.Options {
+	o := cfg.VolumeOptions()
+	o.NodeAllocatable = node.Allocatable
+	o.SourcesReady = sources.AllReady
+	o.PodKnown = known.known
+	return o
+}
+
+// volumeManager adapts *volume.Manager to runtime.VolumeManager.
+type volumeManager struct{ m *volume.Manager }
+
+func (v volumeManager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]runtime.Volume, error) {
+	mounted, err := v.m.MountPod(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]runtime.Volume, len(mounted))
+	for name, m := range mounted {
+		out[name] = runtime.Volume{HostPath: m.Path, ReadOnly: m.ReadOnly, SELinuxRelabel: m.SELinuxRelabel}
+	}
+	return out, nil
+}
+
+func (v volumeManager) UnmountPod(ctx context.Context, uid types.UID) error {
+	return v.m.UnmountPod(ctx, uid)
+}
+
+func (v volumeManager) SubPath(ctx context.Context, s runtime.SubPathSpec) (string, error) {
+	return v.m.SubPath(ctx, volume.SubPathSpec{PodUID: s.PodUID, VolumeName: s.VolumeName, VolumePath: s.VolumePath,
+		SubPath: s.SubPath, ContainerName: s.ContainerName, MountIndex: s.MountIndex})
+}
