@@ -146,3 +146,54 @@ func TestFlagUsageListsKubeletFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestGCAndLogFlags: the kubelet's container and image GC and log rotation
+// flags reach the modules' options with the kubelet's defaults, and bad
+// values are refused with the kubelet's messages.
+func TestGCAndLogFlags(t *testing.T) {
+	cfg, err := ParseFlags(klog.Background(), []string{"--hostname-override=n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.ContainerGCPolicy(); p.MinAge != 0 || p.MaxPerPodContainer != 1 || p.MaxContainers != -1 {
+		t.Errorf("default container GC policy %+v, want the kubelet's 0, 1, -1", p)
+	}
+	ig := cfg.ImageGCOptions()
+	if *ig.HighThresholdPercent != 85 || *ig.LowThresholdPercent != 80 || *ig.MinAge != 2*time.Minute || ig.MaxAge != 0 || ig.PinnedImages != nil {
+		t.Errorf("default image GC options %+v", ig)
+	}
+	lr, err := cfg.LogRotatorOptions()
+	if err != nil || lr.MaxSize != 10<<20 || lr.MaxFiles != 5 || lr.Workers != 1 || lr.MonitorInterval != 10*time.Second {
+		t.Errorf("default log rotation options %+v, %v", lr, err)
+	}
+
+	cfg, err = ParseFlags(klog.Background(), []string{"--hostname-override=n",
+		"--minimum-container-ttl-duration=1m", "--maximum-dead-containers-per-container=3", "--maximum-dead-containers=50",
+		"--image-gc-high-threshold=60", "--image-gc-low-threshold=30", "--minimum-image-ttl-duration=5m",
+		"--pod-infra-container-image=registry.k8s.io/pause:3.10", "--container-log-max-size=1Mi", "--container-log-max-files=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.ContainerGCPolicy(); p.MinAge != time.Minute || p.MaxPerPodContainer != 3 || p.MaxContainers != 50 {
+		t.Errorf("container GC policy %+v", p)
+	}
+	ig = cfg.ImageGCOptions()
+	if *ig.HighThresholdPercent != 60 || *ig.LowThresholdPercent != 30 || *ig.MinAge != 5*time.Minute || len(ig.PinnedImages) != 1 {
+		t.Errorf("image GC options %+v", ig)
+	}
+	if lr, _ := cfg.LogRotatorOptions(); lr.MaxSize != 1<<20 || lr.MaxFiles != 2 {
+		t.Errorf("log rotation options %+v", lr)
+	}
+
+	for _, tc := range []struct{ args, want string }{
+		{"--image-gc-low-threshold=90", "must be less than imageGCHighThresholdPercent"},
+		{"--image-gc-high-threshold=101", "must be between 0 and 100"},
+		{"--container-log-max-files=1", "containerLogMaxFiles must be greater than 1"},
+		{"--container-log-max-size=lots", "containerLogMaxSize"},
+		{"--minimum-container-ttl-duration=-1s", "must not be negative"},
+	} {
+		if _, err := ParseFlags(klog.Background(), []string{"--hostname-override=n", tc.args}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want it to mention %q", tc.args, err, tc.want)
+		}
+	}
+}

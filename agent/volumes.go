@@ -47,7 +47,9 @@ var Volumes = fx.Options(
 // pod lifecycle loop exists (the loop depends on the backend, which
 // depends on the volume manager). Until then every pod counts as known, so
 // nothing is cleaned up.
-type podKnown struct{ f atomic.Pointer[func(types.UID) bool] }
+type podKnown struct {
+	f atomic.Pointer[func(types.UID) bool]
+}
 
 func newPodKnown() *podKnown { return &podKnown{} }
 

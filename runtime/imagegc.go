@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"slices"
 	"sync"
@@ -104,9 +105,11 @@ type ImageGC struct {
 	collected *prometheus.CounterVec
 	began     time.Time
 
-	// mu serializes collections and guards records.
+	// mu serializes collections and guards records and noFs.
 	mu      sync.Mutex
 	records map[string]*imageRecord
+	// noFs is set once the image filesystem was found missing (logged).
+	noFs bool
 }
 
 // imageRecord is what the ImageGC knows of an image, by ID.
@@ -228,8 +231,10 @@ func (g *ImageGC) Run(ctx context.Context) error {
 // go (once the ImageGC has run for MaxAge), then, when the image
 // filesystem is at least HighThresholdPercent full, unused images older
 // than MinAge go, least recently used first, until LowThresholdPercent.
-// Not freeing enough is an error (and a FreeDiskSpaceFailed event). It
-// blocks for the CRI calls and statfs.
+// Not freeing enough is an error (and a FreeDiskSpaceFailed event). An
+// image filesystem that does not exist on this machine (FsStats fails with
+// fs.ErrNotExist: a fake runtime) is logged once and skips the disk usage
+// part. It blocks for the CRI calls and statfs.
 func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -243,9 +248,19 @@ func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 		return err
 	}
 	c, a, err := g.opts.FsStats(ctx)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A runtime whose image filesystem is not on this machine (a fake
+		// runtime): nothing to measure, nothing to free for space.
+		if !g.noFs {
+			logger.Info("The image filesystem does not exist on this machine; image garbage collection by disk usage is skipped", "err", err)
+			g.noFs = true
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("image filesystem usage: %w", err)
 	}
+	g.noFs = false
 	capacity, available := int64(min(c, math.MaxInt64)), int64(min(a, math.MaxInt64))
 	if available > capacity {
 		logger.Info("Availability is larger than capacity", "available", available, "capacity", capacity)
