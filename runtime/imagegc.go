@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -66,8 +68,9 @@ type ImageGCOptions struct {
 	// kubelet's default).
 	MaxAge time.Duration
 	// PinnedImages are never removed (tags, digests or IDs), in addition
-	// to the images the runtime reports pinned (containerd pins its
-	// sandbox image): the kubelet's --pod-infra-container-image.
+	// to the images the runtime reports pinned and the sandbox image its
+	// configuration names (containerd 1.6 does not mark it pinned): the
+	// kubelet's --pod-infra-container-image.
 	PinnedImages []string
 	// FsStats reports the image filesystem's usage; nil asks the runtime
 	// for the image filesystem's mount point (ImageFsInfo) and statfs(2)s
@@ -335,7 +338,7 @@ func (g *ImageGC) evictionOrder(ctx context.Context, now time.Time) ([]evictionC
 	}
 	delete(used, "")
 	pinned := map[string]bool{}
-	for _, p := range g.opts.PinnedImages {
+	for _, p := range append(g.runtimePinned(ctx), g.opts.PinnedImages...) {
 		pinned[p] = true
 	}
 	names := func(img *runtimeapi.Image) []string {
@@ -375,6 +378,30 @@ func (g *ImageGC) evictionOrder(ctx context.Context, now time.Time) ([]evictionC
 	})
 	klog.FromContext(ctx).V(5).Info("Images eligible for garbage collection", "count", len(out), "images", len(images))
 	return out, nil
+}
+
+// runtimePinned returns the images the runtime's configuration pins but
+// its image list may not mark pinned: containerd 1.6's sandbox image
+// ("sandboxImage" in its verbose status' config), containerd 2's
+// "pinnedImages". Nothing when the runtime does not say.
+func (g *ImageGC) runtimePinned(ctx context.Context) []string {
+	resp, err := g.opts.Runtime.Status(ctx, true)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Cannot read the runtime's configuration for its pinned images", "err", err)
+		return nil
+	}
+	var cfg struct {
+		SandboxImage string            `json:"sandboxImage"`
+		PinnedImages map[string]string `json:"pinnedImages"`
+	}
+	if json.Unmarshal([]byte(resp.GetInfo()["config"]), &cfg) != nil {
+		return nil
+	}
+	out := slices.Collect(maps.Values(cfg.PinnedImages))
+	if cfg.SandboxImage != "" {
+		out = append(out, cfg.SandboxImage)
+	}
+	return out
 }
 
 // freeOld removes the candidates unused for longer than MaxAge and returns

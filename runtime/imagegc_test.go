@@ -52,7 +52,12 @@ type imageGCHarness struct {
 
 func newImageGCHarness(t *testing.T, mutate func(*runtime.ImageGCOptions)) *imageGCHarness {
 	t.Helper()
-	h := newHarness(t, fakecri.Options{}, nil)
+	return newImageGCHarnessOn(t, fakecri.Options{}, mutate)
+}
+
+func newImageGCHarnessOn(t *testing.T, fopts fakecri.Options, mutate func(*runtime.ImageGCOptions)) *imageGCHarness {
+	t.Helper()
+	h := newHarness(t, fopts, nil)
 	disk := &imageDisk{cri: h.cri, capacity: 100 * mib}
 	reg := prometheus.NewRegistry()
 	rec := record.NewFakeRecorder(100)
@@ -216,6 +221,22 @@ func TestDeleteUnusedImages(t *testing.T) {
 	want := []string{"docker.io/library/busybox:latest", "docker.io/library/pinned:1"}
 	if got := h.refs(); !slices.Equal(got, want) {
 		t.Fatalf("images %q, want %q", got, want)
+	}
+}
+
+// TestImageGCKeepsTheSandboxImage: the sandbox image a containerd 1.6
+// names in its configuration (and does not mark pinned) is never removed.
+func TestImageGCKeepsTheSandboxImage(t *testing.T) {
+	h := newImageGCHarnessOn(t, fakecri.Options{SandboxImage: "registry.k8s.io/pause:3.10"}, nil)
+	if err := h.gc.DeleteUnusedImages(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(time.Hour)
+	if err := h.gc.DeleteUnusedImages(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.refs(); !slices.Equal(got, []string{"registry.k8s.io/pause:3.10"}) {
+		t.Fatalf("images %q, want only the sandbox image", got)
 	}
 }
 

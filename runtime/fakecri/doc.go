@@ -11,7 +11,9 @@
 //
 // What it fakes:
 //
-//   - Runtime status, version and config (Status, Version, RuntimeConfig).
+//   - Runtime status, version and config (Status, Version, RuntimeConfig);
+//     a verbose Status carries Options.SandboxImage as containerd's
+//     info["config"] does.
 //   - Images: ListImages, ImageStatus, PullImage from a fake registry,
 //     RemoveImage, ImageFsInfo. References are normalized the way containerd
 //     does ("nginx" is "docker.io/library/nginx:latest"); [NewImage] builds an

@@ -86,17 +86,22 @@ type Options struct {
 	// Exec answers ExecSync; nil answers every command with exit code 0 and
 	// no output. See SetExecHandler.
 	Exec ExecHandler
+	// SandboxImage, when set, is reported as containerd reports its
+	// sandbox image: in the verbose Status' info["config"] JSON, field
+	// "sandboxImage".
+	SandboxImage string
 }
 
 // Server is a fake CRI runtime. Create it with New; it serves nothing until
 // Serve or Start is called, and one Server may serve several sockets at once,
 // all sharing its state. All methods are safe for concurrent use.
 type Server struct {
-	optsErr    error
-	clock      clock.Clock
-	mountpoint string
-	ipam       *ipam
-	eventBuf   int
+	optsErr      error
+	clock        clock.Clock
+	mountpoint   string
+	sandboxImage string
+	ipam         *ipam
+	eventBuf     int
 
 	mu             sync.Mutex
 	runtimeName    string
@@ -155,6 +160,7 @@ func New(opts Options) *Server {
 		subscribers:    map[*subscriber]struct{}{},
 		clock:          opts.Clock,
 		mountpoint:     opts.ImageFsMountpoint,
+		sandboxImage:   opts.SandboxImage,
 		runtimeName:    opts.RuntimeName,
 		runtimeVersion: opts.RuntimeVersion,
 		runtimeReady:   &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true},

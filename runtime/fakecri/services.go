@@ -2,6 +2,7 @@ package fakecri
 
 import (
 	"context"
+	"encoding/json"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,17 +35,26 @@ func (r *runtimeService) Version(context.Context, *runtimeapi.VersionRequest) (*
 	}, nil
 }
 
-func (r *runtimeService) Status(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+func (r *runtimeService) Status(_ context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
-	return &runtimeapi.StatusResponse{
+	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 			clone(r.s.runtimeReady),
 			clone(r.s.networkReady),
 		}},
 		RuntimeHandlers: cloneAll(r.s.handlers),
 		Features:        clone(r.s.features),
-	}, nil
+	}
+	if req.GetVerbose() && r.s.sandboxImage != "" {
+		// containerd's verbose status carries its configuration as JSON.
+		cfg, err := json.Marshal(map[string]string{"sandboxImage": r.s.sandboxImage})
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		resp.Info = map[string]string{"config": string(cfg)}
+	}
+	return resp, nil
 }
 
 func (r *runtimeService) RuntimeConfig(context.Context, *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
