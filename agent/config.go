@@ -288,6 +288,13 @@ func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
 // idempotent.
 func (c *Config) Complete() error {
 	SetDefaults(&c.Kubelet)
+	return c.complete()
+}
+
+// complete is Complete without SetDefaults: ParseFlags defaults before it
+// applies the flags, so a flag set to a zero value (say
+// --minimum-image-ttl-duration=0s) keeps it, as with the kubelet.
+func (c *Config) complete() error {
 	if c.RootDir == "" {
 		c.RootDir = DefaultRootDir
 	}

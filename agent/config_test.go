@@ -185,6 +185,12 @@ func TestGCAndLogFlags(t *testing.T) {
 		t.Errorf("log rotation options %+v", lr)
 	}
 
+	// A zero given on the command line is not taken for "unset".
+	cfg, err = ParseFlags(klog.Background(), []string{"--hostname-override=n", "--minimum-image-ttl-duration=0s"})
+	if err != nil || *cfg.ImageGCOptions().MinAge != 0 {
+		t.Errorf("--minimum-image-ttl-duration=0s gives a minimum age of %v (%v), want 0", *cfg.ImageGCOptions().MinAge, err)
+	}
+
 	for _, tc := range []struct{ args, want string }{
 		{"--image-gc-low-threshold=90", "must be less than imageGCHighThresholdPercent"},
 		{"--image-gc-high-threshold=101", "must be between 0 and 100"},

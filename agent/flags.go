@@ -166,7 +166,7 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 			cfg.NodeIPs = append(cfg.NodeIPs, ip)
 		}
 	}
-	if err := cfg.Complete(); err != nil {
+	if err := cfg.complete(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return cfg, nil
