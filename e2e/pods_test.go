@@ -124,10 +124,10 @@ func TestPodsOnFakeCRI(t *testing.T) {
 }
 
 // newContainerdPodNode starts a containerd, a cgroup root and a node agent
-// on them, and waits until the node is Ready with a namespace for its pods.
-// Cleanup stops the agent, then containerd (removing every sandbox), then
-// removes the cgroup root.
-func newContainerdPodNode(t *testing.T, name string) *podNode {
+// on them (with extraArgs, more agent flags), and waits until the node is
+// Ready with a namespace for its pods. Cleanup stops the agent, then
+// containerd (removing every sandbox), then removes the cgroup root.
+func newContainerdPodNode(t *testing.T, name string, extraArgs ...string) *podNode {
 	t.Helper()
 	ctx := t.Context()
 	cgroupRoot := newCgroupRoot(t, name)
@@ -157,7 +157,7 @@ func newContainerdPodNode(t *testing.T, name string) *podNode {
 	}
 	tn := newNode(t, name, nodeOptions{
 		runtimeEndpoint: c.Endpoint,
-		extraArgs:       []string{"--cgroup-root=" + cgroupRoot},
+		extraArgs:       append([]string{"--cgroup-root=" + cgroupRoot}, extraArgs...),
 	})
 	n := &podNode{testNode: tn, runtimeName: runtimeName, cri: cri.Runtime, containerd: c, cgroupRoot: cgroupRoot}
 	n.ns = newNamespace(t, name)
