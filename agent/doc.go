@@ -9,8 +9,10 @@
 // rate-limited one and a heartbeat one for the Lease and node status),
 // events, metrics, the CRI runtime, the node Lease, node registration and
 // status, the API server pod source, the pod status manager, the cgroup
-// hierarchy, the runtime's pod manager and PLEG, the PodController (admission
-// and pod workers) and the /healthz and /metrics server. New builds an fx
+// hierarchy, the runtime's pod manager and PLEG, the volume manager
+// (Volumes), image garbage collection and container log rotation
+// (RuntimeGC), the PodController (admission and pod workers) and the
+// /healthz and /metrics server. New builds an fx
 // application from a Config; Run is the whole main of examples/nodeagent.
 //
 // # What an embedder can swap
@@ -30,6 +32,9 @@
 //     manifest directory, a URL, your own), and an AdmitHandler to
 //     AdmitHandlerGroup; admission runs GeneralPredicates (the kubelet's
 //     resource, affinity, port and taint checks) first.
+//   - Volumes: add a volume.Plugin to volume.PluginGroup (one with a
+//     built-in plugin's Name replaces it); decorate volume.Options for the
+//     periods or the mounter.
 //
 // PodController runs without fx too: NewPodController takes the sources, a
 // PodRuntime (*runtime.PodManager), the runtime's events, a pod status

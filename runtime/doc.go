@@ -32,16 +32,29 @@
 //			Volumes: runtime.PodVolumes{Mounted: vols, SubPath: volumes.SubPath}}) // requeue at res.RetryAt
 //	} else {
 //		err = pm.KillPod(ctx, pod, status.RunningPod(), gracePeriodOverride)
+//		err = volumes.UnmountPod(ctx, uid)
 //		... once the final status is reported: pm.RemovePod(ctx, uid)
 //	}
+//
+// [Backend] does exactly this for the pod lifecycle loop (pods.Runtime),
+// with a [VolumeManager] (the agent adapts volume.Manager): it mounts a
+// pod's volumes before every SyncPod of a pod that should run (on error
+// nothing starts, the pod stays ContainerCreating and the loop retries after
+// its back-off), unmounts them once KillPod stopped the pod, and again
+// before RemovePod.
 //
 // SyncPod creates the sandbox (hostname, DNS from the pod and the cluster
 // DNS settings, port mappings, cgroup parent, log directory, host
 // namespaces, sysctls), starts init containers in order, sidecars and
 // regular containers (image pulled by pull policy with the pod's pull
 // secrets; command, args and env with $(VAR) expansion and the downward API;
-// resources; security context; emptyDir and hostPath volumes; /etc/hosts;
-// termination message file), restarts them by restart policy with
+// resources; security context; the mounts of the volumes in
+// SyncInput.Volumes, read-only where the volume says so, subPath and
+// subPathExpr resolved by the volume manager, with the kubelet's errors;
+// /etc/hosts; termination message file), starts ephemeral containers
+// (kubectl debug) once, in the pod's sandbox and their target container's
+// process namespace, never restarting them, restarts the others by restart
+// policy with
 // CrashLoopBackOff, replaces containers whose image changed or whose
 // liveness or startup probe failed, and recreates a dead sandbox. It labels
 // and annotates sandboxes and containers as the kubelet does
@@ -54,13 +67,30 @@
 // FailedCreatePodSandBox, SandboxChanged, ...) carry the kubelet's reasons
 // and messages.
 //
-// Left out: volumes other than emptyDir and hostPath (configMap, secret,
-// projected, downwardAPI, persistent volumes) are mounted only when a
-// volume manager provides their host paths through
-// PodManagerOptions.VolumePaths, otherwise their mounts are skipped;
-// emptyDir with medium Memory is a plain directory; ephemeral containers,
-// in-place resize, user namespaces, AppArmor, devices and image volumes are
-// not handled.
+// A container's termination message is read from its termination message
+// file (at most 4 KiB) or, with FallbackToLogsOnError after a failure, from
+// the last 80 lines (at most 2 KiB) of its log, as the kubelet.
+//
+// Left out: in-place resize, user namespaces, AppArmor, devices, image
+// volumes and recursive read-only mounts are not handled.
+//
+// # Garbage collection and logs
+//
+// [PodManager.GarbageCollect] applies the kubelet's container GC policy
+// ([ContainerGCPolicy]: minimum age, dead instances per container, dead
+// containers per node) and removes what removed pods left (containers,
+// sandboxes, log directories); [PodManager.DeleteAllUnusedContainers] and
+// [Backend.DeleteAllUnusedContainers] also remove the dead containers of
+// pods that terminated, for the eviction manager. [ImageGC] is the
+// kubelet's image garbage collector (high and low thresholds of the image
+// filesystem, minimum and maximum age, never an image a container uses nor
+// a pinned or sandbox image; kubelet_image_garbage_collected_total;
+// ImageGCFailed, FreeDiskSpaceFailed and InvalidDiskCapacity events), run
+// every 5 minutes, with [ImageGC.DeleteUnusedImages] for the eviction
+// manager. [LogRotator] is the kubelet's container log manager: a running
+// container's log over containerLogMaxSize is moved aside and reopened by
+// the runtime (ReopenContainerLog), older rotations gzipped, at most
+// containerLogMaxFiles kept.
 //
 // # Lifecycle events
 //
@@ -89,7 +119,8 @@
 //     PodsModule uses the Client's unless PodManagerOptions names others.
 //   - Pieces of pod syncing, through PodManagerOptions' funcs: the cgroup
 //     parent (cgroupdriver), the QoS classification, config map, secret and
-//     service sources, volume paths, runtime class resolution.
+//     service sources, runtime class resolution; the volume manager
+//     through the [VolumeManager] interface the Backend takes.
 //   - The PLEG's source: PLEGOptions.Pods is a [PodLister] interface.
 //   - The whole package: leave the modules out and provide *Client,
 //     *PodManager, *PLEG or whatever the agent's consumers ask for yourself.
