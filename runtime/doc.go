@@ -71,8 +71,10 @@
 // file (at most 4 KiB) or, with FallbackToLogsOnError after a failure, from
 // the last 80 lines (at most 2 KiB) of its log, as the kubelet.
 //
-// Left out: in-place resize, user namespaces, AppArmor, devices, image
-// volumes and recursive read-only mounts are not handled.
+// Left out: in-place resize, user namespaces, AppArmor, devices and image
+// volumes are not handled; recursive read-only mounts are never asked of
+// the runtime (recursiveReadOnly IfPossible mounts read-only, Enabled fails
+// the container with the kubelet's error for a runtime without them).
 //
 // # Garbage collection and logs
 //

@@ -164,6 +164,13 @@ func TestVolumeMounts(t *testing.T) {
 	if w := res.Waiting["app"]; !errors.Is(w.Reason, podstate.ErrCreateContainerConfig) || w.Message != `cannot find volume "data" to mount into container "app"` {
 		t.Errorf("mount of a volume not set up: %+v", res.Waiting)
 	}
+	rro := newPod("rro", ctr("app"))
+	rro.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/x", ReadOnly: true,
+		RecursiveReadOnly: ptr.To(v1.RecursiveReadOnlyEnabled)}}
+	rro.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	if res := h.sync(rro, nil); res.Waiting["app"].Message != `volume "scratch" requested recursive read-only mode, but it is not supported by the runtime` {
+		t.Errorf("recursiveReadOnly Enabled: %+v", res.Waiting)
+	}
 	expr := newPod("expr", ctr("app"))
 	expr.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/x", SubPathExpr: "$(NOPE)/$(ALSO)"}}
 	expr.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}

@@ -77,8 +77,9 @@ type PodVolumes struct {
 // volumeMounts returns the CRI mounts of c's volumeMounts, as the
 // kubelet's makeMounts: each must name a volume in vols; a subPath (or
 // subPathExpr expanded with env) is resolved by vols.SubPath; a volume the
-// manager mounts read-only is mounted read-only. It also reports whether
-// c mounts a volume on /etc/hosts.
+// manager mounts read-only is mounted read-only; recursiveReadOnly is
+// checked as on a runtime without recursive read-only mounts. It also
+// reports whether c mounts a volume on /etc/hosts.
 func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVolumes, env []envVar) ([]*runtimeapi.Mount, bool, error) {
 	var out []*runtimeapi.Mount
 	etcHosts := false
@@ -88,6 +89,9 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 		if !ok {
 			klog.FromContext(ctx).Error(nil, "Couldn't find volume with name", "volumeName", vm.Name, "pod", klog.KObj(pod))
 			return nil, false, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
+		}
+		if err := checkRecursiveReadOnly(vm); err != nil {
+			return nil, false, err
 		}
 		host := vol.HostPath
 		sub := vm.SubPath
@@ -126,6 +130,29 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 		out = append(out, mnt)
 	}
 	return out, etcHosts, nil
+}
+
+// checkRecursiveReadOnly applies the kubelet's rules for a volumeMount's
+// recursiveReadOnly as on a runtime without recursive read-only mounts
+// (this agent does not ask for them): IfPossible mounts read-only but not
+// recursively, Enabled fails the container.
+func checkRecursiveReadOnly(vm v1.VolumeMount) error {
+	if vm.RecursiveReadOnly == nil || *vm.RecursiveReadOnly == v1.RecursiveReadOnlyDisabled {
+		return nil
+	}
+	if !vm.ReadOnly {
+		return fmt.Errorf("volume %q requested recursive read-only mode, but it is not read-only", vm.Name)
+	}
+	if vm.MountPropagation != nil && *vm.MountPropagation != v1.MountPropagationNone {
+		return fmt.Errorf("volume %q requested recursive read-only mode, but it is not compatible with propagation %q", vm.Name, *vm.MountPropagation)
+	}
+	switch *vm.RecursiveReadOnly {
+	case v1.RecursiveReadOnlyIfPossible:
+		return nil
+	case v1.RecursiveReadOnlyEnabled:
+		return fmt.Errorf("volume %q requested recursive read-only mode, but it is not supported by the runtime", vm.Name)
+	}
+	return fmt.Errorf("unknown recursive read-only mode %q", *vm.RecursiveReadOnly)
 }
 
 // etcHostsPath is where the pod's hosts file is mounted.
