@@ -169,6 +169,17 @@ while true; do echo "file greeting=$(cat /config/greeting) password=$(cat /secre
 		t.Errorf("secret volume mount %q, want a read-only tmpfs", mnt)
 	}
 	t.Logf("secret volume in the container: %s", mnt)
+	metrics, err := n.agent.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, plugin := range []string{"kubernetes.io/configmap", "kubernetes.io/secret"} {
+		got := metrics.Sum("volume_manager_total_volumes", map[string]string{"plugin_name": plugin, "state": "actual_state_of_world"})
+		if got < 1 {
+			t.Errorf("volume_manager_total_volumes{plugin_name=%q,state=actual_state_of_world} = %v, want at least 1", plugin, got)
+		}
+		t.Logf("volume_manager_total_volumes{plugin_name=%q,state=actual_state_of_world} = %v", plugin, got)
+	}
 	dir := filepath.Join(n.podDir(pod), "volumes", "kubernetes.io~configmap", "config")
 	if target, err := os.Readlink(filepath.Join(dir, "..data")); err != nil || !strings.HasPrefix(target, "..20") {
 		t.Errorf("configMap volume %s: ..data -> %q, %v; want the atomic writer's timestamped directory", dir, target, err)
