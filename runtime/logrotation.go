@@ -239,7 +239,11 @@ func (r *LogRotator) rotate(ctx context.Context, id, log string) error {
 	if err := os.Rename(log, aside); err != nil {
 		return fmt.Errorf("failed to rotate log %q to %q: %w", log, aside, err)
 	}
-	if err := r.rs.ReopenContainerLog(ctx, id); err != nil {
+	// Once the log is moved aside the reopen must happen even if ctx ends
+	// now (shutdown): undoing the rename after a reopen the runtime did
+	// but the caller gave up on would replace the file the runtime writes
+	// to. The CRI client bounds the call with its own timeout.
+	if err := r.rs.ReopenContainerLog(context.WithoutCancel(ctx), id); err != nil {
 		// Put it back, to try again next round.
 		if rerr := os.Rename(aside, log); rerr != nil {
 			klog.FromContext(ctx).Error(rerr, "Failed to rename rotated log", "rotatedLog", aside, "newLog", log, "containerID", id)
