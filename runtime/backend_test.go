@@ -1,0 +1,132 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// fakeVolumes is a VolumeManager that records calls; MountPod fails while
+// err is set.
+type fakeVolumes struct {
+	mu    sync.Mutex
+	calls []string
+	err   error
+	dir   string
+}
+
+func (f *fakeVolumes) record(call string) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	f.mu.Unlock()
+}
+
+func (f *fakeVolumes) MountPod(_ context.Context, pod *v1.Pod) (map[string]runtime.Volume, error) {
+	f.record("mount " + pod.Name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := map[string]runtime.Volume{}
+	for _, vol := range pod.Spec.Volumes {
+		out[vol.Name] = runtime.Volume{HostPath: filepath.Join(f.dir, vol.Name), ReadOnly: true}
+	}
+	return out, nil
+}
+
+func (f *fakeVolumes) UnmountPod(_ context.Context, uid types.UID) error {
+	f.record("unmount " + string(uid))
+	return nil
+}
+
+func (f *fakeVolumes) SubPath(_ context.Context, s runtime.SubPathSpec) (string, error) {
+	return filepath.Join(s.VolumePath, s.SubPath), nil
+}
+
+func (f *fakeVolumes) history() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// TestBackendVolumes: the Backend mounts a pod's volumes before its sync
+// (nothing starts while they fail), passes them to the containers, and
+// unmounts them once the pod is stopped and before it is removed; HasPod
+// answers from the PLEG's cache, true for every pod before its first
+// relist.
+func TestBackendVolumes(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := &fakeVolumes{dir: t.TempDir(), err: errors.New("unmounted volumes=[config]")}
+	b, err := runtime.NewBackend(runtime.BackendOptions{Pods: h.pm, PLEG: pleg, Volumes: vols, Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.HasPod("anything") {
+		t.Error("HasPod is false before the PLEG listed the runtime")
+	}
+	pod := newPod("vols", ctr("app"))
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: "/config"}}
+	pod.Spec.Volumes = []v1.Volume{{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}}}
+
+	res := b.SyncPod(h.ctx, pod)
+	if res.Err == nil || h.cri.Calls("RunPodSandbox") != 0 {
+		t.Fatalf("sync with failing volumes: %v, %d sandboxes; want an error and nothing started", res.Err, h.cri.Calls("RunPodSandbox"))
+	}
+	vols.mu.Lock()
+	vols.err = nil
+	vols.mu.Unlock()
+	if res := b.SyncPod(h.ctx, pod); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	c := h.container(pod, "app")
+	var mounted bool
+	for _, m := range h.cri.ContainerConfig(c.ID).Mounts {
+		mounted = mounted || (m.ContainerPath == "/config" && m.HostPath == filepath.Join(vols.dir, "config") && m.Readonly)
+	}
+	if !mounted {
+		t.Errorf("the container does not mount the volume manager's path: %v", h.cri.ContainerConfig(c.ID).Mounts)
+	}
+
+	// The PLEG lists the runtime once: HasPod answers from its cache.
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error)
+	go func() { done <- pleg.Run(ctx) }()
+	poll(t, func() bool { return !b.HasPod("unknown") })
+	if !b.HasPod(pod.UID) {
+		t.Error("HasPod is false for the pod the runtime runs")
+	}
+	cancel()
+	<-done
+
+	h.inBackground(time.Second, func() {
+		if err := b.KillPod(h.ctx, pod, nil); err != nil {
+			t.Error(err)
+		}
+	})
+	if c := h.container(pod, "app"); c.State != podstate.ContainerStateExited {
+		t.Fatalf("after KillPod the container is %s", c.State)
+	}
+	if err := b.RemovePod(h.ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"mount vols", "mount vols", "unmount uid-vols", "unmount uid-vols"}
+	if got := vols.history(); !slices.Equal(got, want) {
+		t.Errorf("volume manager calls %q, want %q", got, want)
+	}
+}
