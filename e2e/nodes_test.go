@@ -107,6 +107,9 @@ func newNode(t *testing.T, name string, opts nodeOptions) *testNode {
 		if err := n.stop(); err != nil {
 			t.Errorf("stop node %s: %v", name, err)
 		}
+		if err := n.agent.UnmountVolumes(); err != nil {
+			t.Errorf("unmount the volumes node %s left: %v", name, err)
+		}
 		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete node %s: %v", name, err)

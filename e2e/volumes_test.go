@@ -131,9 +131,10 @@ func (n *podNode) podDir(pod *v1.Pod) string {
 }
 
 // testConfigMapSecret: a pod reads its configMap and secret as files and
-// as env; an edit of the configMap reaches the file in the running
-// container (a watch, well within the 1m sync period); the secret volume
-// is a tmpfs.
+// as env, and a configMap key through a subPath mount; an edit of the
+// configMap reaches the file in the running container (a watch, well
+// within the 1m sync period) but not the subPath mount (as upstream); the
+// secret volume is a tmpfs.
 func testConfigMapSecret(t *testing.T, n *podNode) {
 	ctx := t.Context()
 	core := env.cp.Client().CoreV1()
@@ -146,13 +147,14 @@ func testConfigMapSecret(t *testing.T, n *podNode) {
 		t.Fatal(err)
 	}
 	pod := n.pod("config-reader", "sh", "-c", `echo "env GREETING=$GREETING PASSWORD=$PASSWORD"; grep " /secret " /proc/mounts;
-while true; do echo "file greeting=$(cat /config/greeting) password=$(cat /secret/password)"; sleep 1; done`)
+while true; do echo "file greeting=$(cat /config/greeting) password=$(cat /secret/password) sub=$(cat /sub/greeting)"; sleep 1; done`)
 	c := &pod.Spec.Containers[0]
 	c.Env = []v1.EnvVar{
 		{Name: "GREETING", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "app-config"}, Key: "greeting"}}},
 		{Name: "PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "app-secret"}, Key: "password"}}},
 	}
-	c.VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"}}
+	c.VolumeMounts = []v1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"},
+		{Name: "config", MountPath: "/sub/greeting", SubPath: "greeting"}}
 	pod.Spec.Volumes = []v1.Volume{
 		{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "app-config"}}}},
 		{Name: "secret", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "app-secret"}}},
@@ -163,7 +165,7 @@ while true; do echo "file greeting=$(cat /config/greeting) password=$(cat /secre
 	t.Logf("pod with a configMap and a secret volume Running and Ready %v after create", time.Since(start).Round(time.Millisecond))
 
 	n.waitForLogLine(t, pod, "main", "with the env", func(l string) bool { return l == "env GREETING=hello PASSWORD=s3cret" })
-	n.waitForLogLine(t, pod, "main", "with the files", func(l string) bool { return l == "file greeting=hello password=s3cret" })
+	n.waitForLogLine(t, pod, "main", "with the files", func(l string) bool { return l == "file greeting=hello password=s3cret sub=hello" })
 	mnt := n.waitForLogLine(t, pod, "main", "with the secret's mount", func(l string) bool { return strings.Contains(l, " /secret ") })
 	if !strings.HasPrefix(mnt, "tmpfs /secret tmpfs ") || !strings.Contains(mnt, "ro,") {
 		t.Errorf("secret volume mount %q, want a read-only tmpfs", mnt)
@@ -190,7 +192,9 @@ while true; do echo "file greeting=$(cat /config/greeting) password=$(cat /secre
 	if _, err := core.ConfigMaps(n.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n.waitForLogLine(t, pod, "main", "with the edited file", func(l string) bool { return l == "file greeting=bonjour password=s3cret" })
+	// A subPath mount pins the file it was made from: it does not follow,
+	// as with the kubelet.
+	n.waitForLogLine(t, pod, "main", "with the edited file", func(l string) bool { return l == "file greeting=bonjour password=s3cret sub=hello" })
 	took := time.Since(edited)
 	t.Logf("configMap edit seen in the running container's file after %v (sync period 1m; the container reads it every 1s)", took.Round(time.Millisecond))
 	if took > time.Minute {

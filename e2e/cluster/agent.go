@@ -231,6 +231,15 @@ func (a *Agent) Stop() error {
 	return a.proc.stop(30 * time.Second)
 }
 
+// UnmountVolumes detaches whatever is still mounted under the agent's
+// directory: the volumes (tmpfs, subPath bind mounts) of pods that were
+// still on the node when it stopped, which a stopped agent leaves mounted
+// as a stopped kubelet does. Call it after Stop, when the node is torn
+// down for good.
+func (a *Agent) UnmountVolumes() error {
+	return unmountUnder(a.Dir)
+}
+
 // Running reports whether the agent process is up.
 func (a *Agent) Running() bool {
 	a.mu.Lock()
