@@ -333,6 +333,39 @@ func testMemoryEmptyDir(t *testing.T, n *podNode) {
 	}
 	n.waitForLogLine(t, pod, "main", "after the write", func(l string) bool { return l == "written" })
 	t.Logf("memory emptyDir in the container: %s", mnt)
+
+	// Deleted, the pod's tmpfs is unmounted and its directory removed.
+	dir := n.podDir(pod)
+	if !mountedUnder(t, dir) {
+		t.Fatalf("no mount under %s while the pod runs", dir)
+	}
+	deleted := time.Now()
+	if err := env.cp.Client().CoreV1().Pods(n.ns).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, podTimeout, true, func(context.Context) (bool, error) {
+		_, statErr := os.Stat(dir)
+		return os.IsNotExist(statErr) && !mountedUnder(t, dir), nil
+	})
+	if err != nil {
+		t.Fatalf("pod directory %s still there (or mounted) after the pod was deleted: %v", dir, err)
+	}
+	t.Logf("deleted pod's tmpfs unmounted and directory removed %v after the delete (grace period 5s)", time.Since(deleted).Round(time.Millisecond))
+}
+
+// mountedUnder reports whether anything is mounted at or below dir.
+func mountedUnder(t *testing.T, dir string) bool {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // testUnsupportedVolume: a pod with a persistentVolumeClaim (no plugin on
