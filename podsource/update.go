@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
+	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -116,3 +118,10 @@ type Source interface {
 // provide a Source with fx.ResultTags(`group:"pod_sources"`) (see the
 // package documentation).
 const SourceGroup = "pod_sources"
+
+// AsSource returns an fx option that adds a Source, or what an fx
+// constructor returns (a Source, optionally with an error), to the
+// SourceGroup that Module merges.
+func AsSource(source any) fx.Option {
+	return fxgroup.Provide(SourceGroup, source, func(s Source) Source { return s })
+}
