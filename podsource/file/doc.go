@@ -19,7 +19,8 @@
 //
 // Bad manifests never stop the source: a file that cannot be read or
 // decoded, fails validation (manifest.Validate), or names a pod another
-// file (earlier in name order) already names, is reported with its path —
+// file already names (the file whose pod runs keeps the name; of two new
+// files, the first in name order), is reported with its path —
 // a log line and a Warning event on the Node, once until it changes — and
 // ignored; if it held a valid pod before, that pod keeps running as last
 // read until the file is fixed or removed. The kubelet instead drops such

@@ -68,6 +68,8 @@ type Source struct {
 	files map[string]*fileState
 	// skipped are the paths already logged as not manifests.
 	skipped map[string]bool
+	// owners are, per pod name, the file whose pod was last sent.
+	owners map[types.NamespacedName]string
 }
 
 // fileState is what a manifest held when last read.
@@ -198,6 +200,7 @@ func (s *Source) scan(ctx context.Context) ([]*v1.Pod, bool) {
 			s.skipped[s.path] = true
 		}
 		s.files = make(map[string]*fileState)
+		s.owners = nil
 		s.reporter.Retain(func(string) bool { return false })
 		return []*v1.Pod{}, true
 	case err != nil:
@@ -228,34 +231,55 @@ func (s *Source) scan(ctx context.Context) ([]*v1.Pod, bool) {
 		return nil, false
 	}
 
-	pods := make([]*v1.Pod, 0, len(paths))
+	type candidate struct {
+		path string
+		pod  *v1.Pod
+		name types.NamespacedName
+	}
+	var candidates []candidate
 	present := make(map[string]bool, len(paths))
-	names := make(map[types.NamespacedName]string, len(paths))
-	uids := make(map[types.UID]string, len(paths))
 	for _, path := range paths {
 		pod, ok := s.read(ctx, path)
 		if !ok {
 			continue
 		}
 		present[path] = true
-		if pod == nil {
-			continue
+		if pod != nil {
+			candidates = append(candidates, candidate{path, pod, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}})
 		}
-		name := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
-		if other, dup := names[name]; dup {
-			s.reporter.Report(ctx, path, manifest.ReasonInvalid,
-				fmt.Errorf("pod %s has the name of the pod of %s, ignoring it", name, other))
-			continue
-		}
-		if other, dup := uids[pod.UID]; dup {
-			s.reporter.Report(ctx, path, manifest.ReasonInvalid,
-				fmt.Errorf("pod %s has the UID %s of the pod of %s, ignoring it", name, pod.UID, other))
-			continue
-		}
-		names[name], uids[pod.UID] = path, path
-		pods = append(pods, pod)
-		s.reportFile(ctx, path)
 	}
+	// Of the files naming the same pod, the one whose pod runs keeps it;
+	// among new ones, the first in name order.
+	winner := make(map[types.NamespacedName]string, len(candidates))
+	for _, c := range candidates {
+		if s.owners[c.name] == c.path {
+			winner[c.name] = c.path
+		}
+	}
+	for _, c := range candidates {
+		if _, ok := winner[c.name]; !ok {
+			winner[c.name] = c.path
+		}
+	}
+	pods := make([]*v1.Pod, 0, len(candidates))
+	owners := make(map[types.NamespacedName]string, len(candidates))
+	uids := make(map[types.UID]string, len(candidates))
+	for _, c := range candidates {
+		if w := winner[c.name]; w != c.path {
+			s.reporter.Report(ctx, c.path, manifest.ReasonInvalid,
+				fmt.Errorf("pod %s has the name of the pod of %s, ignoring it", c.name, w))
+			continue
+		}
+		if other, dup := uids[c.pod.UID]; dup {
+			s.reporter.Report(ctx, c.path, manifest.ReasonInvalid,
+				fmt.Errorf("pod %s has the UID %s of the pod of %s, ignoring it", c.name, c.pod.UID, other))
+			continue
+		}
+		owners[c.name], uids[c.pod.UID] = c.path, c.path
+		pods = append(pods, c.pod)
+		s.reportFile(ctx, c.path)
+	}
+	s.owners = owners
 	for path := range s.files {
 		if !present[path] {
 			delete(s.files, path)
