@@ -11,8 +11,10 @@
 // UID and kubernetes.io/config.hash from a hash of the pod, the node name
 // and the file's path, a toleration of every NoExecute taint.
 //
-// The directory is read at once, on every change inotify reports (Linux;
-// elsewhere only periodically) and every CheckFrequency (20 s by default),
+// The directory is read at once, on every change inotify reports (an entry
+// created, removed, renamed, closed after writing, or changed in mode;
+// Linux only, elsewhere it is only read periodically) and every
+// CheckFrequency (20 s by default),
 // and the complete set of pods goes to the podsource.Config when it
 // changed — an empty set too, so the Config's AllReady turns true on a node
 // without static pods, or whose path does not exist.
@@ -27,7 +29,8 @@
 // a pod at its next periodic read; keeping it means an editor saving a
 // half-written file, or a typo, does not kill a control plane component.
 // Unknown and duplicate fields are ignored with a warning, as the kubelet
-// ignores them, unless Options.Strict.
+// ignores them, unless Options.Strict. An empty file is taken as one not
+// written yet: ignored without a report (its last pod, if any, kept).
 //
 // Editing a manifest changes its pod's UID (unless the manifest sets
 // metadata.uid), so the Config delivers REMOVE for the old pod and ADD for

@@ -326,6 +326,12 @@ func (s *Source) read(ctx context.Context, path string) (*v1.Pod, bool) {
 		s.reporter.Report(ctx, path, manifest.ReasonUnavailable, err)
 		return s.keep(path), true
 	}
+	if len(data) == 0 {
+		// Most likely created or truncated and not written yet (cp, an
+		// editor): wait for the content without a report.
+		logger.V(2).Info("Static pod manifest is empty, ignoring it until it has content", "file", path)
+		return s.keep(path), true
+	}
 	st := s.files[path]
 	if st == nil || !bytes.Equal(st.data, data) {
 		prev := st

@@ -303,3 +303,36 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("New = %v, %v", src, err)
 	}
 }
+
+func TestFileWrittenInPlace(t *testing.T) {
+	dir := t.TempDir()
+	rec := record.NewFakeRecorder(20)
+	out := run(t, file.Options{Path: dir, Recorder: rec})
+	next(t, out)
+	// Created empty, then written and closed, as cp does: read once
+	// closed, without a report about the empty file.
+	f, err := os.Create(filepath.Join(dir, "a.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := manifestYAML("a", "nginx")
+	if _, err := f.WriteString(data[:20]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(data[20:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next(t, out, "a-node-a")
+	// Rewritten in place (truncated, then written).
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(manifestYAML("a", "nginx:2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pods := next(t, out, "a-node-a")
+	if pods[0].Spec.Containers[0].Image != "nginx:2" {
+		t.Errorf("image %s", pods[0].Spec.Containers[0].Image)
+	}
+	noEvent(t, rec)
+}

@@ -81,6 +81,7 @@ func TestFileAndAPIServerSourcesMerged(t *testing.T) {
 
 	// The two first updates, in either order; ready only after both.
 	var static *v1.Pod
+	fileFirst := false
 	for i := range 2 {
 		if cfg.AllReady() {
 			t.Fatalf("AllReady after %d of 2 sources", i)
@@ -97,10 +98,16 @@ func TestFileAndAPIServerSourcesMerged(t *testing.T) {
 					t.Fatalf("file update %v %v", u.Op, u.Pods)
 				}
 				static = u.Pods[0]
+				fileFirst = i == 0
 			}
 		case <-time.After(wait.ForeverTestTimeout):
 			t.Fatal("no first update")
 		}
+	}
+	if fileFirst {
+		// The API server then showed a mirror pod of a known static pod:
+		// the static pod is to be synced.
+		expectUpdate(t, cfg, podsource.OpMirror, "api", "default/etcd-node-a")
 	}
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, wait.ForeverTestTimeout, true,
 		func(context.Context) (bool, error) { return cfg.AllReady(), nil }); err != nil {
