@@ -182,6 +182,7 @@ func (s *Source) Run(ctx context.Context, out chan<- []*v1.Pod) error {
 				if err := w.err(); err != nil {
 					logger.V(2).Info("Static pod manifest watch ended", "err", err)
 				}
+				w.close()
 				w = nil
 			}
 		}

@@ -260,6 +260,38 @@ func TestMissingPathSendsAnEmptySnapshotThenItsPods(t *testing.T) {
 	}
 	write(t, dir, "b.yaml", manifestYAML("b", "nginx"))
 	next(t, out, "b-node-a")
+
+	// Watches that ended are closed: one inotify descriptor at a time.
+	for i := range 3 {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		next(t, out)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, dir, "c.yaml", manifestYAML(fmt.Sprintf("c%d", i), "nginx"))
+		next(t, out, fmt.Sprintf("c%d-node-a", i))
+	}
+	if n := inotifyDescriptors(t); n != 1 {
+		t.Errorf("%d inotify descriptors open, want 1", n)
+	}
+}
+
+// inotifyDescriptors counts the process' open inotify descriptors.
+func inotifyDescriptors(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot list descriptors: %v", err)
+	}
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
 }
 
 func TestSingleFilePath(t *testing.T) {
