@@ -2,7 +2,9 @@ package manifest
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -39,6 +41,11 @@ type Reporter struct {
 
 type problem struct{ reason, message string }
 
+// maxEventMessage bounds an event's message (the API's limit for the
+// message of an events.k8s.io Event's note is 1 KiB); the log line has it
+// all.
+const maxEventMessage = 1024
+
 // NewReporter returns a Reporter recording events against node with
 // recorder; with a nil recorder or node it only logs.
 func NewReporter(recorder record.EventRecorder, node *v1.ObjectReference) *Reporter {
@@ -65,7 +72,15 @@ func (r *Reporter) Report(ctx context.Context, location, reason string, err erro
 		logger.Error(err, "Static pod manifest cannot be used", "location", location, "reason", reason)
 	}
 	if r.recorder != nil && r.node != nil {
-		r.recorder.Eventf(r.node, v1.EventTypeWarning, reason, "Static pod manifest %s: %s", location, p.message)
+		msg := fmt.Sprintf("Static pod manifest %s: %s", location, p.message)
+		if len(msg) > maxEventMessage {
+			cut := maxEventMessage - 3
+			for cut > 0 && !utf8.RuneStart(msg[cut]) {
+				cut--
+			}
+			msg = msg[:cut] + "..."
+		}
+		r.recorder.Event(r.node, v1.EventTypeWarning, reason, msg)
 	}
 }
 

@@ -32,7 +32,8 @@ const (
 // Options configures a Source.
 type Options struct {
 	// URL serves the manifest (the kubelet's staticPodURL); required,
-	// http or https.
+	// http or https. Logs and events show it without its query and
+	// password.
 	URL string
 	// Header is sent with every request (staticPodURLHeader).
 	Header http.Header
@@ -59,7 +60,10 @@ type Options struct {
 // Source is the kubelet's "http" pod source: static pods from a manifest
 // URL. Create it with New; a podsource.Config runs it.
 type Source struct {
-	url      string
+	url string
+	// location is the URL as logs and events show it: without query and
+	// with the password masked, as either may carry a credential.
+	location string
 	header   http.Header
 	period   time.Duration
 	client   *http.Client
@@ -109,8 +113,11 @@ func New(opts Options) (*Source, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	shown := *u
+	shown.RawQuery, shown.ForceQuery, shown.Fragment, shown.RawFragment = "", false, "", ""
 	return &Source{
 		url:      opts.URL,
+		location: shown.Redacted(),
 		header:   opts.Header.Clone(),
 		period:   opts.CheckFrequency,
 		client:   opts.Client,
@@ -135,7 +142,7 @@ func (s *Source) Name() string { return podsource.HTTPSource }
 // pod; the other items are used. Run returns nil when ctx is done; it may
 // be called once.
 func (s *Source) Run(ctx context.Context, out chan<- []*v1.Pod) error {
-	logger := klog.FromContext(ctx).WithValues("url", s.url)
+	logger := klog.FromContext(ctx).WithValues("url", s.location)
 	ctx = klog.NewContext(ctx, logger)
 	logger.V(1).Info("Watching static pod manifest URL", "checkFrequency", s.period)
 	timer := s.clock.NewTimer(s.period)
@@ -164,7 +171,7 @@ func (s *Source) poll(ctx context.Context) ([]*v1.Pod, bool) {
 	body, err := s.fetch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.reporter.Report(ctx, s.url, manifest.ReasonUnavailable, err)
+			s.reporter.Report(ctx, s.location, manifest.ReasonUnavailable, err)
 		}
 		return nil, false
 	}
@@ -239,10 +246,10 @@ func (s *Source) assemble(res *manifest.Result) ([]*v1.Pod, *report) {
 
 func (s *Source) report(ctx context.Context, r *report) {
 	if r == nil {
-		s.reporter.Clear(ctx, s.url)
+		s.reporter.Clear(ctx, s.location)
 		return
 	}
-	s.reporter.Report(ctx, s.url, r.reason, r.err)
+	s.reporter.Report(ctx, s.location, r.reason, r.err)
 }
 
 // fetch GETs the URL and returns the body of a 200 OK response.
@@ -257,6 +264,12 @@ func (s *Source) fetch(ctx context.Context) ([]byte, error) {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
+		// The client's error quotes the whole URL: say it without the
+		// parts that may be credentials.
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			return nil, fmt.Errorf("%s %s: %w", ue.Op, s.location, ue.Err)
+		}
 		return nil, err
 	}
 	defer resp.Body.Close()

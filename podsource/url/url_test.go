@@ -284,3 +284,33 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("New = %v, %v", src, err)
 	}
 }
+
+func TestCredentialsInTheURLAreNotShown(t *testing.T) {
+	srv := newServer(t, "")
+	srv.serve(http.StatusForbidden, "")
+	withSecrets := strings.Replace(srv.URL, "http://", "http://user:s3cret@", 1) + "/pods?token=t0ken"
+	h := start(t, srv, func(o *podurl.Options) { o.URL = withSecrets })
+	select {
+	case e := <-h.rec.Events:
+		if strings.Contains(e, "s3cret") || strings.Contains(e, "t0ken") || !strings.Contains(e, "user:xxxxx@") || !strings.Contains(e, "HTTP 403") {
+			t.Errorf("event %q", e)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("no event")
+	}
+	// The same for a connection error, whose message quotes the URL.
+	srv.Close()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return h.clk.HasWaiters(), nil }); err != nil {
+		t.Fatal("the source is not waiting for its period")
+	}
+	h.clk.Step(period)
+	select {
+	case e := <-h.rec.Events:
+		if strings.Contains(e, "s3cret") || strings.Contains(e, "t0ken") || !strings.Contains(e, "Get http://user:xxxxx@") {
+			t.Errorf("event %q", e)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("no event")
+	}
+}
