@@ -273,8 +273,10 @@ func TestMissingPathSendsAnEmptySnapshotThenItsPods(t *testing.T) {
 		write(t, dir, "c.yaml", manifestYAML(fmt.Sprintf("c%d", i), "nginx"))
 		next(t, out, fmt.Sprintf("c%d-node-a", i))
 	}
-	if n := inotifyDescriptors(t); n != 1 {
-		t.Errorf("%d inotify descriptors open, want 1", n)
+	// (The source may be between two watches for a moment.)
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return inotifyDescriptors(t) == 1, nil }); err != nil {
+		t.Errorf("%d inotify descriptors open, want 1", inotifyDescriptors(t))
 	}
 }
 
