@@ -391,7 +391,7 @@ func TestRunStopsOnSourceErrorAndClosesUpdates(t *testing.T) {
 func TestOpString(t *testing.T) {
 	for op, want := range map[podsource.Op]string{
 		podsource.OpAdd: "ADD", podsource.OpUpdate: "UPDATE", podsource.OpDelete: "DELETE",
-		podsource.OpRemove: "REMOVE", podsource.OpReconcile: "RECONCILE", 9: "Op(9)",
+		podsource.OpRemove: "REMOVE", podsource.OpReconcile: "RECONCILE", podsource.OpMirror: "MIRROR", 9: "Op(9)",
 	} {
 		if got := op.String(); got != want {
 			t.Errorf("%d: %q, want %q", int(op), got, want)
