@@ -265,22 +265,36 @@ func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, 
 }
 
 // Run parses kubelet-style args (without the program name), builds the agent
-// with opts and runs it until SIGINT or SIGTERM. It returns the process exit
-// code: 0 after a clean stop, 1 when the configuration is invalid or the
-// agent fails to start, 2 for bad usage. It is the body of examples/nodeagent.
+// with opts and runs it until SIGINT or SIGTERM, or until one of its
+// components fails. It returns the process exit code: 0 after a clean stop;
+// 1 when the configuration is invalid (reported in one line), the agent
+// fails to start, or a component failed (the last line names it and its
+// error); 2 for bad usage (an unknown or malformed flag: the error, then the
+// flags' usage). It is the body of examples/nodeagent.
 func Run(args []string, opts ...fx.Option) int {
 	logger := klog.Background()
 	cfg, err := ParseFlags(logger, args)
-	if errors.Is(err, pflag.ErrHelp) {
+	var usage *UsageError
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
 		return 0
-	}
-	if err != nil {
+	case errors.As(err, &usage):
 		fmt.Fprintf(os.Stderr, "nodeagent: %v\n\nFlags:\n%s", err, FlagUsage())
 		return 2
+	case err != nil:
+		logger.Error(err, "Invalid configuration")
+		return 1
 	}
 	logger.Info("Starting nodekit agent", "version", nodekit.Version, "node", cfg.NodeName,
 		"runtimeEndpoint", cfg.Kubelet.ContainerRuntimeEndpoint)
-	app := New(cfg, opts...)
+	// Components shut the agent down through fx.Shutdowner when they fail
+	// (runner.Hook); failures records which one and why.
+	var failures *runner.Failures
+	recordFailures := fx.Decorate(func(sd fx.Shutdowner) fx.Shutdowner {
+		failures = runner.NewFailures(sd)
+		return failures
+	})
+	app := New(cfg, append([]fx.Option{recordFailures}, opts...)...)
 	if err := app.Err(); err != nil {
 		logger.Error(err, "Cannot build the agent")
 		return 1
@@ -294,8 +308,19 @@ func Run(args []string, opts ...fx.Option) int {
 	sig := <-app.Wait()
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
 	defer cancelStop()
-	if err := app.Stop(stopCtx); err != nil {
-		logger.Error(err, "Agent did not stop cleanly")
+	stopErr := app.Stop(stopCtx)
+	if failures != nil {
+		if component, err := failures.First(); err != nil {
+			kv := []any{"component", component, "exitCode", 1}
+			if stopErr != nil {
+				kv = append(kv, "stopErr", stopErr)
+			}
+			logger.Error(err, "Agent stopped because a component failed", kv...)
+			return 1
+		}
+	}
+	if stopErr != nil {
+		logger.Error(stopErr, "Agent did not stop cleanly")
 		return 1
 	}
 	logger.Info("Agent stopped", "signal", sig.Signal, "exitCode", sig.ExitCode)
