@@ -4,7 +4,9 @@
 // Config holds a KubeletConfiguration (k8s.io/kubelet/config/v1beta1) plus
 // the settings the kubelet takes only as flags; ParseFlags reads the
 // kubelet's command line and --config file unchanged, with the kubelet's
-// defaults and precedence (flags override the file). Module wires every
+// defaults and precedence (flags override the file), and logs each setting
+// given that nodekit does not implement (implementedSettings in settings.go
+// lists those it does). Module wires every
 // default nodekit module from the *Config in the graph: apiserver clients (a
 // rate-limited one and a heartbeat one for the Lease and node status),
 // events, metrics, the CRI runtime, the node Lease, node registration and
