@@ -62,7 +62,8 @@ const DefaultRootDir = "/var/lib/kubelet"
 // kubelet.config.k8s.io/v1beta1). Like the kubelet it decodes strictly first
 // and, when only strictness fails (an unknown or duplicated field), logs the
 // problem and accepts the lenient result, so a file written for a newer
-// kubelet still loads. Defaults are not applied; see SetDefaults.
+// kubelet still loads. Defaults are not applied; the kubelet applies
+// SetDefaults, then ApplyConfigFileDefaults (ParseFlags does both).
 func LoadKubeletConfiguration(logger klog.Logger, path string) (*kubeletconfig.KubeletConfiguration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
