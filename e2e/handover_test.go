@@ -77,6 +77,17 @@ func TestHandoverFromKubelet(t *testing.T) {
 	})
 
 	cgroupRoot := newCgroupRoot(t, name)
+	// The kubelet leaves its root directory mounted; unmount it once
+	// containerd (registered later, so closed earlier) removed the pods.
+	var kubeletDir string
+	t.Cleanup(func() {
+		if kubeletDir == "" {
+			return
+		}
+		if err := cluster.UnmountUnder(kubeletDir); err != nil {
+			t.Error(err)
+		}
+	})
 	ctrd, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{
 		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
 	})
@@ -101,12 +112,8 @@ func TestHandoverFromKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Runs after the agent's cleanup (registered later): the kubelet left
-	// its root directory mounted.
+	kubeletDir = kubelet.Dir
 	t.Cleanup(func() {
-		if err := cluster.UnmountUnder(kubelet.Dir); err != nil {
-			t.Error(err)
-		}
 		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete node %s: %v", name, err)
