@@ -6,7 +6,9 @@
 // Config holds a KubeletConfiguration (k8s.io/kubelet/config/v1beta1) plus
 // the settings the kubelet takes only as flags; ParseFlags reads the
 // kubelet's command line and --config file unchanged, with the kubelet's
-// defaults and precedence (flags override the file). Config's methods
+// defaults and precedence (flags override the file), and logs each setting
+// given that nodekit does not implement (implementedSettings in settings.go
+// lists those it does). Config's methods
 // (LeaseOptions, StatusOptions, SetterOptions, PodsOptions, RuntimeOptions,
 // CgroupOptions, PodManagerOptions, StatsOptions, ...) translate it into
 // each module's Options, so pieces can be wired without this package's
