@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/e2e/cluster"
+	"github.com/nodekit/nodekit/internal/testenv"
 )
 
 // handoverSyncFrequency is the agent's --sync-frequency in the handover
@@ -49,7 +50,7 @@ func TestHandoverFromKubelet(t *testing.T) {
 	start := time.Now()
 	kubeletBin, err := cluster.BuildKubelet(ctx, cluster.BuildOptions{Source: src, Log: progress})
 	switch {
-	case err != nil && inCI():
+	case err != nil && testenv.InCI():
 		t.Fatalf("build the upstream kubelet (required under CI): %v", err)
 	case err != nil:
 		t.Skipf("cannot build the upstream kubelet: %v", err)
