@@ -14,14 +14,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/agent/agenttest"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podstate"
@@ -377,5 +380,95 @@ func TestAgentWithoutCRIFailsExecProbes(t *testing.T) {
 	waitForEvent(ctx, t, n, pod, "Unhealthy", "Readiness probe errored and resulted in unknown state")
 	if got := n.WaitForPod(ctx, pod, notReady); containerReady(got) {
 		t.Error("a container whose readiness probe cannot run is ready")
+	}
+}
+
+// startAgent starts an agent on the CRI endpoint and the client, to be
+// stopped by the caller.
+func startAgent(t *testing.T, endpoint string, client *fake.Clientset) *fxtest.App {
+	t.Helper()
+	app := fxtest.New(t, fx.Supply(agenttest.Config(t, "node-a", endpoint)), agent.Core, agent.CRI,
+		fx.Replace(&agent.Clients{Client: client, Heartbeat: client}))
+	app.RequireStart()
+	return app
+}
+
+// TestAgentRestartKeepsReadinessUntilProbed: after the agent restarts, a
+// container that was ready in a Ready pod stays ready until its probe
+// fails failureThreshold times (it does not flap to not ready), and one
+// that was not ready is not reported ready before its probe passes.
+func TestAgentRestartKeepsReadinessUntilProbed(t *testing.T) {
+	srv, endpoint := agenttest.StartFakeCRI(t, fakecri.Options{PullAny: true})
+	client := fake.NewClientset()
+	ctx := agenttest.Context(t)
+	n := &agenttest.Node{T: t, Name: "node-a", Client: client}
+
+	var restarted atomic.Bool
+	var failsAfterRestart, passesAfterRestart atomic.Int32
+	srv.SetExecHandler(func(r fakecri.ExecRequest) fakecri.ExecResult {
+		switch {
+		case r.PodName == "unready":
+			if restarted.Load() {
+				passesAfterRestart.Add(1)
+				return fakecri.ExecResult{}
+			}
+			return fakecri.ExecResult{ExitCode: 1}
+		case restarted.Load():
+			failsAfterRestart.Add(1)
+			return fakecri.ExecResult{ExitCode: 1, Stdout: []byte("gone bad")}
+		}
+		return fakecri.ExecResult{}
+	})
+	first := startAgent(t, endpoint, client)
+	n.WaitReady(ctx)
+	ready, unready := agenttest.Pod("ready", "busybox"), agenttest.Pod("unready", "busybox")
+	for _, p := range []*v1.Pod{ready, unready} {
+		probe := execProbe("check")
+		probe.FailureThreshold = 3
+		p.Spec.Containers[0].ReadinessProbe = probe
+		n.CreatePod(ctx, p)
+	}
+	got := n.WaitForPod(ctx, ready, readyAndContainersReady)
+	n.WaitForPod(ctx, unready, notReady)
+
+	// A container that started less than 10 s before the agent counts as
+	// new (its readiness starts failed), as the kubelet's.
+	if wait := time.Until(got.Status.ContainerStatuses[0].State.Running.StartedAt.Add(11 * time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	first.RequireStop()
+
+	restarted.Store(true)
+	flapped := watchReady(ctx, t, n, "unready", func() bool { return passesAfterRestart.Load() > 0 })
+	var mu sync.Mutex
+	var dropped []string
+	w, err := client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*v1.Pod); ok && p.Name == "ready" && !containerReady(p) && failsAfterRestart.Load() < 3 {
+				mu.Lock()
+				dropped = append(dropped, fmt.Sprintf("%+v", p.Status))
+				mu.Unlock()
+			}
+		}
+	}()
+	second := startAgent(t, endpoint, client)
+	defer second.RequireStop()
+
+	n.WaitForPod(ctx, unready, readyAndContainersReady)
+	waitForEvent(ctx, t, n, ready, "Unhealthy", "Readiness probe failed: gone bad")
+	n.WaitForPod(ctx, ready, notReady)
+	w.Stop()
+	<-watched
+	if v := flapped(); len(v) != 0 {
+		t.Errorf("the unready pod was reported ready after the restart before its probe passed:\n%s", strings.Join(v, "\n"))
+	}
+	if len(dropped) != 0 {
+		t.Errorf("the ready container turned not ready after the restart before its probe failed 3 times:\n%s", strings.Join(dropped, "\n"))
 	}
 }
