@@ -26,7 +26,8 @@ const grpcHealthImage = "nodekit.local/e2e/grpchealth:1.0"
 // probeTests are the probe scenarios of issue 9 on containerd.
 var probeTests = []podTest{
 	{name: "liveness exec failing after a while restarts the container", run: testLivenessRestarts},
-	{name: "readiness httpGet on a host-network pod follows a health file and the EndpointSlice follows", run: testReadinessHTTP},
+	{name: "readiness httpGet on a host-network pod follows a health file", run: testReadinessHTTP},
+	{name: "EndpointSlice of a Service follows a pod's readiness", run: testEndpointSliceFollowsReadiness},
 	{name: "startup probe holds liveness off until it passes", run: testStartupHoldsLiveness},
 	{name: "grpc probe against a grpc health server", run: testGRPCProbe},
 }
@@ -190,23 +191,45 @@ func waitForEndpoint(t *testing.T, ns, service, addr string, want bool) {
 // InternalIP, so the probe stays on loopback) serves a directory with
 // busybox httpd; its readiness httpGet probe passes while the health file
 // exists. Ready, ContainersReady and the container's ready flag follow the
-// file, and so does the pod's endpoint in the EndpointSlice of a Service
-// selecting it.
+// file.
 func testReadinessHTTP(t *testing.T, n *podNode) {
-	port := freeHostPort(t)
-	pod := n.pod("readiness-http", "sh", "-c", "mkdir -p /www && exec httpd -f -p "+strconv.Itoa(port)+" -h /www")
-	pod.Labels = map[string]string{"app": "readiness-http"}
-	pod.Spec.HostNetwork = true
+	followHealthFile(t, n, "readiness-http", true)
+}
+
+// testEndpointSliceFollowsReadiness: the same on the pod network, with a
+// Service selecting the pod: its endpoint in the Service's EndpointSlice
+// turns ready and not ready with the pod (the API refuses loopback
+// endpoint addresses, so a host-network pod of these loopback nodes cannot
+// be one).
+func testEndpointSliceFollowsReadiness(t *testing.T, n *podNode) {
+	followHealthFile(t, n, "readiness-endpoint", false)
+}
+
+// followHealthFile runs a busybox httpd pod named name whose readiness
+// httpGet probe asks for /healthz, and creates and removes that file twice,
+// checking the pod's readiness (and, on the pod network, its endpoint in a
+// Service's EndpointSlice) follows.
+func followHealthFile(t *testing.T, n *podNode, name string, hostNetwork bool) {
+	port := 8080
+	if hostNetwork {
+		port = freeHostPort(t)
+	}
+	pod := n.pod(name, "sh", "-c", "mkdir -p /www && exec httpd -f -p "+strconv.Itoa(port)+" -h /www")
+	pod.Labels = map[string]string{"app": name}
+	pod.Spec.HostNetwork = hostNetwork
 	pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{
 		ProbeHandler:  v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port)}},
 		PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 1,
 	}
-	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "readiness-http", Namespace: n.ns},
-		Spec:       v1.ServiceSpec{Selector: pod.Labels, Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(port)}}},
-	}
-	if _, err := env.cp.Client().CoreV1().Services(n.ns).Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	var svc *v1.Service
+	if !hostNetwork {
+		svc = &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: n.ns},
+			Spec:       v1.ServiceSpec{Selector: pod.Labels, Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(port)}}},
+		}
+		if _, err := env.cp.Client().CoreV1().Services(n.ns).Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pod = n.createPod(t, pod)
 
@@ -220,11 +243,17 @@ func testReadinessHTTP(t *testing.T, n *podNode) {
 		return ok && cs.Ready && isPodReady(p) && podCondition(p, v1.ContainersReady) == v1.ConditionTrue
 	}
 	running := waitForPod(t, pod.Namespace, pod.Name, "running, not ready without the health file", notReady)
-	if running.Status.PodIP != n.agent.IP {
-		t.Errorf("podIP %s, want the node's InternalIP %s (host network)", running.Status.PodIP, n.agent.IP)
+	ip := running.Status.PodIP
+	if hostNetwork && ip != n.agent.IP {
+		t.Errorf("podIP %s, want the node's InternalIP %s (host network)", ip, n.agent.IP)
+	}
+	if !hostNetwork && (net.ParseIP(ip) == nil || net.ParseIP(ip).IsLoopback()) {
+		t.Errorf("podIP %q, want an address on the pod network", ip)
 	}
 	ev := waitForEventText(t, pod, "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 404")
-	waitForEndpoint(t, n.ns, svc.Name, n.agent.IP, false)
+	if svc != nil {
+		waitForEndpoint(t, n.ns, svc.Name, ip, false)
+	}
 	cs, _ := mainStatus(running)
 
 	for round := 1; round <= 2; round++ {
@@ -232,24 +261,32 @@ func testReadinessHTTP(t *testing.T, n *podNode) {
 		n.execInContainer(t, cs, "touch", "/www/healthz")
 		waitForPod(t, pod.Namespace, pod.Name, "Ready once the health file exists", ready)
 		toReady := time.Since(created)
-		waitForEndpoint(t, n.ns, svc.Name, n.agent.IP, true)
-		toEndpoint := time.Since(created)
+		var toEndpoint time.Duration
+		if svc != nil {
+			waitForEndpoint(t, n.ns, svc.Name, ip, true)
+			toEndpoint = time.Since(created)
+		}
 
 		removed := time.Now()
 		n.execInContainer(t, cs, "rm", "/www/healthz")
 		waitForPod(t, pod.Namespace, pod.Name, "not Ready once the health file is gone", notReady)
 		toNotReady := time.Since(removed)
-		waitForEndpoint(t, n.ns, svc.Name, n.agent.IP, false)
-		toNotEndpoint := time.Since(removed)
-		t.Logf("round %d: file created → pod Ready %s, endpoint ready %s; file removed → pod not Ready %s, endpoint not ready %s (period 1 s)",
-			round, toReady.Round(10*time.Millisecond), toEndpoint.Round(10*time.Millisecond),
-			toNotReady.Round(10*time.Millisecond), toNotEndpoint.Round(10*time.Millisecond))
+		msg := fmt.Sprintf("%s round %d (podIP %s, period 1 s): file created → pod Ready after %s", name, round, ip, toReady.Round(10*time.Millisecond))
+		if svc != nil {
+			msg += fmt.Sprintf(", its endpoint ready after %s", toEndpoint.Round(10*time.Millisecond))
+		}
+		msg += fmt.Sprintf("; file removed → pod not Ready after %s", toNotReady.Round(10*time.Millisecond))
+		if svc != nil {
+			waitForEndpoint(t, n.ns, svc.Name, ip, false)
+			msg += fmt.Sprintf(", its endpoint not ready after %s", time.Since(removed).Round(10*time.Millisecond))
+		}
+		t.Log(msg)
 	}
-	last := waitForPod(t, pod.Namespace, pod.Name, "still the first container", func(*v1.Pod) bool { return true })
+	last := waitForPod(t, pod.Namespace, pod.Name, "read", func(*v1.Pod) bool { return true })
 	if c, _ := mainStatus(last); c.RestartCount != 0 || c.ContainerID != cs.ContainerID {
 		t.Errorf("container restarted (%d, %s → %s): readiness must never restart it", c.RestartCount, cs.ContainerID, c.ContainerID)
 	}
-	t.Logf("Unhealthy event: %q x%d", ev.Message, ev.Count)
+	t.Logf("%s: Unhealthy event %q x%d", name, ev.Message, ev.Count)
 }
 
 // testStartupHoldsLiveness: the container creates its marker file only
