@@ -10,8 +10,7 @@
 // events, metrics, the CRI runtime, the node Lease, node registration and
 // status, the API server pod source, the pod status manager, the cgroup
 // hierarchy, the runtime's pod manager and PLEG, the PodController (admission
-// and pod workers), the container probes (Probes: liveness, readiness and
-// startup) and the /healthz and /metrics server. New builds an fx
+// and pod workers) and the /healthz and /metrics server. New builds an fx
 // application from a Config; Run is the whole main of examples/nodeagent.
 //
 // # What an embedder can swap
@@ -27,9 +26,6 @@
 //     value group; one with the Name of a default setter replaces it, and
 //     with a nil Set removes it. Add a status.HealthCheck to
 //     status.HealthCheckGroup to gate Ready.
-//   - Probes: add a prober.Handler to prober.HandlerGroup to replace the
-//     handler of its kind (exec, httpGet, tcpSocket, grpc) or add one; a
-//     node without a CRI runs exec probes only with such a handler.
 //   - Pods: add a podsource.Source to podsource.SourceGroup (a static
 //     manifest directory, a URL, your own), and an AdmitHandler to
 //     AdmitHandlerGroup; admission runs GeneralPredicates (the kubelet's
