@@ -73,14 +73,14 @@ func indexes(calls []string, want ...string) []int {
 	return out
 }
 
-type fakeSources struct{ ch chan podsource.Update }
+type loggedSources struct{ ch chan podsource.Update }
 
-func (s fakeSources) Updates() <-chan podsource.Update { return s.ch }
-func (fakeSources) AllReady() bool                     { return true }
+func (s loggedSources) Updates() <-chan podsource.Update { return s.ch }
+func (loggedSources) AllReady() bool                     { return true }
 
-// fakeRuntime runs every pod as one running container "app" with the
+// loggedRuntime runs every pod as one running container "app" with the
 // runtime ID "c-<pod uid>" and remembers the status options it was given.
-type fakeRuntime struct {
+type loggedRuntime struct {
 	log    *callLog
 	events chan podstate.PodLifecycleEvent
 
@@ -88,7 +88,7 @@ type fakeRuntime struct {
 	opts podstatus.GenerateOptions
 }
 
-func (r *fakeRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
+func (r *loggedRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
 	r.log.add("PodStatus")
 	r.mu.Lock()
 	r.opts = opts
@@ -99,55 +99,55 @@ func (r *fakeRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstatus.G
 	}}}, nil
 }
 
-func (r *fakeRuntime) SyncPod(context.Context, *v1.Pod) SyncResult {
+func (r *loggedRuntime) SyncPod(context.Context, *v1.Pod) SyncResult {
 	r.log.add("SyncPod")
 	return SyncResult{}
 }
 
-func (r *fakeRuntime) KillPod(context.Context, *v1.Pod, *int64) error {
+func (r *loggedRuntime) KillPod(context.Context, *v1.Pod, *int64) error {
 	r.log.add("KillPod")
 	return nil
 }
 
-func (r *fakeRuntime) RemovePod(context.Context, types.UID) error {
+func (r *loggedRuntime) RemovePod(context.Context, types.UID) error {
 	r.log.add("runtime.RemovePod")
 	return nil
 }
 
-func (r *fakeRuntime) RunningPods(context.Context) ([]*v1.Pod, error) { return nil, nil }
+func (r *loggedRuntime) RunningPods(context.Context) ([]*v1.Pod, error) { return nil, nil }
 
-func (r *fakeRuntime) Events() <-chan podstate.PodLifecycleEvent { return r.events }
+func (r *loggedRuntime) Events() <-chan podstate.PodLifecycleEvent { return r.events }
 
-func (r *fakeRuntime) statusOptions() podstatus.GenerateOptions {
+func (r *loggedRuntime) statusOptions() podstatus.GenerateOptions {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.opts
 }
 
-type fakeStatuses struct {
+type loggedStatuses struct {
 	log *callLog
 
 	mu       sync.Mutex
 	statuses map[types.UID]v1.PodStatus
 }
 
-func (s *fakeStatuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+func (s *loggedStatuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.statuses[uid]
 	return st, ok
 }
 
-func (s *fakeStatuses) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
+func (s *loggedStatuses) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	s.log.add("SetPodStatus")
 	s.mu.Lock()
 	s.statuses[pod.UID] = st
 	s.mu.Unlock()
 }
 
-func (s *fakeStatuses) TerminatePod(*v1.Pod) { s.log.add("TerminatePod") }
+func (s *loggedStatuses) TerminatePod(*v1.Pod) { s.log.add("TerminatePod") }
 
-func (s *fakeStatuses) RemovePod(uid types.UID) {
+func (s *loggedStatuses) RemovePod(uid types.UID) {
 	s.log.add("statuses.RemovePod")
 	s.mu.Lock()
 	delete(s.statuses, uid)
@@ -157,7 +157,7 @@ func (s *fakeStatuses) RemovePod(uid types.UID) {
 // verdict is a fake prober's answer for one container.
 type verdict struct{ success, known bool }
 
-type fakeProber struct {
+type loggedProber struct {
 	log     *callLog
 	updates chan types.UID
 
@@ -166,11 +166,11 @@ type fakeProber struct {
 	started map[string]verdict
 }
 
-func (p *fakeProber) AddPod(*v1.Pod)                 { p.log.add("AddPod") }
-func (p *fakeProber) StopLivenessAndStartup(*v1.Pod) { p.log.add("StopLivenessAndStartup") }
-func (p *fakeProber) RemovePod(*v1.Pod)              { p.log.add("prober.RemovePod") }
+func (p *loggedProber) AddPod(*v1.Pod)                 { p.log.add("AddPod") }
+func (p *loggedProber) StopLivenessAndStartup(*v1.Pod) { p.log.add("StopLivenessAndStartup") }
+func (p *loggedProber) RemovePod(*v1.Pod)              { p.log.add("prober.RemovePod") }
 
-func (p *fakeProber) CleanupPods(desired map[types.UID]struct{}) {
+func (p *loggedProber) CleanupPods(desired map[types.UID]struct{}) {
 	uids := make([]string, 0, len(desired))
 	for uid := range desired {
 		uids = append(uids, string(uid))
@@ -179,23 +179,23 @@ func (p *fakeProber) CleanupPods(desired map[types.UID]struct{}) {
 	p.log.add("CleanupPods[%s]", strings.Join(uids, " "))
 }
 
-func (p *fakeProber) Ready(id string) (bool, bool) {
+func (p *loggedProber) Ready(id string) (bool, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	v := p.ready[id]
 	return v.success, v.known
 }
 
-func (p *fakeProber) Started(id string) (bool, bool) {
+func (p *loggedProber) Started(id string) (bool, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	v := p.started[id]
 	return v.success, v.known
 }
 
-func (p *fakeProber) Updates() <-chan types.UID { return p.updates }
+func (p *loggedProber) Updates() <-chan types.UID { return p.updates }
 
-func (p *fakeProber) set(id string, ready, started verdict) {
+func (p *loggedProber) set(id string, ready, started verdict) {
 	p.mu.Lock()
 	p.ready[id], p.started[id] = ready, started
 	p.mu.Unlock()
@@ -204,9 +204,9 @@ func (p *fakeProber) set(id string, ready, started verdict) {
 // proberHarness runs a Controller on fakes that log their calls.
 type proberHarness struct {
 	log     *callLog
-	sources fakeSources
-	runtime *fakeRuntime
-	prober  *fakeProber
+	sources loggedSources
+	runtime *loggedRuntime
+	prober  *loggedProber
 	clock   *testclock.FakeClock
 }
 
@@ -215,15 +215,15 @@ func startProberHarness(t *testing.T) *proberHarness {
 	log := &callLog{}
 	h := &proberHarness{
 		log:     log,
-		sources: fakeSources{ch: make(chan podsource.Update)},
-		runtime: &fakeRuntime{log: log, events: make(chan podstate.PodLifecycleEvent)},
-		prober:  &fakeProber{log: log, updates: make(chan types.UID), ready: map[string]verdict{}, started: map[string]verdict{}},
+		sources: loggedSources{ch: make(chan podsource.Update)},
+		runtime: &loggedRuntime{log: log, events: make(chan podstate.PodLifecycleEvent)},
+		prober:  &loggedProber{log: log, updates: make(chan types.UID), ready: map[string]verdict{}, started: map[string]verdict{}},
 		clock:   testclock.NewFakeClock(time.Now()),
 	}
 	c, err := New(Options{
 		Sources:  h.sources,
 		Runtime:  h.runtime,
-		Statuses: &fakeStatuses{log: log, statuses: map[types.UID]v1.PodStatus{}},
+		Statuses: &loggedStatuses{log: log, statuses: map[types.UID]v1.PodStatus{}},
 		Node:     func() (*v1.Node, bool) { return nil, false },
 		Prober:   h.prober,
 		Clock:    h.clock,
