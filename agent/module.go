@@ -77,6 +77,7 @@ var Core = fx.Module("agent",
 	podsource.Module,
 	podstatus.Module,
 	pods.Module,
+	Probes,
 	// The health server is nil when healthzPort is 0.
 	fx.Invoke(func(*HealthServer) {}),
 )

@@ -325,24 +325,10 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 		opts.Previous = &prev
 	}
 	if p := c.opts.Prober; p != nil {
-		opts.Readiness = probeFunc(p.Readiness)
-		opts.Startup = probeFunc(p.Startup)
+		opts.Readiness = p.Ready
+		opts.Startup = p.Started
 	}
 	return opts
-}
-
-// probeFunc adapts a prober's result lookup to the status generator's.
-func probeFunc(get func(string) podstate.ProbeResult) podstatus.ProbeResultFunc {
-	return func(id string) (bool, bool) {
-		switch get(id) {
-		case podstate.ProbeSuccess:
-			return true, true
-		case podstate.ProbeFailure:
-			return false, true
-		default:
-			return false, false
-		}
-	}
 }
 
 // syncPod is one pod worker sync: report the status the runtime shows,
@@ -366,6 +352,8 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		c.workers.update(ctx, pod, true, false, nil)
 		return 0, false
 	}
+	// Probes start before the runtime acts, as the kubelet's syncPod: a
+	// container the sync starts is probed from its first status on.
 	if c.opts.Prober != nil {
 		c.opts.Prober.AddPod(pod)
 	}
@@ -378,6 +366,11 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	// event: the status a watcher waits for (Running) is known now.
 	if st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false)); err == nil {
 		c.opts.Statuses.SetPodStatus(pod, st)
+		// With the containers the sync started in the status, the prober
+		// runs their readiness probes now instead of a period later.
+		if c.opts.Prober != nil && !isTerminal(st.Phase) {
+			c.opts.Prober.AddPod(pod)
+		}
 	}
 
 	requeue := wait.Jitter(c.opts.SyncFrequency, jitterFactor)
@@ -400,6 +393,12 @@ func (c *Controller) retryAfterError() time.Duration {
 // runtime holds of it and forgets it.
 func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, bool) {
 	pod, logger := w.Pod, klog.FromContext(ctx)
+	// No liveness or startup failure may restart a container while the
+	// pod stops; readiness keeps being probed until the containers are
+	// stopped, as the kubelet's SyncTerminatingPod.
+	if c.opts.Prober != nil {
+		c.opts.Prober.StopLivenessAndStartup(pod)
+	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "Cannot stop the pod; will retry")
@@ -512,6 +511,25 @@ func (c *Controller) runHousekeeping(ctx context.Context) {
 	}
 }
 
+// cleanupProbes stops the probes of every pod that is no longer active (the
+// kubelet's housekeeping does the same with the pods that may still run),
+// should a RemovePod have been missed. c.mu is held throughout, as a pod
+// becomes active under it before its worker can call AddPod: a pod added
+// after the snapshot is not cleaned up.
+func (c *Controller) cleanupProbes() {
+	if c.opts.Prober == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	active := c.store.Active()
+	desired := make(map[types.UID]struct{}, len(active))
+	for _, p := range active {
+		desired[p.UID] = struct{}{}
+	}
+	c.opts.Prober.CleanupPods(desired)
+}
+
 // runGC removes dead containers every gcPeriod once every source has
 // reported (before that, a pod not seen yet is not gone).
 func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
@@ -537,6 +555,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 // reported. Each orphan is stopped in its own goroutine, so its grace period
 // holds up nothing else.
 func (c *Controller) housekeeping(ctx context.Context) {
+	c.cleanupProbes()
 	if !c.opts.Sources.AllReady() {
 		return
 	}
