@@ -33,8 +33,8 @@ func TestVolumeStatsCollector(t *testing.T) {
 	noInodes := vol("cache", &statsapi.PVCReference{Name: "cache", Namespace: "batch"}, 5)
 	noInodes.Inodes, noInodes.InodesFree, noInodes.InodesUsed = nil, nil, nil
 	s := &statsapi.Summary{Pods: []statsapi.PodStats{
-		{PodRef: statsapi.PodReference{Name: "a", Namespace: "default"}, VolumeStats: []statsapi.VolumeStats{vol("data", claim, 1 << 30), vol("tmp", nil, 7)}},
-		{PodRef: statsapi.PodReference{Name: "b", Namespace: "default"}, VolumeStats: []statsapi.VolumeStats{vol("data", claim, 2 << 30)}},
+		{PodRef: statsapi.PodReference{Name: "a", Namespace: "default"}, VolumeStats: []statsapi.VolumeStats{vol("data", claim, 1<<30), vol("tmp", nil, 7)}},
+		{PodRef: statsapi.PodReference{Name: "b", Namespace: "default"}, VolumeStats: []statsapi.VolumeStats{vol("data", claim, 2<<30)}},
 		{PodRef: statsapi.PodReference{Name: "c", Namespace: "batch"}, VolumeStats: []statsapi.VolumeStats{noInodes}},
 	}}
 	const want = `
