@@ -10,8 +10,11 @@
 // events, metrics, the CRI runtime, the node Lease, node registration and
 // status, the API server pod source, the pod status manager, the cgroup
 // hierarchy, the runtime's pod manager and PLEG, the PodController (admission
-// and pod workers) and the /healthz and /metrics server. New builds an fx
-// application from a Config; Run is the whole main of examples/nodeagent.
+// and pod workers), the stats provider, the kubelet API on 10250 (NodeAPI:
+// logs, exec, attach, port-forward, stats, metrics, configz with TLS,
+// authentication and authorization) and the /healthz and /metrics server
+// on the healthz port. New builds an fx application from a Config; Run is
+// the whole main of examples/nodeagent.
 //
 // # What an embedder can swap
 //
@@ -26,6 +29,9 @@
 //     value group; one with the Name of a default setter replaces it, and
 //     with a nil Set removes it. Add a status.HealthCheck to
 //     status.HealthCheckGroup to gate Ready.
+//   - The kubelet API: add a server.Route to server.RouteGroup to serve
+//     another endpoint or replace a default one (same Path), or decorate
+//     server.Options (func(server.Options) server.Options).
 //   - Pods: add a podsource.Source to podsource.SourceGroup (a static
 //     manifest directory, a URL, your own), and an AdmitHandler to
 //     AdmitHandlerGroup; admission runs GeneralPredicates (the kubelet's
