@@ -252,7 +252,7 @@ func (c *ControlPlane) metricsServerRBAC(ctx context.Context) error {
 		return err
 	}
 	for name, roleName := range map[string]string{
-		metricsServerRBACPrefix:                    metricsServerRBACPrefix,
+		metricsServerRBACPrefix:                     metricsServerRBACPrefix,
 		metricsServerRBACPrefix + ":auth-delegator": "system:auth-delegator",
 	} {
 		b := &rbacv1.ClusterRoleBinding{
