@@ -131,7 +131,9 @@ func (cfg *Config) ServerEnabled() bool {
 
 // ServerOptions returns the node API's options from the configuration:
 // server.ConfigOptions of the KubeletConfiguration, the node's name, the
-// serving certificates in CertDir (--cert-dir, <root-dir>/pki), container
+// serving certificates in CertDir (--cert-dir; its default <root-dir>/pki
+// differs from the kubelet's fixed /var/lib/kubelet/pki only with another
+// --root-dir, so that agents sharing a host keep apart), container
 // checkpoints in <root-dir>/checkpoints, /configz serving the
 // KubeletConfiguration, and no listener at all when enableServer is false.
 // node returns the node as last seen (status.NodeWatch.Node fits): its
