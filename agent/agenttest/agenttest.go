@@ -49,7 +49,7 @@ type Options struct {
 	// Args are more kubelet flags, after the harness's own (which they
 	// override): --hostname-override, --node-ip=127.0.0.1,
 	// --container-runtime-endpoint, --healthz-port, --address=127.0.0.1,
-	// --port, --root-dir, --cgroups-per-qos=false.
+	// --port, --read-only-port=0, --root-dir, --cgroups-per-qos=false.
 	Args []string
 	// Client is the fake clientset the agent talks to; nil makes a new one.
 	// Share one between agents to put several nodes in one fake cluster.
@@ -136,6 +136,9 @@ func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 		// the root directory.
 		"--address=127.0.0.1",
 		"--port=" + FreePort(t),
+		// The kubelet's command-line default opens the read-only port
+		// 10255, which parallel agents cannot share.
+		"--read-only-port=0",
 		// A root directory that does not exist yet: the agent makes it.
 		"--root-dir=" + filepath.Join(dir, "state"),
 		// Tests leave the host's cgroups alone.
