@@ -283,18 +283,6 @@ func ApplyConfigFileDefaults(kc *kubeletconfig.KubeletConfiguration) {
 	}
 }
 
-// ApplyCommandLineDefaults sets what the kubelet sets when it runs without
-// a configuration file, to keep the defaults of its older command-line
-// API: anonymous requests allowed, webhook authentication off, every
-// request authorized (AlwaysAllow) and the read-only port 10255. Call it
-// instead of ApplyConfigFileDefaults, after SetDefaults.
-func ApplyCommandLineDefaults(kc *kubeletconfig.KubeletConfiguration) {
-	kc.Authentication.Anonymous.Enabled = ptr.To(true)
-	kc.Authentication.Webhook.Enabled = ptr.To(false)
-	kc.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeAlwaysAllow
-	kc.ReadOnlyPort = 10255
-}
-
 // Complete derives the fields computed from others (NodeName, Hostname,
 // CertDir), applies SetDefaults to Kubelet and validates the result. It is
 // idempotent.

@@ -42,11 +42,12 @@ func TestParseFlagsDefaultsMatchKubelet(t *testing.T) {
 		{"cgroupDriver", kc.CgroupDriver, "cgroupfs"},
 		{"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "unix:///run/containerd/containerd.sock"},
 		{"healthz", healthzAddress(cfg), "127.0.0.1:10248"},
-		// Without --config, the kubelet's older command-line defaults.
-		{"anonymous auth", *kc.Authentication.Anonymous.Enabled, true},
-		{"webhook authentication", *kc.Authentication.Webhook.Enabled, false},
-		{"authorization mode", string(kc.Authorization.Mode), "AlwaysAllow"},
-		{"readOnlyPort", kc.ReadOnlyPort, int32(10255)},
+		// Without --config nodekit keeps the secure v1beta1 defaults, not the
+		// kubelet's older command-line ones (open API, read-only port).
+		{"anonymous auth", *kc.Authentication.Anonymous.Enabled, false},
+		{"webhook authentication", *kc.Authentication.Webhook.Enabled, true},
+		{"authorization mode", string(kc.Authorization.Mode), "Webhook"},
+		{"readOnlyPort", kc.ReadOnlyPort, int32(0)},
 		{"evictionHard", len(kc.EvictionHard), 0},
 		{"kubeAPIQPS", *kc.KubeAPIQPS, int32(50)},
 		{"contentType", kc.ContentType, "application/vnd.kubernetes.protobuf"},
@@ -271,33 +272,23 @@ logging:
 		t.Fatal(err)
 	}
 	want := []string{
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--cert-dir"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="authentication.anonymous.enabled" "flag"="--anonymous-auth"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="authentication.x509.clientCAFile"`,
 		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "setting"="evictionHard" "implemented"="subtracted from the node's allocatable; nodekit evicts no pod"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates" "flag"="--feature-gates"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="staticPodPath"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="tlsCertFile"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("logged:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 
-	// Flags alone: the kubelet's command-line defaults serve a read-only
-	// port and an open API, which nodekit does not.
+	// Flags alone: the secure defaults are kept, so nothing is logged.
 	logger, lines = logLines()
 	if _, err := ParseFlags(logger, []string{"--hostname-override=n"}); err != nil {
 		t.Fatal(err)
 	}
-	var settings []string
-	for _, l := range *lines {
-		_, s, _ := strings.Cut(l, `"setting"=`)
-		settings = append(settings, s)
-	}
-	if got, want := strings.Join(settings, " "), `"authentication.anonymous.enabled" "authentication.webhook.enabled" "authorization.mode" "readOnlyPort"`; got != want {
-		t.Errorf("without --config, logged settings %s, want %s", got, want)
+	if len(*lines) != 0 {
+		t.Errorf("without --config, logged %q, want nothing", *lines)
 	}
 }
 

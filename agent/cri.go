@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,6 +88,7 @@ type cgroupParams struct {
 	Store     *pods.Store
 	Node      *status.NodeWatch
 	Clock     clock.Clock
+	Metrics   prometheus.Registerer
 	Logger    logr.Logger
 	Lifecycle fx.Lifecycle
 	Shut      fx.Shutdowner
@@ -109,6 +111,8 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 		return cgroups{Driver: driver}, nil
 	}
 	opts.Driver = driver
+	// kubelet_cgroup_manager_duration_seconds and _errors_total.
+	opts.Registerer = p.Metrics
 	m, err := cgroupdriver.New(opts)
 	if err != nil {
 		return cgroups{}, err

@@ -18,7 +18,10 @@
 // clients (a rate-limited one, a heartbeat one for the Lease and node
 // status, one for events), metrics, the node Lease, node registration and
 // status, the node watch, the pod sources, the pod status manager, the pod
-// lifecycle loop (pods.Module) and the /healthz and /metrics server. A
+// lifecycle loop (pods.Module), the probe engine (Probes), the kubelet API
+// on 10250 (NodeAPI: logs, exec, attach, port-forward, stats, metrics,
+// configz, with TLS, authentication and authorization) and the /healthz and
+// /metrics server on the healthz port. A
 // runtime module completes it: CRI (containerd, CRI-O or runtime/fakecri:
 // the CRI connection, cgroups, pod manager, PLEG, stats) or
 // PodBackend(constructor) (a pods.PodBackend of the embedder's: a cloud

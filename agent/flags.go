@@ -226,7 +226,11 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // KubeletConfiguration file is loaded, defaulted (SetDefaults, then
 // ApplyConfigFileDefaults) and every flag given on the command line
 // overrides its field; without it, the flags apply to the kubelet's
-// command-line defaults (SetDefaults, then ApplyCommandLineDefaults). It
+// defaults (SetDefaults). Unlike the kubelet, which falls back to the
+// insecure defaults of its older command-line API without a file (anonymous
+// requests allowed, webhook authentication off, AlwaysAllow, the read-only
+// port 10255), an agent started with flags alone keeps the secure v1beta1
+// defaults; flags that set those fields still work. It
 // returns pflag.ErrHelp for --help, with the usage written to the flag
 // set's output, and a *UsageError for a command line it cannot parse. Then
 // it logs, one line each, every setting given a value other than its
@@ -252,7 +256,6 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 		ApplyConfigFileDefaults(&cfg.Kubelet)
 	} else {
 		SetDefaults(&cfg.Kubelet)
-		ApplyCommandLineDefaults(&cfg.Kubelet)
 	}
 
 	// Second pass: flags given on the command line win over the file.

@@ -29,9 +29,9 @@ import (
 // Core is everything of a node agent but the runtime that runs its pods:
 // the apiserver clients, metrics, events, the node Lease, node registration
 // and status, the node watch, the API server pod source, the pod status
-// manager, the pod lifecycle loop (admission, pod workers, housekeeping)
-// and the /healthz and /metrics server, all configured from the *Config in
-// the graph. Add a runtime: CRI for a kubelet-like node, or PodBackend for
+// manager, the pod lifecycle loop (admission, pod workers, housekeeping),
+// the kubelet API (NodeAPI) and the /healthz and /metrics server, all
+// configured from the *Config in the graph. Add a runtime: CRI for a kubelet-like node, or PodBackend for
 // a node whose pods something else runs. The graph gets, for the modules
 // and for an embedder's own pieces:
 //
@@ -78,6 +78,7 @@ var Core = fx.Module("agent",
 	podstatus.Module,
 	pods.Module,
 	Probes,
+	NodeAPI,
 	// The health server is nil when healthzPort is 0.
 	fx.Invoke(func(*HealthServer) {}),
 )

@@ -14,7 +14,13 @@
 // a containerd of its own, then replaces it by an agent that must adopt its
 // containers without a restart. Package kubeletparity needs no cluster: it
 // compares nodekit's functions (the container hash, the configuration
-// defaults) with the kubelet's own. All tests run in parallel (-parallel defaults to
+// defaults) with the kubelet's own.
+// The node API test (nodeapi_test.go) runs one
+// agent on a containerd of its own whose address sits on a veth of a
+// network namespace it creates, with a serving certificate from an approved
+// kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
+// port-forward, cp, top through a metrics-server built from Go modules,
+// get --raw through nodes/proxy). All tests run in parallel (-parallel defaults to
 // 16 here: they wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:

@@ -7,8 +7,10 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,6 +63,11 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Clock paces requeues and housekeeping (default clock.RealClock{}).
 	Clock clock.Clock
+	// Registerer receives the kubelet's pod lifecycle metrics,
+	// kubelet_pod_start_duration_seconds and
+	// kubelet_pod_worker_duration_seconds{operation_type}; nil registers
+	// nothing.
+	Registerer prometheus.Registerer
 }
 
 // Default periods of the Controller, the kubelet's.
@@ -76,6 +83,10 @@ const (
 	// jitterFactor spreads resyncs and retries, as the kubelet's pod
 	// workers.
 	jitterFactor = 0.5
+	// minSyncLoopStall is the shortest time without a housekeeping round
+	// after which SyncLoopHealthy fails (the kubelet's 5 minutes, or twice
+	// the sync frequency when that is longer).
+	minSyncLoopStall = 5 * time.Minute
 )
 
 // Controller is the node's pod lifecycle loop: it admits the pods its
@@ -100,6 +111,11 @@ type Controller struct {
 	stopped map[types.UID][]chan struct{}
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
+
+	metrics *controllerMetrics
+	// loopEntry is when the latest housekeeping round began; zero before
+	// Run.
+	loopEntry atomic.Pointer[time.Time]
 }
 
 // podRecord is what the controller remembers of one pod.
@@ -110,6 +126,10 @@ type podRecord struct {
 	// statusFn, set by KillPod, amends the pod's final status (an
 	// eviction's reason and condition).
 	statusFn func(*v1.PodStatus)
+	// firstSeen is when the controller first saw the pod; started is set
+	// once its start was recorded in kubelet_pod_start_duration_seconds.
+	firstSeen time.Time
+	started   bool
 }
 
 // New validates opts and applies defaults. It does no I/O.
@@ -132,8 +152,12 @@ func New(opts Options) (*Controller, error) {
 	if opts.Store == nil {
 		opts.Store = NewStore()
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background()}
-	c.workers = newPodWorkers(c.syncPod, opts.Clock)
+	m, err := newControllerMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
+	c.workers = newPodWorkers(c.syncPod, opts.Clock, m.observeWorker)
 	return c, nil
 }
 
@@ -152,6 +176,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.runCtx = ctx
 	c.mu.Unlock()
+	now := c.clock.Now()
+	c.loopEntry.Store(&now)
+	defer c.loopEntry.Store(nil)
 	defer c.background.Wait()
 	defer c.workers.wait()
 	c.background.Go(func() { c.runHousekeeping(ctx) })
@@ -226,7 +253,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 		c.update(ctx, pod, pod.DeletionTimestamp != nil)
 		return
 	}
-	r := &podRecord{pod: pod}
+	r := &podRecord{pod: pod, firstSeen: c.clock.Now()}
 	c.pods[pod.UID] = r
 	// A finished or deleted pod is not admitted: its worker only makes sure
 	// it is stopped.
@@ -346,7 +373,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		logger.Error(err, "Cannot read the pod's runtime status; will retry")
 		return c.retryAfterError(), false
 	}
-	c.opts.Statuses.SetPodStatus(pod, st)
+	c.setStatus(pod, st)
 	if isTerminal(st.Phase) {
 		// Every container finished for good: stop the sandbox next.
 		c.workers.update(ctx, pod, true, false, nil)
@@ -365,7 +392,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	// Report what the sync did at once instead of at the next runtime
 	// event: the status a watcher waits for (Running) is known now.
 	if st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false)); err == nil {
-		c.opts.Statuses.SetPodStatus(pod, st)
+		c.setStatus(pod, st)
 		// With the containers the sync started in the status, the prober
 		// runs their readiness probes now instead of a period later.
 		if c.opts.Prober != nil && !isTerminal(st.Phase) {
@@ -381,6 +408,49 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		requeue = min(requeue, max(res.RetryAt.Sub(c.clock.Now()), time.Millisecond))
 	}
 	return requeue, false
+}
+
+// setStatus hands a running pod's status to the status manager. The first
+// time a pod goes from Pending (or no phase) to Running on this agent, it
+// records how long that took since the controller first saw the pod in
+// kubelet_pod_start_duration_seconds, as the kubelet does. A pod that was
+// already running when the agent started is not counted.
+func (c *Controller) setStatus(pod *v1.Pod, st v1.PodStatus) {
+	if st.Phase == v1.PodRunning && c.metrics != nil {
+		prev := pod.Status.Phase
+		if cached, ok := c.opts.Statuses.GetPodStatus(pod.UID); ok {
+			prev = cached.Phase
+		}
+		var seen time.Time
+		c.mu.Lock()
+		if r := c.pods[pod.UID]; r != nil && !r.started {
+			r.started = true
+			if prev == "" || prev == v1.PodPending {
+				seen = r.firstSeen
+			}
+		}
+		c.mu.Unlock()
+		if !seen.IsZero() {
+			c.metrics.observeStart(c.clock.Since(seen))
+		}
+	}
+	c.opts.Statuses.SetPodStatus(pod, st)
+}
+
+// SyncLoopHealthy returns an error when the loop is not running, or when
+// its housekeeping has not begun a round for twice the sync frequency (at
+// least 5 minutes): a loop stuck on the runtime. It backs /healthz/syncloop,
+// as the kubelet's syncLoop health check. It does not block.
+func (c *Controller) SyncLoopHealthy() error {
+	entry := c.loopEntry.Load()
+	if entry == nil {
+		return errors.New("the pod lifecycle loop is not running")
+	}
+	limit := max(2*c.opts.SyncFrequency, minSyncLoopStall)
+	if since := c.clock.Since(*entry); since > limit {
+		return fmt.Errorf("sync Loop took longer than expected: no housekeeping round for %v", since.Round(time.Second))
+	}
+	return nil
 }
 
 // retryAfterError is when a pod whose sync failed is synced again.
@@ -505,6 +575,8 @@ func (c *Controller) runHousekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			now := c.clock.Now()
+			c.loopEntry.Store(&now)
 			c.housekeeping(ctx)
 			t.Reset(c.opts.HousekeepingPeriod)
 		}

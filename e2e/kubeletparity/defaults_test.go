@@ -82,13 +82,19 @@ func ptrValue[T any](v T) T { return v }
 
 // TestCommandLineDefaultsMatchKubelet compares the configuration of an agent
 // run with flags only (no --config) with the kubelet's for the same command
-// line: the kubelet keeps its older command-line defaults then.
+// line: the kubelet keeps its older command-line defaults then, but for the
+// insecure ones (anonymous access, no webhook authentication, AlwaysAllow,
+// the read-only port), where nodekit keeps the secure v1beta1 defaults.
 func TestCommandLineDefaultsMatchKubelet(t *testing.T) {
 	internal, err := options.NewKubeletConfiguration()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := toV1beta1(t, internal)
+	want.Authentication.Anonymous.Enabled = ptr.To(false)
+	want.Authentication.Webhook.Enabled = ptr.To(true)
+	want.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeWebhook
+	want.ReadOnlyPort = 0
 	cfg, err := agent.ParseFlags(klog.Background(), []string{"--hostname-override=n"})
 	if err != nil {
 		t.Fatal(err)
