@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/cgroupdriver"
+	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
@@ -24,9 +27,9 @@ import (
 // and images for the node status setters, the cgroup hierarchy
 // (cgroupdriver.Module, left out with cgroupsPerQOS false), the pod manager,
 // PLEG and the CRI backend that provides pods.Runtime (runtime.PodsModule),
-// the PLEG's health check gating Ready, and the stats provider (node, pod
+// the PLEG's health check gating Ready, the stats provider (node, pod
 // and container usage from the kernel and the CRI) the node API and the
-// eviction manager read. The CRI services come from the
+// eviction manager read, and the eviction manager (Eviction). The CRI services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
 var CRI = fx.Module("cri",
@@ -48,6 +51,7 @@ var CRI = fx.Module("cri",
 	runtime.Module,
 	runtime.PodsModule,
 	stats.Module,
+	Eviction,
 )
 
 // RuntimeFuncs are the container runtime's answers the node status setters
@@ -98,7 +102,11 @@ type cgroupParams struct {
 // the kubelet. The driver is built either way (without I/O): it tells the
 // cgroup version when the first container is configured.
 func provideCgroups(p cgroupParams) (cgroups, error) {
-	opts := p.Config.CgroupOptions(p.Node.Allocatable, p.Store.Active,
+	limits, err := kubepodsResources(p.Config, p.Node)
+	if err != nil {
+		return cgroups{}, err
+	}
+	opts := p.Config.CgroupOptions(limits, p.Store.Active,
 		func(ctx context.Context) (runtimeapi.CgroupDriver, bool, error) { return p.Client.CgroupDriver(ctx) })
 	opts.Clock = p.Clock
 	driver, err := cgroupdriver.NewDriver(opts)
@@ -115,6 +123,48 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 	}
 	runner.Hook(p.Lifecycle, p.Shut, p.Logger, "cgroupdriver", m.Run)
 	return cgroups{Manager: m, Pods: m, Driver: driver}, nil
+}
+
+// kubepodsResources returns what the kubepods cgroup enforces, as the
+// kubelet's enforceNodeAllocatableCgroups: with "pods" in
+// enforceNodeAllocatable the node's capacity less kubeReserved and
+// systemReserved, else its capacity; nil before the node is known. Unlike
+// the node's allocatable it keeps the hard eviction thresholds: the pods may
+// use that memory, and the eviction manager (allocatableMemory.available)
+// evicts before they reach the limit.
+func kubepodsResources(cfg *Config, node *status.NodeWatch) (func() v1.ResourceList, error) {
+	kc := &cfg.Kubelet
+	kubeReserved, err := parseResourceList(kc.KubeReserved)
+	if err != nil {
+		return nil, fmt.Errorf("kubeReserved: %w", err)
+	}
+	systemReserved, err := parseResourceList(kc.SystemReserved)
+	if err != nil {
+		return nil, fmt.Errorf("systemReserved: %w", err)
+	}
+	enforce := slices.Contains(kc.EnforceNodeAllocatable, eviction.NodeAllocatableEnforcementKey)
+	return func() v1.ResourceList {
+		n, ok := node.Node()
+		if !ok || n.Status.Capacity == nil {
+			return nil
+		}
+		out := make(v1.ResourceList, len(n.Status.Capacity))
+		for name, q := range n.Status.Capacity {
+			q = q.DeepCopy()
+			if enforce {
+				for _, r := range []v1.ResourceList{kubeReserved, systemReserved} {
+					if v, ok := r[name]; ok {
+						q.Sub(v)
+					}
+				}
+				if q.Sign() < 0 {
+					q.Set(0)
+				}
+			}
+			out[name] = q
+		}
+		return out
+	}, nil
 }
 
 type podManagerParams struct {
