@@ -132,7 +132,7 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 // the node's allocatable it keeps the hard eviction thresholds: the pods may
 // use that memory, and the eviction manager (allocatableMemory.available)
 // evicts before they reach the limit.
-func kubepodsResources(cfg *Config, node *status.NodeWatch) (func() v1.ResourceList, error) {
+func kubepodsResources(cfg *Config, node pods.NodeGetter) (func() v1.ResourceList, error) {
 	kc := &cfg.Kubelet
 	kubeReserved, err := parseResourceList(kc.KubeReserved)
 	if err != nil {
