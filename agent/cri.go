@@ -29,7 +29,8 @@ import (
 // PLEG and the CRI backend that provides pods.Runtime (runtime.PodsModule),
 // the PLEG's health check gating Ready, the stats provider (node, pod
 // and container usage from the kernel and the CRI) the node API and the
-// eviction manager read, and the eviction manager (Eviction). The CRI services come from the
+// eviction manager read with the pods' volume usage (VolumeStats), and the
+// eviction manager (Eviction). The CRI services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
 var CRI = fx.Module("cri",
@@ -51,6 +52,7 @@ var CRI = fx.Module("cri",
 	runtime.Module,
 	runtime.PodsModule,
 	stats.Module,
+	VolumeStats,
 	Eviction,
 )
 
