@@ -46,6 +46,10 @@ type AgentOptions struct {
 	// CgroupDriver goes into the KubeletConfiguration; empty leaves the
 	// default (cgroupfs).
 	CgroupDriver string
+	// KubeletConfig are more KubeletConfiguration fields, by their names
+	// in the file (e.g. "evictionHard": map[string]string{…}); they
+	// override the harness's own.
+	KubeletConfig map[string]any
 	// Verbosity is --v (default 2).
 	Verbosity int
 	// ExtraArgs are appended to the command line.
@@ -150,12 +154,11 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	if opts.CgroupDriver != "" {
 		cfg["cgroupDriver"] = opts.CgroupDriver
 	}
-	data, err := yaml.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("new agent %s: encode configuration: %w", a.Name, err)
+	for k, v := range opts.KubeletConfig {
+		cfg[k] = v
 	}
 	a.ConfigPath = filepath.Join(a.Dir, "config.yaml")
-	if err := os.WriteFile(a.ConfigPath, data, 0o644); err != nil {
+	if err := writeConfig(a.ConfigPath, cfg); err != nil {
 		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
 	}
 
@@ -181,6 +184,40 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	}
 	a.args = append(a.args, opts.ExtraArgs...)
 	return a, nil
+}
+
+func writeConfig(path string, cfg map[string]any) error {
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encode configuration: %w", err)
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// UpdateKubeletConfig sets fields of the agent's KubeletConfiguration file
+// (a nil value removes the field); the agent reads it at its next Start.
+func (a *Agent) UpdateKubeletConfig(fields map[string]any) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	data, err := os.ReadFile(a.ConfigPath)
+	if err != nil {
+		return fmt.Errorf("update configuration of agent %s: %w", a.Name, err)
+	}
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("update configuration of agent %s: decode %s: %w", a.Name, a.ConfigPath, err)
+	}
+	for k, v := range fields {
+		if v == nil {
+			delete(cfg, k)
+		} else {
+			cfg[k] = v
+		}
+	}
+	if err := writeConfig(a.ConfigPath, cfg); err != nil {
+		return fmt.Errorf("update configuration of agent %s: %w", a.Name, err)
+	}
+	return nil
 }
 
 // Start runs the agent and waits (up to a minute, or ctx) until its
