@@ -10,8 +10,11 @@
 // events, metrics, the CRI runtime, the node Lease, node registration and
 // status, the API server pod source, the pod status manager, the cgroup
 // hierarchy, the runtime's pod manager and PLEG, the PodController (admission
-// and pod workers) and the /healthz and /metrics server. New builds an fx
-// application from a Config; Run is the whole main of examples/nodeagent.
+// and pod workers), the stats provider with the pods' volume usage, the
+// node-pressure eviction manager (Eviction: pressure conditions, eviction
+// admission, evictions through the pod loop) and the /healthz and /metrics
+// server. New builds an fx application from a Config; Run is the whole main
+// of examples/nodeagent.
 //
 // # What an embedder can swap
 //
