@@ -57,8 +57,8 @@ func (f *fakeMemoryStats) summary(context.Context) (*statsapi.Summary, error) {
 }
 
 // TestAgentEvictsUnderMemoryPressure runs the whole agent on fakecri with a
-// fake stats summary: memory.available below the default hard threshold
-// (100Mi) turns MemoryPressure True with the kubelet's reason, a new
+// fake stats summary: memory.available below the hard threshold (100Mi, the
+// kubelet's default) turns MemoryPressure True with the kubelet's reason, a new
 // BestEffort pod is rejected with reason Evicted, the running BestEffort pod
 // is evicted (Failed, Evicted, DisruptionTarget) before the Guaranteed one,
 // kubelet_evictions counts both, and the condition clears once memory is
@@ -72,7 +72,9 @@ func TestAgentEvictsUnderMemoryPressure(t *testing.T) {
 		gather  prometheus.Gatherer
 	)
 	n := agenttest.Start(t, agenttest.Options{
-		Args: []string{"--node-status-update-frequency=100ms"},
+		// The kubelet's default memory threshold, given: a configuration from
+		// flags alone has no default thresholds.
+		Args: []string{"--node-status-update-frequency=100ms", "--eviction-hard=memory.available<100Mi"},
 		Extra: []fx.Option{
 			fx.Decorate(func(o eviction.Options) eviction.Options {
 				o.MonitoringInterval = 50 * time.Millisecond
