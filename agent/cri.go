@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
@@ -88,10 +89,11 @@ type cgroups struct {
 type cgroupParams struct {
 	fx.In
 
+	// Dirs: the machine's capacity is read once the root directory exists.
+	Dirs      dataDirs
 	Config    *Config
 	Client    *runtime.Client
 	Store     *pods.Store
-	Node      *status.NodeWatch
 	Clock     clock.Clock
 	Logger    logr.Logger
 	Lifecycle fx.Lifecycle
@@ -104,7 +106,10 @@ type cgroupParams struct {
 // the kubelet. The driver is built either way (without I/O): it tells the
 // cgroup version when the first container is configured.
 func provideCgroups(p cgroupParams) (cgroups, error) {
-	limits, err := kubepodsResources(p.Config, p.Node)
+	machine := status.CachedMachine(func() (*status.Machine, error) {
+		return status.ReadMachine(status.MachineRoots{RootDir: p.Config.RootDir})
+	})
+	limits, err := kubepodsResources(p.Config, machine, p.Logger)
 	if err != nil {
 		return cgroups{}, err
 	}
@@ -128,13 +133,15 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 }
 
 // kubepodsResources returns what the kubepods cgroup enforces, as the
-// kubelet's enforceNodeAllocatableCgroups: with "pods" in
-// enforceNodeAllocatable the node's capacity less kubeReserved and
-// systemReserved, else its capacity; nil before the node is known. Unlike
-// the node's allocatable it keeps the hard eviction thresholds: the pods may
-// use that memory, and the eviction manager (allocatableMemory.available)
-// evicts before they reach the limit.
-func kubepodsResources(cfg *Config, node pods.NodeGetter) (func() v1.ResourceList, error) {
+// kubelet's enforceNodeAllocatableCgroups: the host's CPUs and memory
+// (machine), less kubeReserved and systemReserved when
+// enforceNodeAllocatable has "pods". It is known from the start, before the
+// node's object. Unlike the node's allocatable it keeps the hard eviction
+// thresholds: the pods may use that memory, and the eviction manager
+// (allocatableMemory.available) evicts before they reach the limit. When
+// the machine cannot be read it returns nil (kubepods left as it is) and
+// logs why.
+func kubepodsResources(cfg *Config, machine status.MachineFunc, logger logr.Logger) (func() v1.ResourceList, error) {
 	kc := &cfg.Kubelet
 	kubeReserved, err := parseResourceList(kc.KubeReserved)
 	if err != nil {
@@ -146,22 +153,26 @@ func kubepodsResources(cfg *Config, node pods.NodeGetter) (func() v1.ResourceLis
 	}
 	enforce := slices.Contains(kc.EnforceNodeAllocatable, eviction.NodeAllocatableEnforcementKey)
 	return func() v1.ResourceList {
-		n, ok := node.Node()
-		if !ok || n.Status.Capacity == nil {
+		m, err := machine()
+		if err != nil {
+			logger.Error(err, "Cannot read the machine's capacity for the kubepods cgroup")
 			return nil
 		}
-		out := make(v1.ResourceList, len(n.Status.Capacity))
-		for name, q := range n.Status.Capacity {
-			q = q.DeepCopy()
-			if enforce {
-				for _, r := range []v1.ResourceList{kubeReserved, systemReserved} {
-					if v, ok := r[name]; ok {
-						q.Sub(v)
-					}
+		out := v1.ResourceList{
+			v1.ResourceCPU:    *resource.NewMilliQuantity(int64(m.NumCores)*1000, resource.DecimalSI),
+			v1.ResourceMemory: *resource.NewQuantity(m.MemoryCapacity, resource.BinarySI),
+		}
+		if !enforce {
+			return out
+		}
+		for name, q := range out {
+			for _, r := range []v1.ResourceList{kubeReserved, systemReserved} {
+				if v, ok := r[name]; ok {
+					q.Sub(v)
 				}
-				if q.Sign() < 0 {
-					q.Set(0)
-				}
+			}
+			if q.Sign() < 0 {
+				q.Set(0)
 			}
 			out[name] = q
 		}

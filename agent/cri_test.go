@@ -1,25 +1,22 @@
 package agent
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodekit/nodekit/status"
 )
 
-type nodeGetter struct{ node *v1.Node }
-
-func (g nodeGetter) Node() (*v1.Node, bool) { return g.node, g.node != nil }
-
-// TestKubepodsResources: the kubepods cgroup enforces the capacity less
-// kubeReserved and systemReserved, not the allocatable (which also lacks the
-// hard eviction thresholds), and the capacity without "pods" in
-// enforceNodeAllocatable, as the kubelet.
+// TestKubepodsResources: the kubepods cgroup enforces the machine's CPUs
+// and memory less kubeReserved and systemReserved, not the allocatable
+// (which also lacks the hard eviction thresholds), and the whole machine
+// without "pods" in enforceNodeAllocatable, as the kubelet.
 func TestKubepodsResources(t *testing.T) {
-	node := &v1.Node{Status: v1.NodeStatus{
-		Capacity:    v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")},
-		Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3"), v1.ResourceMemory: resource.MustParse("6Gi")},
-	}}
+	machine := func() (*status.Machine, error) { return &status.Machine{NumCores: 4, MemoryCapacity: 8 << 30}, nil }
 	for _, tc := range []struct {
 		name     string
 		enforce  []string
@@ -33,7 +30,7 @@ func TestKubepodsResources(t *testing.T) {
 		cfg.Kubelet.SystemReserved = map[string]string{"memory": "512Mi"}
 		cfg.Kubelet.EvictionHard = map[string]string{"memory.available": "1Gi"}
 		cfg.Kubelet.EnforceNodeAllocatable = tc.enforce
-		limits, err := kubepodsResources(cfg, nodeGetter{node})
+		limits, err := kubepodsResources(cfg, machine, logr.Discard())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,11 +39,17 @@ func TestKubepodsResources(t *testing.T) {
 			t.Errorf("%s: kubepods cpu/memory = %s/%s, want %s/%s", tc.name, cpu.String(), mem.String(), tc.cpu, tc.mem)
 		}
 	}
-	limits, err := kubepodsResources(&Config{}, nodeGetter{})
+	failing := func() (*status.Machine, error) { return nil, errors.New("no /proc") }
+	limits, err := kubepodsResources(&Config{}, failing, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := limits(); got != nil {
-		t.Errorf("kubepods before the node is known = %v, want nil (left as is)", got)
+		t.Errorf("kubepods without the machine = %v, want nil (left as is)", got)
+	}
+	cfg := &Config{}
+	cfg.Kubelet.KubeReserved = map[string]string{"memory": "lots"}
+	if _, err := kubepodsResources(cfg, machine, logr.Discard()); err == nil {
+		t.Error("an invalid kubeReserved was accepted")
 	}
 }

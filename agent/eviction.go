@@ -34,8 +34,8 @@ type DeleteUnusedContainersFunc func(ctx context.Context) error
 type DeleteUnusedImagesFunc func(ctx context.Context) error
 
 // Eviction runs the kubelet's node-pressure eviction manager
-// (eviction.Module) from the *Config in the graph: it reads the stats
-// provider's summary every 10 s, sets the MemoryPressure, DiskPressure and
+// (eviction.Module) from the *Config in the graph: it reads a fresh stats
+// summary (stats.Provider.FreshSummary) every 10 s, sets the MemoryPressure, DiskPressure and
 // PIDPressure node conditions (status.PressureFuncs), rejects pods at
 // admission under pressure (the pods.AdmitEviction handler, before
 // GeneralPredicates) and evicts pods through the pod loop
@@ -54,7 +54,10 @@ var Eviction = fx.Options(
 	fx.Provide(
 		newPodLoopRef,
 		provideEvictionOptions,
-		func(p *stats.Provider) eviction.SummaryFunc { return p.Summary },
+		// Fresh stats on every pass, as the kubelet's manager asks for
+		// them: passes come early after a memcg notification or an
+		// eviction, when a cached summary would show the node as it was.
+		func(p *stats.Provider) eviction.SummaryFunc { return p.FreshSummary },
 		func(s *pods.Store) eviction.ActivePodsFunc { return s.Active },
 		func(l *podLoopRef) eviction.KillPodFunc { return l.killPod },
 		func(l *podLoopRef) eviction.PodCleanedUpFunc { return l.podTerminated },

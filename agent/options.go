@@ -164,7 +164,7 @@ func (cfg *Config) CgroupsPerQOS() bool {
 }
 
 // CgroupOptions returns the cgroup hierarchy's options. allocatable
-// returns the kubepods limits (CRI passes the node's capacity less
+// returns the kubepods limits (CRI passes the machine's capacity less
 // kubeReserved and systemReserved, as the kubelet), activePods the
 // admitted pods (the Burstable cgroup's shares), runtimeDriver the
 // runtime's cgroup driver for the start-up check (nil skips it).
