@@ -273,7 +273,6 @@ logging:
 	}
 	want := []string{
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
-		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "setting"="evictionHard" "implemented"="subtracted from the node's allocatable; nodekit evicts no pod"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates" "flag"="--feature-gates"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="staticPodPath"`,

@@ -23,7 +23,9 @@
 // configz, with TLS, authentication and authorization) and the /healthz and
 // /metrics server on the healthz port. A
 // runtime module completes it: CRI (containerd, CRI-O or runtime/fakecri:
-// the CRI connection, cgroups, pod manager, PLEG, stats) or
+// the CRI connection, cgroups, pod manager, PLEG, stats with the pods'
+// volume usage, and the node-pressure eviction manager, Eviction: pressure
+// conditions, eviction admission, evictions through the pod loop) or
 // PodBackend(constructor) (a pods.PodBackend of the embedder's: a cloud
 // service, VMs, a simulator). Module is Core + CRI; New and Run build it,
 // NewWith and RunWith take another runtime module. Run is the whole main of

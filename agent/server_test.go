@@ -29,6 +29,7 @@ import (
 	"github.com/nodekit/nodekit/prober"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 	"github.com/nodekit/nodekit/server"
+	"github.com/nodekit/nodekit/stats"
 )
 
 // apiNode is an agent under test with its node API's address.
@@ -96,6 +97,16 @@ func TestNodeAPIServesTheAgentsPodsStatsAndConfig(t *testing.T) {
 	ctx := agenttest.Context(t)
 	n.WaitReady(ctx)
 	n.runPod(t, ctx, "web")
+	// The stats provider serves a summary up to stats.DefaultMaxAge old (the
+	// eviction manager sampled one at start), as the kubelet's cAdvisor
+	// housekeeping: wait for one that has the pod.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*stats.DefaultMaxAge, true, func(context.Context) (bool, error) {
+		_, body := n.get(t, "/stats/summary")
+		var summary statsapi.Summary
+		return json.Unmarshal([]byte(body), &summary) == nil && len(summary.Pods) == 1, nil
+	}); err != nil {
+		t.Fatalf("/stats/summary never listed the pod: %v", err)
+	}
 
 	for path, want := range map[string]string{
 		"/healthz":                       "ok",

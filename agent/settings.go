@@ -45,8 +45,17 @@ var implementedSettings = map[string]string{
 	"kubeReserved":                  "",
 	"systemReserved":                "",
 	"localStorageCapacityIsolation": "",
-	"evictionHard":                  "subtracted from the node's allocatable; nodekit evicts no pod",
-	"mergeDefaultEvictionSettings":  "subtracted from the node's allocatable; nodekit evicts no pod",
+
+	// Node-pressure eviction (eviction/) and the volume usage it reads.
+	"evictionHard":                     "",
+	"evictionSoft":                     "",
+	"evictionSoftGracePeriod":          "",
+	"evictionMinimumReclaim":           "",
+	"evictionMaxPodGracePeriod":        "",
+	"evictionPressureTransitionPeriod": "",
+	"mergeDefaultEvictionSettings":     "",
+	"kernelMemcgNotification":          "",
+	"volumeStatsAggPeriod":             "",
 
 	// The node API (server/).
 	"--cert-dir":                                 "",

@@ -129,6 +129,13 @@ func TestPodsOnFakeCRI(t *testing.T) {
 // removes the cgroup root.
 func newContainerdPodNode(t *testing.T, name string) *podNode {
 	t.Helper()
+	return newContainerdPodNodeWith(t, name, nodeOptions{})
+}
+
+// newContainerdPodNodeWith is newContainerdPodNode with more agent options
+// (opts.runtimeEndpoint is the new containerd's).
+func newContainerdPodNodeWith(t *testing.T, name string, opts nodeOptions) *podNode {
+	t.Helper()
 	ctx := t.Context()
 	cgroupRoot := newCgroupRoot(t, name)
 	src, err := cluster.LocateSource()
@@ -155,10 +162,9 @@ func newContainerdPodNode(t *testing.T, name string) *podNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := newNode(t, name, nodeOptions{
-		runtimeEndpoint: c.Endpoint,
-		extraArgs:       []string{"--cgroup-root=" + cgroupRoot},
-	})
+	opts.runtimeEndpoint = c.Endpoint
+	opts.extraArgs = append([]string{"--cgroup-root=" + cgroupRoot}, opts.extraArgs...)
+	tn := newNode(t, name, opts)
 	n := &podNode{testNode: tn, runtimeName: runtimeName, cri: cri.Runtime, containerd: c, cgroupRoot: cgroupRoot}
 	n.ns = newNamespace(t, name)
 	waitForNode(t, name, "Ready", readyTimeout, isReady)

@@ -116,6 +116,9 @@ type Controller struct {
 	// loopEntry is when the latest housekeeping round began; zero before
 	// Run.
 	loopEntry atomic.Pointer[time.Time]
+	// gcMu serializes garbage collection runs (the periodic one and
+	// GarbageCollect's).
+	gcMu sync.Mutex
 }
 
 // podRecord is what the controller remembers of one pod.
@@ -130,6 +133,9 @@ type podRecord struct {
 	// once its start was recorded in kubelet_pod_start_duration_seconds.
 	firstSeen time.Time
 	started   bool
+	// terminated is set once the pod's containers are stopped and its
+	// final status is set; it never goes back.
+	terminated bool
 }
 
 // New validates opts and applies defaults. It does no I/O.
@@ -481,8 +487,11 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		return time.Second, false
 	}
 	c.mu.Lock()
-	if r := c.pods[pod.UID]; r != nil && r.statusFn != nil {
-		r.statusFn(&st)
+	if r := c.pods[pod.UID]; r != nil {
+		if r.statusFn != nil {
+			r.statusFn(&st)
+		}
+		r.terminated = true
 	}
 	waiters := c.stopped[pod.UID]
 	delete(c.stopped, pod.UID)
@@ -557,6 +566,37 @@ func (c *Controller) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverri
 	}
 }
 
+// PodTerminated reports whether the pod with uid is done on this node as
+// far as the loop is concerned: its containers are stopped and its final
+// status is set (after KillPod, a deletion or the pod finishing), it was
+// rejected at admission, or the Controller does not know it (never seen, or
+// removed). It is the eviction manager's "pod cleaned up" check (the
+// kubelet's PodIsFinished); unlike the kubelet, the pod's volumes, cgroup
+// and stopped containers stay until the pod is gone from its source
+// (Runtime.RemovePod). Cheap, never blocks, safe for concurrent use.
+func (c *Controller) PodTerminated(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.pods[uid]
+	return !ok || r.terminated || r.rejected
+}
+
+// GarbageCollect runs the runtime's container garbage collection now (see
+// GarbageCollector), as the periodic one does: dead containers beyond the
+// runtime's limits, and everything of stopped pods the Controller no longer
+// knows. It does nothing until every pod source has reported, or when the
+// Runtime is no GarbageCollector. It blocks until done; runs never overlap.
+// The eviction manager calls it to reclaim disk before evicting pods.
+func (c *Controller) GarbageCollect(ctx context.Context) error {
+	gc, ok := c.opts.Runtime.(GarbageCollector)
+	if !ok || !c.opts.Sources.AllReady() {
+		return nil
+	}
+	c.gcMu.Lock()
+	defer c.gcMu.Unlock()
+	return gc.GarbageCollect(ctx, c.known)
+}
+
 // known reports whether the Controller knows a pod, for garbage collection.
 func (c *Controller) known(uid types.UID) bool {
 	c.mu.Lock()
@@ -613,7 +653,10 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 			return
 		case <-t.C():
 			if c.opts.Sources.AllReady() {
-				if err := gc.GarbageCollect(ctx, c.known); err != nil && ctx.Err() == nil {
+				c.gcMu.Lock()
+				err := gc.GarbageCollect(ctx, c.known)
+				c.gcMu.Unlock()
+				if err != nil && ctx.Err() == nil {
 					klog.FromContext(ctx).Error(err, "Container garbage collection failed")
 				}
 			}

@@ -66,6 +66,17 @@
 // for Summary, one directory read per container log directory; the pod
 // cgroups are listed again only when a new pod appears.
 //
+// # Volume usage
+//
+// VolumeUsage measures the pods' volumes in the background, the kubelet's
+// volume stats calculator: every volumeStatsAggPeriod (1 m by default) it
+// walks each volume directory of every active pod under
+// <RootDir>/pods/<uid>/volumes (du: allocated blocks, hard links once, and
+// inodes) and statfs's its filesystem; its PodVolumeStats is the
+// VolumeStatsFunc the summary reads, so the eviction manager sees an
+// emptyDir's usage against its sizeLimit at most one period late. The walk
+// costs as much I/O as du over the volumes.
+//
 // # Filesystem roots and tests
 //
 // Options.ProcRoot, SysRoot, CgroupRoot and RootDir point the provider at
