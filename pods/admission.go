@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/ordered"
 	"github.com/nodekit/nodekit/podsource"
 )
@@ -284,4 +286,15 @@ func ResolveAdmitHandlers(in []OrderedAdmitHandler) ([]AdmitHandler, error) {
 		out[i] = e.Value
 	}
 	return out, nil
+}
+
+// AsAdmitHandler returns an fx option that adds an admit handler to the
+// AdmitHandlerGroup under name and order: handler is an AdmitHandler (an
+// AdmitFunc, say), or an fx constructor returning one (and optionally an
+// error). A name of a default handler replaces it; see OrderEviction and
+// OrderGeneralPredicates to place it.
+func AsAdmitHandler(name string, order int, handler any) fx.Option {
+	return fxgroup.Provide(AdmitHandlerGroup, handler, func(h AdmitHandler) OrderedAdmitHandler {
+		return OrderedAdmitHandler{Name: name, Order: order, Handler: h}
+	})
 }

@@ -48,9 +48,12 @@ type Config struct {
 	queue   chan Update
 	updates chan Update
 
-	// podsMu guards pods: per source, per UID, the stored entry.
-	podsMu sync.RWMutex
-	pods   map[string]map[types.UID]entry
+	// podsMu guards pods and mirrors: per source, per UID, the stored
+	// entry of every pod, mirror pods apart. Only merge writes them, with
+	// mergeMu held.
+	podsMu  sync.RWMutex
+	pods    map[string]map[types.UID]entry
+	mirrors map[string]map[types.UID]entry
 
 	// readyMu guards delivered: the sources whose first update the consumer
 	// took from Updates.
@@ -94,6 +97,7 @@ func New(opts Options) (*Config, error) {
 		queue:     make(chan Update, updateBuffer),
 		updates:   make(chan Update),
 		pods:      make(map[string]map[types.UID]entry, len(opts.Sources)),
+		mirrors:   make(map[string]map[types.UID]entry, len(opts.Sources)),
 		delivered: make(map[string]bool, len(opts.Sources)),
 	}, nil
 }
@@ -132,9 +136,9 @@ func (c *Config) SeenSource(name string) bool {
 }
 
 // GetPodByUID returns the latest version of the pod uid from any source,
-// with the Config's annotations, and whether there is one. The pod is
-// shared and read-only: the caller must not modify it (DeepCopy it first).
-// It does not block.
+// with the Config's annotations, and whether there is one; mirror pods are
+// not found here (see MirrorPodFor). The pod is shared and read-only: the
+// caller must not modify it (DeepCopy it first). It does not block.
 func (c *Config) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
 	c.podsMu.RLock()
 	defer c.podsMu.RUnlock()
@@ -144,6 +148,30 @@ func (c *Config) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Pods returns the latest version of every pod of every source, with the
+// Config's annotations, as the kubelet's pod manager lists them: pods stay
+// until their source removes them, terminated ones included. Mirror pods
+// (the API objects of static pods) are left out: the static pod itself is
+// listed. The slice is the caller's; the pods are shared and read-only. It
+// does not block.
+func (c *Config) Pods() []*v1.Pod {
+	c.podsMu.RLock()
+	defer c.podsMu.RUnlock()
+	n := 0
+	for _, pods := range c.pods {
+		n += len(pods)
+	}
+	out := make([]*v1.Pod, 0, n)
+	for _, pods := range c.pods {
+		for _, e := range pods {
+			if _, mirror := e.pod.Annotations[ConfigMirrorAnnotationKey]; !mirror {
+				out = append(out, e.pod)
+			}
+		}
+	}
+	return out
 }
 
 // Run starts every source, merges their snapshots and delivers the updates

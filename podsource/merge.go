@@ -36,11 +36,13 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 	logger := klog.FromContext(ctx)
 	c.podsMu.RLock()
 	old, seenBefore := c.pods[source]
+	oldMirrors := c.mirrors[source]
 	c.podsMu.RUnlock()
 
 	next := make(map[types.UID]entry, len(pods))
+	nextMirrors := make(map[types.UID]entry)
 	names := make(map[types.NamespacedName]bool, len(pods))
-	var adds, updates, deletes, removes, reconciles []*v1.Pod
+	var adds, updates, deletes, removes, reconciles, mirrorsChanged []*v1.Pod
 	now := c.clock.Now()
 	for i, ref := range pods {
 		if ref == nil {
@@ -57,6 +59,16 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 			continue
 		}
 		names[name] = true
+		if IsMirrorPod(ref) {
+			// A mirror pod is a static pod's API object, not a pod to run:
+			// kept apart, it tells the static pod's sync what exists.
+			if changed, ok := mergeMirror(oldMirrors, nextMirrors, ref); !ok {
+				logger.Info("Ignoring mirror pod with a duplicate UID", "pod", klog.KObj(ref), "podUID", ref.UID, "index", i)
+			} else if changed {
+				mirrorsChanged = append(mirrorsChanged, ref)
+			}
+			continue
+		}
 		if _, dup := next[ref.UID]; dup {
 			logger.Info("Ignoring pod with a duplicate UID", "pod", klog.KObj(ref), "podUID", ref.UID, "index", i)
 			continue
@@ -101,9 +113,16 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 			removes = append(removes, e.pod)
 		}
 	}
+	for uid, e := range oldMirrors {
+		if _, ok := nextMirrors[uid]; !ok {
+			mirrorsChanged = append(mirrorsChanged, e.pod)
+		}
+	}
 
 	c.podsMu.Lock()
 	c.pods[source] = next
+	c.mirrors[source] = nextMirrors
+	mirrored := c.staticPodsOfLocked(mirrorsChanged)
 	c.podsMu.Unlock()
 
 	var out []Update
@@ -120,9 +139,34 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 		out = append(out, Update{Op: OpAdd, Pods: []*v1.Pod{}, Source: source})
 	}
 	emit(OpReconcile, reconciles)
+	emit(OpMirror, mirrored)
 	logger.V(4).Info("Merged pod source snapshot", "pods", len(next), "added", len(adds), "updated", len(updates),
-		"deleted", len(deletes), "removed", len(removes), "reconciled", len(reconciles))
+		"deleted", len(deletes), "removed", len(removes), "reconciled", len(reconciles),
+		"mirrorPods", len(nextMirrors), "mirrorPodsChanged", len(mirrorsChanged))
 	return out
+}
+
+// mergeMirror stores the mirror pod ref in next and reports whether it is
+// new or changed other than in status compared to old; false ok for a UID
+// already in next. ref is stored as sent: sources do not modify what they
+// sent.
+func mergeMirror(old, next map[types.UID]entry, ref *v1.Pod) (changed, ok bool) {
+	if _, dup := next[ref.UID]; dup {
+		return false, false
+	}
+	existing, found := old[ref.UID]
+	switch {
+	case !found:
+		changed = true
+	case ref.ResourceVersion != "" && ref.ResourceVersion == existing.rv:
+		next[ref.UID] = existing
+		return false, true
+	default:
+		changed = podsDifferSemantically(existing.pod, ref) ||
+			existing.pod.Annotations[ConfigMirrorAnnotationKey] != ref.Annotations[ConfigMirrorAnnotationKey]
+	}
+	next[ref.UID] = entry{pod: ref, rv: ref.ResourceVersion}
+	return changed, true
 }
 
 // annotated returns a deep copy of ref carrying the local annotations: the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
+	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -32,10 +34,18 @@ const (
 	// writer touched it, and the agent, the source of truth of pod status,
 	// may have to write its own again.
 	OpReconcile
+	// OpMirror carries static pods whose mirror pod (their API object, see
+	// IsMirrorPod) appeared, changed other than in status, is being deleted
+	// or disappeared: the consumer syncs each of them so it can create the
+	// mirror pod again, as the kubelet syncs a static pod when its mirror
+	// pod changes. Mirror pods themselves are never delivered (see Config).
+	// The kubelet has no such operation: it delivers mirror pods with the
+	// others and tells them apart in its handlers.
+	OpMirror
 )
 
 // String returns the kubelet's name of op: ADD, UPDATE, DELETE, REMOVE or
-// RECONCILE.
+// RECONCILE; MIRROR for OpMirror.
 func (op Op) String() string {
 	switch op {
 	case OpAdd:
@@ -48,6 +58,8 @@ func (op Op) String() string {
 		return "REMOVE"
 	case OpReconcile:
 		return "RECONCILE"
+	case OpMirror:
+		return "MIRROR"
 	default:
 		return fmt.Sprintf("Op(%d)", int(op))
 	}
@@ -83,8 +95,10 @@ const (
 )
 
 // Update is one change the Config delivers: Op applied to Pods, all from
-// Source. The receiver owns Pods; they are copies nobody else refers to.
-// Pods is never nil, and empty only for a source's first OpAdd.
+// Source (for OpMirror: Source is the source whose snapshot changed the
+// mirror pods, Pods the static pods they mirror). The receiver owns Pods;
+// they are copies nobody else refers to. Pods is never nil, and empty only
+// for a source's first OpAdd.
 type Update struct {
 	Op     Op
 	Pods   []*v1.Pod
@@ -116,3 +130,10 @@ type Source interface {
 // provide a Source with fx.ResultTags(`group:"pod_sources"`) (see the
 // package documentation).
 const SourceGroup = "pod_sources"
+
+// AsSource returns an fx option that adds a Source, or what an fx
+// constructor returns (a Source, optionally with an error), to the
+// SourceGroup that Module merges.
+func AsSource(source any) fx.Option {
+	return fxgroup.Provide(SourceGroup, source, func(s Source) Source { return s })
+}

@@ -3,7 +3,9 @@ package status
 import (
 	"context"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/ordered"
+	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -128,4 +130,23 @@ func withDryRun(ctx context.Context) context.Context {
 func IsDryRun(ctx context.Context) bool {
 	v, _ := ctx.Value(dryRunKey{}).(bool)
 	return v
+}
+
+// AsSetter returns an fx option that adds a setter to the SetterGroup
+// under name and order: setter is a Setter, or an fx constructor returning
+// one (and optionally an error), whose parameters come from the graph. A
+// name of a default setter replaces it. Use it instead of annotating a
+// provider by hand, which can silently put a value of the wrong type in a
+// group nobody reads.
+func AsSetter(name string, order int, setter any) fx.Option {
+	return fxgroup.Provide(SetterGroup, setter, func(s Setter) OrderedSetter {
+		return OrderedSetter{Name: name, Order: order, Set: s}
+	})
+}
+
+// AsHealthCheck returns an fx option that adds a HealthCheck, or what an fx
+// constructor returns, to the HealthCheckGroup: the node is Ready only
+// while every check is healthy.
+func AsHealthCheck(check any) fx.Option {
+	return fxgroup.Provide(HealthCheckGroup, check, func(c HealthCheck) HealthCheck { return c })
 }

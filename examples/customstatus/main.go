@@ -21,7 +21,7 @@ const scratchDir = "/mnt/scratch"
 
 // scratchDiskCondition reports whether scratchDir exists, keeping the
 // transition time while the status does not change.
-func scratchDiskCondition() status.OrderedSetter {
+func scratchDiskCondition() status.Setter {
 	set := func(_ context.Context, node *v1.Node) error {
 		cond := v1.NodeCondition{Type: "ScratchDiskReady", Status: v1.ConditionTrue,
 			Reason: "ScratchDiskMounted", Message: scratchDir + " is present"}
@@ -42,12 +42,13 @@ func scratchDiskCondition() status.OrderedSetter {
 		node.Status.Conditions = append(node.Status.Conditions, cond)
 		return nil
 	}
-	return status.OrderedSetter{Name: "ScratchDisk", Order: status.OrderReady - 1, Set: set}
+	return set
 }
 
 func main() {
 	os.Exit(agent.Run(os.Args[1:],
-		fx.Provide(fx.Annotate(scratchDiskCondition, fx.ResultTags(`group:"`+status.SetterGroup+`"`))),
+		// Before Ready, which the kubelet keeps the last condition.
+		status.AsSetter("ScratchDisk", status.OrderReady-1, scratchDiskCondition),
 		fx.Decorate(func(o lease.Options) lease.Options {
 			o.LeaseDurationSeconds = 20
 			return o

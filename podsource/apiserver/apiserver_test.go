@@ -175,17 +175,24 @@ func TestWaitsForNodeSync(t *testing.T) {
 	var synced atomic.Bool
 	cfg := run(t, apiserver.Options{Client: client, NodeName: nodeName, Clock: clk, NodeHasSynced: synced.Load})
 
-	// Polling every second; nothing is listed until the node synced.
-	for i := 0; i < 3; i++ {
+	waitForPoll := func() {
+		t.Helper()
 		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
 			func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
 			t.Fatal("source is not polling")
 		}
+	}
+	// Polling every second; nothing is listed until the node synced.
+	for i := 0; i < 3; i++ {
+		waitForPoll()
 		if n := len(client.Actions()); n != 0 {
 			t.Fatalf("%d API requests before the node synced", n)
 		}
 		clk.Step(apiserver.NodeSyncPeriod)
 	}
+	// Step only once the source waits again: a step before its next timer
+	// exists would be lost.
+	waitForPoll()
 	synced.Store(true)
 	clk.Step(apiserver.NodeSyncPeriod)
 	next(t, cfg, podsource.OpAdd, "default/mine")

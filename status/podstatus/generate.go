@@ -102,6 +102,123 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
+	finish(pod, &s, old, readyToStartContainersCondition(pod, rs))
+	g.setHostIPs(&s)
+	return s
+}
+
+// Normalize returns the API status of pod from the status a pod-level
+// backend reported (the pods package's PodBackend), with the kubelet's
+// rules applied as Generate applies them, so a node whose pods something
+// other than a CRI runtime runs still reports kubelet-shaped statuses: the
+// backend's container statuses, IPs, reason and message pass through; its
+// phase is kept when it reports one and computed from the container
+// statuses with the kubelet's rules otherwise (opts.Terminal counts as in
+// Generate); terminal phases are sticky; the kubelet-owned conditions
+// (PodReadyToStartContainers, Initialized, Ready, ContainersReady,
+// PodScheduled) are computed from the container statuses, the backend's
+// other conditions and the pod's foreign ones kept; host IPs, QoS class,
+// start time and observed generation are set as Generate sets them.
+// backend nil is a pod the backend does not know (yet). Normalize is pure:
+// it modifies none of its arguments.
+func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodStatus {
+	if pod == nil {
+		return v1.PodStatus{}
+	}
+	old := &pod.Status
+	if opts.Previous != nil {
+		old = opts.Previous
+	}
+	var s v1.PodStatus
+	if backend != nil {
+		s = *backend.DeepCopy()
+	}
+	foreign := s.Conditions
+	s.Conditions = nil
+	for _, c := range foreign {
+		if !IsKubeletCondition(c.Type) {
+			s.Conditions = append(s.Conditions, c)
+		}
+	}
+	if s.QOSClass == "" {
+		s.QOSClass = pod.Status.QOSClass
+	}
+	if opts.QOSClass != nil {
+		s.QOSClass = opts.QOSClass(pod)
+	}
+	// The agent's probes decide, as on a CRI node, for the containers that
+	// have them: the backend's own flags can only make them stricter.
+	g := &generator{pod: pod, opts: opts, old: old}
+	g.probeBackend(s.ContainerStatuses, pod.Spec.Containers, false)
+	g.probeBackend(s.InitContainerStatuses, pod.Spec.InitContainers, true)
+	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
+	if s.Phase == "" || (opts.Terminal && !isTerminal(s.Phase)) {
+		s.Phase = phase(pod, all, opts.Terminal, anyRegularContainerStarted(pod, all))
+	}
+	started := condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, PodSandboxNotReady, "the backend has not started the pod")
+	if backend != nil && (backend.PodIP != "" || anyContainerStarted(all)) {
+		started = condition(pod, v1.PodReadyToStartContainers, v1.ConditionTrue, "", "")
+	}
+	reason, message := s.Reason, s.Message
+	finish(pod, &s, old, started)
+	if reason != "" || message != "" {
+		s.Reason, s.Message = reason, message
+	}
+	if len(s.HostIPs) == 0 && len(opts.HostIPs) > 0 {
+		for _, ip := range opts.HostIPs {
+			s.HostIPs = append(s.HostIPs, v1.HostIP{IP: ip.String()})
+		}
+		s.HostIP = s.HostIPs[0].IP
+	}
+	return s
+}
+
+// probeBackend applies the prober's startup and readiness verdicts to a
+// pod-level backend's statuses of the containers (regular and sidecars)
+// that have such probes; without a prober (nil funcs) the backend's flags
+// stand.
+func (g *generator) probeBackend(statuses []v1.ContainerStatus, specs []v1.Container, isInit bool) {
+	olds := g.old.ContainerStatuses
+	if isInit {
+		olds = g.old.InitContainerStatuses
+	}
+	for i := range statuses {
+		st := &statuses[i]
+		spec := findSpec(specs, st.Name)
+		if spec == nil || (isInit && !isSidecar(spec)) {
+			continue
+		}
+		old := findStatus(olds, st.Name)
+		if old != nil && old.ContainerID != st.ContainerID {
+			old = nil
+		}
+		started := st.State.Running != nil && (st.Started == nil || *st.Started)
+		if spec.StartupProbe != nil && g.opts.Startup != nil {
+			started = started && g.started(spec, st, old)
+			st.Started = &started
+		}
+		if spec.ReadinessProbe != nil && g.opts.Readiness != nil {
+			st.Ready = st.Ready && started && g.ready(spec, st, old)
+		}
+	}
+}
+
+// anyContainerStarted reports whether any container status is running or
+// terminated.
+func anyContainerStarted(statuses []v1.ContainerStatus) bool {
+	for _, st := range statuses {
+		if st.State.Running != nil || st.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// finish applies what Generate and Normalize share to s, whose container
+// statuses and phase are set: sticky terminal phases with their reason and
+// message, the kubelet's conditions (readyToStart given), the foreign and
+// DisruptionTarget conditions, start time and observed generation.
+func finish(pod *v1.Pod, s *v1.PodStatus, old *v1.PodStatus, readyToStart v1.PodCondition) {
 	// Terminal phases are sticky: what the agent or the API server once
 	// said is final stays.
 	if !isTerminal(s.Phase) {
@@ -128,7 +245,7 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	}
 
 	for _, c := range pod.Status.Conditions {
-		if !IsKubeletCondition(c.Type) {
+		if !IsKubeletCondition(c.Type) && findCondition(s.Conditions, c.Type) == nil {
 			s.Conditions = append(s.Conditions, *c.DeepCopy())
 		}
 	}
@@ -139,22 +256,16 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	if len(initAndRegular) == 0 {
 		initAndRegular = nil
 	}
-	s.Conditions = append(s.Conditions,
-		readyToStartContainersCondition(pod, rs),
-		initializedCondition(pod, initAndRegular, s.Phase),
-	)
+	s.Conditions = append(s.Conditions, readyToStart, initializedCondition(pod, initAndRegular, s.Phase))
 	s.Conditions = append(s.Conditions,
 		readyCondition(pod, s.Conditions, initAndRegular, s.Phase),
 		containersReadyCondition(pod, initAndRegular, s.Phase),
 		condition(pod, v1.PodScheduled, v1.ConditionTrue, "", ""),
 	)
-
-	g.setHostIPs(&s)
 	if old.StartTime != nil {
 		s.StartTime = old.StartTime.DeepCopy()
 	}
 	s.ObservedGeneration = pod.Generation
-	return s
 }
 
 type generator struct {

@@ -1,0 +1,77 @@
+package fxgroup
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"go.uber.org/fx"
+)
+
+type handler interface{ Name() string }
+
+type named string
+
+func (n named) Name() string { return string(n) }
+
+type entry struct {
+	label string
+	h     handler
+}
+
+func collect(t *testing.T, opts ...fx.Option) ([]entry, error) {
+	t.Helper()
+	var got []entry
+	app := fx.New(append(opts,
+		fx.NopLogger,
+		fx.Supply("dep"),
+		fx.Invoke(fx.Annotate(func(es []entry) { got = es }, fx.ParamTags(`group:"things"`))),
+	)...)
+	return got, app.Err()
+}
+
+func wrapAs(label string) func(handler) entry {
+	return func(h handler) entry { return entry{label: label, h: h} }
+}
+
+func TestProvide(t *testing.T) {
+	got, err := collect(t,
+		Provide("things", func(s string) named { return named("from-" + s) }, wrapAs("ctor")),
+		Provide("things", func() (handler, error) { return named("iface"), nil }, wrapAs("err")),
+		Provide("things", named("value"), wrapAs("value")),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, e := range got {
+		names[e.label] = e.h.Name()
+	}
+	if names["ctor"] != "from-dep" || names["err"] != "iface" || names["value"] != "value" || len(got) != 3 {
+		t.Errorf("group = %v", names)
+	}
+}
+
+func TestProvideError(t *testing.T) {
+	_, err := collect(t, Provide("things", func() (named, error) { return "", errors.New("boom") }, wrapAs("x")))
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestProvideRejectsWrongShapes(t *testing.T) {
+	for name, ctor := range map[string]any{
+		"wrong result":  func() int { return 1 },
+		"not a value":   42,
+		"three results": func() (named, error, error) { return "", nil, nil },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			Provide("things", ctor, wrapAs("x"))
+		}()
+	}
+}

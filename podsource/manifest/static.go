@@ -1,0 +1,113 @@
+package manifest
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodekit/nodekit/podsource"
+)
+
+// SetStaticDefaults gives pod, read from a static source, the fields the
+// kubelet sets on such pods (its config applyDefaults), in place:
+//
+//   - metadata.uid, when empty: a hash (FNV-128a, hex) of the pod as it is
+//     now — call it after podsource.SetDefaults, so a manifest that only
+//     spells a default differently keeps its UID — with the node name and
+//     location for the file source ("host:<node>file:<path>"), the URL for
+//     the HTTP source ("url:<url>"), and the node name, source and location
+//     for any other source. Editing a manifest therefore changes its pod's
+//     UID, so the agent replaces the pod (REMOVE, then ADD), unless the
+//     manifest sets metadata.uid;
+//   - metadata.name <name>-<node name, lowercased>, so static pods of
+//     different nodes do not clash;
+//   - metadata.namespace "default" when empty;
+//   - spec.nodeName the node;
+//   - the kubernetes.io/config.hash annotation: the UID;
+//   - for the file source, a toleration of every NoExecute taint, so node
+//     problems do not evict static pods;
+//   - status.phase Pending.
+//
+// The hash is not byte-for-byte the kubelet's (which hashes its internal
+// object representation), so a pod's UID differs from the one a kubelet
+// would compute for the same manifest; nothing outside the node sees the
+// UID but through the config hash of the mirror pod, which the agent
+// rewrites when it differs.
+func SetStaticDefaults(pod *v1.Pod, nodeName, source, location string) error {
+	if pod.UID == "" {
+		data, err := json.Marshal(pod)
+		if err != nil {
+			return fmt.Errorf("hash pod %s: %w", pod.Name, err)
+		}
+		h := fnv.New128a()
+		h.Write(data)
+		switch source {
+		case podsource.FileSource:
+			fmt.Fprintf(h, "host:%s", nodeName)
+			fmt.Fprintf(h, "file:%s", location)
+		case podsource.HTTPSource:
+			fmt.Fprintf(h, "url:%s", location)
+		default:
+			fmt.Fprintf(h, "host:%s", nodeName)
+			fmt.Fprintf(h, "%s:%s", source, location)
+		}
+		pod.UID = types.UID(hex.EncodeToString(h.Sum(nil)))
+	}
+	pod.Name = GeneratePodName(pod.Name, nodeName)
+	if pod.Namespace == "" {
+		pod.Namespace = metav1.NamespaceDefault
+	}
+	pod.Spec.NodeName = nodeName
+	if pod.Annotations == nil {
+		pod.Annotations = make(map[string]string, 1)
+	}
+	pod.Annotations[podsource.ConfigHashAnnotationKey] = string(pod.UID)
+	if source == podsource.FileSource {
+		addOrUpdateToleration(&pod.Spec, v1.Toleration{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute})
+	}
+	pod.Status.Phase = v1.PodPending
+	return nil
+}
+
+// GeneratePodName is the name of the static pod named name on the node:
+// <name>-<node name, lowercased>, as the kubelet names them.
+func GeneratePodName(name, nodeName string) string {
+	return name + "-" + strings.ToLower(nodeName)
+}
+
+// addOrUpdateToleration sets t among the spec's tolerations: a toleration
+// with the same key, effect, operator and value is replaced by t, unless it
+// equals t; otherwise t is appended (the kubelet's
+// AddOrUpdateTolerationInPod).
+func addOrUpdateToleration(spec *v1.PodSpec, t v1.Toleration) {
+	var out []v1.Toleration
+	updated := false
+	for i := range spec.Tolerations {
+		cur := spec.Tolerations[i]
+		if t.MatchToleration(&cur) {
+			if cur.TolerationSeconds == nil && t.TolerationSeconds == nil {
+				return
+			}
+			out = append(out, t)
+			updated = true
+			continue
+		}
+		out = append(out, cur)
+	}
+	if !updated {
+		out = append(out, t)
+	}
+	spec.Tolerations = out
+}
+
+// NodeReference is the object reference the kubelet records node events
+// against: kind Node, the node's name, and the name as UID.
+func NodeReference(nodeName string) *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
+}
