@@ -29,8 +29,9 @@ type DeleteUnusedContainersFunc func(ctx context.Context) error
 // DeleteUnusedImagesFunc removes every image no container uses, the
 // kubelet's image garbage collection's DeleteUnusedImages: the eviction
 // manager runs it to reclaim image filesystem space before it evicts pods.
-// Optional in the graph; without one no images are reclaimed (the agent
-// logs it at start). It blocks until done.
+// Optional in the graph (RuntimeGC provides the image garbage collector's);
+// without one no images are reclaimed (the agent logs it at start). It
+// blocks until done.
 type DeleteUnusedImagesFunc func(ctx context.Context) error
 
 // Eviction runs the kubelet's node-pressure eviction manager
@@ -155,7 +156,7 @@ func provideEvictionOptions(p evictionParams) eviction.Options {
 	if p.DeleteUnusedImages != nil {
 		o.DeleteUnusedImages = eviction.ReclaimFunc(p.DeleteUnusedImages)
 	} else {
-		logger.Info("Image garbage collection is not implemented: the eviction manager reclaims no images under disk pressure before evicting pods")
+		logger.Info("No DeleteUnusedImagesFunc in the graph: the eviction manager reclaims no images under disk pressure before evicting pods")
 	}
 	if missing := unmergedDefaults(p.Config); len(missing) > 0 {
 		logger.Info("mergeDefaultEvictionSettings is set but the default hard thresholds were not merged into evictionHard when the configuration was loaded; evictionHard is used as it is", "missing", missing)

@@ -17,8 +17,9 @@ import (
 // every 5 minutes, not run when imageGCHighThresholdPercent is 100 and
 // imageMaximumGCAge 0, as the kubelet) and container log rotation
 // (runtime.LogRotator from Config.LogRotatorOptions), both run from start
-// to stop. *runtime.ImageGC is in the graph for the eviction manager
-// (DeleteUnusedImages), as is *runtime.Backend (DeleteAllUnusedContainers).
+// to stop. *runtime.ImageGC is in the graph, and its DeleteUnusedImages is
+// the eviction manager's DeleteUnusedImagesFunc: under disk pressure unused
+// images are removed before pods are evicted, as by the kubelet.
 // Container garbage collection is the pod lifecycle loop's, with the
 // policy of Config.ContainerGCPolicy. Decorate runtime.ImageGCOptions or
 // runtime.LogRotatorOptions to change them.
@@ -28,6 +29,7 @@ var RuntimeGC = fx.Options(
 		func(cfg *Config) (runtime.LogRotatorOptions, error) { return cfg.LogRotatorOptions() },
 		provideImageGC,
 		provideLogRotator,
+		func(g *runtime.ImageGC) DeleteUnusedImagesFunc { return g.DeleteUnusedImages },
 	),
 	fx.Invoke(func(*runtime.ImageGC, *runtime.LogRotator) {}),
 )
