@@ -65,9 +65,11 @@
 // So do emptyDir media HugePages*, and clusterTrustBundle and
 // podCertificate projections. Alpha fields the kubelet ignores with its
 // default feature gates (emptyDir mode, defaultUser and the items' user)
-// are ignored, with a log line. There is no volume stats
-// provider (du, inodes) and no fsGroupChangePolicy: ownership is always
-// applied recursively, as the kubelet does for these kinds.
+// are ignored, with a log line. The Manager measures no volume usage (du,
+// inodes): stats.VolumeUsage does, from the on-disk layout below, for the
+// stats summary and the eviction manager (agent.VolumeStats). There is no
+// fsGroupChangePolicy: ownership is always applied recursively, as the
+// kubelet does for these kinds.
 //
 // # Events
 //

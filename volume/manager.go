@@ -660,8 +660,11 @@ type PodVolume struct {
 	Memory bool
 }
 
-// PodVolumes returns the mounted volumes of pod uid, sorted by name, for
-// the eviction manager and stats. The slice is the caller's.
+// PodVolumes returns the mounted volumes of pod uid, sorted by name: what
+// the Manager set up for it, as an embedder's or a test's view. The
+// Manager does not measure volumes: in the agent the pods' volume usage
+// comes from stats.VolumeUsage alone, which walks the same
+// <root>/pods/<uid>/volumes layout. The slice is the caller's.
 func (m *Manager) PodVolumes(uid types.UID) []PodVolume {
 	m.mu.Lock()
 	defer m.mu.Unlock()
