@@ -20,10 +20,11 @@ import (
 // DeleteUnusedContainersFunc removes every container the node no longer
 // needs, the kubelet's DeleteAllUnusedContainers: the eviction manager runs
 // it to reclaim disk before it evicts pods for a disk signal. Optional in
-// the graph; without one the eviction manager runs the pod loop's container
-// garbage collection (pods.Controller.GarbageCollect), which keeps the
-// stopped containers of pods that are still known (an evicted pod's, until
-// its API object is deleted). It blocks until done.
+// the graph; without one the eviction manager runs the pod loop's
+// pods.Controller.DeleteAllUnusedContainers, which on a CRI node also
+// removes the stopped containers of pods that terminated but are still
+// known (an evicted pod's, before its API object is deleted). It blocks
+// until done.
 type DeleteUnusedContainersFunc func(ctx context.Context) error
 
 // DeleteUnusedImagesFunc removes every image no container uses, the
@@ -151,7 +152,7 @@ func provideEvictionOptions(p evictionParams) eviction.Options {
 	if p.DeleteUnusedContainers != nil {
 		o.DeleteUnusedContainers = eviction.ReclaimFunc(p.DeleteUnusedContainers)
 	} else {
-		o.DeleteUnusedContainers = p.Loop.garbageCollect
+		o.DeleteUnusedContainers = p.Loop.deleteAllUnusedContainers
 	}
 	if p.DeleteUnusedImages != nil {
 		o.DeleteUnusedImages = eviction.ReclaimFunc(p.DeleteUnusedImages)
@@ -186,12 +187,12 @@ func (l *podLoopRef) podTerminated(uid types.UID) bool {
 	return c != nil && c.PodTerminated(uid)
 }
 
-func (l *podLoopRef) garbageCollect(ctx context.Context) error {
+func (l *podLoopRef) deleteAllUnusedContainers(ctx context.Context) error {
 	c := l.c.Load()
 	if c == nil {
 		return nil
 	}
-	return c.GarbageCollect(ctx)
+	return c.DeleteAllUnusedContainers(ctx)
 }
 
 // evictionAdmitHandler is the eviction manager's pressure check, the first

@@ -597,6 +597,36 @@ func (c *Controller) GarbageCollect(ctx context.Context) error {
 	return gc.GarbageCollect(ctx, c.known)
 }
 
+// DeleteAllUnusedContainers removes the dead containers the node no longer
+// needs now, as the kubelet's DeleteAllUnusedContainers before it evicts
+// pods for a disk signal: with a Runtime that is an
+// UnusedContainerDeleter, also those of the pods that terminated (stopped,
+// evicted, rejected) but are not deleted yet, whatever the runtime's
+// limits; otherwise it is GarbageCollect. It does nothing until every pod
+// source has reported. It blocks until done; runs never overlap with
+// GarbageCollect's.
+func (c *Controller) DeleteAllUnusedContainers(ctx context.Context) error {
+	d, ok := c.opts.Runtime.(UnusedContainerDeleter)
+	if !ok {
+		return c.GarbageCollect(ctx)
+	}
+	if !c.opts.Sources.AllReady() {
+		return nil
+	}
+	c.gcMu.Lock()
+	defer c.gcMu.Unlock()
+	return d.DeleteAllUnusedContainers(ctx, c.known, c.active)
+}
+
+// active reports whether the Controller runs a pod: known, not rejected,
+// not terminated.
+func (c *Controller) active(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.pods[uid]
+	return ok && !r.terminated && !r.rejected
+}
+
 // known reports whether the Controller knows a pod, for garbage collection.
 func (c *Controller) known(uid types.UID) bool {
 	c.mu.Lock()

@@ -426,3 +426,68 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 		t.Error("the runtime's garbage collection does not keep exactly the pods the Controller knows")
 	}
 }
+
+// deleterRuntime is a fakeRuntime that is an UnusedContainerDeleter.
+type deleterRuntime struct {
+	*fakeRuntime
+	keep, active []func(types.UID) bool
+}
+
+func (r *deleterRuntime) DeleteAllUnusedContainers(_ context.Context, keep, active func(types.UID) bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keep = append(r.keep, keep)
+	r.active = append(r.active, active)
+	return nil
+}
+
+// TestDeleteAllUnusedContainers: the eviction manager's reclaim runs the
+// runtime's DeleteAllUnusedContainers once every source has reported, with
+// the pods the Controller knows kept and only those it still runs active
+// (a finished pod it knows is not); a runtime without it gets the ordinary
+// garbage collection.
+func TestDeleteAllUnusedContainers(t *testing.T) {
+	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
+	rt := &deleterRuntime{fakeRuntime: newFakeRuntime()}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); c.workers.wait() }()
+	if err := c.DeleteAllUnusedContainers(ctx); err != nil || len(rt.keep) != 0 {
+		t.Fatalf("DeleteAllUnusedContainers before the sources reported: err %v, %d runtime runs; want none", err, len(rt.keep))
+	}
+	sources.ready.Store(true)
+	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}})
+	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "default", UID: "uid-done"},
+		Status: v1.PodStatus{Phase: v1.PodSucceeded}})
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return c.PodTerminated("uid-done"), nil
+	}); err != nil {
+		t.Fatalf("the finished pod never terminated: %v", err)
+	}
+	if err := c.DeleteAllUnusedContainers(ctx); err != nil || len(rt.keep) != 1 {
+		t.Fatalf("DeleteAllUnusedContainers: err %v, %d runtime runs; want 1", err, len(rt.keep))
+	}
+	keep, active := rt.keep[0], rt.active[0]
+	if !keep("uid-web") || !keep("uid-done") || keep("uid-other") {
+		t.Error("keep does not report exactly the pods the Controller knows")
+	}
+	if !active("uid-web") || active("uid-done") || active("uid-other") {
+		t.Error("active does not report exactly the pod the Controller runs")
+	}
+	if rt.gcs.Load() != 0 {
+		t.Errorf("%d ordinary garbage collections, want none", rt.gcs.Load())
+	}
+
+	plain := newFakeRuntime()
+	c2, err := New(Options{Sources: sources, Runtime: plain, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.DeleteAllUnusedContainers(ctx); err != nil || plain.gcs.Load() != 1 {
+		t.Errorf("DeleteAllUnusedContainers on a runtime without it: err %v, %d garbage collections; want 1", err, plain.gcs.Load())
+	}
+}

@@ -71,6 +71,16 @@ type GarbageCollector interface {
 	GarbageCollect(ctx context.Context, keep func(types.UID) bool) error
 }
 
+// UnusedContainerDeleter is a GarbageCollector that can also remove
+// everything the node no longer needs, whatever its limits: the dead
+// containers and sandboxes of the pods active does not report (terminated
+// but not deleted yet) and of those keep does not report, the kubelet's
+// DeleteAllUnusedContainers. The Controller calls it for
+// DeleteAllUnusedContainers, the eviction manager's disk reclaim.
+type UnusedContainerDeleter interface {
+	DeleteAllUnusedContainers(ctx context.Context, keep, active func(types.UID) bool) error
+}
+
 // Prober is what the Controller needs of the probe engine (*prober.Manager
 // is one): it adds each pod it syncs, stops the probes of each pod it
 // terminates, reads readiness and startup results for the pod's status and

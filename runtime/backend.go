@@ -244,9 +244,12 @@ func (b *Backend) GarbageCollect(ctx context.Context, keep func(types.UID) bool)
 // DeleteAllUnusedContainers removes every dead container and not-ready
 // sandbox of the pods active does not report, and everything of the pods
 // known does not report, as the kubelet does for the eviction manager
-// under disk pressure (PodManager.DeleteAllUnusedContainers). known is the
-// pod lifecycle loop's (pods.Controller.PodKnown), active typically "in
-// the pods.Store" (admitted and not terminated).
+// under disk pressure (PodManager.DeleteAllUnusedContainers): the
+// pods.UnusedContainerDeleter the pod lifecycle loop's
+// Controller.DeleteAllUnusedContainers calls, with the pods it knows and
+// those it runs.
+var _ pods.UnusedContainerDeleter = (*Backend)(nil)
+
 func (b *Backend) DeleteAllUnusedContainers(ctx context.Context, known, active func(types.UID) bool) error {
 	return b.pm.DeleteAllUnusedContainers(ctx, func(uid types.UID) bool { return !known(uid) }, active)
 }
