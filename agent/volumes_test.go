@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/agent/agenttest"
+	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
@@ -203,7 +204,7 @@ func TestVolumeWithoutPluginFailsMount(t *testing.T) {
 
 // TestRuntimeGCWired: the kubelet's image GC and log rotation settings
 // reach the image garbage collector, which runs at start, and the log
-// rotator.
+// rotator; the eviction manager reclaims images and containers.
 func TestRuntimeGCWired(t *testing.T) {
 	unused, err := fakecri.NewImage("unused:1", 10<<20)
 	if err != nil {
@@ -211,6 +212,7 @@ func TestRuntimeGCWired(t *testing.T) {
 	}
 	var rotator *runtime.LogRotator
 	var gcs *runtime.ImageGC
+	var evictionOpts eviction.Options
 	n := agenttest.Start(t, agenttest.Options{
 		CRI:  &fakecri.Options{PullAny: true, Images: []*runtimeapi.Image{unused}},
 		Args: []string{"--image-gc-high-threshold=50", "--image-gc-low-threshold=40", "--minimum-image-ttl-duration=1ms", "--container-log-max-size=1Ki"},
@@ -220,9 +222,12 @@ func TestRuntimeGCWired(t *testing.T) {
 				o.FsStats = func(context.Context) (uint64, uint64, error) { return 100 << 20, 10 << 20, nil }
 				return o
 			}),
-			fx.Populate(&rotator, &gcs),
+			fx.Populate(&rotator, &gcs, &evictionOpts),
 		},
 	})
+	if evictionOpts.DeleteUnusedImages == nil || evictionOpts.DeleteUnusedContainers == nil {
+		t.Error("the eviction manager has no image or container reclaim")
+	}
 	ctx := agenttest.Context(t)
 	n.WaitReady(ctx)
 	pod := n.CreatePod(ctx, agenttest.Pod("logs", "busybox"))
