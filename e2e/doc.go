@@ -20,7 +20,15 @@
 // network namespace it creates, with a serving certificate from an approved
 // kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
 // port-forward, cp, top through a metrics-server built from Go modules,
-// get --raw through nodes/proxy). All tests run in parallel (-parallel defaults to
+// get --raw through nodes/proxy). The volume tests (volumes_test.go) run
+// one agent on a containerd of its own with small container logs:
+// configMap and secret files and env (an edited configMap reaching the
+// running container, a subPath that does not follow), a projected
+// service-account token passing TokenReview, the downward API, a Memory
+// emptyDir as tmpfs unmounted on delete, a PVC pod stuck with FailedMount,
+// kubectl debug, termination messages and log rotation; TestImageGCOnContainerd
+// restarts an agent with thresholds that force the image garbage
+// collector to remove an unused image. All tests run in parallel (-parallel defaults to
 // 16 here: they wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:
