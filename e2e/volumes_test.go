@@ -44,6 +44,7 @@ var volumeTests = []podTest{
 	{name: "downward API labels, annotations and resources", run: testDownwardAPI},
 	{name: "memory emptyDir is tmpfs", run: testMemoryEmptyDir},
 	{name: "PVC pod stays ContainerCreating with FailedMount", run: testUnsupportedVolume},
+	{name: "missing configMap and secret hold the pod until they appear", run: testMissingObjects},
 	{name: "kubectl debug adds an ephemeral container", run: testEphemeralContainer},
 	{name: "termination messages from file and logs", run: testTerminationMessages},
 	{name: "container log is rotated and still reads", run: testLogRotation},
@@ -403,6 +404,60 @@ func testUnsupportedVolume(t *testing.T, n *podNode) {
 	if sb := n.criSandboxes(t, pod.UID); len(sb) != 0 {
 		t.Errorf("%d sandboxes for a pod whose volumes are not mounted, want none", len(sb))
 	}
+}
+
+// testMissingObjects: a pod whose configMap volume names a configMap that
+// does not exist stays ContainerCreating with FailedMount, and one whose
+// env names a missing secret waits with CreateContainerConfigError, as
+// with the kubelet; both start once their object is created.
+func testMissingObjects(t *testing.T, n *podNode) {
+	ctx := t.Context()
+	core := env.cp.Client().CoreV1()
+	vol := n.pod("late-volume", "sh", "-c", `echo "config=$(cat /config/k)"; sleep 3600`)
+	vol.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "cfg", MountPath: "/config"}}
+	vol.Spec.Volumes = []v1.Volume{{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: "late-config"}}}}}
+	envPod := n.pod("late-env", "sh", "-c", "echo token=$TOKEN; sleep 3600")
+	envPod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "TOKEN", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+		LocalObjectReference: v1.LocalObjectReference{Name: "late-secret"}, Key: "token"}}}}
+	start := time.Now()
+	vol = n.createPod(t, vol)
+	envPod = n.createPod(t, envPod)
+
+	ev := waitForPodEvent(t, n.ns, vol.Name, "FailedMount")
+	t.Logf("missing configMap: FailedMount %v after create: %s", time.Since(start).Round(time.Millisecond), ev.Message)
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, `volume "cfg"`) || !strings.Contains(ev.Message, `configmap "late-config" not found`) {
+		t.Errorf("FailedMount event %s %q, want a warning naming volume cfg and the missing configMap", ev.Type, ev.Message)
+	}
+	waitForPod(t, n.ns, vol.Name, "ContainerCreating", func(p *v1.Pod) bool {
+		cs, ok := mainStatus(p)
+		return ok && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating"
+	})
+	got := waitForPod(t, n.ns, envPod.Name, "CreateContainerConfigError", func(p *v1.Pod) bool {
+		cs, ok := mainStatus(p)
+		return ok && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CreateContainerConfigError"
+	})
+	cs, _ := mainStatus(got)
+	t.Logf("missing secret in env: %s %q %v after create", cs.State.Waiting.Reason, cs.State.Waiting.Message, time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(cs.State.Waiting.Message, `secret "late-secret" not found`) {
+		t.Errorf("CreateContainerConfigError message %q, want it to name the missing secret", cs.State.Waiting.Message)
+	}
+
+	if _, err := core.ConfigMaps(n.ns).Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late-config", Namespace: n.ns},
+		Data: map[string]string{"k": "arrived"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets(n.ns).Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "late-secret", Namespace: n.ns},
+		Data: map[string][]byte{"token": []byte("t0k")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	waitForPod(t, n.ns, vol.Name, "Running and Ready", isPodReady)
+	t.Logf("configMap created: pod %s Running and Ready %v later", vol.Name, time.Since(created).Round(time.Millisecond))
+	waitForPod(t, n.ns, envPod.Name, "Running and Ready", isPodReady)
+	t.Logf("secret created: pod %s Running and Ready %v later", envPod.Name, time.Since(created).Round(time.Millisecond))
+	n.waitForLogLine(t, vol, "main", "with the configMap's content", func(l string) bool { return l == "config=arrived" })
+	n.waitForLogLine(t, envPod, "main", "with the secret's value", func(l string) bool { return l == "token=t0k" })
 }
 
 // testEphemeralContainer: `kubectl debug` adds an ephemeral container to a
