@@ -21,15 +21,15 @@
 // lifecycle loop (pods.Module), the probe engine (Probes), the kubelet API
 // on 10250 (NodeAPI: logs, exec, attach, port-forward, stats, metrics,
 // configz, with TLS, authentication and authorization) and the /healthz and
-// /metrics server on the healthz port. A
-// runtime module completes it: CRI (containerd, CRI-O or runtime/fakecri:
-// the CRI connection, cgroups, pod manager, PLEG, stats with the pods'
-// volume usage, the node-pressure eviction manager, Eviction: pressure
-// conditions, eviction admission, evictions through the pod loop; the
-// volume manager, Volumes; image garbage collection and container log
-// rotation, RuntimeGC) or
-// PodBackend(constructor) (a pods.PodBackend of the embedder's: a cloud
-// service, VMs, a simulator). Module is Core + CRI; New and Run build it,
+// /metrics server on the healthz port. A runtime module completes it: CRI
+// (containerd, CRI-O or runtime/fakecri: the CRI connection, cgroups, pod
+// manager, PLEG, stats with the pods' volume usage, the volume manager
+// (Volumes), image garbage collection and container log rotation
+// (RuntimeGC), and the node-pressure eviction manager (Eviction: pressure
+// conditions, eviction admission, unused containers and images reclaimed
+// before pods are evicted through the pod loop)) or PodBackend(constructor)
+// (a pods.PodBackend of the embedder's: a cloud service, VMs, a
+// simulator). Module is Core + CRI; New and Run build it,
 // NewWith and RunWith take another runtime module. Run is the whole main of
 // examples/nodeagent; examples/podsim is a pod-level node in a few lines:
 //
