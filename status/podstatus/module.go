@@ -39,7 +39,7 @@ var Module = fx.Module("podstatus",
 type Params struct {
 	fx.In
 
-	Options    Options `optional:"true"`
+	Options    Options               `optional:"true"`
 	Client     kubernetes.Interface  `optional:"true"`
 	Pods       PodGetter             `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`

@@ -180,4 +180,3 @@ func matchingRestartRule(c *v1.Container, code int32) (v1.ContainerRestartRule, 
 	}
 	return v1.ContainerRestartRule{}, false
 }
-
