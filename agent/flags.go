@@ -79,6 +79,7 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.StringVar(kc.ResolverConfig, "resolv-conf", *kc.ResolverConfig, "Resolver configuration used as the basis for pods' DNS.")
 	fs.StringVar(&kc.StaticPodPath, "pod-manifest-path", kc.StaticPodPath, "Directory of static pod manifests.")
 	fs.StringVar(&kc.StaticPodURL, "manifest-url", kc.StaticPodURL, "URL of static pod manifests.")
+	fs.Var(&headerValue{m: &kc.StaticPodURLHeader}, "manifest-url-header", "HTTP headers of the --manifest-url requests, comma-separated name:value pairs; repeat the flag or a name to send several values ('a:hello,b:again' --manifest-url-header 'b:beautiful').")
 	fs.DurationVar(&kc.SyncFrequency.Duration, "sync-frequency", kc.SyncFrequency.Duration, "Maximum period between pod syncs.")
 	fs.DurationVar(&kc.FileCheckFrequency.Duration, "file-check-frequency", kc.FileCheckFrequency.Duration, "How often the manifest directory is read.")
 	fs.DurationVar(&kc.HTTPCheckFrequency.Duration, "http-check-frequency", kc.HTTPCheckFrequency.Duration, "How often the manifest URL is read.")

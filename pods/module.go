@@ -23,7 +23,8 @@ type NodeGetter interface {
 // *Controller, run from the application's start to its stop. The graph must
 // supply the *podsource.Config, a Runtime (the CRI backend's module or
 // NewBackendRuntime), the podstatus.Interface and a NodeGetter; optional
-// are Options (the agent derives them from its configuration), a Prober,
+// are Options (the agent derives them from its configuration), a Prober, a
+// MirrorClient (mirror pods for static pods; none on a standalone node),
 // the record.EventRecorder, clock.Clock and logr.Logger. Admission runs the
 // handlers of the AdmitHandlerGroup by Order, GeneralPredicates among them.
 var Module = fx.Module("pods",
@@ -48,6 +49,7 @@ type Params struct {
 	Node       NodeGetter
 	Admit      []OrderedAdmitHandler `group:"pod_admit_handlers"`
 	Prober     Prober                `optional:"true"`
+	Mirrors    MirrorClient          `optional:"true"`
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
 	Logger     logr.Logger           `optional:"true"`
@@ -74,6 +76,9 @@ func provide(p Params) (*Controller, error) {
 	}
 	if o.Prober == nil {
 		o.Prober = p.Prober
+	}
+	if o.Mirrors == nil {
+		o.Mirrors = p.Mirrors
 	}
 	if o.Recorder == nil {
 		o.Recorder = p.Recorder

@@ -115,6 +115,8 @@ type Reporter struct {
 	// it.
 	node     *NodeWatch
 	ownWatch bool
+	// initial is the Node last computed to register it (NodeAnyWay).
+	initial atomic.Pointer[v1.Node]
 
 	// The fields below belong to Run's goroutine.
 	lastReport    time.Time
@@ -206,6 +208,22 @@ func New(opts Options) (*Reporter, error) {
 // NodeWatch.Node).
 func (r *Reporter) Node() (*v1.Node, bool) { return r.node.Node() }
 
+// NodeAnyWay returns the Node as the Reporter's watch last saw it or,
+// while the watch does not have it (not registered yet, the API server
+// unreachable, or deleted), the Node as the Reporter last computed it to
+// register it: labels, taints and every setter's status, without a UID.
+// It is the kubelet's getNodeAnyWay, the node its admission checks pods
+// against, so static pods run before the node is registered. false only
+// before Run computed the Node the first time. It does not block; the Node
+// is shared and read-only.
+func (r *Reporter) NodeAnyWay() (*v1.Node, bool) {
+	if node, ok := r.node.Node(); ok {
+		return node, true
+	}
+	node := r.initial.Load()
+	return node, node != nil
+}
+
 // HasSynced reports whether the Reporter's node watch has listed the node
 // (see NodeWatch.HasSynced).
 func (r *Reporter) HasSynced() bool { return r.node.HasSynced() }
@@ -255,7 +273,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 func (r *Reporter) runLocal(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	logger.Info("No API server: the node is not registered and its status is kept locally", "node", klog.KRef("", r.opts.NodeName))
-	r.setLocal(ctx, r.initialNode(ctx))
+	node := r.initialNode(ctx)
+	r.initial.Store(node)
+	r.setLocal(ctx, node)
 	r.markRegistered()
 	t := r.clock.NewTimer(r.opts.UpdateFrequency)
 	defer t.Stop()

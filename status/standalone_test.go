@@ -2,10 +2,14 @@ package status
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func mustLocalWatch(t *testing.T, name string) *NodeWatch {
@@ -68,5 +72,43 @@ func TestStandaloneReporterKeepsTheNodeLocally(t *testing.T) {
 	}
 	if err := mustAPIWatch(t, h.client, testNode).SetLocal(node); err == nil {
 		t.Error("SetLocal on a watch of the API succeeded")
+	}
+}
+
+// Before the node is registered (here: the API server refuses), NodeAnyWay
+// gives the Node computed for registration, as the kubelet's
+// getNodeAnyWay; once the watch has the Node, that one.
+func TestNodeAnyWayBeforeRegistration(t *testing.T) {
+	h := newHarness(t, nil)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	h.client.PrependReactor("create", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	if _, ok := h.r.NodeAnyWay(); ok {
+		t.Fatal("NodeAnyWay has a node before Run")
+	}
+	h.start()
+	h.waitFor("the node computed for registration", func() bool { _, ok := h.r.NodeAnyWay(); return ok })
+	node, _ := h.r.NodeAnyWay()
+	if node.Name != testNode || node.UID != "" {
+		t.Errorf("node %s (UID %q), want the unregistered %s", node.Name, node.UID, testNode)
+	}
+	if q := node.Status.Allocatable[v1.ResourcePods]; q.Value() != 110 {
+		t.Errorf("allocatable pods = %s: the setters did not run", q.String())
+	}
+	if _, ok := h.r.Node(); ok {
+		t.Error("the watch has a node that was never created")
+	}
+	refuse.Store(false)
+	h.clk.Step(time.Minute) // the registration back-off
+	h.waitRegistered()
+	h.waitFor("the watch to have the node", func() bool { _, ok := h.r.Node(); return ok })
+	watched, _ := h.r.Node()
+	if node, _ := h.r.NodeAnyWay(); node != watched {
+		t.Error("NodeAnyWay is not the watched node once registered")
 	}
 }
