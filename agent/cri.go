@@ -140,7 +140,7 @@ type podManagerParams struct {
 
 	Dirs     dataDirs
 	Config   *Config
-	Clients  *Clients             `optional:"true"`
+	Clients  *Clients              `optional:"true"`
 	Cgroups  *cgroupdriver.Manager `optional:"true"`
 	Driver   cgroupdriver.Driver
 	Node     *status.NodeWatch
