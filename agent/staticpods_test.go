@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +19,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodekit/nodekit/agent"
@@ -179,6 +184,33 @@ func TestStaticPodsFromTheManifestDirectory(t *testing.T) {
 	}
 	n.WaitForPod(ctx, ref, agenttest.PodGone)
 	waitFor(ctx, t, "the containers to stop", func() bool { return len(running(containers(ctx, t, cri, "web-node-a"))) == 0 })
+}
+
+// With the API server unreachable (here: refusing to register the node),
+// the static pod runs all the same; its mirror pod appears once the node
+// registers.
+func TestStaticPodsRunBeforeTheNodeRegisters(t *testing.T) {
+	dir := agenttest.TempDir(t)
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("1"))
+	client := fake.NewClientset()
+	var down atomic.Bool
+	down.Store(true)
+	client.PrependReactor("create", "nodes", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	n := agenttest.Start(t, agenttest.Options{Client: client, Args: []string{"--pod-manifest-path=" + dir}})
+	ctx := agenttest.Context(t)
+	cri := criClient(t, n)
+	waitFor(ctx, t, "the static pod's container", func() bool { return len(running(containers(ctx, t, cri, "web-node-a"))) == 1 })
+	if pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods in the API before the node registered: %v, %v", pods, err)
+	}
+	down.Store(false)
+	ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-node-a"}}
+	n.WaitForPod(ctx, ref, agenttest.PodRunningAndReady)
 }
 
 // Pods served at the manifest URL (with the configured headers) run and go
