@@ -186,7 +186,8 @@ func TestStaticPodsFromTheManifestDirectory(t *testing.T) {
 	waitFor(ctx, t, "the containers to stop", func() bool { return len(running(containers(ctx, t, cri, "web-node-a"))) == 0 })
 }
 
-// With the API server unreachable (here: refusing to register the node),
+// With the API server unreachable (here: refusing to register the node and
+// to list services),
 // the static pod runs all the same; its mirror pod appears once the node
 // registers.
 func TestStaticPodsRunBeforeTheNodeRegisters(t *testing.T) {
@@ -195,12 +196,16 @@ func TestStaticPodsRunBeforeTheNodeRegisters(t *testing.T) {
 	client := fake.NewClientset()
 	var down atomic.Bool
 	down.Store(true)
-	client.PrependReactor("create", "nodes", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	refuse := func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		if down.Load() {
 			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 		}
 		return false, nil, nil
-	})
+	}
+	client.PrependReactor("create", "nodes", refuse)
+	// Nor can the services be listed: the static pod does not wait for
+	// them.
+	client.PrependReactor("list", "services", refuse)
 	n := agenttest.Start(t, agenttest.Options{Client: client, Args: []string{"--pod-manifest-path=" + dir}})
 	ctx := agenttest.Context(t)
 	cri := criClient(t, n)
