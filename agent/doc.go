@@ -1,17 +1,37 @@
 // Package agent is nodekit's composition root: it turns a kubelet
-// configuration into a running node agent.
+// configuration into a running node agent. No pod, node or runtime logic
+// lives here; every piece is another package's module, wired from the
+// Config.
 //
 // Config holds a KubeletConfiguration (k8s.io/kubelet/config/v1beta1) plus
 // the settings the kubelet takes only as flags; ParseFlags reads the
 // kubelet's command line and --config file unchanged, with the kubelet's
-// defaults and precedence (flags override the file). Module wires every
-// default nodekit module from the *Config in the graph: apiserver clients (a
-// rate-limited one and a heartbeat one for the Lease and node status),
-// events, metrics, the CRI runtime, the node Lease, node registration and
-// status, the API server pod source, the pod status manager, the cgroup
-// hierarchy, the runtime's pod manager and PLEG, the PodController (admission
-// and pod workers) and the /healthz and /metrics server. New builds an fx
-// application from a Config; Run is the whole main of examples/nodeagent.
+// defaults and precedence (flags override the file), and logs each setting
+// given that nodekit does not implement (implementedSettings in settings.go
+// lists those it does). Config's methods
+// (LeaseOptions, StatusOptions, SetterOptions, PodsOptions, RuntimeOptions,
+// CgroupOptions, PodManagerOptions, StatsOptions, ...) translate it into
+// each module's Options, so pieces can be wired without this package's
+// modules, or without fx.
+//
+// Core is everything of a node agent but what runs its pods: apiserver
+// clients (a rate-limited one, a heartbeat one for the Lease and node
+// status, one for events), metrics, the node Lease, node registration and
+// status, the node watch, the pod sources, the pod status manager, the pod
+// lifecycle loop (pods.Module), the probe engine (Probes), the kubelet API
+// on 10250 (NodeAPI: logs, exec, attach, port-forward, stats, metrics,
+// configz, with TLS, authentication and authorization) and the /healthz and
+// /metrics server on the healthz port. A
+// runtime module completes it: CRI (containerd, CRI-O or runtime/fakecri:
+// the CRI connection, cgroups, pod manager, PLEG, stats with the pods'
+// volume usage, and the node-pressure eviction manager, Eviction: pressure
+// conditions, eviction admission, evictions through the pod loop) or
+// PodBackend(constructor) (a pods.PodBackend of the embedder's: a cloud
+// service, VMs, a simulator). Module is Core + CRI; New and Run build it,
+// NewWith and RunWith take another runtime module. Run is the whole main of
+// examples/nodeagent; examples/podsim is a pod-level node in a few lines:
+//
+//	os.Exit(agent.RunWith(os.Args[1:], agent.PodBackend(newSimulator)))
 //
 // # Static pods and standalone mode
 //
@@ -37,32 +57,34 @@
 //
 // # What an embedder can swap
 //
-// Everything in the graph, with fx options passed to New (or Run):
+// Everything in the graph, with fx options passed to New, NewWith, Run or
+// RunWith:
 //
 //   - A value: fx.Decorate replaces what a provider returns, e.g. the Lease
-//     options (func(lease.Options) lease.Options), the status setter
-//     options, the cgroup driver (func(cgroupdriver.Driver)
-//     cgroupdriver.Driver), the clock or the logger. fx.Replace swaps a value
-//     outright, e.g. *Clients to run on other clientsets.
-//   - Node status: add a status.OrderedSetter to the status.SetterGroup
-//     value group; one with the Name of a default setter replaces it, and
-//     with a nil Set removes it. Add a status.HealthCheck to
-//     status.HealthCheckGroup to gate Ready.
-//   - Pods: add a podsource.Source with podsource.AsSource (its pods are
-//     static pods; examples/customsource), change the manifest sources by
-//     decorating file.Options or url.Options, and add an AdmitHandler with
-//     pods.AsAdmitHandler; admission runs GeneralPredicates (the kubelet's
-//     resource, affinity, port and taint checks) first.
+//     options (func(lease.Options) lease.Options), the pods.Options, the
+//     cgroup driver (func(cgroupdriver.Driver) cgroupdriver.Driver), the CRI
+//     services (func(cri.RuntimeService) cri.RuntimeService), the clock or
+//     the logger. fx.Replace swaps a value outright, e.g. *Clients to run on
+//     other clientsets (agenttest does).
+//   - Many-of-a-kind pieces, with the typed helpers: status.AsSetter (a node
+//     status setter; one with the name of a default replaces it, a nil one
+//     removes it), status.AsHealthCheck (gates Ready), podsource.AsSource (a
+//     pod source; its pods are static pods, see examples/customsource),
+//     pods.AsAdmitHandler (an admission check, by order). The manifest
+//     sources change by decorating file.Options or url.Options.
 //
-// PodController runs without fx too: NewPodController takes the sources, a
-// PodRuntime (*runtime.PodManager), the runtime's events, a pod status
-// manager and admission checks.
+// Pass decorators at the top level (to New, Run, or fx.New beside Module),
+// not inside an fx.Module of your own: fx applies a decorator only to the
+// module it is declared in and that module's children, so one declared in
+// a sibling module never reaches nodekit's.
 //
 // # Contracts
 //
-// Module's components start on fx's OnStart and stop on OnStop, each within
-// fx's timeouts; a component that fails while running shuts the application
-// down with exit code 1, so a supervisor restarts it as it restarts a
-// kubelet. Construction does no I/O: the agent makes its directories, dials
-// the runtime and contacts the apiserver only when it starts.
+// Components start on fx's OnStart and stop on OnStop, each within fx's
+// timeouts; a component that fails while running shuts the agent down with
+// exit code 1, so a supervisor restarts it as it restarts a kubelet, and
+// the agent's last log line says which component failed and why.
+// Construction does no I/O: the agent makes its directories, dials the
+// runtime and contacts the apiserver only when it starts. Every log line of
+// an agent carries its node's name.
 package agent

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/internal/testenv"
+
 	"github.com/nodekit/nodekit/e2e/cluster"
 )
 
@@ -152,13 +154,6 @@ func teardown() {
 	}
 }
 
-// inCI reports whether the suite runs under CI (CI=true), where a test that
-// cannot run fails instead of skipping.
-func inCI() bool {
-	ci, _ := strconv.ParseBool(os.Getenv("CI"))
-	return ci
-}
-
 // requireCluster stops the test unless the control plane is up: it fails
 // when setting it up broke, or when it cannot run here under CI, and skips
 // otherwise.
@@ -167,7 +162,7 @@ func requireCluster(t *testing.T) {
 	switch {
 	case env.broken != nil:
 		t.Fatalf("cluster setup failed: %v", env.broken)
-	case env.unavailable != nil && inCI():
+	case env.unavailable != nil && testenv.InCI():
 		t.Fatalf("cluster unavailable (required under CI): %v", env.unavailable)
 	case env.unavailable != nil:
 		t.Skipf("cluster unavailable: %v", env.unavailable)
@@ -181,7 +176,7 @@ func requireContainerd(t *testing.T) {
 	switch {
 	case env.containerdBroken != nil:
 		t.Fatalf("containerd setup failed: %v", env.containerdBroken)
-	case env.containerdUnavailable != nil && inCI():
+	case env.containerdUnavailable != nil && testenv.InCI():
 		t.Fatalf("containerd unavailable (required under CI): %v", env.containerdUnavailable)
 	case env.containerdUnavailable != nil:
 		t.Skipf("containerd unavailable: %v", env.containerdUnavailable)

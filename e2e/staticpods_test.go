@@ -118,7 +118,7 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 	// The API server is unreachable: the static pod runs all the same.
 	web := "web-" + name
 	first := waitForContainers(t, cri.Runtime, ns, web, "the static pod to run without the API server", func(cs []*runtimeapi.ContainerStatus) bool {
-		return len(runningContainers(cs)) == 1
+		return len(runningStatuses(cs)) == 1
 	})
 	runningAfter := time.Since(start)
 	if refused := proxy.refused.Load(); refused == 0 {
@@ -156,8 +156,8 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 		return p != nil && p.UID != mirror.UID && p.DeletionTimestamp == nil && p.Status.Phase == v1.PodRunning
 	})
 	t.Logf("mirror pod back %v after its deletion (UID %s -> %s)", time.Since(deleted).Round(time.Millisecond), mirror.UID, back.UID)
-	if now := runningContainers(listContainers(t, cri.Runtime, ns, web)); len(now) != 1 || now[0].Id != first[0].Id {
-		t.Errorf("deleting the mirror pod restarted the static pod: running %v, was %s", containerIDs(now), first[0].Id)
+	if now := runningStatuses(listContainers(t, cri.Runtime, ns, web)); len(now) != 1 || now[0].Id != first[0].Id {
+		t.Errorf("deleting the mirror pod restarted the static pod: running %v, was %s", statusIDs(now), first[0].Id)
 	}
 
 	// Editing the manifest replaces the pod with the new spec.
@@ -165,10 +165,10 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 	edited := time.Now()
 	var replaced []*runtimeapi.ContainerStatus
 	replaced = waitForContainers(t, cri.Runtime, ns, web, "the edited pod's container", func(cs []*runtimeapi.ContainerStatus) bool {
-		r := runningContainers(cs)
+		r := runningStatuses(cs)
 		return len(r) == 1 && r[0].Id != first[0].Id
 	})
-	newest := runningContainers(replaced)[0]
+	newest := runningStatuses(replaced)[0]
 	if got := strings.Join(containerCommand(t, cri.Runtime, newest.Id), " "); !strings.Contains(got, "version=2") {
 		t.Errorf("the new container runs %q, want the edited command", got)
 	}
@@ -194,7 +194,7 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 	waitForAPIPod(t, ns, httpB, "the URL's new pod, Running", func(p *v1.Pod) bool { return p != nil && p.Status.Phase == v1.PodRunning })
 	waitForAPIPod(t, ns, httpA, "the URL's removed pod to go", func(p *v1.Pod) bool { return p == nil })
 	waitForContainers(t, cri.Runtime, ns, httpA, "the removed pod's containers to stop", func(cs []*runtimeapi.ContainerStatus) bool {
-		return len(runningContainers(cs)) == 0
+		return len(runningStatuses(cs)) == 0
 	})
 	t.Logf("manifest URL: pod added and pod removed %v after the served list changed", time.Since(changed).Round(time.Millisecond))
 
@@ -205,7 +205,7 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 	removed := time.Now()
 	waitForAPIPod(t, ns, web, "the mirror pod to go", func(p *v1.Pod) bool { return p == nil })
 	waitForContainers(t, cri.Runtime, ns, web, "the static pod's containers to stop", func(cs []*runtimeapi.ContainerStatus) bool {
-		return len(runningContainers(cs)) == 0
+		return len(runningStatuses(cs)) == 0
 	})
 	t.Logf("manifest removed: pod stopped and mirror pod deleted %v later", time.Since(removed).Round(time.Millisecond))
 }
@@ -395,7 +395,7 @@ func listContainers(t *testing.T, rs runtimeapi.RuntimeServiceClient, ns, name s
 	return out
 }
 
-func runningContainers(cs []*runtimeapi.ContainerStatus) []*runtimeapi.ContainerStatus {
+func runningStatuses(cs []*runtimeapi.ContainerStatus) []*runtimeapi.ContainerStatus {
 	var out []*runtimeapi.ContainerStatus
 	for _, c := range cs {
 		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -405,7 +405,7 @@ func runningContainers(cs []*runtimeapi.ContainerStatus) []*runtimeapi.Container
 	return out
 }
 
-func containerIDs(cs []*runtimeapi.ContainerStatus) []string {
+func statusIDs(cs []*runtimeapi.ContainerStatus) []string {
 	var out []string
 	for _, c := range cs {
 		out = append(out, c.Id)

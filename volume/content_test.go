@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodekit/nodekit/internal/testenv"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -175,12 +177,7 @@ func TestEmptyDirVolume(t *testing.T) {
 }
 
 func TestFSGroupOwnership(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("changing file ownership needs root")
-		}
-		t.Skip("changing file ownership needs root")
-	}
+	testenv.RequireRoot(t, "changing file ownership")
 	f := newFixture(t, []runtime.Object{configMap("cfg", map[string]string{"k": "v"})}, nil)
 	pod := testPod("u1",
 		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodekit/nodekit/internal/testenv"
+
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -34,10 +36,7 @@ func requireRoot(t *testing.T) {
 	if why == "" {
 		return
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test mounts tmpfs and bind mounts; " + why)
-	}
-	t.Skip("this test mounts tmpfs and bind mounts; " + why)
+	testenv.Unavailable(t, "this test mounts tmpfs and bind mounts; %s", why)
 }
 
 // mountsUnder returns the mount points under dir with their options.

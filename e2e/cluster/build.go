@@ -278,7 +278,13 @@ func goCommand() (string, error) {
 // github.com/nodekit/nodekit/examples/nodeagent, into outDir and returns the
 // binary's path. The go build cache makes repeated builds quick.
 func BuildAgent(ctx context.Context, src Source, outDir string, log io.Writer) (string, error) {
-	return buildProgram(ctx, src.Root, "./examples/nodeagent", filepath.Join(outDir, "nodeagent"), nil, log)
+	return BuildExample(ctx, src, "nodeagent", outDir, log)
+}
+
+// BuildExample builds the program examples/<name> of the nodekit module
+// into outDir and returns its path.
+func BuildExample(ctx context.Context, src Source, name, outDir string, log io.Writer) (string, error) {
+	return buildProgram(ctx, src.Root, "./examples/"+name, filepath.Join(outDir, name), nil, log)
 }
 
 // buildProgram runs go build for one main package of the module in dir.

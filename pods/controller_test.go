@@ -1,0 +1,428 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// fakeRuntime runs pods in memory. killGate, when set, blocks KillPod until
+// it is closed or the call's context ends.
+type fakeRuntime struct {
+	mu       sync.Mutex
+	running  map[types.UID]bool
+	orphans  []*v1.Pod
+	kills    []*int64
+	removed  map[types.UID]int
+	gcs      atomic.Int32
+	gcKeep   []func(types.UID) bool
+	killGate chan struct{}
+	events   chan podstate.PodLifecycleEvent
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{running: map[types.UID]bool{}, removed: map[types.UID]int{}, events: make(chan podstate.PodLifecycleEvent)}
+}
+
+func (r *fakeRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.running[pod.UID]:
+		return v1.PodStatus{Phase: v1.PodRunning}, nil
+	case opts.Terminal:
+		return v1.PodStatus{Phase: v1.PodSucceeded}, nil
+	}
+	return v1.PodStatus{Phase: v1.PodPending}, nil
+}
+
+func (r *fakeRuntime) SyncPod(_ context.Context, pod *v1.Pod) SyncResult {
+	r.mu.Lock()
+	r.running[pod.UID] = true
+	r.mu.Unlock()
+	return SyncResult{}
+}
+
+func (r *fakeRuntime) KillPod(ctx context.Context, pod *v1.Pod, grace *int64) error {
+	r.mu.Lock()
+	r.kills = append(r.kills, grace)
+	gate := r.killGate
+	r.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	delete(r.running, pod.UID)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *fakeRuntime) RemovePod(_ context.Context, uid types.UID) error {
+	r.mu.Lock()
+	r.removed[uid]++
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *fakeRuntime) RunningPods(context.Context) ([]*v1.Pod, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*v1.Pod(nil), r.orphans...), nil
+}
+
+func (r *fakeRuntime) Events() <-chan podstate.PodLifecycleEvent { return r.events }
+
+func (r *fakeRuntime) GarbageCollect(_ context.Context, keep func(types.UID) bool) error {
+	r.gcs.Add(1)
+	r.mu.Lock()
+	r.gcKeep = append(r.gcKeep, keep)
+	r.mu.Unlock()
+	return nil
+}
+
+// fakeSources feeds updates by hand.
+type fakeSources struct {
+	updates chan podsource.Update
+	ready   atomic.Bool
+}
+
+func (s *fakeSources) Updates() <-chan podsource.Update { return s.updates }
+func (s *fakeSources) AllReady() bool                   { return s.ready.Load() }
+
+// fakeStatuses is a pod status sink in memory.
+type fakeStatuses struct {
+	mu       sync.Mutex
+	statuses map[types.UID]v1.PodStatus
+}
+
+func (f *fakeStatuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.statuses[uid]
+	return s, ok
+}
+
+func (f *fakeStatuses) SetPodStatus(pod *v1.Pod, s v1.PodStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statuses[pod.UID] = s
+}
+
+func (f *fakeStatuses) TerminatePod(*v1.Pod) {}
+
+func (f *fakeStatuses) RemovePod(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.statuses, uid)
+}
+
+func (f *fakeStatuses) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.statuses)
+}
+
+type controllerHarness struct {
+	t        *testing.T
+	c        *Controller
+	rt       *fakeRuntime
+	sources  *fakeSources
+	statuses *fakeStatuses
+	clock    *testclock.FakeClock
+	ctx      context.Context
+}
+
+func newControllerHarness(t *testing.T) *controllerHarness {
+	t.Helper()
+	h := &controllerHarness{
+		t: t, rt: newFakeRuntime(), sources: &fakeSources{updates: make(chan podsource.Update)},
+		statuses: &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}, clock: testclock.NewFakeClock(time.Now()),
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourcePods: resource.MustParse("5000"), v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"),
+	}}}
+	c, err := New(Options{
+		Sources: h.sources, Runtime: h.rt, Statuses: h.statuses, Clock: h.clock,
+		Node:  func() (*v1.Node, bool) { return node, true },
+		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c = c
+	ctx, cancel := context.WithCancel(context.Background())
+	h.ctx = ctx
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return h
+}
+
+func (h *controllerHarness) send(op podsource.Op, pods ...*v1.Pod) {
+	h.t.Helper()
+	select {
+	case h.sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
+	case <-time.After(30 * time.Second):
+		h.t.Fatalf("the controller did not take a %s update", op)
+	}
+}
+
+func (h *controllerHarness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	if err := wait.PollUntilContextTimeout(h.ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		h.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// sizes are the Controller's bookkeeping: what must return to zero once
+// every pod is gone.
+func (h *controllerHarness) sizes() string {
+	c := h.c
+	c.mu.Lock()
+	pods, orphans, stopped := len(c.pods), len(c.orphans), len(c.stopped)
+	c.mu.Unlock()
+	c.workers.mu.Lock()
+	workers := len(c.workers.workers)
+	c.workers.mu.Unlock()
+	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d workers=%d active=%d statuses=%d",
+		pods, orphans, stopped, workers, c.store.Len(), h.statuses.len())
+}
+
+func churnPod(i int) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d", i))},
+		Spec:       v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "app", Image: "busybox"}}},
+	}
+}
+
+// TestChurnLeavesNothingBehind: 1,000 pods created, run and removed leave
+// no record, worker, kill waiter, active pod or status behind.
+func TestChurnLeavesNothingBehind(t *testing.T) {
+	h := newControllerHarness(t)
+	const n = 1000
+	idle := h.sizes()
+	var all []*v1.Pod
+	for i := range n {
+		all = append(all, churnPod(i))
+	}
+	h.send(podsource.OpAdd, all...)
+	h.waitFor("every pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.running) == n
+	})
+	h.send(podsource.OpRemove, all...)
+	h.waitFor("every pod removed", func() bool { return h.sizes() == idle })
+	h.rt.mu.Lock()
+	defer h.rt.mu.Unlock()
+	if len(h.rt.removed) != n || len(h.rt.running) != 0 {
+		t.Errorf("runtime: %d pods removed, %d running; want %d and 0", len(h.rt.removed), len(h.rt.running), n)
+	}
+}
+
+// TestNothingIsRemovedBeforeEverySourceReported: neither housekeeping nor
+// garbage collection touches the runtime until every source has reported
+// (a pod not seen yet is not gone).
+func TestNothingIsRemovedBeforeEverySourceReported(t *testing.T) {
+	h := newControllerHarness(t)
+	h.rt.orphans = []*v1.Pod{churnPod(7)}
+	for range 3 {
+		h.clock.Step(gcPeriod)
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.rt.mu.Lock()
+	kills := len(h.rt.kills)
+	h.rt.mu.Unlock()
+	if kills != 0 || h.rt.gcs.Load() != 0 {
+		t.Fatalf("before the sources reported: %d kills, %d garbage collections", kills, h.rt.gcs.Load())
+	}
+	h.sources.ready.Store(true)
+	h.waitFor("the orphan stopped and removed", func() bool {
+		h.clock.Step(DefaultHousekeepingPeriod)
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.removed["uid-7"] == 1
+	})
+	h.waitFor("garbage collection", func() bool {
+		h.clock.Step(gcPeriod)
+		return h.rt.gcs.Load() > 0
+	})
+}
+
+// TestShorterGracePeriodCutsAStopShort: a pod being stopped with its 30s
+// grace period is stopped again with 1s when a deletion with 1s arrives.
+func TestShorterGracePeriodCutsAStopShort(t *testing.T) {
+	h := newControllerHarness(t)
+	h.rt.killGate = make(chan struct{})
+	pod := churnPod(1)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	})
+	deleted := pod.DeepCopy()
+	now := metav1.Now()
+	deleted.DeletionTimestamp, deleted.DeletionGracePeriodSeconds = &now, ptrTo[int64](30)
+	h.send(podsource.OpDelete, deleted)
+	h.waitFor("a stop with 30s", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.kills) == 1
+	})
+	shorter := deleted.DeepCopy()
+	shorter.DeletionGracePeriodSeconds = ptrTo[int64](1)
+	h.send(podsource.OpDelete, shorter)
+	h.waitFor("a second stop", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.kills) >= 2
+	})
+	h.rt.mu.Lock()
+	first, second := h.rt.kills[0], h.rt.kills[len(h.rt.kills)-1]
+	close(h.rt.killGate)
+	h.rt.mu.Unlock()
+	if first == nil || *first != 30 || second == nil || *second != 1 {
+		t.Errorf("grace periods of the stops: %v then %v, want 30 then 1", deref(first), deref(second))
+	}
+}
+
+// TestKillPodAmendsTheFinalStatus: Controller.KillPod (an eviction) stops
+// the pod, applies statusFn to its final status and returns once stopped.
+func TestKillPodAmendsTheFinalStatus(t *testing.T) {
+	h := newControllerHarness(t)
+	pod := churnPod(2)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	})
+	err := h.c.KillPod(h.ctx, pod, ptrTo[int64](1), func(s *v1.PodStatus) {
+		s.Phase, s.Reason, s.Message = v1.PodFailed, "Evicted", "The node was low on resource: memory."
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := h.statuses.GetPodStatus(pod.UID)
+	if st.Phase != v1.PodFailed || st.Reason != "Evicted" {
+		t.Errorf("final status %s/%s, want Failed/Evicted", st.Phase, st.Reason)
+	}
+	if h.c.store.Len() != 0 {
+		t.Error("a killed pod is still active")
+	}
+	if err := h.c.KillPod(h.ctx, churnPod(3), nil, nil); err == nil {
+		t.Error("KillPod of a pod the node does not run succeeded")
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestKillPodThenPodTerminated: a pod the eviction manager kills is not
+// terminated until its containers are stopped and its final status, amended
+// by statusFn, is set; a pod the Controller does not know counts as
+// terminated.
+func TestKillPodThenPodTerminated(t *testing.T) {
+	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
+	rt := newFakeRuntime()
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}}
+	sources.updates <- podsource.Update{Op: podsource.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		st, ok := statuses.GetPodStatus(pod.UID)
+		return ok && st.Phase == v1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("the pod did not run: %v", err)
+	}
+	if c.PodTerminated(pod.UID) {
+		t.Fatal("PodTerminated is true for a running pod")
+	}
+	if !c.PodTerminated("uid-unknown") {
+		t.Error("PodTerminated is false for a pod the Controller does not know")
+	}
+
+	grace := int64(1)
+	if err := c.KillPod(ctx, pod, &grace, func(st *v1.PodStatus) { st.Phase, st.Reason = v1.PodFailed, "Evicted" }); err != nil {
+		t.Fatal(err)
+	}
+	if !c.PodTerminated(pod.UID) {
+		t.Error("PodTerminated is false after KillPod returned")
+	}
+	if st, _ := statuses.GetPodStatus(pod.UID); st.Phase != v1.PodFailed || st.Reason != "Evicted" {
+		t.Errorf("final status = %s/%s, want Failed/Evicted", st.Phase, st.Reason)
+	}
+	if n := len(c.Store().Active()); n != 0 {
+		t.Errorf("%d active pods after the kill, want 0", n)
+	}
+}
+
+// TestGarbageCollectWaitsForSources: an on-demand garbage collection does
+// nothing until every source has reported, then runs the runtime's with the
+// Controller's pods kept.
+func TestGarbageCollectWaitsForSources(t *testing.T) {
+	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
+	rt := newFakeRuntime()
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); c.workers.wait() }()
+	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 0 {
+		t.Fatalf("GarbageCollect before the sources reported: err %v, %d runtime runs; want none", err, len(rt.gcKeep))
+	}
+	sources.ready.Store(true)
+	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}})
+	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 1 {
+		t.Fatalf("GarbageCollect: err %v, %d runtime runs; want 1", err, len(rt.gcKeep))
+	}
+	if keep := rt.gcKeep[0]; !keep("uid-web") || keep("uid-other") {
+		t.Error("the runtime's garbage collection does not keep exactly the pods the Controller knows")
+	}
+}
