@@ -362,7 +362,7 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,4 +425,10 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	if keep := rt.gcKeep[0]; !keep("uid-web") || keep("uid-other") {
 		t.Error("the runtime's garbage collection does not keep exactly the pods the Controller knows")
 	}
+}
+
+// knownNode is an Options.Node that knows the node at once: the loop admits
+// no pod before it knows the node.
+func knownNode() (*v1.Node, bool) {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, true
 }
