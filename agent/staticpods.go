@@ -27,8 +27,11 @@ import (
 // source with fx.Decorate on file.Options or url.Options.
 var StaticPods = fx.Module("staticpods",
 	fx.Provide(
-		func(cfg *Config, node pods.NodeGetter) file.Options { return cfg.FileSourceOptions(node) },
-		func(cfg *Config, node pods.NodeGetter) url.Options { return cfg.URLSourceOptions(node) },
+		// The node watch, not the Reporter's NodeAnyWay: the events need
+		// only the registered Node's UID, and the Reporter depends on the
+		// runtime's health, which depends on the pod sources.
+		func(cfg *Config, w *status.NodeWatch) file.Options { return cfg.FileSourceOptions(w) },
+		func(cfg *Config, w *status.NodeWatch) url.Options { return cfg.URLSourceOptions(w) },
 	),
 	file.Module,
 	url.Module,

@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -29,6 +31,7 @@ import (
 	"github.com/nodekit/nodekit/agent/agenttest"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/server"
 	"github.com/nodekit/nodekit/status"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
@@ -321,5 +324,58 @@ func TestStandaloneGraphIsValid(t *testing.T) {
 	connected.KubeconfigPath = "/etc/kubernetes/kubelet.conf"
 	if err := fx.ValidateApp(fx.Supply(&connected), agent.CoreFor(&connected), agent.CRI, clients); err != nil {
 		t.Errorf("the core with a kubeconfig: %v", err)
+	}
+}
+
+// A standalone node serves its static pods on the kubelet API's /pods when
+// its authorization needs no API server (AlwaysAllow), and with the secure
+// defaults (Webhook authorization, which no API server can answer) runs
+// them without serving the secure port.
+func TestStandaloneNodeAPI(t *testing.T) {
+	dir := agenttest.TempDir(t)
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("1"))
+	var srv *server.Server
+	var statuses *podstatus.Manager
+	agenttest.Start(t, agenttest.Options{
+		Standalone: true,
+		Args:       []string{"--pod-manifest-path=" + dir, "--anonymous-auth=true", "--authorization-mode=AlwaysAllow"},
+		Extra:      []fx.Option{fx.Populate(&srv, &statuses)},
+	})
+	ctx := agenttest.Context(t)
+	addr, err := srv.Addr(ctx)
+	if err != nil || addr == nil {
+		t.Fatalf("standalone node API address = %v, %v; want one", addr, err)
+	}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	var list v1.PodList
+	waitFor(ctx, t, "/pods to list the running static pod", func() bool {
+		resp, err := client.Get("https://" + addr.String() + "/pods")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		list = v1.PodList{}
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&list) != nil {
+			return false
+		}
+		return len(list.Items) == 1 && list.Items[0].Name == "web-node-a" && list.Items[0].Status.Phase == v1.PodRunning
+	})
+	p := list.Items[0]
+	if p.Annotations[podsource.ConfigSourceAnnotationKey] != "file" || p.Spec.NodeName != "node-a" {
+		t.Errorf("/pods: static pod source %q node %q, want file on node-a", p.Annotations[podsource.ConfigSourceAnnotationKey], p.Spec.NodeName)
+	}
+	t.Logf("standalone /pods: %s/%s %s", p.Namespace, p.Name, p.Status.Phase)
+
+	// The secure defaults: the pods run, the secure port is not served.
+	var secure *server.Server
+	dir2 := agenttest.TempDir(t)
+	writeFile(t, filepath.Join(dir2, "web.yaml"), manifest("1"))
+	agenttest.Start(t, agenttest.Options{
+		Standalone: true,
+		Args:       []string{"--pod-manifest-path=" + dir2},
+		Extra:      []fx.Option{fx.Populate(&secure, &statuses)},
+	})
+	if addr, err := secure.Addr(ctx); err != nil || addr != nil {
+		t.Errorf("standalone node API with Webhook authorization listens on %v (%v); want nothing served", addr, err)
 	}
 }
