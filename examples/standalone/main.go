@@ -21,7 +21,11 @@
 // the static pods only, and keeps their statuses locally. Unless given, the
 // agent's state goes to a temporary directory (--root-dir), the healthz
 // port is off, and on the fake runtime cgroups are left alone
-// (--cgroups-per-qos=false).
+// (--cgroups-per-qos=false) and the kubelet API listens on a free loopback
+// port with anonymous requests allowed (AlwaysAllow), so /pods shows the
+// pods and their statuses: a node without an API server cannot run Webhook
+// authorization, so with the secure defaults (a real runtime) it serves no
+// kubelet API.
 package main
 
 import (
@@ -29,9 +33,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,6 +78,18 @@ func run(args []string, out io.Writer) int {
 		defer stop()
 		defaults = append(defaults, "--container-runtime-endpoint="+endpoint, "--cgroups-per-qos=false")
 		fmt.Fprintf(out, "Running on the in-process fake runtime (%s): containers are simulated.\n", endpoint)
+		// The kubelet API on a free loopback port, open to local requests:
+		// with no API server, Webhook authorization cannot run and the
+		// secure defaults would serve nothing. Simulated containers only;
+		// on a real runtime the secure defaults stay.
+		if !hasFlag(args, "port") {
+			port, err := freePort()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "find a port for the kubelet API:", err)
+				return 1
+			}
+			defaults = append(defaults, "--address=127.0.0.1", "--port="+port, "--anonymous-auth=true", "--authorization-mode=AlwaysAllow")
+		}
 	}
 	cfg, err := agent.ParseFlags(klog.Background(), append(defaults, args...))
 	if errors.Is(err, pflag.ErrHelp) {
@@ -120,6 +138,9 @@ func run(args []string, out io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(out, "Node %s is running standalone; Ctrl-C stops it.\n", cfg.NodeName)
+	if cfg.Kubelet.Authorization.Mode == "AlwaysAllow" && cfg.ServerEnabled() {
+		fmt.Fprintf(out, "Its kubelet API lists the pods: curl -sk https://%s/pods\n", net.JoinHostPort(cfg.Kubelet.Address, strconv.Itoa(int(cfg.Kubelet.Port))))
+	}
 	sig := <-app.Wait()
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
 	defer cancelStop()
@@ -128,6 +149,16 @@ func run(args []string, out io.Writer) int {
 		return 1
 	}
 	return sig.ExitCode
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 // hasFlag reports whether args set the flag name (--name or --name=...).
