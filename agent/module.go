@@ -85,7 +85,10 @@ var Core = fx.Module("agent",
 // all the same (a standalone status.Reporter keeps it in a local
 // *status.NodeWatch, which admission, the cgroup hierarchy and the node API
 // read), and the pods' statuses stay in the podstatus.Manager, whose
-// GetPodStatus and the pods.Store the node API's /pods serves. The graph has
+// GetPodStatus and the pods.Store the node API's /pods serves (NodeAPI
+// without an API server accepts no bearer tokens and, unless
+// authorization.mode is AlwaysAllow, serves no secure port; see NodeAPI).
+// The graph has
 // what Core gives but *Clients, kubernetes.Interface, lease.Options and
 // apiserver.Options; a piece an embedder adds that needs them cannot run
 // standalone (fx reports the missing type when the agent is built).

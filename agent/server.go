@@ -53,6 +53,13 @@ import (
 // enableServer false nothing listens. The healthz port is a separate
 // server (HealthServer) and stays as it is.
 //
+// Without an API server (Standalone) no token can be reviewed and no
+// request authorized by webhook: bearer tokens are refused,
+// serverTLSBootstrap falls back to a self-signed pair, and under Webhook
+// authorization (the default) the secure port is not served at all, each
+// said once in the log; with authorization.mode AlwaysAllow it serves the
+// static pods on /pods. The kubelet refuses to start in that case.
+//
 // Change the server's inputs with fx.Decorate on server.Options, add or
 // replace endpoints in the server.RouteGroup value group.
 var NodeAPI = fx.Module("nodeapi",
