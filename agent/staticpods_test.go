@@ -379,3 +379,45 @@ func TestStandaloneNodeAPI(t *testing.T) {
 		t.Errorf("standalone node API with Webhook authorization listens on %v (%v); want nothing served", addr, err)
 	}
 }
+
+// The kubelet API's /pods of a node with an API server lists a static pod
+// once, as run (config.source "file", the pod's own UID), not its mirror
+// pod, next to the API server's pods.
+func TestNodeAPIListsStaticPodsNotMirrorPods(t *testing.T) {
+	dir := agenttest.TempDir(t)
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("1"))
+	var srv *server.Server
+	n := agenttest.Start(t, agenttest.Options{
+		Args:  []string{"--pod-manifest-path=" + dir, "--anonymous-auth=true", "--authorization-mode=AlwaysAllow"},
+		Extra: []fx.Option{fx.Populate(&srv)},
+	})
+	ctx := agenttest.Context(t)
+	n.WaitReady(ctx)
+	mirrorPod := n.WaitForPod(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-node-a"}}, agenttest.PodRunningAndReady)
+	api := n.WaitForPod(ctx, n.CreatePod(ctx, agenttest.Pod("api", "busybox")), agenttest.PodRunningAndReady)
+	addr, err := srv.Addr(ctx)
+	if err != nil || addr == nil {
+		t.Fatalf("node API address = %v, %v", addr, err)
+	}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Get("https://" + addr.String() + "/pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list v1.PodList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /pods = %d, %v", resp.StatusCode, err)
+	}
+	got := map[string]v1.Pod{}
+	for _, p := range list.Items {
+		got[p.Name] = p
+	}
+	static, ok := got["web-node-a"]
+	if len(list.Items) != 2 || !ok || got["api"].UID != api.UID {
+		t.Fatalf("/pods lists %d pods %v, want web-node-a and api", len(list.Items), got)
+	}
+	if static.UID == mirrorPod.UID || podsource.IsMirrorPod(&static) || static.Annotations[podsource.ConfigSourceAnnotationKey] != podsource.FileSource {
+		t.Errorf("/pods lists the static pod as UID %s annotations %v; want the static pod (source file), not the mirror pod %s", static.UID, static.Annotations, mirrorPod.UID)
+	}
+}
