@@ -20,7 +20,12 @@
 // network namespace it creates, with a serving certificate from an approved
 // kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
 // port-forward, cp, top through a metrics-server built from Go modules,
-// get --raw through nodes/proxy). All tests run in parallel (-parallel defaults to
+// get --raw through nodes/proxy). TestStaticPodsOnContainerd
+// (staticpods_test.go) runs static pods on a containerd of its own: first
+// with the API server unreachable (a proxy refuses the agent), then their
+// mirror pods, a deleted mirror pod coming back, an edited manifest
+// replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
+// All tests run in parallel (-parallel defaults to
 // 16 here: they wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:
