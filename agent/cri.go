@@ -134,6 +134,14 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 	return cgroups{Manager: m, Pods: m, Driver: driver}, nil
 }
 
+// apiClients is the agent's API clients when it has an API server; a
+// standalone agent has none.
+type apiClients struct {
+	fx.In
+
+	Clients *Clients `optional:"true"`
+}
+
 // kubepodsResources returns what the kubepods cgroup enforces, as the
 // kubelet's enforceNodeAllocatableCgroups: the host's CPUs and memory
 // (machine), less kubeReserved and systemReserved when
@@ -187,18 +195,20 @@ type podManagerParams struct {
 
 	Dirs     dataDirs
 	Config   *Config
-	Clients  *Clients
 	Cgroups  *cgroupdriver.Manager `optional:"true"`
 	Driver   cgroupdriver.Driver
 	Node     *status.NodeWatch
-	Services *serviceLister
+	Services *serviceLister `optional:"true"`
 	Volumes  *volume.Manager
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
 // and the graph: cgroup parents from the hierarchy, services, config maps
 // and secrets for the containers' environment (from the volume manager's
-// watches: no GET per sync), the node's allocatable for the downward API.
+// watches: no GET per sync; on a standalone node, without an API client,
+// a container that refers to a config map or secret waits with
+// CreateContainerConfigError, and gets no service variables), the node's
+// allocatable for the downward API.
 func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	var parent func(context.Context, *v1.Pod) (string, error)
 	if p.Cgroups != nil {
@@ -208,10 +218,12 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	if err != nil {
 		return o, err
 	}
-	o.Services = p.Services.List
+	o.Allocatable = p.Node.Allocatable
 	o.ConfigMaps = p.Volumes.ConfigMap
 	o.Secrets = p.Volumes.Secret
-	o.Allocatable = p.Node.Allocatable
+	if p.Services != nil {
+		o.Services = p.Services.List
+	}
 	return o, nil
 }
 

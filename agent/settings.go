@@ -124,6 +124,14 @@ var implementedSettings = map[string]string{
 	// follow watches.
 	"configMapAndSecretChangeDetectionStrategy": "Watch only: Get, Cache and None behave as Watch",
 
+	// Static pods (agent/staticpods.go): the manifest directory and URL
+	// sources and their mirror pods.
+	"staticPodPath":      "",
+	"staticPodURL":       "",
+	"staticPodURLHeader": "",
+	"fileCheckFrequency": "",
+	"httpCheckFrequency": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",

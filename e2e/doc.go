@@ -26,9 +26,14 @@
 // running container, a subPath that does not follow), a projected
 // service-account token passing TokenReview, the downward API, a Memory
 // emptyDir as tmpfs unmounted on delete, a PVC pod stuck with FailedMount,
-// kubectl debug, termination messages and log rotation; TestImageGCOnContainerd
-// restarts an agent with thresholds that force the image garbage
-// collector to remove an unused image. All tests run in parallel (-parallel defaults to
+// kubectl debug, termination messages, a missing configMap or secret
+// holding its pod, and log rotation; TestImageGCOnContainerd restarts an
+// agent with thresholds that force the image garbage collector to remove
+// an unused image. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
+// with the API server unreachable (a proxy refuses the agent), then their
+// mirror pods, a deleted mirror pod coming back, an edited manifest
+// replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
+// All tests run in parallel (-parallel defaults to
 // 16 here: they wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:

@@ -5,6 +5,8 @@
 #   2. gofmt check: fails listing the files that need formatting;
 #   3. go vet of the library and of the e2e module;
 #   4. unit tests of the library with the race detector;
+#   4b. hack/defaultscheck: podsource.SetDefaults against the API server's
+#      own pod defaulting (k8s.io/kubernetes), a module of its own;
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
 #      control plane: about 10 minutes cold on 2 cores, seconds when cached;
 #   6. the e2e suite (e2e/): agents against the real control plane, on
@@ -64,6 +66,10 @@ unit() {
 	go test -race ./... 2>&1 | tee "$logs/unit.log"
 }
 
+defaultscheck() {
+	(cd hack/defaultscheck && go run .)
+}
+
 controlplane() {
 	(cd e2e && go run ./cmd/localcluster build)
 }
@@ -77,6 +83,7 @@ run_step "dependencies" deps
 run_step "gofmt" format
 run_step "go vet" vet
 run_step "unit tests (go test -race ./...)" unit
+run_step "pod defaults against the API server's (hack/defaultscheck)" defaultscheck
 run_step "control plane build" controlplane
 run_step "e2e tests (e2e/: go test ./...)" e2e
 

@@ -36,7 +36,11 @@ type Options struct {
 	// Controller's own (see Controller.Store).
 	Store *Store
 	// Node returns the node as last seen, for admission; false before it is
-	// known (status.NodeWatch.Node fits).
+	// known, and Run handles no pod update until it is.
+	// status.Reporter.NodeAnyWay fits best: it gives the node before it is
+	// registered too, so static pods run without an API server, as the
+	// kubelet's getNodeAnyWay (status.NodeWatch.Node admits nothing before
+	// the node is registered).
 	Node func() (*v1.Node, bool)
 	// Admit are the admission checks, in order; a pod the first of them
 	// rejects is failed and never started. GeneralPredicates is the
@@ -61,6 +65,14 @@ type Options struct {
 	HousekeepingPeriod time.Duration
 	// Recorder receives the pod events the controller records (rejections).
 	Recorder record.EventRecorder
+	// Mirrors, when set, keeps the mirror pods of static pods in the API
+	// server (see MirrorClient): every sync of a running static pod
+	// creates or replaces its mirror pod, an OpMirror update syncs the
+	// static pods it carries, the static pods are synced once the node is
+	// first known, and housekeeping deletes mirror pods whose static pod is
+	// gone. Sources must then be MirrorSources too. nil (a standalone node)
+	// makes no mirror pods.
+	Mirrors MirrorClient
 	// Clock paces requeues and housekeeping (default clock.RealClock{}).
 	Clock clock.Clock
 	// Registerer receives the kubelet's pod lifecycle metrics,
@@ -102,6 +114,10 @@ type Controller struct {
 
 	// runCtx is Run's context, for the workers KillPod starts.
 	runCtx context.Context
+	// mirrorSources is Sources' view of mirror pods, with Mirrors.
+	mirrorSources MirrorSources
+	// orphanMirrors is set while orphaned mirror pods are being deleted.
+	orphanMirrors atomic.Bool
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
@@ -109,6 +125,8 @@ type Controller struct {
 	orphans map[types.UID]bool
 	// stopped are KillPod's waiters, by pod, told once the pod stopped.
 	stopped map[types.UID][]chan struct{}
+	// static orders the starts of static pods of one name.
+	static staticStarts
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
 
@@ -163,6 +181,14 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
+	c.static = newStaticStarts()
+	if opts.Mirrors != nil {
+		ms, ok := opts.Sources.(MirrorSources)
+		if !ok {
+			return nil, fmt.Errorf("pod controller: with Mirrors, Sources (%T) must be MirrorSources", opts.Sources)
+		}
+		c.mirrorSources = ms
+	}
 	c.workers = newPodWorkers(c.syncPod, opts.Clock, m.observeWorker)
 	return c, nil
 }
@@ -188,12 +214,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.background.Wait()
 	defer c.workers.wait()
 	c.background.Go(func() { c.runHousekeeping(ctx) })
+	if c.opts.Mirrors != nil {
+		c.background.Go(func() { c.runNodeKnown(ctx) })
+	}
 	if gc, ok := c.opts.Runtime.(GarbageCollector); ok {
 		c.background.Go(func() { c.runGC(ctx, gc) })
 	}
 	var probes <-chan types.UID
 	if c.opts.Prober != nil {
 		probes = c.opts.Prober.Updates()
+	}
+	if !c.waitForNode(ctx) {
+		return nil
 	}
 	updates, events := c.opts.Sources.Updates(), c.opts.Runtime.Events()
 	for {
@@ -249,6 +281,11 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 				c.workers.poke(pod.UID)
 			}
 		}
+	case podsource.OpMirror:
+		// Their mirror pods changed or went: the sync puts them back.
+		for _, pod := range u.Pods {
+			c.workers.poke(pod.UID)
+		}
 	}
 }
 
@@ -272,6 +309,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 			return
 		}
 		c.store.set(pod)
+		c.static.enqueue(pod)
 	}
 	c.mu.Unlock()
 	c.workers.update(ctx, pod, terminate, false, pod.DeletionGracePeriodSeconds)
@@ -374,6 +412,9 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	if w.Terminate || (hasPrev && isTerminal(prev.Phase)) {
 		return c.terminate(ctx, w)
 	}
+	if !c.mayStart(ctx, pod) {
+		return c.retryAfterError(), false
+	}
 	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false))
 	if err != nil {
 		logger.Error(err, "Cannot read the pod's runtime status; will retry")
@@ -385,6 +426,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		c.workers.update(ctx, pod, true, false, nil)
 		return 0, false
 	}
+	mirrorRetry := c.syncMirrorPod(ctx, pod)
 	// Probes start before the runtime acts, as the kubelet's syncPod: a
 	// container the sync starts is probed from its first status on.
 	if c.opts.Prober != nil {
@@ -407,7 +449,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	}
 
 	requeue := wait.Jitter(c.opts.SyncFrequency, jitterFactor)
-	if res.Err != nil {
+	if res.Err != nil || mirrorRetry {
 		requeue = min(requeue, c.retryAfterError())
 	}
 	if !res.RetryAt.IsZero() {
@@ -502,6 +544,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		c.opts.Prober.RemovePod(pod)
 	}
 	c.store.delete(pod.UID)
+	c.staticPodStopped(pod)
 	for _, ch := range waiters {
 		close(ch)
 	}
@@ -718,6 +761,7 @@ func (c *Controller) housekeeping(ctx context.Context) {
 	if !c.opts.Sources.AllReady() {
 		return
 	}
+	c.deleteOrphanedMirrorPods(ctx)
 	logger := klog.FromContext(ctx)
 	running, err := c.opts.Runtime.RunningPods(ctx)
 	if err != nil {

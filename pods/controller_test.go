@@ -362,7 +362,7 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +425,12 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	if keep := rt.gcKeep[0]; !keep("uid-web") || keep("uid-other") {
 		t.Error("the runtime's garbage collection does not keep exactly the pods the Controller knows")
 	}
+}
+
+// knownNode is an Options.Node that knows the node at once: the loop admits
+// no pod before it knows the node.
+func knownNode() (*v1.Node, bool) {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, true
 }
 
 // deleterRuntime is a fakeRuntime that is an UnusedContainerDeleter.
@@ -450,7 +456,7 @@ func TestDeleteAllUnusedContainers(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := &deleterRuntime{fakeRuntime: newFakeRuntime()}
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +489,7 @@ func TestDeleteAllUnusedContainers(t *testing.T) {
 	}
 
 	plain := newFakeRuntime()
-	c2, err := New(Options{Sources: sources, Runtime: plain, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c2, err := New(Options{Sources: sources, Runtime: plain, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,14 @@
 // being deleted and terminal, and retries failed writes with the next
 // write and at least every 10 s.
 //
+// A static pod's status (podsource.IsStaticPod) goes to its mirror pod, the
+// API pod whose kubernetes.io/config.mirror annotation is the static pod's
+// config hash. With the sources' view (Options.Pods) the Manager writes it
+// only once the sources show that mirror pod, without a request before, and
+// its periodic sync compares against the mirror pod's status. Without a
+// Client (a standalone node) the Manager keeps the statuses for
+// GetPodStatus and writes nothing.
+//
 // The agent's pod worker wires it this way on every sync of a pod, as the
 // kubelet's syncPod does (status first, then the runtime's actions):
 //

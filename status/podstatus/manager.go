@@ -18,22 +18,33 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/podsource"
 )
 
 // DefaultSyncPeriod is how often the Manager checks every cached status
 // against the API server, the kubelet status manager's syncPeriod.
 const DefaultSyncPeriod = 10 * time.Second
 
-// PodGetter returns the latest version of a pod the agent's sources know,
-// by UID, and whether there is one; the returned pod is read-only.
+// PodGetter gives the pods as the agent's sources last saw them; the
+// returned pods are read-only and the methods must not block.
 // podsource's *Config is one.
 type PodGetter interface {
+	// GetPodByUID returns the latest version of a pod by UID, and whether
+	// there is one.
 	GetPodByUID(uid types.UID) (*v1.Pod, bool)
+	// MirrorPodFor returns the mirror pod (the API object of a static pod,
+	// see podsource.IsMirrorPod) with the namespace and name of staticPod,
+	// whatever its config hash, and whether there is one.
+	MirrorPodFor(staticPod *v1.Pod) (*v1.Pod, bool)
 }
 
 // Options configures a Manager.
 type Options struct {
-	// Client writes pod statuses and deletes finished pods; required.
+	// Client writes pod statuses and deletes finished pods. nil keeps the
+	// statuses only in the Manager, for a node without an API server (a
+	// standalone agent): GetPodStatus serves them (say, to the node API's
+	// /pods) and Run writes nothing.
 	Client kubernetes.Interface
 	// Clock sets condition transition times and start times and paces the
 	// periodic sync; default clock.RealClock{}.
@@ -42,9 +53,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Pods, when set, gives the pods as the agent's sources see them. The
 	// periodic sync then rewrites a status someone else changed on the API
-	// server, and deletes a finished pod whose deletion came after its
-	// last status write. Without it, that happens on the next SetPodStatus
-	// or TerminatePod.
+	// server (for a static pod: on its mirror pod), and deletes a finished
+	// pod whose deletion came after its last status write; a static pod's
+	// status waits, without a request, until the sources show its current
+	// mirror pod. Without it, that happens on the next SetPodStatus or
+	// TerminatePod, and a static pod's status is written after a GET of
+	// its mirror pod.
 	Pods PodGetter
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
@@ -54,7 +68,8 @@ type Options struct {
 
 // Manager is the source of truth of the node's pod statuses, the kubelet's
 // status manager: the agent sets a pod's status after every sync, the
-// Manager keeps it, versioned, and writes it to the API server from Run.
+// Manager keeps it, versioned, and writes it to the API server from Run
+// (without a Client, it only keeps it).
 //
 // Writes are strategic merge patches of the status subresource with the
 // pod's UID as precondition (a pod deleted and recreated under the same
@@ -115,9 +130,6 @@ type versionedStatus struct {
 // NewManager validates opts, applies defaults and registers the metrics
 // when opts.Registerer is set. It makes no API calls.
 func NewManager(opts Options) (*Manager, error) {
-	if opts.Client == nil {
-		return nil, errors.New("podstatus: Options.Client is required")
-	}
 	switch {
 	case opts.SyncPeriod < 0:
 		return nil, fmt.Errorf("podstatus: SyncPeriod %v must not be negative", opts.SyncPeriod)
@@ -223,7 +235,7 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 			status.InitContainerStatuses[i].State = *unknown.DeepCopy()
 		}
 	}
-	if !isStaticPod(pod) && !isTerminal(status.Phase) {
+	if !podsource.IsStaticPod(pod) && !isTerminal(status.Phase) {
 		m.logger.V(3).Info("Marking terminated pod as failed", "pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", status.Phase)
 		status.Phase = v1.PodFailed
 	}
@@ -301,8 +313,8 @@ func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished
 		namespace: pod.Namespace,
 		at:        at,
 		finished:  finished,
-		static:    isStaticPod(pod),
-		hash:      pod.Annotations[configHashAnnotation],
+		static:    podsource.IsStaticPod(pod),
+		hash:      pod.Annotations[podsource.ConfigHashAnnotationKey],
 	}
 	select {
 	case m.signal <- struct{}{}:
@@ -312,14 +324,20 @@ func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished
 
 // Run writes cached statuses to the API server until ctx is done: at once
 // when one changed, and every SyncPeriod all of them that differ from what
-// was written or from what the API server shows (with Options.Pods). It
-// returns nil when ctx is done; it may be called once at a time.
+// was written or from what the API server shows (with Options.Pods). Without
+// a Client it only waits. It returns nil when ctx is done; it may be called
+// once at a time.
 func (m *Manager) Run(ctx context.Context) error {
 	if !m.running.CompareAndSwap(false, true) {
 		return errors.New("podstatus: Manager is already running")
 	}
 	defer m.running.Store(false)
 	logger := klog.FromContext(ctx)
+	if m.client == nil {
+		logger.Info("No API server: pod statuses are kept locally")
+		<-ctx.Done()
+		return nil
+	}
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
 	timer := m.clock.NewTimer(m.syncPeriod)
 	defer timer.Stop()
@@ -387,12 +405,10 @@ func (m *Manager) needsDeletion(uid types.UID, e *versionedStatus) bool {
 }
 
 // needsReconcile reports whether the API status the sources last saw
-// differs from the cached one: someone else wrote it.
+// differs from the cached one (for a static pod: its current mirror pod's):
+// someone else wrote it.
 func (m *Manager) needsReconcile(ctx context.Context, uid types.UID, e *versionedStatus) bool {
-	if m.pods == nil || e.static {
-		return false
-	}
-	pod, ok := m.pods.GetPodByUID(uid)
+	pod, ok := m.sourcePod(uid, e)
 	if !ok {
 		return false
 	}
@@ -412,6 +428,12 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(e.namespace, e.name), "podUID", uid)
 	pods := m.client.CoreV1().Pods(e.namespace)
 	pod, err := m.currentPod(ctx, uid, e)
+	if errors.Is(err, errNoMirrorPod) {
+		// Written once the sources show the mirror pod: the periodic sync
+		// tries again.
+		logger.V(4).Info("Static pod has no current mirror pod yet, not writing its status")
+		return
+	}
 	if apierrors.IsNotFound(err) {
 		logger.V(3).Info("Pod does not exist on the API server")
 		return
@@ -485,19 +507,47 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 }
 
 // forget drops the pod's status unless a newer version came meanwhile.
+// errNoMirrorPod: the sources show no current mirror pod of a static pod,
+// so there is nothing to write its status to yet.
+var errNoMirrorPod = errors.New("no current mirror pod")
+
+// sourcePod returns the API pod the status of the pod uid goes to as the
+// sources last saw it: the pod itself, or for a static pod its mirror pod
+// when it is current (its mirror annotation is the static pod's hash).
+// false without Options.Pods or when the sources have no such pod.
+func (m *Manager) sourcePod(uid types.UID, e *versionedStatus) (*v1.Pod, bool) {
+	if m.pods == nil {
+		return nil, false
+	}
+	if e.static {
+		ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name}}
+		mirror, ok := m.pods.MirrorPodFor(ref)
+		return mirror, ok && isMirrorOf(mirror, e.hash)
+	}
+	p, ok := m.pods.GetPodByUID(uid)
+	return p, ok && p.UID == uid
+}
+
 // currentPod returns the pod to compute a status patch against, saving the
 // GET the kubelet makes before every patch where the Manager knows the
-// pod's current version: the sources' copy when it is the version this
-// Manager last wrote (or the Manager has not written the pod yet), the last
-// patch's answer when the sources' copy is the version that patch was
-// computed from (the watch has not caught up with the write). Otherwise, for
-// static pods, and without Options.Pods, it reads the pod from the API
-// server. A copy that misses someone else's later write can only leave that
-// write as it is; the periodic sync then sees the difference and reads the
-// API. The returned pod is the caller's.
+// pod's current version: the sources' copy (for a static pod, of its mirror
+// pod) when it is the version this Manager last wrote (or the Manager has
+// not written the pod yet), the last patch's answer when the sources' copy
+// is the version that patch was computed from (the watch has not caught up
+// with the write). With Options.Pods, a static pod whose current mirror
+// pod the sources do not show gets errNoMirrorPod, without a request: there
+// is nothing to write to until the pod loop created it. Otherwise, and
+// without Options.Pods, it reads the pod from the API server. A copy that
+// misses someone else's later write can only leave that write as it is; the
+// periodic sync then sees the difference and reads the API. The returned
+// pod is the caller's.
 func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedStatus) (*v1.Pod, error) {
-	if m.pods != nil && !e.static {
-		if p, ok := m.pods.GetPodByUID(uid); ok && p.UID == uid {
+	if m.pods != nil {
+		p, ok := m.sourcePod(uid, e)
+		if !ok && e.static {
+			return nil, errNoMirrorPod
+		}
+		if ok {
 			last, wrote := m.written[uid]
 			switch {
 			case !wrote || last.ResourceVersion == p.ResourceVersion:
@@ -524,21 +574,16 @@ func (m *Manager) forget(uid types.UID, version uint64) {
 // canBeDeleted: the pod is being deleted, the API server shows it terminal,
 // and its containers stopped. Mirror pods are not deleted here.
 func canBeDeleted(pod *v1.Pod, e *versionedStatus) bool {
-	if pod.DeletionTimestamp == nil || isMirrorPod(pod) {
+	if pod.DeletionTimestamp == nil || podsource.IsMirrorPod(pod) {
 		return false
 	}
 	return isTerminal(pod.Status.Phase) && e.finished
 }
 
-func isMirrorPod(pod *v1.Pod) bool {
-	_, ok := pod.Annotations[v1.MirrorPodAnnotationKey]
-	return ok
-}
-
 // isMirrorOf reports whether pod is the mirror pod of the static pod with
 // the config hash.
 func isMirrorOf(pod *v1.Pod, hash string) bool {
-	return hash != "" && pod.Annotations[v1.MirrorPodAnnotationKey] == hash
+	return hash != "" && podsource.IsMirrorPod(pod) && pod.Annotations[podsource.ConfigMirrorAnnotationKey] == hash
 }
 
 // hasPodInitialized reports whether the pod's API status shows it ever
