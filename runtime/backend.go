@@ -69,7 +69,11 @@ type Backend struct {
 var (
 	_ pods.Runtime          = (*Backend)(nil)
 	_ pods.GarbageCollector = (*Backend)(nil)
+	_ pods.ImagePullTimer   = (*Backend)(nil)
 )
+
+// ImagePullTime is PodManager.ImagePullTime.
+func (b *Backend) ImagePullTime(uid types.UID) time.Duration { return b.pm.ImagePullTime(uid) }
 
 // NewBackend returns a Backend. It does no I/O.
 func NewBackend(opts BackendOptions) (*Backend, error) {

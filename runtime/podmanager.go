@@ -399,6 +399,13 @@ func (m *PodManager) waiting(uid types.UID) map[string]podstate.ContainerWaiting
 }
 
 // forget drops what the PodManager remembers of pod uid.
+// ImagePullTime returns how long the successful image pulls of the pod
+// with uid took so far, waiting for a pull slot included (0 when its images
+// were present), until RemovePod. The kubelet subtracts it from a pod's
+// start time for kubelet_pod_start_sli_duration_seconds. Safe for
+// concurrent use.
+func (m *PodManager) ImagePullTime(uid types.UID) time.Duration { return m.images.pulled(uid) }
+
 func (m *PodManager) forget(uid types.UID) {
 	m.mu.Lock()
 	delete(m.reasons, uid)
