@@ -24,6 +24,9 @@ const (
 	DefaultRelistPeriod    = time.Second
 	DefaultRelistThreshold = 3 * time.Minute
 	DefaultPLEGCapacity    = 1000
+	// DefaultEventedRelistPeriod is the pause between relists while the
+	// runtime streams container events.
+	DefaultEventedRelistPeriod = time.Minute
 	// maxEventStreamBackOff caps the wait before reopening a failed
 	// container event stream.
 	maxEventStreamBackOff = 30 * time.Second
@@ -43,9 +46,18 @@ type PLEGOptions struct {
 	// runtime without the RPC (containerd 1.6) answers Unimplemented and
 	// the PLEG relists only; a broken stream is reopened with back-off.
 	Runtime cri.RuntimeService
-	// RelistPeriod is the pause between relists of all pods, the fallback
-	// and safety net of the event stream (default DefaultRelistPeriod).
+	// RelistPeriod is the pause between relists of all pods while the
+	// runtime does not stream container events (default
+	// DefaultRelistPeriod).
 	RelistPeriod time.Duration
+	// EventedRelistPeriod is the pause between relists while the event
+	// stream is up, the safety net of the stream (default
+	// DefaultEventedRelistPeriod; the kubelet's evented PLEG uses 5
+	// minutes). Meanwhile, every RelistPeriod, the cache is marked fresh
+	// without a CRI call, once the events received are read: the stream
+	// reports every change. The stream (re)connecting, or an event that did
+	// not fit the queue, brings a relist at once.
+	EventedRelistPeriod time.Duration
 	// RelistThreshold is how long relisting may stall before Healthy
 	// reports the PLEG unhealthy (default DefaultRelistThreshold).
 	RelistThreshold time.Duration
@@ -79,6 +91,11 @@ type PLEG struct {
 	records   map[types.UID]*podRecord
 	reinspect map[types.UID]bool
 	hints     chan podHint
+	// streaming is set while the container event stream is up; resync asks
+	// Run for a relist at once (the stream connected, or a hint was
+	// dropped).
+	streaming atomic.Bool
+	resync    chan struct{}
 }
 
 type podRecord struct {
@@ -102,7 +119,10 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 	if opts.RelistThreshold == 0 {
 		opts.RelistThreshold = DefaultRelistThreshold
 	}
-	if opts.RelistPeriod < 0 || opts.RelistThreshold < 0 {
+	if opts.EventedRelistPeriod == 0 {
+		opts.EventedRelistPeriod = DefaultEventedRelistPeriod
+	}
+	if opts.RelistPeriod < 0 || opts.RelistThreshold < 0 || opts.EventedRelistPeriod < 0 {
 		return nil, fmt.Errorf("pleg: relist period %v and threshold %v must be positive", opts.RelistPeriod, opts.RelistThreshold)
 	}
 	if opts.Capacity <= 0 {
@@ -122,6 +142,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 		records:   map[types.UID]*podRecord{},
 		reinspect: map[types.UID]bool{},
 		hints:     make(chan podHint, opts.Capacity),
+		resync:    make(chan struct{}, 1),
 	}
 	m, err := newPLEGMetrics(opts.Registerer, p.lastSeen)
 	if err != nil {
@@ -175,19 +196,52 @@ func (p *PLEG) Run(ctx context.Context) error {
 	}
 	for {
 		p.relist(ctx)
-		timer := p.clock.NewTimer(p.opts.RelistPeriod)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return nil
-			case <-timer.C():
-				break wait
-			case h := <-p.hints:
-				p.relistPods(ctx, h)
+		lastRelist := p.clock.Now()
+		for relist := false; !relist; {
+			timer := p.clock.NewTimer(p.opts.RelistPeriod)
+		wait:
+			for {
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return nil
+				case <-timer.C():
+					break wait
+				case <-p.resync:
+					timer.Stop()
+					relist = true
+					break wait
+				case h := <-p.hints:
+					p.relistPods(ctx, h)
+				}
 			}
+			if relist || !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod {
+				break
+			}
+			p.markFresh(ctx)
 		}
+	}
+}
+
+// markFresh reads the pods of the events received so far, then marks the
+// cache fresh as of now without asking the runtime: while the event stream
+// is up, a pod without an event did not change.
+func (p *PLEG) markFresh(ctx context.Context) {
+	select {
+	case h := <-p.hints:
+		p.relistPods(ctx, h)
+	default:
+	}
+	now := p.clock.Now()
+	p.relistTime.Store(&now)
+	p.cache.UpdateTime(now)
+}
+
+// requestRelist asks Run for a relist at once.
+func (p *PLEG) requestRelist() {
+	select {
+	case p.resync <- struct{}{}:
+	default:
 	}
 }
 
@@ -414,6 +468,9 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 		go func() {
 			done <- p.opts.Runtime.GetContainerEvents(ctx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) {
 				p.metrics.streamConnected()
+				// Changes before the stream was up came without events.
+				p.streaming.Store(true)
+				p.requestRelist()
 			})
 		}()
 		var err error
@@ -428,12 +485,14 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 				}
 				select {
 				case p.hints <- podHint{uid: types.UID(md.GetUid()), name: md.GetName(), namespace: md.GetNamespace()}:
-				default: // the relist will see it
+				default: // a relist will see it
+					p.requestRelist()
 				}
 			case err = <-done:
 				break forward
 			}
 		}
+		p.streaming.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
