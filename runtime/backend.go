@@ -175,16 +175,16 @@ func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
 	b.mu.Lock()
 	delete(b.lastSync, uid)
 	b.mu.Unlock()
+	b.opts.PLEG.Forget(uid)
 	return nil
 }
 
 // RunningPods lists the pods with a running container or a ready sandbox,
-// as pods with only their UID, name and namespace.
-func (b *Backend) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
-	running, err := b.pm.ListPods(ctx, false)
-	if err != nil {
-		return nil, err
-	}
+// as pods with only their UID, name and namespace, as the PLEG last saw
+// them (its relist or an event; PLEG.RunningPods): no CRI call, where the
+// kubelet's housekeeping lists the runtime every 2 s.
+func (b *Backend) RunningPods(context.Context) ([]*v1.Pod, error) {
+	running := b.opts.PLEG.RunningPods()
 	out := make([]*v1.Pod, 0, len(running))
 	for _, rp := range running {
 		out = append(out, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: rp.ID, Name: rp.Name, Namespace: rp.Namespace}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,6 +97,11 @@ type PLEG struct {
 	// dropped).
 	streaming atomic.Bool
 	resync    chan struct{}
+
+	// snapshotMu guards snapshot: every pod's latest record, for
+	// RunningPods.
+	snapshotMu sync.Mutex
+	snapshot   map[types.UID]podstate.RunningPod
 }
 
 type podRecord struct {
@@ -143,6 +149,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 		reinspect: map[types.UID]bool{},
 		hints:     make(chan podHint, opts.Capacity),
 		resync:    make(chan struct{}, 1),
+		snapshot:  map[types.UID]podstate.RunningPod{},
 	}
 	m, err := newPLEGMetrics(opts.Registerer, p.lastSeen)
 	if err != nil {
@@ -235,6 +242,30 @@ func (p *PLEG) markFresh(ctx context.Context) {
 	now := p.clock.Now()
 	p.relistTime.Store(&now)
 	p.cache.UpdateTime(now)
+}
+
+// RunningPods returns the pods with a running container or a ready
+// sandbox as of the latest relist or event, without asking the runtime.
+// The caller owns the returned slice, not the pods' container slices.
+// Safe for concurrent use.
+func (p *PLEG) RunningPods() []podstate.RunningPod {
+	p.snapshotMu.Lock()
+	defer p.snapshotMu.Unlock()
+	out := make([]podstate.RunningPod, 0, len(p.snapshot))
+	for _, rp := range p.snapshot {
+		if rp.IsRunning() {
+			out = append(out, rp)
+		}
+	}
+	return out
+}
+
+// Forget drops the pod from RunningPods until a relist or an event shows
+// it again: its removal from the runtime was just done.
+func (p *PLEG) Forget(uid types.UID) {
+	p.snapshotMu.Lock()
+	defer p.snapshotMu.Unlock()
+	delete(p.snapshot, uid)
 }
 
 // requestRelist asks Run for a relist at once.
@@ -334,6 +365,13 @@ func runningFromStatus(st *podstate.PodStatus) *podstate.RunningPod {
 func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *podstate.PodStatus) {
 	logger := klog.FromContext(ctx)
 	r := p.records[uid]
+	p.snapshotMu.Lock()
+	if r.current == nil {
+		delete(p.snapshot, uid)
+	} else {
+		p.snapshot[uid] = *r.current
+	}
+	p.snapshotMu.Unlock()
 	events := computeEvents(uid, r.old, r.current)
 	reinspect := p.reinspect[uid]
 	delete(p.reinspect, uid)
