@@ -483,6 +483,11 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			return err
 		}
 		n.idle = f
+		if n.nodekit && b.opts.profileDir != "" {
+			if err := <-b.profileAgent(ctx, n, "heap", filepath.Join(b.opts.profileDir, n.agent.Name+".idle.heap.pprof")); err != nil {
+				b.logf("heap profile of %s: %v", n.agent.Name, err)
+			}
+		}
 		b.logf("idle %s: RSS %s, CPU %s over %s, requests: %s", n.agent.Name, bench.FormatMiB(f.rss),
 			f.cpu, f.window.Round(time.Millisecond), f.requests)
 	}
@@ -505,7 +510,8 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	}
 	var profile <-chan error
 	if n.nodekit && b.opts.profileDir != "" {
-		profile = b.profileAgent(ctx, n, filepath.Join(b.opts.profileDir, n.agent.Name+".cpu.pprof"))
+		profile = b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.profileTime.Seconds())),
+			filepath.Join(b.opts.profileDir, n.agent.Name+".cpu.pprof"))
 	}
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{

@@ -108,12 +108,12 @@ func (b *breakdown) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// profileAgent starts a CPU profile of n's agent for -profile-time through
-// its node API's /debug/pprof/profile, as a cluster admin (a client
-// certificate of the cluster CA in system:masters; the agent's serving
-// certificate is its self-signed one, not verified), and writes it to
-// path. The returned channel gets the outcome.
-func (b *benchmark) profileAgent(ctx context.Context, n *node, path string) <-chan error {
+// profileAgent fetches a profile of n's agent through its node API's
+// /debug/pprof/<what> (what: "profile?seconds=N" for CPU, "heap"), as a
+// cluster admin (a client certificate of the cluster CA in system:masters;
+// the agent's serving certificate is its self-signed one, not verified),
+// and writes it to path. The returned channel gets the outcome.
+func (b *benchmark) profileAgent(ctx context.Context, n *node, what, path string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
@@ -131,7 +131,7 @@ func (b *benchmark) profileAgent(ctx context.Context, n *node, path string) <-ch
 			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 				Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, //nolint:gosec // the agent's self-signed certificate
 			}}}
-			url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", n.agent.APIURL, int(b.opts.profileTime.Seconds()))
+			url := n.agent.APIURL + "/debug/pprof/" + what
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return err
@@ -153,7 +153,7 @@ func (b *benchmark) profileAgent(ctx context.Context, n *node, path string) <-ch
 				f.Close()
 				return err
 			}
-			b.logf("CPU profile of %s written to %s (go tool pprof -top %s)", n.agent.Name, path, path)
+			b.logf("profile of %s written to %s (go tool pprof -top %s)", n.agent.Name, path, path)
 			return f.Close()
 		}()
 	}()

@@ -56,7 +56,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.nodes, "nodes", 100, "agents to run in this one process on the fake runtime (0 skips the scale figures)")
 	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
 	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
-	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst into this directory (<node>.cpu.pprof), taken from the agent's /debug/pprof/profile")
+	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) and a heap profile at the end of its idle window (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof")
 	fs.DurationVar(&o.profileTime, "profile-time", 10*time.Second, "how long each -profile CPU profile runs, from the burst's start")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
 	fs.StringVar(&o.compare, "compare", "", "print the change of every figure against this earlier -json table")
