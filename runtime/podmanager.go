@@ -360,6 +360,10 @@ type SyncResult struct {
 	// to happen did). errors.Is finds the Err* reasons in it, e.g.
 	// ErrCrashLoopBackOff while a container backs off.
 	Err error
+	// Idle is set when the sync found nothing to do on the runtime: no
+	// container or sandbox to kill, create or start. The pod's runtime
+	// status is then as the sync found it.
+	Idle bool
 }
 
 // podDesc is the kubelet's format.Pod: name_namespace(uid).
