@@ -242,6 +242,14 @@ func (p *PLEG) markFresh(ctx context.Context) {
 	now := p.clock.Now()
 	p.relistTime.Store(&now)
 	p.cache.UpdateTime(now)
+	// The running pods and containers gauges, as a relist sets them.
+	p.snapshotMu.Lock()
+	all := make([]podstate.RunningPod, 0, len(p.snapshot))
+	for _, rp := range p.snapshot {
+		all = append(all, rp)
+	}
+	p.snapshotMu.Unlock()
+	p.metrics.observeRunning(all)
 }
 
 // RunningPods returns the pods with a running container or a ready
