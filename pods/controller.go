@@ -76,9 +76,12 @@ type Options struct {
 	// Clock paces requeues and housekeeping (default clock.RealClock{}).
 	Clock clock.Clock
 	// Registerer receives the kubelet's pod lifecycle metrics,
-	// kubelet_pod_start_duration_seconds and
-	// kubelet_pod_worker_duration_seconds{operation_type}; nil registers
-	// nothing.
+	// kubelet_pod_start_duration_seconds,
+	// kubelet_pod_start_sli_duration_seconds,
+	// kubelet_pod_start_total_duration_seconds and
+	// kubelet_pod_worker_duration_seconds{operation_type}, and
+	// nodekit_pod_start_agent_duration_seconds (the agent's own share of a
+	// pod's start, with buckets from 1 ms); nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -151,6 +154,10 @@ type podRecord struct {
 	// once its start was recorded in kubelet_pod_start_duration_seconds.
 	firstSeen time.Time
 	started   bool
+	// trackStart: the pod had not started when first seen, so its start
+	// is recorded in kubelet_pod_start_sli_duration_seconds once the
+	// source shows it (startObserved).
+	trackStart, startObserved bool
 	// terminated is set once the pod's containers are stopped and its
 	// final status is set; it never goes back.
 	terminated bool
@@ -274,6 +281,7 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 			c.mu.Lock()
 			if r, ok := c.pods[pod.UID]; ok {
 				r.pod = pod
+				c.observeStartLocked(r)
 			}
 			c.mu.Unlock()
 			c.store.update(pod)
@@ -296,7 +304,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 		c.update(ctx, pod, pod.DeletionTimestamp != nil)
 		return
 	}
-	r := &podRecord{pod: pod, firstSeen: c.clock.Now()}
+	r := &podRecord{pod: pod, firstSeen: c.clock.Now(), trackStart: pod.Status.StartTime == nil && !isUnschedulable(pod)}
 	c.pods[pod.UID] = r
 	// A finished or deleted pod is not admitted: its worker only makes sure
 	// it is stopped.
@@ -352,6 +360,7 @@ func (c *Controller) update(ctx context.Context, pod *v1.Pod, deleted bool) {
 	r, ok := c.pods[pod.UID]
 	if ok {
 		r.pod = pod
+		c.observeStartLocked(r)
 	}
 	rejected := ok && r.rejected
 	c.mu.Unlock()
@@ -483,6 +492,78 @@ func (c *Controller) setStatus(pod *v1.Pod, st v1.PodStatus) {
 		}
 	}
 	c.opts.Statuses.SetPodStatus(pod, st)
+}
+
+// observeStartLocked records the start of a pod whose source (the API
+// server's watch) shows all its containers started for the first time, as
+// the kubelet's pod startup latency tracker: kubelet_pod_start_total_duration_seconds
+// since the pod's creation; kubelet_pod_start_sli_duration_seconds the same
+// less image pulls (ImagePullTimer) and init containers' run time, for
+// stateless pods only; nodekit_pod_start_agent_duration_seconds since the
+// controller first saw it less image pulls. c.mu is held.
+func (c *Controller) observeStartLocked(r *podRecord) {
+	pod := r.pod
+	if c.metrics == nil || !r.trackStart || r.startObserved || r.rejected || !allContainersStarted(pod) {
+		return
+	}
+	r.startObserved = true
+	now := c.clock.Now()
+	var pulls time.Duration
+	if t, ok := c.opts.Runtime.(ImagePullTimer); ok {
+		pulls = t.ImagePullTime(pod.UID)
+	}
+	total := now.Sub(pod.CreationTimestamp.Time)
+	c.metrics.observeStarted(total, total-pulls-initContainersRunTime(pod), now.Sub(r.firstSeen)-pulls, isStateless(pod))
+}
+
+// allContainersStarted reports whether the pod's status shows every
+// regular container running with a start time (the kubelet's
+// hasPodStartedSLO), and at least one.
+func allContainersStarted(pod *v1.Pod) bool {
+	if isTerminal(pod.Status.Phase) || len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil || cs.State.Running.StartedAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// initContainersRunTime sums how long the pod's init containers ran, as
+// its status shows them (finished ones; a running sidecar from its start).
+func initContainersRunTime(pod *v1.Pod) time.Duration {
+	var d time.Duration
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if t := cs.State.Terminated; t != nil && !t.StartedAt.IsZero() && t.FinishedAt.After(t.StartedAt.Time) {
+			d += t.FinishedAt.Sub(t.StartedAt.Time)
+		}
+	}
+	return d
+}
+
+// isStateless reports whether the pod's volumes are all of the kinds the
+// kubelet's SLI counts as stateless: secret, configMap, downwardAPI,
+// emptyDir, projected.
+func isStateless(pod *v1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret == nil && v.ConfigMap == nil && v.DownwardAPI == nil && v.EmptyDir == nil && v.Projected == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// isUnschedulable reports whether the pod's PodScheduled condition is
+// False.
+func isUnschedulable(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+			return true
+		}
+	}
+	return false
 }
 
 // SyncLoopHealthy returns an error when the loop is not running, or when

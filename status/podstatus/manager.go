@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -25,6 +26,14 @@ import (
 // DefaultSyncPeriod is how often the Manager checks every cached status
 // against the API server, the kubelet status manager's syncPeriod.
 const DefaultSyncPeriod = 10 * time.Second
+
+// DefaultPendingWriteDelay is how long the first status of a pod that is
+// still Pending waits before it is written, by default.
+const DefaultPendingWriteDelay = time.Second
+
+// DefaultWriters is how many pods' statuses the Manager writes at once by
+// default.
+const DefaultWriters = 8
 
 // PodGetter gives the pods as the agent's sources last saw them; the
 // returned pods are read-only and the methods must not block.
@@ -62,6 +71,18 @@ type Options struct {
 	Pods PodGetter
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
+	// Writers is how many pods' statuses are written at once (default
+	// DefaultWriters); one pod's writes never overlap. The kubelet writes
+	// one at a time, so a burst of pods waits for each round trip in turn;
+	// the client's rate limit still bounds the request rate.
+	Writers int
+	// PendingWriteDelay is how long the first status of a pod that is still
+	// Pending (and not being deleted) may wait for a newer one before it is
+	// written (default DefaultPendingWriteDelay; negative: no wait). A pod
+	// that starts within it is written once, carrying Running, instead of
+	// once as ContainerCreating and again as Running; a pod that takes
+	// longer shows its Pending status that much later than the kubelet's.
+	PendingWriteDelay time.Duration
 	// Logger logs what the methods without a context do; default klog's.
 	Logger logr.Logger
 }
@@ -83,13 +104,16 @@ type Options struct {
 // the UID precondition, as the kubelet does, and forgets its status.
 //
 // A status that failed to be written is retried with the next write of
-// any pod, and at least every SyncPeriod. All methods are safe for
+// any pod, and at least every SyncPeriod. Statuses of several pods are
+// written concurrently (Options.Writers). All methods are safe for
 // concurrent use; only Run talks to the API server.
 type Manager struct {
 	client     kubernetes.Interface
 	clock      clock.Clock
 	pods       PodGetter
 	syncPeriod time.Duration
+	writers    int
+	firstDelay time.Duration
 	logger     logr.Logger
 	metrics    *metrics
 
@@ -98,13 +122,14 @@ type Manager struct {
 	// signal has a pending write when it holds a value.
 	signal chan struct{}
 
-	// synced is, per pod UID, the version last written; only Run's
-	// goroutine touches it.
+	// writeMu guards synced, written and writtenFrom, which only Run and
+	// the writers it waits for touch.
+	writeMu sync.Mutex
+	// synced is, per pod UID, the version last written.
 	synced map[types.UID]uint64
 	// written is, per pod UID, the pod as the API server answered the last
 	// patch (or as read when nothing needed writing), and writtenFrom the
-	// resourceVersion that patch was computed from; only Run's goroutine
-	// touches them. See currentPod.
+	// resourceVersion that patch was computed from. See currentPod.
 	written     map[types.UID]*v1.Pod
 	writtenFrom map[types.UID]string
 	running     atomic.Bool
@@ -121,6 +146,8 @@ type versionedStatus struct {
 	at time.Time
 	// finished: TerminatePod was called; the pod's containers stopped.
 	finished bool
+	// deleting: the pod had a deletion timestamp when the status was set.
+	deleting bool
 	// static pods write their status to their mirror pod, the API pod
 	// whose mirror annotation is their config hash.
 	static bool
@@ -135,6 +162,18 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("podstatus: SyncPeriod %v must not be negative", opts.SyncPeriod)
 	case opts.SyncPeriod == 0:
 		opts.SyncPeriod = DefaultSyncPeriod
+	}
+	switch {
+	case opts.Writers < 0:
+		return nil, fmt.Errorf("podstatus: Writers %d must not be negative", opts.Writers)
+	case opts.Writers == 0:
+		opts.Writers = DefaultWriters
+	}
+	switch {
+	case opts.PendingWriteDelay == 0:
+		opts.PendingWriteDelay = DefaultPendingWriteDelay
+	case opts.PendingWriteDelay < 0:
+		opts.PendingWriteDelay = 0
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -151,6 +190,8 @@ func NewManager(opts Options) (*Manager, error) {
 		clock:       opts.Clock,
 		pods:        opts.Pods,
 		syncPeriod:  opts.SyncPeriod,
+		writers:     opts.Writers,
+		firstDelay:  opts.PendingWriteDelay,
 		logger:      opts.Logger.WithName("podstatus"),
 		metrics:     m,
 		statuses:    make(map[types.UID]*versionedStatus),
@@ -313,6 +354,7 @@ func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished
 		namespace: pod.Namespace,
 		at:        at,
 		finished:  finished,
+		deleting:  pod.DeletionTimestamp != nil,
 		static:    podsource.IsStaticPod(pod),
 		hash:      pod.Annotations[podsource.ConfigHashAnnotationKey],
 	}
@@ -341,15 +383,35 @@ func (m *Manager) Run(ctx context.Context) error {
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
 	timer := m.clock.NewTimer(m.syncPeriod)
 	defer timer.Stop()
+	// deferred fires when the earliest held-back first status is due.
+	var deferred clock.Timer
+	var deferredC <-chan time.Time
+	defer func() {
+		if deferred != nil {
+			deferred.Stop()
+		}
+	}()
+	arm := func(due time.Time) {
+		if deferred != nil {
+			deferred.Stop()
+		}
+		deferred, deferredC = nil, nil
+		if !due.IsZero() {
+			deferred = m.clock.NewTimer(max(due.Sub(m.clock.Now()), time.Millisecond))
+			deferredC = deferred.C()
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			logger.V(2).Info("Stopped syncing pod status")
 			return nil
 		case <-m.signal:
-			m.syncBatch(ctx, false)
+			arm(m.syncBatch(ctx, false))
+		case <-deferredC:
+			arm(m.syncBatch(ctx, false))
 		case <-timer.C():
-			m.syncBatch(ctx, true)
+			arm(m.syncBatch(ctx, true))
 			timer.Reset(m.syncPeriod)
 		}
 	}
@@ -361,9 +423,14 @@ type podSync struct {
 }
 
 // syncBatch writes the statuses not written yet; with all, also those that
-// differ from the API server's or belong to a pod to delete.
-func (m *Manager) syncBatch(ctx context.Context, all bool) {
+// differ from the API server's or belong to a pod to delete. Up to
+// m.writers pods are written at once; it returns when all are done. A first
+// status held back (see Options.PendingWriteDelay) is not written; the
+// earliest time one is due is returned, zero when none is held back.
+func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
 	var todo []podSync
+	now := m.clock.Now()
+	m.writeMu.Lock()
 	m.mu.RLock()
 	if all {
 		for uid := range m.synced {
@@ -375,6 +442,10 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 	for uid, e := range m.statuses {
 		written, ok := m.synced[uid]
 		switch {
+		case !ok && m.holdFirst(e, now):
+			if at := e.at.Add(m.firstDelay); due.IsZero() || at.Before(due) {
+				due = at
+			}
 		case !ok || written < e.version:
 			todo = append(todo, podSync{uid, e})
 		case !all:
@@ -386,12 +457,19 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 		}
 	}
 	m.mu.RUnlock()
-	for _, s := range todo {
-		if ctx.Err() != nil {
-			return
-		}
-		m.syncPod(ctx, s.uid, s.status)
-	}
+	m.writeMu.Unlock()
+	workqueue.ParallelizeUntil(ctx, m.writers, len(todo), func(i int) {
+		m.syncPod(ctx, todo[i].uid, todo[i].status)
+	})
+	return due
+}
+
+// holdFirst reports whether a pod's first status, never written, waits
+// for a newer one: it is Pending, the pod is not being stopped, and it was
+// set less than PendingWriteDelay ago.
+func (m *Manager) holdFirst(e *versionedStatus, now time.Time) bool {
+	return m.firstDelay > 0 && !e.finished && !e.deleting && e.status.Phase == v1.PodPending &&
+		!e.at.IsZero() && now.Sub(e.at) < m.firstDelay
 }
 
 // needsDeletion reports whether the sources show the pod deleted and
@@ -475,7 +553,9 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
 		pod = updated
 	}
+	m.writeMu.Lock()
 	m.written[uid], m.writtenFrom[uid] = pod, base
+	m.writeMu.Unlock()
 	if !e.at.IsZero() {
 		m.metrics.synced(m.clock.Since(e.at))
 	}
@@ -496,7 +576,9 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		m.forget(uid, e.version)
 		return
 	}
+	m.writeMu.Lock()
 	m.synced[uid] = e.version
+	m.writeMu.Unlock()
 	m.mu.Lock()
 	if cur, ok := m.statuses[uid]; ok && cur.version == e.version && !cur.at.IsZero() {
 		written := *cur
@@ -548,11 +630,14 @@ func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedSta
 			return nil, errNoMirrorPod
 		}
 		if ok {
+			m.writeMu.Lock()
 			last, wrote := m.written[uid]
+			from := m.writtenFrom[uid]
+			m.writeMu.Unlock()
 			switch {
 			case !wrote || last.ResourceVersion == p.ResourceVersion:
 				return p.DeepCopy(), nil
-			case m.writtenFrom[uid] == p.ResourceVersion:
+			case from == p.ResourceVersion:
 				return last.DeepCopy(), nil
 			}
 		}
@@ -561,9 +646,11 @@ func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedSta
 }
 
 func (m *Manager) forget(uid types.UID, version uint64) {
+	m.writeMu.Lock()
 	delete(m.synced, uid)
 	delete(m.written, uid)
 	delete(m.writtenFrom, uid)
+	m.writeMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cur, ok := m.statuses[uid]; ok && cur.version == version {

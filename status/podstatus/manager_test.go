@@ -32,10 +32,20 @@ type env struct {
 	reg    *prometheus.Registry
 }
 
+// newEnv starts a Manager that writes first statuses at once (no
+// PendingWriteDelay).
 func newEnv(t *testing.T, pods podstatus.PodGetter, objects ...runtime.Object) *env {
 	t.Helper()
+	return newEnvWith(t, podstatus.Options{Pods: pods, PendingWriteDelay: -1}, objects...)
+}
+
+// newEnvWith starts a Manager with opts, on the env's client, clock and
+// registry.
+func newEnvWith(t *testing.T, opts podstatus.Options, objects ...runtime.Object) *env {
+	t.Helper()
 	e := &env{client: fake.NewClientset(objects...), clock: testingclock.NewFakeClock(t0), reg: prometheus.NewPedanticRegistry()}
-	m, err := podstatus.NewManager(podstatus.Options{Client: e.client, Clock: e.clock, Registerer: e.reg, Pods: pods})
+	opts.Client, opts.Clock, opts.Registerer = e.client, e.clock, e.reg
+	m, err := podstatus.NewManager(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,4 +658,43 @@ func TestWithoutAClientStatusesStayLocal(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
 	}
+}
+
+// TestPendingFirstStatusWaitsForRunning: a pod whose Running status follows
+// its first (Pending) one within PendingWriteDelay is written once, carrying
+// Running.
+func TestPendingFirstStatusWaitsForRunning(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: time.Second}, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	e.clock.Step(500 * time.Millisecond)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Running", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	e.clock.Step(2 * time.Second)
+	e.resync(t)
+	e.waitFor(t, "the resync to finish", func() bool { return e.clock.HasWaiters() })
+	if patches := e.actions("patch"); len(patches) != 1 {
+		t.Errorf("%d patches, want 1 carrying Running", len(patches))
+	}
+}
+
+// TestPendingFirstStatusIsWrittenAfterTheDelay: a first Pending status with
+// nothing newer is written once PendingWriteDelay passed, and a pod's later
+// Pending statuses are not held back.
+func TestPendingFirstStatusIsWrittenAfterTheDelay(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: time.Second}, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the delay timer", func() bool { return e.clock.Waiters() == 2 })
+	if patches := e.actions("patch"); len(patches) != 0 {
+		t.Fatalf("%d patches before the delay passed, want none", len(patches))
+	}
+	e.clock.Step(time.Second)
+	e.waitFor(t, "the first patch", func() bool { return len(e.actions("patch")) == 1 })
+	if got := e.apiPod(t, "web").Status.Phase; got != v1.PodPending {
+		t.Errorf("phase %q written, want Pending", got)
+	}
+	waiting := podstatus.Generate(p, rt(), map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrImagePull, Message: "no"}}, podstatus.GenerateOptions{})
+	e.m.SetPodStatus(p, waiting)
+	e.waitFor(t, "the second patch without a delay", func() bool { return len(e.actions("patch")) == 2 })
 }
