@@ -406,20 +406,27 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		}
 		return time.Second, false
 	}
-	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true))
-	if err != nil {
-		logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
-		return time.Second, false
+	// A removed pod is gone from its source (its API object deleted): it
+	// has no status left to write, and writing one would only be refused.
+	var st v1.PodStatus
+	if !w.Removed {
+		var err error
+		if st, err = c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true)); err != nil {
+			logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
+			return time.Second, false
+		}
 	}
 	c.mu.Lock()
-	if r := c.pods[pod.UID]; r != nil && r.statusFn != nil {
+	if r := c.pods[pod.UID]; r != nil && r.statusFn != nil && !w.Removed {
 		r.statusFn(&st)
 	}
 	waiters := c.stopped[pod.UID]
 	delete(c.stopped, pod.UID)
 	c.mu.Unlock()
-	c.opts.Statuses.SetPodStatus(pod, st)
-	c.opts.Statuses.TerminatePod(pod)
+	if !w.Removed {
+		c.opts.Statuses.SetPodStatus(pod, st)
+		c.opts.Statuses.TerminatePod(pod)
+	}
 	if c.opts.Prober != nil {
 		c.opts.Prober.RemovePod(pod)
 	}
