@@ -37,6 +37,9 @@ const (
 	// FastReadyTimeout ends the fast startup loop (the kubelet's
 	// nodeReadyGracePeriod).
 	FastReadyTimeout = 120 * time.Second
+	// startupHoldFirstWait is the first wait of a restarted agent's
+	// startup hold (see Reporter.loop); it doubles up to FastReadyInterval.
+	startupHoldFirstWait = 10 * time.Millisecond
 )
 
 // Options configures a Reporter.
@@ -237,21 +240,30 @@ func (r *Reporter) markRegistered() {
 // loop runs the status cycles and the fast startup loop.
 //
 // A Node the API already shows Ready is one whose agent restarted: its
-// first cycle is held back until the setters say Ready too (re-evaluated
-// every FastReadyInterval without calling the API), so that checks that
-// have not answered yet since the start (the runtime's first status, the
-// PLEG's first relist) never flip a running node NotReady, as the kubelet
-// asks the runtime once before its first status update. The hold ends at
-// the first regular cycle (UpdateFrequency) whatever the setters say.
+// first cycle is held back until the setters say Ready too, so that checks
+// that have not answered yet since the start (the runtime's first status,
+// the PLEG's first relist) never flip a running node NotReady, as the
+// kubelet asks the runtime once before its first status update. The
+// setters are evaluated without calling the API at once, then after 10 ms,
+// the wait doubling up to FastReadyInterval, so that the node's heartbeat
+// follows within milliseconds of its checks passing. The hold ends at the
+// first regular cycle (UpdateFrequency) whatever the setters say.
 func (r *Reporter) loop(ctx context.Context) {
 	start := r.clock.Now()
 	holding := r.apiShowsReady()
-	if !holding {
+	holdWait := FastReadyInterval
+	switch {
+	case !holding:
 		r.syncStatus(ctx)
+	case r.wouldBeReady(ctx):
+		holding = false
+		r.syncStatus(ctx)
+	default:
+		holdWait = startupHoldFirstWait
 	}
 	regular := r.clock.NewTimer(r.opts.UpdateFrequency)
 	defer regular.Stop()
-	fast := r.clock.NewTimer(FastReadyInterval)
+	fast := r.clock.NewTimer(holdWait)
 	defer fast.Stop()
 	fastC := fast.C()
 	for {
@@ -271,7 +283,8 @@ func (r *Reporter) loop(ctx context.Context) {
 				r.syncStatus(ctx)
 				fastC = nil
 			case holding:
-				fast.Reset(FastReadyInterval)
+				holdWait = min(2*holdWait, FastReadyInterval)
+				fast.Reset(holdWait)
 			case r.fastReady(ctx, start):
 				fastC = nil
 			default:

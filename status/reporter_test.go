@@ -540,26 +540,43 @@ func TestRestartedReadyNodeIsNotReportedNotReady(t *testing.T) {
 }
 
 func TestRestartHoldEndsAtTheFirstCycle(t *testing.T) {
-	// The first cycle comes between two rounds of the fast loop.
-	const update = 2*FastReadyInterval + FastReadyInterval/2
+	// The hold re-evaluates after 10, 20, 40, 80 and then every 100 ms:
+	// at 10, 30, 70, 150, 250 ms. The first cycle comes at 200 ms.
+	const update = 200 * time.Millisecond
 	h := newHarness(t, func(o *Options) { o.UpdateFrequency = update }, readyNode(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)))
 	h.setRuntimeErr(errors.New("container runtime is down"))
 	h.start()
 	h.waitRegistered()
 	h.waitLoop(1)
-	h.step(FastReadyInterval, 1)
-	h.step(FastReadyInterval, 1)
+	for _, d := range []time.Duration{10, 20, 40, 80} {
+		h.step(d*time.Millisecond, 1)
+	}
 	if h.patchCount(PatchReasonChanged) != 0 {
 		t.Fatal("the node was reported before its first cycle")
 	}
-	h.step(update-2*FastReadyInterval, 1)
+	h.step(50*time.Millisecond, 1)
 	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionFalse || !strings.Contains(c.Message, "container runtime is down") {
 		t.Fatalf("Ready = %+v after the first cycle, want False with the runtime's error", c)
 	}
 	h.setRuntimeErr(nil)
-	h.step(3*FastReadyInterval-update, 1)
+	h.step(50*time.Millisecond, 1)
 	if h.patchCount(PatchReasonReady) != 1 {
 		t.Errorf("ready patches = %d, want the fast loop to report Ready at once", h.patchCount(PatchReasonReady))
+	}
+}
+
+// TestRestartedReadyNodeReportsAtOnce: a restarted agent whose checks
+// already pass reports the node at once, without waiting for a timer.
+func TestRestartedReadyNodeReportsAtOnce(t *testing.T) {
+	h := newHarness(t, nil, readyNode(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)))
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	if n := h.patchCount(PatchReasonReport) + h.patchCount(PatchReasonChanged); n != 1 {
+		t.Fatalf("%d status patches before any timer fired, want 1", n)
+	}
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue || !c.LastHeartbeatTime.Equal(&metav1.Time{Time: h.clk.Now()}) {
+		t.Errorf("Ready = %+v, want True with a heartbeat of now", c)
 	}
 }
 
