@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
@@ -60,7 +62,8 @@ const DefaultRootDir = "/var/lib/kubelet"
 // kubelet.config.k8s.io/v1beta1). Like the kubelet it decodes strictly first
 // and, when only strictness fails (an unknown or duplicated field), logs the
 // problem and accepts the lenient result, so a file written for a newer
-// kubelet still loads. Defaults are not applied; see SetDefaults.
+// kubelet still loads. Defaults are not applied; the kubelet applies
+// SetDefaults, then ApplyConfigFileDefaults (ParseFlags does both).
 func LoadKubeletConfiguration(logger klog.Logger, path string) (*kubeletconfig.KubeletConfiguration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -100,7 +103,9 @@ func DecodeKubeletConfiguration(logger klog.Logger, data []byte, source string) 
 	return kc, nil
 }
 
-// DefaultEvictionHard is the kubelet's default hard eviction thresholds on Linux.
+// DefaultEvictionHard is the kubelet's default hard eviction thresholds on
+// Linux. The kubelet applies it when it loads a configuration file that
+// sets no evictionHard (see ApplyConfigFileDefaults), not in SetDefaults.
 var DefaultEvictionHard = map[string]string{
 	"memory.available":   "100Mi",
 	"nodefs.available":   "10%",
@@ -109,61 +114,82 @@ var DefaultEvictionHard = map[string]string{
 	"imagefs.inodesFree": "5%",
 }
 
+// Defaults of the kubelet v1.37 that SetDefaults applies and no other
+// package names.
+const (
+	defaultVolumePluginDir       = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/"
+	defaultPodLogsDir            = "/var/log/pods"
+	defaultIPTablesMasqueradeBit = 14
+	defaultIPTablesDropBit       = 15
+	defaultKubeletOOMScoreAdj    = -999
+	defaultMaxContainerBackOff   = 300 * time.Second
+)
+
 func setDuration(d *metav1.Duration, def time.Duration) {
 	if d.Duration == 0 {
 		d.Duration = def
 	}
 }
 
-// SetDefaults fills every unset field of kc with the value the kubelet
-// v1.37 defaults it to (pkg/kubelet/apis/config/v1beta1/defaults.go). It
-// only fills: a field already set is kept.
-func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
-	if kc.EnableServer == nil {
-		kc.EnableServer = ptr.To(true)
+func setString[T ~string](s *T, def T) {
+	if *s == "" {
+		*s = def
 	}
+}
+
+func setPtr[T any](p **T, def T) {
+	if *p == nil {
+		*p = ptr.To(def)
+	}
+}
+
+func setZero[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// featureEnabled reports whether kc's featureGates enable gate, or def
+// when they do not name it: the kubelet's defaulting reads two gates.
+func featureEnabled(kc *kubeletconfig.KubeletConfiguration, gate string, def bool) bool {
+	if on, ok := kc.FeatureGates[gate]; ok {
+		return on
+	}
+	return def
+}
+
+// SetDefaults fills every unset field of kc with the value the kubelet
+// v1.37 defaults a v1beta1 KubeletConfiguration to
+// (SetDefaults_KubeletConfiguration in pkg/kubelet/apis/config/v1beta1),
+// field for field, including the fields nodekit does not act on: the
+// result is the configuration the kubelet would run with. It only fills: a
+// field already set is kept. As in the kubelet, evictionHard is not among
+// them (see ApplyConfigFileDefaults), and the two feature-gated defaults
+// (crashLoopBackOff.maxContainerRestartPeriod,
+// imagePullCredentialsVerificationPolicy) follow kc.FeatureGates, where the
+// gates default to on. e2e/kubeletparity compares it with the kubelet's.
+func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
+	setPtr(&kc.EnableServer, true)
 	setDuration(&kc.SyncFrequency, time.Minute)
 	setDuration(&kc.FileCheckFrequency, 20*time.Second)
 	setDuration(&kc.HTTPCheckFrequency, 20*time.Second)
-	if kc.Address == "" {
-		kc.Address = "0.0.0.0"
-	}
-	if kc.Port == 0 {
-		kc.Port = 10250
-	}
-	if kc.Authentication.Anonymous.Enabled == nil {
-		kc.Authentication.Anonymous.Enabled = ptr.To(false)
-	}
-	if kc.Authentication.Webhook.Enabled == nil {
-		kc.Authentication.Webhook.Enabled = ptr.To(true)
-	}
+	setString(&kc.Address, "0.0.0.0")
+	setZero(&kc.Port, 10250)
+	setPtr(&kc.Authentication.Anonymous.Enabled, false)
+	setPtr(&kc.Authentication.Webhook.Enabled, true)
 	setDuration(&kc.Authentication.Webhook.CacheTTL, 2*time.Minute)
-	if kc.Authorization.Mode == "" {
-		kc.Authorization.Mode = kubeletconfig.KubeletAuthorizationModeWebhook
-	}
+	setString(&kc.Authorization.Mode, kubeletconfig.KubeletAuthorizationModeWebhook)
 	setDuration(&kc.Authorization.Webhook.CacheAuthorizedTTL, 5*time.Minute)
 	setDuration(&kc.Authorization.Webhook.CacheUnauthorizedTTL, 30*time.Second)
-	if kc.RegistryPullQPS == nil {
-		kc.RegistryPullQPS = ptr.To[int32](5)
-	}
-	if kc.RegistryBurst == 0 {
-		kc.RegistryBurst = 10
-	}
-	if kc.EventRecordQPS == nil {
-		kc.EventRecordQPS = ptr.To[int32](50)
-	}
-	if kc.EventBurst == 0 {
-		kc.EventBurst = 100
-	}
-	if kc.HealthzPort == nil {
-		kc.HealthzPort = ptr.To[int32](10248)
-	}
-	if kc.HealthzBindAddress == "" {
-		kc.HealthzBindAddress = "127.0.0.1"
-	}
-	if kc.OOMScoreAdj == nil {
-		kc.OOMScoreAdj = ptr.To[int32](-999)
-	}
+	setPtr(&kc.RegistryPullQPS, 5)
+	setZero(&kc.RegistryBurst, 10)
+	setPtr(&kc.EventRecordQPS, 50)
+	setZero(&kc.EventBurst, 100)
+	setPtr(&kc.EnableDebuggingHandlers, true)
+	setPtr(&kc.HealthzPort, 10248)
+	setString(&kc.HealthzBindAddress, "127.0.0.1")
+	setPtr(&kc.OOMScoreAdj, defaultKubeletOOMScoreAdj)
 	setDuration(&kc.StreamingConnectionIdleTimeout, 4*time.Hour)
 	if kc.NodeStatusReportFrequency.Duration == 0 {
 		// As in the kubelet: an explicitly set update frequency also
@@ -175,90 +201,85 @@ func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
 		}
 	}
 	setDuration(&kc.NodeStatusUpdateFrequency, 10*time.Second)
-	if kc.NodeLeaseDurationSeconds == 0 {
-		kc.NodeLeaseDurationSeconds = 40
-	}
+	setZero(&kc.NodeLeaseDurationSeconds, 40)
 	setDuration(&kc.ImageMinimumGCAge, 2*time.Minute)
-	if kc.ImageGCHighThresholdPercent == nil {
-		kc.ImageGCHighThresholdPercent = ptr.To[int32](85)
-	}
-	if kc.ImageGCLowThresholdPercent == nil {
-		kc.ImageGCLowThresholdPercent = ptr.To[int32](80)
-	}
+	setPtr(&kc.ImageGCHighThresholdPercent, 85)
+	setPtr(&kc.ImageGCLowThresholdPercent, 80)
 	setDuration(&kc.VolumeStatsAggPeriod, time.Minute)
-	if kc.CgroupsPerQOS == nil {
-		kc.CgroupsPerQOS = ptr.To(true)
-	}
-	if kc.CgroupDriver == "" {
-		kc.CgroupDriver = "cgroupfs"
-	}
+	setPtr(&kc.CgroupsPerQOS, true)
+	setString(&kc.CgroupDriver, "cgroupfs")
+	setString(&kc.CPUManagerPolicy, "none")
+	setDuration(&kc.CPUManagerReconcilePeriod, 10*time.Second)
+	setString(&kc.MemoryManagerPolicy, kubeletconfig.NoneMemoryManagerPolicy)
+	setString(&kc.TopologyManagerPolicy, kubeletconfig.NoneTopologyManagerPolicy)
+	setString(&kc.TopologyManagerScope, kubeletconfig.ContainerTopologyManagerScope)
 	setDuration(&kc.RuntimeRequestTimeout, 2*time.Minute)
-	if kc.MaxPods == 0 {
-		kc.MaxPods = 110
-	}
+	setString(&kc.HairpinMode, kubeletconfig.PromiscuousBridge)
+	setZero(&kc.MaxPods, 110)
 	if kc.PodPidsLimit == nil || *kc.PodPidsLimit < 0 {
 		kc.PodPidsLimit = ptr.To[int64](-1)
 	}
-	if kc.ResolverConfig == nil {
-		kc.ResolverConfig = ptr.To("/etc/resolv.conf")
-	}
-	if kc.CPUCFSQuota == nil {
-		kc.CPUCFSQuota = ptr.To(true)
-	}
-	if kc.CPUCFSQuotaPeriod == nil {
-		kc.CPUCFSQuotaPeriod = &metav1.Duration{Duration: 100 * time.Millisecond}
-	}
-	if kc.NodeStatusMaxImages == nil {
-		kc.NodeStatusMaxImages = ptr.To[int32](50)
-	}
-	if kc.ContentType == "" {
-		kc.ContentType = "application/vnd.kubernetes.protobuf"
-	}
-	if kc.KubeAPIQPS == nil {
-		kc.KubeAPIQPS = ptr.To[int32](50)
-	}
-	if kc.KubeAPIBurst == 0 {
-		kc.KubeAPIBurst = 100
-	}
-	if kc.SerializeImagePulls == nil {
-		kc.SerializeImagePulls = ptr.To(kc.MaxParallelImagePulls == nil || *kc.MaxParallelImagePulls < 2)
-	}
-	if kc.EvictionHard == nil {
-		kc.EvictionHard = make(map[string]string, len(DefaultEvictionHard))
-		for k, v := range DefaultEvictionHard {
-			kc.EvictionHard[k] = v
-		}
-	}
+	setPtr(&kc.ResolverConfig, "/etc/resolv.conf")
+	setPtr(&kc.CPUCFSQuota, true)
+	setPtr(&kc.CPUCFSQuotaPeriod, metav1.Duration{Duration: 100 * time.Millisecond})
+	setPtr(&kc.NodeStatusMaxImages, 50)
+	setZero(&kc.MaxOpenFiles, 1000000)
+	setString(&kc.ContentType, "application/vnd.kubernetes.protobuf")
+	setPtr(&kc.KubeAPIQPS, 50)
+	setZero(&kc.KubeAPIBurst, 100)
+	// Serialized unless maxParallelImagePulls allows parallel pulls.
+	setPtr(&kc.SerializeImagePulls, kc.MaxParallelImagePulls == nil || *kc.MaxParallelImagePulls < 2)
 	setDuration(&kc.EvictionPressureTransitionPeriod, 5*time.Minute)
-	if kc.MergeDefaultEvictionSettings == nil {
-		kc.MergeDefaultEvictionSettings = ptr.To(false)
-	}
-	if kc.FailSwapOn == nil {
-		kc.FailSwapOn = ptr.To(true)
-	}
-	if kc.ContainerLogMaxSize == "" {
-		kc.ContainerLogMaxSize = "10Mi"
-	}
-	if kc.ContainerLogMaxFiles == nil {
-		kc.ContainerLogMaxFiles = ptr.To[int32](5)
-	}
+	setPtr(&kc.MergeDefaultEvictionSettings, false)
+	setPtr(&kc.EnableControllerAttachDetach, true)
+	setPtr(&kc.MakeIPTablesUtilChains, true)
+	setPtr(&kc.IPTablesMasqueradeBit, defaultIPTablesMasqueradeBit)
+	setPtr(&kc.IPTablesDropBit, defaultIPTablesDropBit)
+	setPtr(&kc.FailSwapOn, true)
+	setString(&kc.ContainerLogMaxSize, "10Mi")
+	setPtr(&kc.ContainerLogMaxFiles, 5)
+	setPtr(&kc.ContainerLogMaxWorkers, 1)
+	setPtr(&kc.ContainerLogMonitorInterval, metav1.Duration{Duration: 10 * time.Second})
+	setString(&kc.ConfigMapAndSecretChangeDetectionStrategy, kubeletconfig.WatchChangeDetectionStrategy)
 	if kc.EnforceNodeAllocatable == nil {
 		kc.EnforceNodeAllocatable = []string{"pods"}
 	}
-	if kc.FailCgroupV1 == nil {
-		kc.FailCgroupV1 = ptr.To(true)
+	setString(&kc.VolumePluginDir, defaultVolumePluginDir)
+	logsapi.SetRecommendedLoggingConfiguration(&kc.Logging)
+	setPtr(&kc.EnableSystemLogHandler, true)
+	setPtr(&kc.EnableProfilingHandler, true)
+	setPtr(&kc.EnableDebugFlagsHandler, true)
+	setPtr(&kc.SeccompDefault, false)
+	setPtr(&kc.FailCgroupV1, true)
+	setString(&kc.MemoryReservationPolicy, kubeletconfig.NoneMemoryReservationPolicy)
+	setPtr(&kc.RegisterNode, true)
+	setPtr(&kc.LocalStorageCapacityIsolation, true)
+	setString(&kc.ContainerRuntimeEndpoint, "unix:///run/containerd/containerd.sock")
+	setString(&kc.PodLogsDir, defaultPodLogsDir)
+	if featureEnabled(kc, "KubeletCrashLoopBackOffMax", true) {
+		setPtr(&kc.CrashLoopBackOff.MaxContainerRestartPeriod, metav1.Duration{Duration: defaultMaxContainerBackOff})
 	}
-	if kc.RegisterNode == nil {
-		kc.RegisterNode = ptr.To(true)
+	if featureEnabled(kc, "KubeletEnsureSecretPulledImages", true) {
+		setString(&kc.ImagePullCredentialsVerificationPolicy, kubeletconfig.NeverVerifyPreloadedImages)
 	}
-	if kc.LocalStorageCapacityIsolation == nil {
-		kc.LocalStorageCapacityIsolation = ptr.To(true)
-	}
-	if kc.ContainerRuntimeEndpoint == "" {
-		kc.ContainerRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
-	}
-	if kc.PodLogsDir == "" {
-		kc.PodLogsDir = "/var/log/pods"
+}
+
+// ApplyConfigFileDefaults does what the kubelet does to a configuration it
+// loaded from a file, after SetDefaults: an unset evictionHard becomes
+// DefaultEvictionHard and, with mergeDefaultEvictionSettings, a set one
+// gains the default thresholds it does not name. A configuration made from
+// flags alone gets neither (the kubelet then has no hard eviction
+// thresholds).
+func ApplyConfigFileDefaults(kc *kubeletconfig.KubeletConfiguration) {
+	switch {
+	case kc.EvictionHard == nil:
+		kc.EvictionHard = maps.Clone(DefaultEvictionHard)
+	case kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings:
+		for k, v := range DefaultEvictionHard {
+			if _, ok := kc.EvictionHard[k]; !ok {
+				kc.EvictionHard[k] = v
+			}
+		}
 	}
 }
 
@@ -286,7 +307,7 @@ func (c *Config) Complete() error {
 	return c.Validate()
 }
 
-// Validate reports every invalid setting at once.
+// Validate reports every invalid setting at once, in one line.
 func (c *Config) Validate() error {
 	var errs []error
 	if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
@@ -334,8 +355,28 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return joinInline(errs)
 }
+
+// joinInline joins errs like errors.Join, but in one line ("; ").
+func joinInline(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return inlineErrors(errs)
+}
+
+type inlineErrors []error
+
+func (e inlineErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e inlineErrors) Unwrap() []error { return e }
 
 func validateTaint(t v1.Taint) error {
 	var msgs []string

@@ -1,12 +1,16 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
@@ -38,9 +42,13 @@ func TestParseFlagsDefaultsMatchKubelet(t *testing.T) {
 		{"cgroupDriver", kc.CgroupDriver, "cgroupfs"},
 		{"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "unix:///run/containerd/containerd.sock"},
 		{"healthz", healthzAddress(cfg), "127.0.0.1:10248"},
+		// Without --config nodekit keeps the secure v1beta1 defaults, not the
+		// kubelet's older command-line ones (open API, read-only port).
 		{"anonymous auth", *kc.Authentication.Anonymous.Enabled, false},
+		{"webhook authentication", *kc.Authentication.Webhook.Enabled, true},
 		{"authorization mode", string(kc.Authorization.Mode), "Webhook"},
-		{"evictionHard memory", kc.EvictionHard["memory.available"], "100Mi"},
+		{"readOnlyPort", kc.ReadOnlyPort, int32(0)},
+		{"evictionHard", len(kc.EvictionHard), 0},
 		{"kubeAPIQPS", *kc.KubeAPIQPS, int32(50)},
 		{"contentType", kc.ContentType, "application/vnd.kubernetes.protobuf"},
 		{"rootDir", cfg.RootDir, "/var/lib/kubelet"},
@@ -87,6 +95,13 @@ registerWithTaints:
 		t.Errorf("update/report = %v/%v, want 4s/4s (report follows an explicit update frequency)",
 			kc.NodeStatusUpdateFrequency.Duration, kc.NodeStatusReportFrequency.Duration)
 	}
+	if kc.EvictionHard["memory.available"] != "100Mi" {
+		t.Errorf("evictionHard = %v, want the kubelet's defaults for a file that sets none", kc.EvictionHard)
+	}
+	if *kc.Authentication.Anonymous.Enabled || kc.Authorization.Mode != "Webhook" || kc.ReadOnlyPort != 0 {
+		t.Errorf("anonymous %v, authorization %s, readOnlyPort %d: want the v1beta1 defaults false, Webhook, 0 with a file",
+			*kc.Authentication.Anonymous.Enabled, kc.Authorization.Mode, kc.ReadOnlyPort)
+	}
 	if *kc.HealthzPort != 12345 {
 		t.Errorf("healthzPort = %d, want the file's 12345", *kc.HealthzPort)
 	}
@@ -126,7 +141,11 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"bad label", []string{"--node-labels=bad key=v"}, "node label key"},
 		{"bad cgroup driver", []string{"--cgroup-driver=magic"}, "cgroupDriver"},
 		{"bad node name", []string{"--hostname-override=Not_Valid"}, "node name"},
+		{"two bad settings", []string{"--cgroup-driver=magic", "--max-pods=-1"}, "maxPods"},
 		{"unknown flag", []string{"--no-such-flag"}, "unknown flag"},
+		{"flag without value", []string{"--max-pods"}, "flag needs an argument"},
+		{"malformed value", []string{"--max-pods=many"}, "invalid argument"},
+		{"argument", []string{"run"}, "unexpected argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--hostname-override=n"}, tc.args...)
@@ -134,7 +153,141 @@ func TestParseFlagsErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
+			// One line: a bad setting is not buried in a wall of text.
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("err spans several lines: %q", err)
+			}
+			var usage *UsageError
+			if isUsage := errors.As(err, &usage); isUsage != (tc.name == "unknown flag" || tc.name == "flag without value" || tc.name == "argument") {
+				t.Errorf("usage error = %v for %q, want it only for a command line that does not parse", isUsage, err)
+			}
 		})
+	}
+}
+
+// TestFlagsSetTheirFields checks the flag → field table the
+// not-implemented report rests on: each flag bound to a
+// KubeletConfiguration field, given a value other than its default,
+// changes exactly the field it names.
+func TestFlagsSetTheirFields(t *testing.T) {
+	b := &flagBinder{cfg: &Config{}}
+	SetDefaults(&b.cfg.Kubelet)
+	b.flagSet("probe")
+	if len(b.fields) < 60 {
+		t.Fatalf("only %d flags bound to fields", len(b.fields))
+	}
+	paths := map[string]bool{}
+	for _, p := range settingPaths() {
+		paths[p] = true
+	}
+	for name, path := range b.fields {
+		t.Run(name, func(t *testing.T) {
+			if !paths[path] {
+				t.Fatalf("flag --%s names %q, which is no KubeletConfiguration setting", name, path)
+			}
+			cfg := &Config{}
+			SetDefaults(&cfg.Kubelet)
+			base := *cfg.Kubelet.DeepCopy()
+			fb := &flagBinder{cfg: cfg}
+			fs := fb.flagSet("test")
+			value := map[string]string{
+				"bool": strconv.FormatBool(!fsBool(fs, name)), "int32": "4242", "int64": "4242", "duration": "42s",
+				"string": "x", "stringSlice": "x,y", "taints": "k=v:NoSchedule", "mapStringString": "a=1",
+				"mapStringBool": "Gate=true",
+			}[fs.Lookup(name).Value.Type()]
+			if name == "eviction-hard" || name == "eviction-soft" {
+				value = "memory.available<1Gi"
+			}
+			if err := fs.Parse([]string{"--" + name + "=" + value}); err != nil {
+				t.Fatal(err)
+			}
+			if got := changedSettings(&cfg.Kubelet, &base); len(got) != 1 || got[0] != path {
+				t.Errorf("--%s=%s changed %v, want exactly %s", name, value, got, path)
+			}
+		})
+	}
+}
+
+func fsBool(fs *pflag.FlagSet, name string) bool {
+	v, _ := fs.GetBool(name)
+	return v
+}
+
+// TestImplementedSettingsAreReal checks that every entry of the table of
+// implemented settings names a KubeletConfiguration setting or a flag, so
+// an entry cannot silently go stale.
+func TestImplementedSettingsAreReal(t *testing.T) {
+	paths := map[string]bool{}
+	for _, p := range settingPaths() {
+		paths[p] = true
+	}
+	b := &flagBinder{cfg: &Config{}}
+	SetDefaults(&b.cfg.Kubelet)
+	fs := b.flagSet("probe")
+	for name := range implementedSettings {
+		if flag, ok := strings.CutPrefix(name, "--"); ok {
+			if fs.Lookup(flag) == nil {
+				t.Errorf("implementedSettings lists %s, which is no flag", name)
+			} else if _, bound := b.fields[flag]; bound {
+				t.Errorf("implementedSettings lists %s, which sets field %s: list the field", name, b.fields[flag])
+			}
+			continue
+		}
+		if !paths[name] {
+			t.Errorf("implementedSettings lists %q, which is no KubeletConfiguration setting", name)
+		}
+	}
+}
+
+// logLines returns a logger that records each line as "msg k=v k=v".
+func logLines() (klog.Logger, *[]string) {
+	var lines []string
+	return funcr.New(func(prefix, args string) {
+		lines = append(lines, strings.TrimPrefix(args, `"level"=0 `))
+	}, funcr.Options{}), &lines
+}
+
+// TestParseFlagsLogsUnimplementedSettings: every setting given a value
+// other than its default that nodekit does not implement is logged once,
+// by name, and nothing else is.
+func TestParseFlagsLogsUnimplementedSettings(t *testing.T) {
+	file := writeFile(t, "kubelet.yaml", `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: /etc/kubernetes/manifests
+tlsCertFile: /pki/kubelet.crt
+maxPods: 20
+evictionHard:
+  memory.available: 1Gi
+authentication:
+  x509:
+    clientCAFile: /pki/ca.crt
+logging:
+  format: json
+`)
+	logger, lines := logLines()
+	_, err := ParseFlags(logger, []string{"--config=" + file, "--hostname-override=n", "--cert-dir=/pki",
+		"--anonymous-auth=true", "--node-status-update-frequency=3s", "--v=0", "--feature-gates=Foo=true",
+		"--lock-file=/run/lock", "--register-node=true", "--cgroup-root=/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates" "flag"="--feature-gates"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="staticPodPath"`,
+	}
+	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("logged:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+
+	// Flags alone: the secure defaults are kept, so nothing is logged.
+	logger, lines = logLines()
+	if _, err := ParseFlags(logger, []string{"--hostname-override=n"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(*lines) != 0 {
+		t.Errorf("without --config, logged %q, want nothing", *lines)
 	}
 }
 

@@ -2,15 +2,20 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/cgroupdriver"
+	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
@@ -24,9 +29,10 @@ import (
 // and images for the node status setters, the cgroup hierarchy
 // (cgroupdriver.Module, left out with cgroupsPerQOS false), the pod manager,
 // PLEG and the CRI backend that provides pods.Runtime (runtime.PodsModule),
-// the PLEG's health check gating Ready, and the stats provider (node, pod
+// the PLEG's health check gating Ready, the stats provider (node, pod
 // and container usage from the kernel and the CRI) the node API and the
-// eviction manager read. The CRI services come from the
+// eviction manager read with the pods' volume usage (VolumeStats), and the
+// eviction manager (Eviction). The CRI services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
 var CRI = fx.Module("cri",
@@ -48,6 +54,8 @@ var CRI = fx.Module("cri",
 	runtime.Module,
 	runtime.PodsModule,
 	stats.Module,
+	VolumeStats,
+	Eviction,
 )
 
 // RuntimeFuncs are the container runtime's answers the node status setters
@@ -82,11 +90,13 @@ type cgroups struct {
 type cgroupParams struct {
 	fx.In
 
+	// Dirs: the machine's capacity is read once the root directory exists.
+	Dirs      dataDirs
 	Config    *Config
 	Client    *runtime.Client
 	Store     *pods.Store
-	Node      *status.NodeWatch
 	Clock     clock.Clock
+	Metrics   prometheus.Registerer
 	Logger    logr.Logger
 	Lifecycle fx.Lifecycle
 	Shut      fx.Shutdowner
@@ -98,7 +108,14 @@ type cgroupParams struct {
 // the kubelet. The driver is built either way (without I/O): it tells the
 // cgroup version when the first container is configured.
 func provideCgroups(p cgroupParams) (cgroups, error) {
-	opts := p.Config.CgroupOptions(p.Node.Allocatable, p.Store.Active,
+	machine := status.CachedMachine(func() (*status.Machine, error) {
+		return status.ReadMachine(status.MachineRoots{RootDir: p.Config.RootDir})
+	})
+	limits, err := kubepodsResources(p.Config, machine, p.Logger)
+	if err != nil {
+		return cgroups{}, err
+	}
+	opts := p.Config.CgroupOptions(limits, p.Store.Active,
 		func(ctx context.Context) (runtimeapi.CgroupDriver, bool, error) { return p.Client.CgroupDriver(ctx) })
 	opts.Clock = p.Clock
 	driver, err := cgroupdriver.NewDriver(opts)
@@ -109,12 +126,62 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 		return cgroups{Driver: driver}, nil
 	}
 	opts.Driver = driver
+	// kubelet_cgroup_manager_duration_seconds and _errors_total.
+	opts.Registerer = p.Metrics
 	m, err := cgroupdriver.New(opts)
 	if err != nil {
 		return cgroups{}, err
 	}
 	runner.Hook(p.Lifecycle, p.Shut, p.Logger, "cgroupdriver", m.Run)
 	return cgroups{Manager: m, Pods: m, Driver: driver}, nil
+}
+
+// kubepodsResources returns what the kubepods cgroup enforces, as the
+// kubelet's enforceNodeAllocatableCgroups: the host's CPUs and memory
+// (machine), less kubeReserved and systemReserved when
+// enforceNodeAllocatable has "pods". It is known from the start, before the
+// node's object. Unlike the node's allocatable it keeps the hard eviction
+// thresholds: the pods may use that memory, and the eviction manager
+// (allocatableMemory.available) evicts before they reach the limit. When
+// the machine cannot be read it returns nil (kubepods left as it is) and
+// logs why.
+func kubepodsResources(cfg *Config, machine status.MachineFunc, logger logr.Logger) (func() v1.ResourceList, error) {
+	kc := &cfg.Kubelet
+	kubeReserved, err := parseResourceList(kc.KubeReserved)
+	if err != nil {
+		return nil, fmt.Errorf("kubeReserved: %w", err)
+	}
+	systemReserved, err := parseResourceList(kc.SystemReserved)
+	if err != nil {
+		return nil, fmt.Errorf("systemReserved: %w", err)
+	}
+	enforce := slices.Contains(kc.EnforceNodeAllocatable, eviction.NodeAllocatableEnforcementKey)
+	return func() v1.ResourceList {
+		m, err := machine()
+		if err != nil {
+			logger.Error(err, "Cannot read the machine's capacity for the kubepods cgroup")
+			return nil
+		}
+		out := v1.ResourceList{
+			v1.ResourceCPU:    *resource.NewMilliQuantity(int64(m.NumCores)*1000, resource.DecimalSI),
+			v1.ResourceMemory: *resource.NewQuantity(m.MemoryCapacity, resource.BinarySI),
+		}
+		if !enforce {
+			return out
+		}
+		for name, q := range out {
+			for _, r := range []v1.ResourceList{kubeReserved, systemReserved} {
+				if v, ok := r[name]; ok {
+					q.Sub(v)
+				}
+			}
+			if q.Sign() < 0 {
+				q.Set(0)
+			}
+			out[name] = q
+		}
+		return out
+	}, nil
 }
 
 type podManagerParams struct {

@@ -6,7 +6,9 @@
 // Config holds a KubeletConfiguration (k8s.io/kubelet/config/v1beta1) plus
 // the settings the kubelet takes only as flags; ParseFlags reads the
 // kubelet's command line and --config file unchanged, with the kubelet's
-// defaults and precedence (flags override the file). Config's methods
+// defaults and precedence (flags override the file), and logs each setting
+// given that nodekit does not implement (implementedSettings in settings.go
+// lists those it does). Config's methods
 // (LeaseOptions, StatusOptions, SetterOptions, PodsOptions, RuntimeOptions,
 // CgroupOptions, PodManagerOptions, StatsOptions, ...) translate it into
 // each module's Options, so pieces can be wired without this package's
@@ -16,9 +18,14 @@
 // clients (a rate-limited one, a heartbeat one for the Lease and node
 // status, one for events), metrics, the node Lease, node registration and
 // status, the node watch, the pod sources, the pod status manager, the pod
-// lifecycle loop (pods.Module) and the /healthz and /metrics server. A
+// lifecycle loop (pods.Module), the probe engine (Probes), the kubelet API
+// on 10250 (NodeAPI: logs, exec, attach, port-forward, stats, metrics,
+// configz, with TLS, authentication and authorization) and the /healthz and
+// /metrics server on the healthz port. A
 // runtime module completes it: CRI (containerd, CRI-O or runtime/fakecri:
-// the CRI connection, cgroups, pod manager, PLEG, stats) or
+// the CRI connection, cgroups, pod manager, PLEG, stats with the pods'
+// volume usage, and the node-pressure eviction manager, Eviction: pressure
+// conditions, eviction admission, evictions through the pod loop) or
 // PodBackend(constructor) (a pods.PodBackend of the embedder's: a cloud
 // service, VMs, a simulator). Module is Core + CRI; New and Run build it,
 // NewWith and RunWith take another runtime module. Run is the whole main of

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	goflag "flag"
 	"fmt"
 	"net"
@@ -10,30 +11,78 @@ import (
 
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 )
-
-// ignoredKubeletFlags are kubelet flags an operator's unit file may pass
-// that nodekit accepts so the command line stays unchanged, but does not act
-// on. Each use is logged once at startup.
-var ignoredKubeletFlags = []string{
-	"bootstrap-kubeconfig", "cloud-provider", "pod-infra-container-image", "seccomp-default",
-	"lock-file", "exit-on-lock-contention", "image-credential-provider-config",
-	"image-credential-provider-bin-dir", "rotate-certificates", "rotate-server-certificates",
-	"volume-plugin-dir", "kubelet-cgroups", "system-cgroups", "runtime-cgroups",
-	"protect-kernel-defaults", "make-iptables-util-chains", "cpu-manager-policy",
-	"topology-manager-policy", "memory-manager-policy", "read-only-port", "container-log-max-size",
-	"container-log-max-files", "image-gc-high-threshold", "image-gc-low-threshold",
-	"minimum-image-ttl-duration", "config-dir", "streaming-connection-idle-timeout",
-	"enable-controller-attach-detach", "hairpin-mode", "pod-cidr", "oom-score-adj",
-}
 
 // flagBinder binds the kubelet's command-line flags to one Config.
 type flagBinder struct {
 	cfg        *Config
 	configFile string
 	nodeIPs    string
-	ignored    map[string]*string
+	// fields maps the name of each flag bound to a KubeletConfiguration
+	// field to the field's path (see settingPaths).
+	fields map[string]string
+	// discarded holds the values of the command-line-only kubelet flags
+	// nodekit accepts and has no use for.
+	discarded map[string]any
+	// klog names klog's flags.
+	klog map[string]bool
+}
+
+// configFlags binds flags to KubeletConfiguration fields and records each
+// flag's field path, so that a setting nodekit does not implement is
+// reported by both names. A pointer field is bound through its value: it
+// must be set (SetDefaults sets every pointer a flag binds).
+type configFlags struct {
+	fs     *pflag.FlagSet
+	fields map[string]string
+}
+
+func (f configFlags) str(p *string, name, path, usage string) {
+	f.fs.StringVar(p, name, *p, usage)
+	f.fields[name] = path
+}
+
+func (f configFlags) boolean(p *bool, name, path, usage string) {
+	f.fs.BoolVar(p, name, *p, usage)
+	f.fields[name] = path
+}
+
+func (f configFlags) int32(p *int32, name, path, usage string) {
+	f.fs.Int32Var(p, name, *p, usage)
+	f.fields[name] = path
+}
+
+func (f configFlags) int64(p *int64, name, path, usage string) {
+	f.fs.Int64Var(p, name, *p, usage)
+	f.fields[name] = path
+}
+
+func (f configFlags) duration(p *metav1.Duration, name, path, usage string) {
+	f.fs.DurationVar(&p.Duration, name, p.Duration, usage)
+	f.fields[name] = path
+}
+
+func (f configFlags) strings(p *[]string, name, path, usage string) {
+	f.fs.StringSliceVar(p, name, *p, usage)
+	f.fields[name] = path
+}
+
+func (f configFlags) value(v pflag.Value, name, path, usage string) {
+	f.fs.Var(v, name, usage)
+	f.fields[name] = path
+}
+
+// discardedFlags are the kubelet's command-line-only flags (not
+// KubeletConfiguration fields) that nodekit accepts, so an operator's unit
+// file keeps working, and does not act on; ParseFlags logs each one given.
+// The bool ones take no value.
+var discardedFlags = map[string]bool{
+	"bootstrap-kubeconfig": false, "cloud-provider": false, "pod-infra-container-image": false,
+	"lock-file": false, "exit-on-lock-contention": true, "image-credential-provider-config": false,
+	"image-credential-provider-bin-dir": false, "config-dir": false, "runtime-cgroups": false,
+	"experimental-mounter-path": false, "experimental-allocatable-ignore-eviction": true,
 }
 
 func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
@@ -44,6 +93,7 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 	})
 
+	// The settings the kubelet takes only on its command line.
 	fs.StringVar(&b.configFile, "config", b.configFile, "The KubeletConfiguration file to load; flags override its values.")
 	fs.StringVar(&c.KubeconfigPath, "kubeconfig", c.KubeconfigPath, "Path to a kubeconfig for the apiserver. Empty runs the agent standalone.")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "Use this name as the node name instead of the hostname.")
@@ -51,74 +101,147 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.Var(mapValue("=", &c.NodeLabels), "node-labels", "Labels to add when registering the node (key=value pairs, comma separated).")
 	fs.StringVar(&c.RootDir, "root-dir", c.RootDir, "Directory for the agent's files.")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "Directory for the serving certificate (default <root-dir>/pki).")
-
-	fs.BoolVar(kc.RegisterNode, "register-node", *kc.RegisterNode, "Register the node with the apiserver.")
-	fs.Var(taintsValue{&kc.RegisterWithTaints}, "register-with-taints", "Register the node with these taints (comma separated \"<key>=<value>:<effect>\").")
-	fs.StringVar(&kc.ContainerRuntimeEndpoint, "container-runtime-endpoint", kc.ContainerRuntimeEndpoint, "The CRI runtime endpoint, e.g. unix:///run/containerd/containerd.sock.")
-	fs.StringVar(&kc.ImageServiceEndpoint, "image-service-endpoint", kc.ImageServiceEndpoint, "The CRI image service endpoint; defaults to the runtime endpoint.")
-	fs.DurationVar(&kc.RuntimeRequestTimeout.Duration, "runtime-request-timeout", kc.RuntimeRequestTimeout.Duration, "Timeout of CRI requests, except long-running ones.")
-	fs.DurationVar(&kc.NodeStatusUpdateFrequency.Duration, "node-status-update-frequency", kc.NodeStatusUpdateFrequency.Duration, "How often the node status is computed.")
-	fs.Int32Var(kc.NodeStatusMaxImages, "node-status-max-images", *kc.NodeStatusMaxImages, "The most images reported in the node status; -1 for no limit.")
-	fs.StringVar(&kc.CgroupDriver, "cgroup-driver", kc.CgroupDriver, "cgroupfs or systemd; must match the runtime's.")
-	fs.StringVar(&kc.CgroupRoot, "cgroup-root", kc.CgroupRoot, "Root cgroup for pods.")
-	fs.BoolVar(kc.CgroupsPerQOS, "cgroups-per-qos", *kc.CgroupsPerQOS, "Create the QoS cgroup hierarchy.")
-	fs.Int32Var(&kc.MaxPods, "max-pods", kc.MaxPods, "Number of pods that can run on this node.")
-	fs.Int32Var(&kc.PodsPerCore, "pods-per-core", kc.PodsPerCore, "Pods per core; 0 disables the limit.")
-	fs.Int64Var(kc.PodPidsLimit, "pod-max-pids", *kc.PodPidsLimit, "Maximum processes per pod; -1 for the node's limit.")
-	fs.StringVar(&kc.HealthzBindAddress, "healthz-bind-address", kc.HealthzBindAddress, "Address of the healthz and metrics endpoint.")
-	fs.Int32Var(kc.HealthzPort, "healthz-port", *kc.HealthzPort, "Port of the healthz and metrics endpoint; 0 disables it.")
-	fs.StringVar(&kc.Address, "address", kc.Address, "Address the kubelet API serves on.")
-	fs.Int32Var(&kc.Port, "port", kc.Port, "Port the kubelet API serves on.")
-	fs.BoolVar(kc.Authentication.Anonymous.Enabled, "anonymous-auth", *kc.Authentication.Anonymous.Enabled, "Allow anonymous requests to the kubelet API.")
-	fs.StringVar(&kc.Authentication.X509.ClientCAFile, "client-ca-file", kc.Authentication.X509.ClientCAFile, "CA bundle that signs client certificates for the kubelet API.")
-	fs.StringVar((*string)(&kc.Authorization.Mode), "authorization-mode", string(kc.Authorization.Mode), "AlwaysAllow or Webhook.")
-	fs.StringVar(&kc.TLSCertFile, "tls-cert-file", kc.TLSCertFile, "Serving certificate of the kubelet API.")
-	fs.StringVar(&kc.TLSPrivateKeyFile, "tls-private-key-file", kc.TLSPrivateKeyFile, "Serving key of the kubelet API.")
-	fs.StringSliceVar(&kc.ClusterDNS, "cluster-dns", kc.ClusterDNS, "DNS server IPs for pods.")
-	fs.StringVar(&kc.ClusterDomain, "cluster-domain", kc.ClusterDomain, "Cluster domain for pod DNS search paths.")
-	fs.StringVar(kc.ResolverConfig, "resolv-conf", *kc.ResolverConfig, "Resolver configuration used as the basis for pods' DNS.")
-	fs.StringVar(&kc.StaticPodPath, "pod-manifest-path", kc.StaticPodPath, "Directory of static pod manifests.")
-	fs.StringVar(&kc.StaticPodURL, "manifest-url", kc.StaticPodURL, "URL of static pod manifests.")
-	fs.DurationVar(&kc.SyncFrequency.Duration, "sync-frequency", kc.SyncFrequency.Duration, "Maximum period between pod syncs.")
-	fs.DurationVar(&kc.FileCheckFrequency.Duration, "file-check-frequency", kc.FileCheckFrequency.Duration, "How often the manifest directory is read.")
-	fs.DurationVar(&kc.HTTPCheckFrequency.Duration, "http-check-frequency", kc.HTTPCheckFrequency.Duration, "How often the manifest URL is read.")
-	fs.Var(mapValue("=", &kc.KubeReserved), "kube-reserved", "Resources reserved for Kubernetes components (cpu=200m,memory=500Mi,…).")
-	fs.Var(mapValue("=", &kc.SystemReserved), "system-reserved", "Resources reserved for the system.")
-	fs.Var(mapValue("<", &kc.EvictionHard), "eviction-hard", "Hard eviction thresholds (memory.available<1Gi,…).")
-	fs.Var(mapValue("<", &kc.EvictionSoft), "eviction-soft", "Soft eviction thresholds.")
-	fs.StringSliceVar(&kc.EnforceNodeAllocatable, "enforce-node-allocatable", kc.EnforceNodeAllocatable, "Levels of node allocatable enforcement.")
-	fs.Int32Var(kc.KubeAPIQPS, "kube-api-qps", *kc.KubeAPIQPS, "QPS to the apiserver.")
-	fs.Int32Var(&kc.KubeAPIBurst, "kube-api-burst", kc.KubeAPIBurst, "Burst to the apiserver.")
-	fs.StringVar(&kc.ContentType, "kube-api-content-type", kc.ContentType, "Content type of requests to the apiserver.")
-	fs.Int32Var(kc.EventRecordQPS, "event-qps", *kc.EventRecordQPS, "QPS of event creation.")
-	fs.Int32Var(&kc.EventBurst, "event-burst", kc.EventBurst, "Burst of event creation.")
-	fs.BoolVar(kc.SerializeImagePulls, "serialize-image-pulls", *kc.SerializeImagePulls, "Pull one image at a time.")
-	fs.BoolVar(kc.FailSwapOn, "fail-swap-on", *kc.FailSwapOn, "Fail to start when swap is on.")
-	fs.StringVar(&kc.ProviderID, "provider-id", kc.ProviderID, "Unique identifier of the node in the machine database.")
-	fs.Var(featureGatesValue{&kc.FeatureGates}, "feature-gates", "Feature gates (key=true|false).")
-
-	b.ignored = make(map[string]*string, len(ignoredKubeletFlags))
-	for _, name := range ignoredKubeletFlags {
-		b.ignored[name] = fs.String(name, "", "Accepted for kubelet compatibility; nodekit ignores it.")
+	b.discarded = make(map[string]any, len(discardedFlags))
+	for name, isBool := range discardedFlags {
+		usage := "Accepted for kubelet compatibility; nodekit does not implement it."
+		if isBool {
+			b.discarded[name] = fs.Bool(name, false, usage)
+		} else {
+			b.discarded[name] = fs.String(name, "", usage)
+		}
 	}
+
+	// The flags that set KubeletConfiguration fields.
+	b.fields = map[string]string{}
+	f := configFlags{fs: fs, fields: b.fields}
+	f.boolean(kc.EnableServer, "enable-server", "enableServer", "Serve the kubelet API.")
+	f.boolean(kc.RegisterNode, "register-node", "registerNode", "Register the node with the apiserver.")
+	f.value(taintsValue{&kc.RegisterWithTaints}, "register-with-taints", "registerWithTaints", "Register the node with these taints (comma separated \"<key>=<value>:<effect>\").")
+	f.str(&kc.ContainerRuntimeEndpoint, "container-runtime-endpoint", "containerRuntimeEndpoint", "The CRI runtime endpoint, e.g. unix:///run/containerd/containerd.sock.")
+	f.str(&kc.ImageServiceEndpoint, "image-service-endpoint", "imageServiceEndpoint", "The CRI image service endpoint; defaults to the runtime endpoint.")
+	f.duration(&kc.RuntimeRequestTimeout, "runtime-request-timeout", "runtimeRequestTimeout", "Timeout of CRI requests, except long-running ones.")
+	f.duration(&kc.NodeStatusUpdateFrequency, "node-status-update-frequency", "nodeStatusUpdateFrequency", "How often the node status is computed.")
+	f.int32(kc.NodeStatusMaxImages, "node-status-max-images", "nodeStatusMaxImages", "The most images reported in the node status; -1 for no limit.")
+	f.str(&kc.CgroupDriver, "cgroup-driver", "cgroupDriver", "cgroupfs or systemd; must match the runtime's.")
+	f.str(&kc.CgroupRoot, "cgroup-root", "cgroupRoot", "Root cgroup for pods.")
+	f.boolean(kc.CgroupsPerQOS, "cgroups-per-qos", "cgroupsPerQOS", "Create the QoS cgroup hierarchy.")
+	f.int32(&kc.MaxPods, "max-pods", "maxPods", "Number of pods that can run on this node.")
+	f.int32(&kc.PodsPerCore, "pods-per-core", "podsPerCore", "Pods per core; 0 disables the limit.")
+	f.int64(kc.PodPidsLimit, "pod-max-pids", "podPidsLimit", "Maximum processes per pod; -1 for the node's limit.")
+	f.boolean(kc.CPUCFSQuota, "cpu-cfs-quota", "cpuCFSQuota", "Enforce CPU limits with CFS quota.")
+	f.duration(kc.CPUCFSQuotaPeriod, "cpu-cfs-quota-period", "cpuCFSQuotaPeriod", "CFS quota period of CPU limits.")
+	f.str(&kc.HealthzBindAddress, "healthz-bind-address", "healthzBindAddress", "Address of the healthz and metrics endpoint.")
+	f.int32(kc.HealthzPort, "healthz-port", "healthzPort", "Port of the healthz and metrics endpoint; 0 disables it.")
+	f.str(&kc.Address, "address", "address", "Address the kubelet API serves on.")
+	f.int32(&kc.Port, "port", "port", "Port the kubelet API serves on.")
+	f.int32(&kc.ReadOnlyPort, "read-only-port", "readOnlyPort", "Port of the unauthenticated read-only kubelet API; 0 disables it.")
+	f.boolean(kc.Authentication.Anonymous.Enabled, "anonymous-auth", "authentication.anonymous.enabled", "Allow anonymous requests to the kubelet API.")
+	f.boolean(kc.Authentication.Webhook.Enabled, "authentication-token-webhook", "authentication.webhook.enabled", "Authenticate bearer tokens with the TokenReview API.")
+	f.str(&kc.Authentication.X509.ClientCAFile, "client-ca-file", "authentication.x509.clientCAFile", "CA bundle that signs client certificates for the kubelet API.")
+	f.str((*string)(&kc.Authorization.Mode), "authorization-mode", "authorization.mode", "AlwaysAllow or Webhook.")
+	f.str(&kc.TLSCertFile, "tls-cert-file", "tlsCertFile", "Serving certificate of the kubelet API.")
+	f.str(&kc.TLSPrivateKeyFile, "tls-private-key-file", "tlsPrivateKeyFile", "Serving key of the kubelet API.")
+	f.strings(&kc.TLSCipherSuites, "tls-cipher-suites", "tlsCipherSuites", "Cipher suites of the kubelet API.")
+	f.str(&kc.TLSMinVersion, "tls-min-version", "tlsMinVersion", "Minimum TLS version of the kubelet API.")
+	f.boolean(&kc.RotateCertificates, "rotate-certificates", "rotateCertificates", "Rotate the client certificate.")
+	f.boolean(&kc.ServerTLSBootstrap, "rotate-server-certificates", "serverTLSBootstrap", "Request and rotate the serving certificate.")
+	f.strings(&kc.ClusterDNS, "cluster-dns", "clusterDNS", "DNS server IPs for pods.")
+	f.str(&kc.ClusterDomain, "cluster-domain", "clusterDomain", "Cluster domain for pod DNS search paths.")
+	f.str(kc.ResolverConfig, "resolv-conf", "resolvConf", "Resolver configuration used as the basis for pods' DNS.")
+	f.str(&kc.StaticPodPath, "pod-manifest-path", "staticPodPath", "Directory of static pod manifests.")
+	f.str(&kc.StaticPodURL, "manifest-url", "staticPodURL", "URL of static pod manifests.")
+	f.duration(&kc.SyncFrequency, "sync-frequency", "syncFrequency", "Maximum period between pod syncs.")
+	f.duration(&kc.FileCheckFrequency, "file-check-frequency", "fileCheckFrequency", "How often the manifest directory is read.")
+	f.duration(&kc.HTTPCheckFrequency, "http-check-frequency", "httpCheckFrequency", "How often the manifest URL is read.")
+	f.value(mapValue("=", &kc.KubeReserved), "kube-reserved", "kubeReserved", "Resources reserved for Kubernetes components (cpu=200m,memory=500Mi,…).")
+	f.value(mapValue("=", &kc.SystemReserved), "system-reserved", "systemReserved", "Resources reserved for the system.")
+	f.str(&kc.KubeReservedCgroup, "kube-reserved-cgroup", "kubeReservedCgroup", "Cgroup of the Kubernetes components.")
+	f.str(&kc.SystemReservedCgroup, "system-reserved-cgroup", "systemReservedCgroup", "Cgroup of the system daemons.")
+	f.strings(&kc.EnforceNodeAllocatable, "enforce-node-allocatable", "enforceNodeAllocatable", "Levels of node allocatable enforcement.")
+	f.value(mapValue("<", &kc.EvictionHard), "eviction-hard", "evictionHard", "Hard eviction thresholds (memory.available<1Gi,…).")
+	f.value(mapValue("<", &kc.EvictionSoft), "eviction-soft", "evictionSoft", "Soft eviction thresholds.")
+	f.value(mapValue("=", &kc.EvictionSoftGracePeriod), "eviction-soft-grace-period", "evictionSoftGracePeriod", "Grace periods of the soft eviction thresholds.")
+	f.value(mapValue("=", &kc.EvictionMinimumReclaim), "eviction-minimum-reclaim", "evictionMinimumReclaim", "Minimum reclaim of each eviction signal.")
+	f.duration(&kc.EvictionPressureTransitionPeriod, "eviction-pressure-transition-period", "evictionPressureTransitionPeriod", "How long a pressure condition stays after its threshold is no longer met.")
+	f.int32(&kc.EvictionMaxPodGracePeriod, "eviction-max-pod-grace-period", "evictionMaxPodGracePeriod", "Maximum grace period of pods evicted on a soft threshold.")
+	f.int32(kc.KubeAPIQPS, "kube-api-qps", "kubeAPIQPS", "QPS to the apiserver.")
+	f.int32(&kc.KubeAPIBurst, "kube-api-burst", "kubeAPIBurst", "Burst to the apiserver.")
+	f.str(&kc.ContentType, "kube-api-content-type", "contentType", "Content type of requests to the apiserver.")
+	f.int32(kc.EventRecordQPS, "event-qps", "eventRecordQPS", "QPS of event creation.")
+	f.int32(&kc.EventBurst, "event-burst", "eventBurst", "Burst of event creation.")
+	f.int32(kc.RegistryPullQPS, "registry-qps", "registryPullQPS", "QPS of image pulls; 0 for no limit.")
+	f.int32(&kc.RegistryBurst, "registry-burst", "registryBurst", "Burst of image pulls.")
+	f.boolean(kc.SerializeImagePulls, "serialize-image-pulls", "serializeImagePulls", "Pull one image at a time.")
+	f.boolean(kc.FailSwapOn, "fail-swap-on", "failSwapOn", "Fail to start when swap is on.")
+	f.boolean(kc.FailCgroupV1, "fail-cgroupv1", "failCgroupV1", "Fail to start on cgroup v1.")
+	f.boolean(kc.LocalStorageCapacityIsolation, "local-storage-capacity-isolation", "localStorageCapacityIsolation", "Report and isolate ephemeral storage.")
+	f.str(&kc.ProviderID, "provider-id", "providerID", "Unique identifier of the node in the machine database.")
+	f.value(featureGatesValue{&kc.FeatureGates}, "feature-gates", "featureGates", "Feature gates (key=true|false).")
+	f.boolean(kc.SeccompDefault, "seccomp-default", "seccompDefault", "Use RuntimeDefault as the default seccomp profile.")
+	f.str(&kc.VolumePluginDir, "volume-plugin-dir", "volumePluginDir", "Directory of FlexVolume plugins.")
+	f.str(&kc.KubeletCgroups, "kubelet-cgroups", "kubeletCgroups", "Cgroup of the agent.")
+	f.str(&kc.SystemCgroups, "system-cgroups", "systemCgroups", "Cgroup of the system processes.")
+	f.boolean(&kc.ProtectKernelDefaults, "protect-kernel-defaults", "protectKernelDefaults", "Fail instead of changing kernel tunables.")
+	f.boolean(kc.MakeIPTablesUtilChains, "make-iptables-util-chains", "makeIPTablesUtilChains", "Maintain the kubelet's iptables chains.")
+	f.str(&kc.CPUManagerPolicy, "cpu-manager-policy", "cpuManagerPolicy", "CPU manager policy.")
+	f.duration(&kc.CPUManagerReconcilePeriod, "cpu-manager-reconcile-period", "cpuManagerReconcilePeriod", "CPU manager reconcile period.")
+	f.str(&kc.TopologyManagerPolicy, "topology-manager-policy", "topologyManagerPolicy", "Topology manager policy.")
+	f.str(&kc.TopologyManagerScope, "topology-manager-scope", "topologyManagerScope", "Topology manager scope.")
+	f.str(&kc.MemoryManagerPolicy, "memory-manager-policy", "memoryManagerPolicy", "Memory manager policy.")
+	f.str(&kc.ReservedSystemCPUs, "reserved-cpus", "reservedSystemCPUs", "CPUs reserved for the system.")
+	f.str(&kc.ContainerLogMaxSize, "container-log-max-size", "containerLogMaxSize", "Size at which a container log is rotated.")
+	f.int32(kc.ContainerLogMaxFiles, "container-log-max-files", "containerLogMaxFiles", "Container log files kept per container.")
+	f.int32(kc.ImageGCHighThresholdPercent, "image-gc-high-threshold", "imageGCHighThresholdPercent", "Disk usage percent at which image GC runs.")
+	f.int32(kc.ImageGCLowThresholdPercent, "image-gc-low-threshold", "imageGCLowThresholdPercent", "Disk usage percent image GC frees down to.")
+	f.duration(&kc.ImageMinimumGCAge, "minimum-image-ttl-duration", "imageMinimumGCAge", "Minimum age of an unused image before GC.")
+	f.duration(&kc.VolumeStatsAggPeriod, "volume-stats-agg-period", "volumeStatsAggPeriod", "How often volume disk usage is computed.")
+	f.duration(&kc.StreamingConnectionIdleTimeout, "streaming-connection-idle-timeout", "streamingConnectionIdleTimeout", "Idle timeout of exec, attach and port-forward streams.")
+	f.boolean(kc.EnableControllerAttachDetach, "enable-controller-attach-detach", "enableControllerAttachDetach", "Let the attach/detach controller manage volumes.")
+	f.boolean(kc.EnableDebuggingHandlers, "enable-debugging-handlers", "enableDebuggingHandlers", "Serve logs, exec, attach and port-forward.")
+	f.str(&kc.HairpinMode, "hairpin-mode", "hairpinMode", "How the kubelet sets up hairpin NAT.")
+	f.str(&kc.PodCIDR, "pod-cidr", "podCIDR", "Pod CIDR in standalone mode.")
+	f.int32(kc.OOMScoreAdj, "oom-score-adj", "oomScoreAdj", "OOM score adjustment of the agent's process.")
+	f.int64(&kc.MaxOpenFiles, "max-open-files", "maxOpenFiles", "Maximum open files of the agent's process.")
+	f.strings(&kc.AllowedUnsafeSysctls, "allowed-unsafe-sysctls", "allowedUnsafeSysctls", "Unsafe sysctls pods may set.")
 
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
+	b.klog = map[string]bool{}
+	klogFlags.VisitAll(func(f *goflag.Flag) { b.klog[strings.ReplaceAll(f.Name, "_", "-")] = true })
 	fs.AddGoFlagSet(klogFlags)
 	return fs
 }
 
+// UsageError is a command line ParseFlags cannot parse: an unknown flag, a
+// flag without its value, or an argument that is no flag. The caller shows
+// the usage with it (see FlagUsage). A malformed value of a known flag is
+// an ordinary error: its message says all there is to fix.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
 // ParseFlags builds a Config from kubelet command-line arguments (without the
-// program name). As in the kubelet, the KubeletConfiguration file named by
-// --config is loaded first and defaulted, then every flag given on the
-// command line overrides its field. It returns pflag.ErrHelp for --help, with
-// the usage written to the flag set's output. The result is Complete.
+// program name), as the kubelet does: with --config, the
+// KubeletConfiguration file is loaded, defaulted (SetDefaults, then
+// ApplyConfigFileDefaults) and every flag given on the command line
+// overrides its field; without it, the flags apply to the kubelet's
+// defaults (SetDefaults). Unlike the kubelet, which falls back to the
+// insecure defaults of its older command-line API without a file (anonymous
+// requests allowed, webhook authentication off, AlwaysAllow, the read-only
+// port 10255), an agent started with flags alone keeps the secure v1beta1
+// defaults; flags that set those fields still work. It
+// returns pflag.ErrHelp for --help, with the usage written to the flag
+// set's output, and a *UsageError for a command line it cannot parse. Then
+// it logs, one line each, every setting given a value other than its
+// default that nodekit accepts but does not implement (see
+// implementedSettings). The result is Complete.
 func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 	// First pass: find --config (and fail early on malformed flags).
 	probe := &flagBinder{cfg: &Config{}}
 	SetDefaults(&probe.cfg.Kubelet)
 	fs := probe.flagSet("nodeagent")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
 
@@ -129,18 +252,17 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 			return nil, err
 		}
 		cfg.Kubelet = *kc
+		SetDefaults(&cfg.Kubelet)
+		ApplyConfigFileDefaults(&cfg.Kubelet)
+	} else {
+		SetDefaults(&cfg.Kubelet)
 	}
-	SetDefaults(&cfg.Kubelet)
 
 	// Second pass: flags given on the command line win over the file.
 	b := &flagBinder{cfg: cfg, configFile: probe.configFile}
-	if err := b.flagSet("nodeagent").Parse(args); err != nil {
+	fs = b.flagSet("nodeagent")
+	if err := parse(fs, args); err != nil {
 		return nil, err
-	}
-	for name, v := range b.ignored {
-		if *v != "" {
-			logger.Info("Kubelet flag accepted but not implemented by nodekit; ignoring it", "flag", "--"+name, "value", *v)
-		}
 	}
 	if b.nodeIPs != "" {
 		for _, s := range strings.Split(b.nodeIPs, ",") {
@@ -154,7 +276,26 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 	if err := cfg.Complete(); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
+	var given []string
+	fs.Visit(func(f *pflag.Flag) { given = append(given, f.Name) })
+	logUnimplemented(logger, unimplemented(&cfg.Kubelet, probe.configFile != "", given, b.fields, b.klog))
 	return cfg, nil
+}
+
+// parse parses args into fs, a parse failure other than a malformed value
+// as a *UsageError.
+func parse(fs *pflag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	var invalid *pflag.InvalidValueError
+	switch {
+	case errors.Is(err, pflag.ErrHelp), errors.As(err, &invalid):
+		return err
+	case err != nil:
+		return &UsageError{Err: err}
+	case fs.NArg() > 0:
+		return &UsageError{Err: fmt.Errorf("unexpected argument %q: the agent takes flags only", fs.Arg(0))}
+	}
+	return nil
 }
 
 // FlagUsage returns the usage text of the agent's flags.

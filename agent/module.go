@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -30,9 +29,9 @@ import (
 // Core is everything of a node agent but the runtime that runs its pods:
 // the apiserver clients, metrics, events, the node Lease, node registration
 // and status, the node watch, the API server pod source, the pod status
-// manager, the pod lifecycle loop (admission, pod workers, housekeeping)
-// and the /healthz and /metrics server, all configured from the *Config in
-// the graph. Add a runtime: CRI for a kubelet-like node, or PodBackend for
+// manager, the pod lifecycle loop (admission, pod workers, housekeeping),
+// the kubelet API (NodeAPI) and the /healthz and /metrics server, all
+// configured from the *Config in the graph. Add a runtime: CRI for a kubelet-like node, or PodBackend for
 // a node whose pods something else runs. The graph gets, for the modules
 // and for an embedder's own pieces:
 //
@@ -78,6 +77,8 @@ var Core = fx.Module("agent",
 	podsource.Module,
 	podstatus.Module,
 	pods.Module,
+	Probes,
+	NodeAPI,
 	// The health server is nil when healthzPort is 0.
 	fx.Invoke(func(*HealthServer) {}),
 )
@@ -182,10 +183,12 @@ func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, 
 }
 
 // Run parses kubelet-style args (without the program name), builds a
-// kubelet-like agent (New) with opts and runs it until SIGINT or SIGTERM.
-// It returns the process exit code: 0 after a clean stop, 1 when the
-// configuration is invalid or the agent fails, 2 for bad usage. It is the
-// body of examples/nodeagent.
+// kubelet-like agent (New) with opts and runs it until SIGINT or SIGTERM, or
+// until one of its components fails. It returns the process exit code: 0
+// after a clean stop; 1 when the configuration is invalid (reported in one
+// line), the agent fails to start, or a component failed (the last line
+// names it and its error); 2 for bad usage (an unknown or malformed flag:
+// the error, then the flags' usage). It is the body of examples/nodeagent.
 func Run(args []string, opts ...fx.Option) int {
 	return RunWith(args, CRI, opts...)
 }
@@ -193,19 +196,5 @@ func Run(args []string, opts ...fx.Option) int {
 // RunWith is Run with the given runtime module instead of CRI (see
 // NewWith).
 func RunWith(args []string, runtime fx.Option, opts ...fx.Option) int {
-	return run(args, func(cfg *Config) *fx.App { return NewWith(cfg, runtime, opts...) })
-}
-
-func run(args []string, build func(*Config) *fx.App) int {
-	logger := klog.Background()
-	cfg, err := ParseFlags(logger, args)
-	if errors.Is(err, errHelp) {
-		return 0
-	}
-	if err != nil {
-		return reportFlagError(err)
-	}
-	logger = logger.WithValues("node", cfg.NodeName)
-	logger.Info("Starting nodekit agent", "version", nodekitVersion(), "runtimeEndpoint", cfg.Kubelet.ContainerRuntimeEndpoint)
-	return runApp(logger, build(cfg))
+	return run(args, runtime, opts)
 }

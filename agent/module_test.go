@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/agent/agenttest"
+	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -216,5 +219,24 @@ func TestAgentStopsPodsNoSourceKnows(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the pod no source knows is still running: %v", err)
+	}
+}
+
+// TestNoCgroupManagerWithoutCgroupsPerQOS: with cgroupsPerQOS false no cgroup
+// manager exists (nothing creates cgroups or checks the runtime's cgroup
+// driver), with it true one does.
+func TestNoCgroupManagerWithoutCgroupsPerQOS(t *testing.T) {
+	for _, perQOS := range []bool{false, true} {
+		cfg := agenttest.Config(t, "node-a", "unix:///nonexistent.sock", "--cgroups-per-qos="+strconv.FormatBool(perQOS))
+		client := fake.NewClientset()
+		var m *cgroupdriver.Manager
+		app := fx.New(fx.NopLogger, fx.Supply(cfg), agent.Module,
+			fx.Replace(&agent.Clients{Client: client, Heartbeat: client}), fx.Populate(&m))
+		if err := app.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if (m != nil) != perQOS {
+			t.Errorf("cgroupsPerQOS=%t: cgroup manager built: %t", perQOS, m != nil)
+		}
 	}
 }

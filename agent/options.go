@@ -164,7 +164,8 @@ func (cfg *Config) CgroupsPerQOS() bool {
 }
 
 // CgroupOptions returns the cgroup hierarchy's options. allocatable
-// returns the node's allocatable (the kubepods limits), activePods the
+// returns the kubepods limits (CRI passes the machine's capacity less
+// kubeReserved and systemReserved, as the kubelet), activePods the
 // admitted pods (the Burstable cgroup's shares), runtimeDriver the
 // runtime's cgroup driver for the start-up check (nil skips it).
 func (cfg *Config) CgroupOptions(allocatable func() v1.ResourceList, activePods func() []*v1.Pod,

@@ -2,31 +2,44 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
+	"k8s.io/klog/v2"
 
 	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/internal/runner"
 )
 
-// errHelp is what ParseFlags returns for --help.
-var errHelp = pflag.ErrHelp
-
-func nodekitVersion() string { return nodekit.Version }
-
-// reportFlagError prints a command-line error and the flags' usage, and
-// returns exit code 2.
-func reportFlagError(err error) int {
-	fmt.Fprintf(os.Stderr, "nodeagent: %v\n\nFlags:\n%s", err, FlagUsage())
-	return 2
-}
-
-// runApp starts app, waits for a signal or a shutdown and stops it,
-// returning the exit code.
-func runApp(logger logr.Logger, app *fx.App) int {
+// run is RunWith's body: parse, build, start, wait, stop, and say why the
+// agent stopped.
+func run(args []string, runtime fx.Option, opts []fx.Option) int {
+	logger := klog.Background()
+	cfg, err := ParseFlags(logger, args)
+	var usage *UsageError
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(os.Stderr, "nodeagent: %v\n\nFlags:\n%s", err, FlagUsage())
+		return 2
+	case err != nil:
+		logger.Error(err, "Invalid configuration")
+		return 1
+	}
+	logger = logger.WithValues("node", cfg.NodeName)
+	logger.Info("Starting nodekit agent", "version", nodekit.Version, "runtimeEndpoint", cfg.Kubelet.ContainerRuntimeEndpoint)
+	// Components shut the agent down through fx.Shutdowner when they fail
+	// (runner.Hook); failures records which one and why.
+	var failures *runner.Failures
+	recordFailures := fx.Decorate(func(sd fx.Shutdowner) fx.Shutdowner {
+		failures = runner.NewFailures(sd)
+		return failures
+	})
+	app := NewWith(cfg, runtime, append([]fx.Option{recordFailures}, opts...)...)
 	if err := app.Err(); err != nil {
 		logger.Error(err, "Cannot build the agent")
 		return 1
@@ -40,8 +53,19 @@ func runApp(logger logr.Logger, app *fx.App) int {
 	sig := <-app.Wait()
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
 	defer cancelStop()
-	if err := app.Stop(stopCtx); err != nil {
-		logger.Error(err, "Agent did not stop cleanly")
+	stopErr := app.Stop(stopCtx)
+	if failures != nil {
+		if component, err := failures.First(); err != nil {
+			kv := []any{"component", component, "exitCode", 1}
+			if stopErr != nil {
+				kv = append(kv, "stopErr", stopErr)
+			}
+			logger.Error(err, "Agent stopped because a component failed", kv...)
+			return 1
+		}
+	}
+	if stopErr != nil {
+		logger.Error(stopErr, "Agent did not stop cleanly")
 		return 1
 	}
 	logger.Info("Agent stopped", "signal", sig.Signal, "exitCode", sig.ExitCode)

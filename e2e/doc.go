@@ -9,7 +9,18 @@
 // run one agent each, mostly on fakecri; the pod tests (pods_test.go) run the
 // same table of pod lifecycle tests on a fakecri node and on a node with a
 // containerd and a cgroup root of its own (two agents on one runtime would
-// remove each other's pods). All tests run in parallel (-parallel defaults to
+// remove each other's pods). TestHandoverFromKubelet (handover_test.go) runs
+// the upstream kubelet (built into the cache on first use, a few minutes) on
+// a containerd of its own, then replaces it by an agent that must adopt its
+// containers without a restart. Package kubeletparity needs no cluster: it
+// compares nodekit's functions (the container hash, the configuration
+// defaults) with the kubelet's own.
+// The node API test (nodeapi_test.go) runs one
+// agent on a containerd of its own whose address sits on a veth of a
+// network namespace it creates, with a serving certificate from an approved
+// kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
+// port-forward, cp, top through a metrics-server built from Go modules,
+// get --raw through nodes/proxy). All tests run in parallel (-parallel defaults to
 // 16 here: they wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:

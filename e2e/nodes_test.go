@@ -34,6 +34,8 @@ type nodeOptions struct {
 	updateFrequency, reportFrequency time.Duration
 	// extraArgs are more agent flags (--cgroup-root, --sync-frequency, …).
 	extraArgs []string
+	// kubeletConfig are more KubeletConfiguration fields.
+	kubeletConfig map[string]any
 }
 
 // testNode is a node agent process with its runtime.
@@ -67,6 +69,7 @@ func startFakeNode(ctx context.Context, name string, opts nodeOptions) (*testNod
 		NodeStatusReportFrequency: opts.reportFrequency,
 		CgroupDriver:              "cgroupfs",
 		ExtraArgs:                 opts.extraArgs,
+		KubeletConfig:             opts.kubeletConfig,
 	})
 	if err == nil {
 		n.agent = agent

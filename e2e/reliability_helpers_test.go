@@ -410,8 +410,8 @@ func metricValue(t *testing.T, a *cluster.Agent, name string, match map[string]s
 	return m.Sum(name, match)
 }
 
-// mib formats bytes as MiB.
-func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+// mibytes formats a byte count as MiB.
+func mibytes(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 
 // neverRestart makes a pod's containers run once.
 func neverRestart(p *v1.Pod) *v1.Pod {

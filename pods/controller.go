@@ -7,8 +7,10 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,6 +63,11 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Clock paces requeues and housekeeping (default clock.RealClock{}).
 	Clock clock.Clock
+	// Registerer receives the kubelet's pod lifecycle metrics,
+	// kubelet_pod_start_duration_seconds and
+	// kubelet_pod_worker_duration_seconds{operation_type}; nil registers
+	// nothing.
+	Registerer prometheus.Registerer
 }
 
 // Default periods of the Controller, the kubelet's.
@@ -76,6 +83,10 @@ const (
 	// jitterFactor spreads resyncs and retries, as the kubelet's pod
 	// workers.
 	jitterFactor = 0.5
+	// minSyncLoopStall is the shortest time without a housekeeping round
+	// after which SyncLoopHealthy fails (the kubelet's 5 minutes, or twice
+	// the sync frequency when that is longer).
+	minSyncLoopStall = 5 * time.Minute
 )
 
 // Controller is the node's pod lifecycle loop: it admits the pods its
@@ -100,6 +111,14 @@ type Controller struct {
 	stopped map[types.UID][]chan struct{}
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
+
+	metrics *controllerMetrics
+	// loopEntry is when the latest housekeeping round began; zero before
+	// Run.
+	loopEntry atomic.Pointer[time.Time]
+	// gcMu serializes garbage collection runs (the periodic one and
+	// GarbageCollect's).
+	gcMu sync.Mutex
 }
 
 // podRecord is what the controller remembers of one pod.
@@ -110,6 +129,13 @@ type podRecord struct {
 	// statusFn, set by KillPod, amends the pod's final status (an
 	// eviction's reason and condition).
 	statusFn func(*v1.PodStatus)
+	// firstSeen is when the controller first saw the pod; started is set
+	// once its start was recorded in kubelet_pod_start_duration_seconds.
+	firstSeen time.Time
+	started   bool
+	// terminated is set once the pod's containers are stopped and its
+	// final status is set; it never goes back.
+	terminated bool
 }
 
 // New validates opts and applies defaults. It does no I/O.
@@ -132,8 +158,12 @@ func New(opts Options) (*Controller, error) {
 	if opts.Store == nil {
 		opts.Store = NewStore()
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background()}
-	c.workers = newPodWorkers(c.syncPod, opts.Clock)
+	m, err := newControllerMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
+	c.workers = newPodWorkers(c.syncPod, opts.Clock, m.observeWorker)
 	return c, nil
 }
 
@@ -152,6 +182,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.runCtx = ctx
 	c.mu.Unlock()
+	now := c.clock.Now()
+	c.loopEntry.Store(&now)
+	defer c.loopEntry.Store(nil)
 	defer c.background.Wait()
 	defer c.workers.wait()
 	c.background.Go(func() { c.runHousekeeping(ctx) })
@@ -226,7 +259,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 		c.update(ctx, pod, pod.DeletionTimestamp != nil)
 		return
 	}
-	r := &podRecord{pod: pod}
+	r := &podRecord{pod: pod, firstSeen: c.clock.Now()}
 	c.pods[pod.UID] = r
 	// A finished or deleted pod is not admitted: its worker only makes sure
 	// it is stopped.
@@ -325,24 +358,10 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 		opts.Previous = &prev
 	}
 	if p := c.opts.Prober; p != nil {
-		opts.Readiness = probeFunc(p.Readiness)
-		opts.Startup = probeFunc(p.Startup)
+		opts.Readiness = p.Ready
+		opts.Startup = p.Started
 	}
 	return opts
-}
-
-// probeFunc adapts a prober's result lookup to the status generator's.
-func probeFunc(get func(string) podstate.ProbeResult) podstatus.ProbeResultFunc {
-	return func(id string) (bool, bool) {
-		switch get(id) {
-		case podstate.ProbeSuccess:
-			return true, true
-		case podstate.ProbeFailure:
-			return false, true
-		default:
-			return false, false
-		}
-	}
 }
 
 // syncPod is one pod worker sync: report the status the runtime shows,
@@ -360,12 +379,14 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		logger.Error(err, "Cannot read the pod's runtime status; will retry")
 		return c.retryAfterError(), false
 	}
-	c.opts.Statuses.SetPodStatus(pod, st)
+	c.setStatus(pod, st)
 	if isTerminal(st.Phase) {
 		// Every container finished for good: stop the sandbox next.
 		c.workers.update(ctx, pod, true, false, nil)
 		return 0, false
 	}
+	// Probes start before the runtime acts, as the kubelet's syncPod: a
+	// container the sync starts is probed from its first status on.
 	if c.opts.Prober != nil {
 		c.opts.Prober.AddPod(pod)
 	}
@@ -377,7 +398,12 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	// Report what the sync did at once instead of at the next runtime
 	// event: the status a watcher waits for (Running) is known now.
 	if st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false)); err == nil {
-		c.opts.Statuses.SetPodStatus(pod, st)
+		c.setStatus(pod, st)
+		// With the containers the sync started in the status, the prober
+		// runs their readiness probes now instead of a period later.
+		if c.opts.Prober != nil && !isTerminal(st.Phase) {
+			c.opts.Prober.AddPod(pod)
+		}
 	}
 
 	requeue := wait.Jitter(c.opts.SyncFrequency, jitterFactor)
@@ -390,6 +416,49 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	return requeue, false
 }
 
+// setStatus hands a running pod's status to the status manager. The first
+// time a pod goes from Pending (or no phase) to Running on this agent, it
+// records how long that took since the controller first saw the pod in
+// kubelet_pod_start_duration_seconds, as the kubelet does. A pod that was
+// already running when the agent started is not counted.
+func (c *Controller) setStatus(pod *v1.Pod, st v1.PodStatus) {
+	if st.Phase == v1.PodRunning && c.metrics != nil {
+		prev := pod.Status.Phase
+		if cached, ok := c.opts.Statuses.GetPodStatus(pod.UID); ok {
+			prev = cached.Phase
+		}
+		var seen time.Time
+		c.mu.Lock()
+		if r := c.pods[pod.UID]; r != nil && !r.started {
+			r.started = true
+			if prev == "" || prev == v1.PodPending {
+				seen = r.firstSeen
+			}
+		}
+		c.mu.Unlock()
+		if !seen.IsZero() {
+			c.metrics.observeStart(c.clock.Since(seen))
+		}
+	}
+	c.opts.Statuses.SetPodStatus(pod, st)
+}
+
+// SyncLoopHealthy returns an error when the loop is not running, or when
+// its housekeeping has not begun a round for twice the sync frequency (at
+// least 5 minutes): a loop stuck on the runtime. It backs /healthz/syncloop,
+// as the kubelet's syncLoop health check. It does not block.
+func (c *Controller) SyncLoopHealthy() error {
+	entry := c.loopEntry.Load()
+	if entry == nil {
+		return errors.New("the pod lifecycle loop is not running")
+	}
+	limit := max(2*c.opts.SyncFrequency, minSyncLoopStall)
+	if since := c.clock.Since(*entry); since > limit {
+		return fmt.Errorf("sync Loop took longer than expected: no housekeeping round for %v", since.Round(time.Second))
+	}
+	return nil
+}
+
 // retryAfterError is when a pod whose sync failed is synced again.
 func (c *Controller) retryAfterError() time.Duration {
 	return wait.Jitter(syncErrorBackOff, jitterFactor)
@@ -400,6 +469,12 @@ func (c *Controller) retryAfterError() time.Duration {
 // runtime holds of it and forgets it.
 func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, bool) {
 	pod, logger := w.Pod, klog.FromContext(ctx)
+	// No liveness or startup failure may restart a container while the
+	// pod stops; readiness keeps being probed until the containers are
+	// stopped, as the kubelet's SyncTerminatingPod.
+	if c.opts.Prober != nil {
+		c.opts.Prober.StopLivenessAndStartup(pod)
+	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "Cannot stop the pod; will retry")
@@ -417,8 +492,11 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		}
 	}
 	c.mu.Lock()
-	if r := c.pods[pod.UID]; r != nil && r.statusFn != nil && !w.Removed {
-		r.statusFn(&st)
+	if r := c.pods[pod.UID]; r != nil {
+		if r.statusFn != nil && !w.Removed {
+			r.statusFn(&st)
+		}
+		r.terminated = true
 	}
 	waiters := c.stopped[pod.UID]
 	delete(c.stopped, pod.UID)
@@ -495,6 +573,37 @@ func (c *Controller) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverri
 	}
 }
 
+// PodTerminated reports whether the pod with uid is done on this node as
+// far as the loop is concerned: its containers are stopped and its final
+// status is set (after KillPod, a deletion or the pod finishing), it was
+// rejected at admission, or the Controller does not know it (never seen, or
+// removed). It is the eviction manager's "pod cleaned up" check (the
+// kubelet's PodIsFinished); unlike the kubelet, the pod's volumes, cgroup
+// and stopped containers stay until the pod is gone from its source
+// (Runtime.RemovePod). Cheap, never blocks, safe for concurrent use.
+func (c *Controller) PodTerminated(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.pods[uid]
+	return !ok || r.terminated || r.rejected
+}
+
+// GarbageCollect runs the runtime's container garbage collection now (see
+// GarbageCollector), as the periodic one does: dead containers beyond the
+// runtime's limits, and everything of stopped pods the Controller no longer
+// knows. It does nothing until every pod source has reported, or when the
+// Runtime is no GarbageCollector. It blocks until done; runs never overlap.
+// The eviction manager calls it to reclaim disk before evicting pods.
+func (c *Controller) GarbageCollect(ctx context.Context) error {
+	gc, ok := c.opts.Runtime.(GarbageCollector)
+	if !ok || !c.opts.Sources.AllReady() {
+		return nil
+	}
+	c.gcMu.Lock()
+	defer c.gcMu.Unlock()
+	return gc.GarbageCollect(ctx, c.known)
+}
+
 // known reports whether the Controller knows a pod, for garbage collection.
 func (c *Controller) known(uid types.UID) bool {
 	c.mu.Lock()
@@ -513,10 +622,31 @@ func (c *Controller) runHousekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			now := c.clock.Now()
+			c.loopEntry.Store(&now)
 			c.housekeeping(ctx)
 			t.Reset(c.opts.HousekeepingPeriod)
 		}
 	}
+}
+
+// cleanupProbes stops the probes of every pod that is no longer active (the
+// kubelet's housekeeping does the same with the pods that may still run),
+// should a RemovePod have been missed. c.mu is held throughout, as a pod
+// becomes active under it before its worker can call AddPod: a pod added
+// after the snapshot is not cleaned up.
+func (c *Controller) cleanupProbes() {
+	if c.opts.Prober == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	active := c.store.Active()
+	desired := make(map[types.UID]struct{}, len(active))
+	for _, p := range active {
+		desired[p.UID] = struct{}{}
+	}
+	c.opts.Prober.CleanupPods(desired)
 }
 
 // runGC removes dead containers every gcPeriod once every source has
@@ -530,7 +660,10 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 			return
 		case <-t.C():
 			if c.opts.Sources.AllReady() {
-				if err := gc.GarbageCollect(ctx, c.known); err != nil && ctx.Err() == nil {
+				c.gcMu.Lock()
+				err := gc.GarbageCollect(ctx, c.known)
+				c.gcMu.Unlock()
+				if err != nil && ctx.Err() == nil {
 					klog.FromContext(ctx).Error(err, "Container garbage collection failed")
 				}
 			}
@@ -544,6 +677,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 // reported. Each orphan is stopped in its own goroutine, so its grace period
 // holds up nothing else.
 func (c *Controller) housekeeping(ctx context.Context) {
+	c.cleanupProbes()
 	if !c.opts.Sources.AllReady() {
 		return
 	}

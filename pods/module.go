@@ -2,6 +2,7 @@ package pods
 
 import (
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -24,7 +25,8 @@ type NodeGetter interface {
 // supply the *podsource.Config, a Runtime (the CRI backend's module or
 // NewBackendRuntime), the podstatus.Interface and a NodeGetter; optional
 // are Options (the agent derives them from its configuration), a Prober,
-// the record.EventRecorder, clock.Clock and logr.Logger. Admission runs the
+// the record.EventRecorder, clock.Clock, the prometheus.Registerer for the
+// Controller's metrics and logr.Logger. Admission runs the
 // handlers of the AdmitHandlerGroup by Order, GeneralPredicates among them.
 var Module = fx.Module("pods",
 	fx.Provide(
@@ -50,6 +52,7 @@ type Params struct {
 	Prober     Prober                `optional:"true"`
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
 	Logger     logr.Logger           `optional:"true"`
 	Lifecycle  fx.Lifecycle
 	Shutdowner fx.Shutdowner
@@ -80,6 +83,9 @@ func provide(p Params) (*Controller, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = p.Clock
+	}
+	if o.Registerer == nil {
+		o.Registerer = p.Registerer
 	}
 	admit, err := ResolveAdmitHandlers(p.Admit)
 	if err != nil {

@@ -71,20 +71,37 @@ type GarbageCollector interface {
 	GarbageCollect(ctx context.Context, keep func(types.UID) bool) error
 }
 
-// Prober is what the Controller needs of the probe engine (prober.Manager
-// is one): it adds each pod it syncs, removes each pod it terminates, reads
-// readiness and startup results for the pod's status and syncs a pod whose
-// results changed.
+// Prober is what the Controller needs of the probe engine (*prober.Manager
+// is one): it adds each pod it syncs, stops the probes of each pod it
+// terminates, reads readiness and startup results for the pod's status and
+// syncs a pod whose results changed. Its methods must be safe for
+// concurrent use and must not block on a probe.
 type Prober interface {
-	// AddPod starts probing pod's containers; called on every sync, so it
-	// must be cheap when nothing changed. It must not block.
+	// AddPod starts probing pod's containers. The Controller calls it on
+	// every sync of a pod that should run, after the pod's status was set
+	// (a prober runs a readiness probe at once for a running container
+	// that is not ready yet), so it must be cheap when nothing changed.
 	AddPod(pod *v1.Pod)
-	// RemovePod stops probing pod and forgets its results.
+	// StopLivenessAndStartup stops the liveness and startup probes of
+	// pod's regular containers and forgets their results; the Controller
+	// calls it before it stops a pod's containers, so no probe restarts one
+	// during the pod's grace period. Readiness keeps being probed.
+	StopLivenessAndStartup(pod *v1.Pod)
+	// RemovePod stops probing pod and forgets its results; called once the
+	// pod's containers are stopped.
 	RemovePod(pod *v1.Pod)
-	// Readiness and Startup return a container's latest result by its
-	// runtime container ID (the part after "://"). They must not block.
-	Readiness(containerID string) podstate.ProbeResult
-	Startup(containerID string) podstate.ProbeResult
+	// CleanupPods stops probing, and forgets the results of, every pod
+	// whose UID is not in desired: the Controller's housekeeping passes
+	// the pods that may still run.
+	CleanupPods(desired map[types.UID]struct{})
+	// Ready and Started return a container's readiness and startup
+	// verdicts by its runtime container ID (the part after "://"):
+	// success, and known false when there is no verdict (the probe has
+	// not decided, or the container has no such probe). A known failure
+	// and no verdict differ: the status generator keeps a container that
+	// was ready before the agent restarted ready until its probe decides.
+	Ready(containerID string) (success, known bool)
+	Started(containerID string) (success, known bool)
 	// Updates delivers the UID of a pod whose results changed. It is never
 	// closed.
 	Updates() <-chan types.UID

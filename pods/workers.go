@@ -38,6 +38,9 @@ type podSyncFunc func(ctx context.Context, work podWork) (requeueAfter time.Dura
 type podWorkers struct {
 	sync  podSyncFunc
 	clock clock.Clock
+	// observe, when set, is told each sync's operation type (OpCreate,
+	// OpUpdate, OpSync, OpKill) and duration.
+	observe func(op string, d time.Duration)
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -57,8 +60,8 @@ type podWorker struct {
 	killGrace *int64
 }
 
-func newPodWorkers(sync podSyncFunc, clk clock.Clock) *podWorkers {
-	return &podWorkers{sync: sync, clock: clk, workers: map[types.UID]*podWorker{}}
+func newPodWorkers(sync podSyncFunc, clk clock.Clock, observe func(op string, d time.Duration)) *podWorkers {
+	return &podWorkers{sync: sync, clock: clk, observe: observe, workers: map[types.UID]*podWorker{}}
 }
 
 // update records the newest state of pod and triggers its worker, starting
@@ -127,6 +130,8 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 	defer p.wg.Done()
 	var timer clock.Timer
 	var timerC <-chan time.Time
+	// last is the pod object of the previous sync, nil before the first.
+	var last *v1.Pod
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -145,7 +150,21 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 		w.cancel, w.killing, w.killGrace = cancel, work.Terminate, work.GracePeriod
 		w.mu.Unlock()
 
+		op := OpSync
+		switch {
+		case work.Terminate:
+			op = OpKill
+		case last == nil:
+			op = OpCreate
+		case work.Pod != last:
+			op = OpUpdate
+		}
+		last = work.Pod
+		start := p.clock.Now()
 		requeue, done := p.sync(syncCtx, work)
+		if p.observe != nil {
+			p.observe(op, p.clock.Since(start))
+		}
 		w.mu.Lock()
 		w.cancel, w.killing, w.killGrace = nil, false, nil
 		w.mu.Unlock()

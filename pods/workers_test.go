@@ -42,7 +42,7 @@ func TestPodWorkersSerializePerPodAndRunPodsInParallel(t *testing.T) {
 		return 0, false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	pw := newPodWorkers(sync, testclock.NewFakeClock(time.Now()))
+	pw := newPodWorkers(sync, testclock.NewFakeClock(time.Now()), nil)
 	pw.update(ctx, workPod("a"), false, false, nil)
 	pw.update(ctx, workPod("b"), false, false, nil)
 	// Both pods are inside their sync at once: different pods run in parallel.
@@ -76,7 +76,7 @@ func TestPodWorkersRequeueTerminateAndFinish(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pw := newPodWorkers(sync, clk)
+	pw := newPodWorkers(sync, clk, nil)
 	pw.update(ctx, workPod("a"), false, false, nil)
 	if w := <-works; w.Terminate {
 		t.Fatal("a new pod must not be terminating")
@@ -109,4 +109,43 @@ func TestPodWorkersRequeueTerminateAndFinish(t *testing.T) {
 	if pw.known("a") {
 		t.Fatal("the worker of a finished pod must end")
 	}
+}
+
+// TestPodWorkersReportOperationTypes checks the operation_type of each sync
+// as kubelet_pod_worker_duration_seconds labels it: the first sync is a
+// create, a sync after a new pod object an update, a poke or requeue a
+// sync, a terminating one a kill; each with the sync's duration on the
+// clock.
+func TestPodWorkersReportOperationTypes(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	type obs struct {
+		op string
+		d  time.Duration
+	}
+	seen := make(chan obs, 10)
+	step := make(chan struct{}, 10)
+	sync := func(ctx context.Context, w podWork) (time.Duration, bool) {
+		clk.Step(time.Second) // every sync takes a second on the clock
+		step <- struct{}{}
+		return 0, w.Removed
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pw := newPodWorkers(sync, clk, func(op string, d time.Duration) { seen <- obs{op, d} })
+	pod := workPod("a")
+	next := func(trigger func(), want string) {
+		t.Helper()
+		trigger()
+		<-step
+		if got := <-seen; got.op != want || got.d != time.Second {
+			t.Fatalf("observed %+v, want %s for 1s", got, want)
+		}
+	}
+	next(func() { pw.update(ctx, pod, false, false, nil) }, OpCreate)
+	next(func() { pw.poke("a") }, OpSync)
+	next(func() { pw.update(ctx, pod, false, false, nil) }, OpSync) // the same object: nothing changed
+	next(func() { pw.update(ctx, workPod("a"), false, false, nil) }, OpUpdate)
+	next(func() { pw.update(ctx, workPod("a"), true, true, nil) }, OpKill)
+	cancel()
+	pw.wait()
 }

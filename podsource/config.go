@@ -150,6 +150,30 @@ func (c *Config) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
 	return nil, false
 }
 
+// Pods returns the latest version of every pod of every source, with the
+// Config's annotations, as the kubelet's pod manager lists them: pods stay
+// until their source removes them, terminated ones included. Mirror pods
+// (the API objects of static pods) are left out: the static pod itself is
+// listed. The slice is the caller's; the pods are shared and read-only. It
+// does not block.
+func (c *Config) Pods() []*v1.Pod {
+	c.podsMu.RLock()
+	defer c.podsMu.RUnlock()
+	n := 0
+	for _, pods := range c.pods {
+		n += len(pods)
+	}
+	out := make([]*v1.Pod, 0, n)
+	for _, pods := range c.pods {
+		for _, e := range pods {
+			if _, mirror := e.pod.Annotations[ConfigMirrorAnnotationKey]; !mirror {
+				out = append(out, e.pod)
+			}
+		}
+	}
+	return out
+}
+
 // Run starts every source, merges their snapshots and delivers the updates
 // until ctx is done; then it stops the sources, closes Updates and returns
 // nil. When a source fails, Run stops the others and returns its error. Run

@@ -3,6 +3,8 @@ package podsource_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -396,5 +398,35 @@ func TestOpString(t *testing.T) {
 		if got := op.String(); got != want {
 			t.Errorf("%d: %q, want %q", int(op), got, want)
 		}
+	}
+}
+
+// TestPodsListsEverySourceWithoutMirrorPods checks Pods: the pods of every
+// source as stored, without mirror pods, until their source removes them.
+func TestPodsListsEverySourceWithoutMirrorPods(t *testing.T) {
+	api, file := newChanSource("api"), newChanSource("file")
+	h := start(t, podsource.Options{Sources: []podsource.Source{api, file}})
+	mirror := pod("uid-m", "static-node", func(p *v1.Pod) {
+		p.Annotations = map[string]string{podsource.ConfigMirrorAnnotationKey: "hash"}
+	})
+	api.send(t, pod("uid-a", "a"), mirror)
+	h.expect(t, podsource.OpAdd, "api", "uid-a", "uid-m")
+	file.send(t, pod("uid-s", "static"))
+	h.expect(t, podsource.OpAdd, "file", "uid-s")
+	names := func() []string {
+		var out []string
+		for _, p := range h.cfg.Pods() {
+			out = append(out, p.Name)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got := names(); !reflect.DeepEqual(got, []string{"a", "static"}) {
+		t.Errorf("Pods = %v, want [a static]", got)
+	}
+	file.send(t)
+	h.expect(t, podsource.OpRemove, "file", "uid-s")
+	if got := names(); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Errorf("Pods after the file source emptied = %v, want [a]", got)
 	}
 }

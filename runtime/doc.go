@@ -45,7 +45,9 @@
 // and annotates sandboxes and containers as the kubelet does
 // (io.kubernetes.pod.name, .namespace, .uid, io.kubernetes.container.name,
 // hash, restart count, grace periods, preStop hook), so crictl shows them
-// and [PodManager.ListPods] finds an agent's pods after a restart; KillPod
+// and [PodManager.ListPods] finds an agent's pods after a restart; the hash
+// is the kubelet's own ([HashContainer]), so an agent that replaces a
+// kubelet on a node keeps the containers it started running; KillPod
 // accepts a nil pod for such orphans. Container logs are written by the
 // runtime to <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restart>.log.
 // Events (Pulling, Pulled, Created, Started, Killing, BackOff, Failed,

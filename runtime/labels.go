@@ -34,13 +34,34 @@ const (
 )
 
 // HashContainer returns the hash of the fields of c whose change makes the
-// agent restart the container (its name and image, the only mutable fields
-// the kubelet hashes). It is recorded in the container's
-// io.kubernetes.container.hash annotation, in hex.
+// agent restart the container: its name and image, the only mutable fields
+// the kubelet v1.37 hashes. It is recorded in the container's
+// io.kubernetes.container.hash annotation, in hex, and equals the kubelet's
+// hash of the same container bit for bit, so an agent that replaces a
+// kubelet on a node (or a kubelet that replaces an agent) recognises the
+// running containers as unchanged and keeps them.
+//
+// The kubelet's hash is FNV-1a (32 bits) of the text go-spew prints, with
+// k8s.io/utils/dump.ForHash's settings, for the JSON of
+// {"image":…,"name":…} as a byte slice: "([]uint8)[" then the bytes in
+// decimal separated by spaces then "]". HashContainer writes that text
+// itself rather than depend on go-spew. e2e/kubeletparity checks it against
+// the kubelet's own function.
 func HashContainer(c *v1.Container) uint64 {
+	// encoding/json writes map keys sorted and escapes <, > and & as the
+	// kubelet's json.Marshal does; a map of strings cannot fail to encode.
 	data, _ := json.Marshal(map[string]string{"name": c.Name, "image": c.Image})
+	buf := make([]byte, 0, len("([]uint8)[]")+4*len(data))
+	buf = append(buf, "([]uint8)["...)
+	for i, b := range data {
+		if i > 0 {
+			buf = append(buf, ' ')
+		}
+		buf = strconv.AppendUint(buf, uint64(b), 10)
+	}
+	buf = append(buf, ']')
 	h := fnv.New32a()
-	h.Write(data)
+	h.Write(buf)
 	return uint64(h.Sum32())
 }
 

@@ -205,6 +205,7 @@ func (p *PLEG) relist(ctx context.Context) {
 		return
 	}
 	p.relistTime.Store(&ts)
+	p.metrics.observeRunning(pods)
 	for _, r := range p.records {
 		r.current = nil
 	}

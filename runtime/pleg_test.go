@@ -96,6 +96,10 @@ func TestPLEGRelist(t *testing.T) {
 	if err != nil || st.Container("app") == nil || st.Container("app").State != podstate.ContainerStateRunning {
 		t.Fatalf("cached status after the start: %+v, %v", st, err)
 	}
+	// The relist that saw the start counted the pod and its container.
+	if pods, running := gaugeValue(t, reg, "kubelet_running_pods", ""), gaugeValue(t, reg, "kubelet_running_containers", "running"); pods != 1 || running != 1 {
+		t.Errorf("kubelet_running_pods = %v, kubelet_running_containers{container_state=running} = %v after the start, want 1 and 1", pods, running)
+	}
 
 	// A worker waiting for a status newer than now is woken by the next
 	// relist.
@@ -109,6 +113,10 @@ func TestPLEGRelist(t *testing.T) {
 	collect(t, p, step, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
 	if st := <-got; st.Container("app").State != podstate.ContainerStateExited || st.Container("app").ExitCode != 2 {
 		t.Fatalf("GetNewerThan after the exit = %+v", st.Container("app"))
+	}
+	poll(t, func() bool { step(); return gaugeValue(t, reg, "kubelet_running_containers", "exited") == 1 })
+	if pods, running := gaugeValue(t, reg, "kubelet_running_pods", ""), gaugeValue(t, reg, "kubelet_running_containers", "running"); pods != 1 || running != 0 {
+		t.Errorf("kubelet_running_pods = %v, kubelet_running_containers{container_state=running} = %v after the exit, want 1 (the sandbox runs) and 0", pods, running)
 	}
 
 	if err := h.pm.KillPod(h.ctx, pod, h.status(pod).RunningPod(), nil); err != nil {
@@ -125,6 +133,10 @@ func TestPLEGRelist(t *testing.T) {
 		st, _ := p.Cache().Get(pod.UID)
 		return len(st.Containers) == 0 && len(st.Sandboxes) == 0
 	})
+	poll(t, func() bool { step(); return gaugeValue(t, reg, "kubelet_running_pods", "") == 0 })
+	if n := gaugeValue(t, reg, "kubelet_running_containers", "exited"); n != 0 {
+		t.Errorf("kubelet_running_containers{container_state=exited} = %v after the removal, want 0", n)
+	}
 	if n := h.cri.Calls("GetContainerEvents"); n != 1 {
 		t.Errorf("%d GetContainerEvents calls; an Unimplemented stream must not be retried", n)
 	}
@@ -208,4 +220,31 @@ func TestPodCache(t *testing.T) {
 	if st, err := c.Get(uid); err != nil || st.Name != "" {
 		t.Fatalf("Get after Delete = %+v, %v", st, err)
 	}
+}
+
+// gaugeValue returns the value of gauge name (with container_state state
+// when state is not empty) in reg, -1 when it has no such series.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, state string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := state == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "container_state" && l.GetValue() == state {
+					match = true
+				}
+			}
+			if match {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

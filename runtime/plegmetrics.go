@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodekit/nodekit/podstate"
 )
 
 // plegMetrics are the kubelet's PLEG metrics. A nil *plegMetrics records
@@ -15,6 +17,9 @@ type plegMetrics struct {
 	discarded      prometheus.Counter
 	streamErrors   prometheus.Counter
 	streamConnects prometheus.Counter
+	// runningPods and runningContainers are set from every full relist.
+	runningPods       prometheus.Gauge
+	runningContainers *prometheus.GaugeVec
 }
 
 func newPLEGMetrics(reg prometheus.Registerer, lastSeen func() float64) (*plegMetrics, error) {
@@ -44,6 +49,14 @@ func newPLEGMetrics(reg prometheus.Registerer, lastSeen func() float64) (*plegMe
 			Subsystem: "kubelet", Name: "evented_pleg_connection_success_count",
 			Help: "The number of times a streaming client was obtained to receive CRI Events.",
 		}),
+		runningPods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Subsystem: "kubelet", Name: "running_pods",
+			Help: "[ALPHA] Number of pods that have a running pod sandbox",
+		}),
+		runningContainers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "kubelet", Name: "running_containers",
+			Help: "[ALPHA] Number of containers currently running",
+		}, []string{"container_state"}),
 	}
 	var err error
 	if m.relistDuration, err = register(reg, m.relistDuration); err != nil {
@@ -59,6 +72,12 @@ func newPLEGMetrics(reg prometheus.Registerer, lastSeen func() float64) (*plegMe
 		return nil, err
 	}
 	if m.streamConnects, err = register(reg, m.streamConnects); err != nil {
+		return nil, err
+	}
+	if m.runningPods, err = register(reg, m.runningPods); err != nil {
+		return nil, err
+	}
+	if m.runningContainers, err = register(reg, m.runningContainers); err != nil {
 		return nil, err
 	}
 	lastSeenGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -98,5 +117,39 @@ func (m *plegMetrics) streamError() {
 func (m *plegMetrics) streamConnected() {
 	if m != nil {
 		m.streamConnects.Inc()
+	}
+}
+
+// containerStates are the container_state values of
+// kubelet_running_containers: every one is set at each relist, to 0 when
+// no container is in it.
+var containerStates = []podstate.ContainerState{
+	podstate.ContainerStateCreated, podstate.ContainerStateRunning,
+	podstate.ContainerStateExited, podstate.ContainerStateUnknown,
+}
+
+// observeRunning sets kubelet_running_pods (pods with a running sandbox)
+// and kubelet_running_containers by state from a full relist, as the
+// kubelet's PLEG does.
+func (m *plegMetrics) observeRunning(pods []podstate.RunningPod) {
+	if m == nil {
+		return
+	}
+	running := 0
+	states := make(map[podstate.ContainerState]int, len(containerStates))
+	for i := range pods {
+		for _, c := range pods[i].Containers {
+			states[c.State]++
+		}
+		for _, sb := range pods[i].Sandboxes {
+			if sb.State == podstate.ContainerStateRunning {
+				running++
+				break
+			}
+		}
+	}
+	m.runningPods.Set(float64(running))
+	for _, st := range containerStates {
+		m.runningContainers.WithLabelValues(string(st)).Set(float64(states[st]))
 	}
 }

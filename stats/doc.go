@@ -66,6 +66,17 @@
 // for Summary, one directory read per container log directory; the pod
 // cgroups are listed again only when a new pod appears.
 //
+// # Volume usage
+//
+// VolumeUsage measures the pods' volumes in the background, the kubelet's
+// volume stats calculator: every volumeStatsAggPeriod (1 m by default) it
+// walks each volume directory of every active pod under
+// <RootDir>/pods/<uid>/volumes (du: allocated blocks, hard links once, and
+// inodes) and statfs's its filesystem; its PodVolumeStats is the
+// VolumeStatsFunc the summary reads, so the eviction manager sees an
+// emptyDir's usage against its sizeLimit at most one period late. The walk
+// costs as much I/O as du over the volumes.
+//
 // # Filesystem roots and tests
 //
 // Options.ProcRoot, SysRoot, CgroupRoot and RootDir point the provider at
@@ -80,8 +91,10 @@
 // over CPUAndMemory. CadvisorCollector exports, over Summary, the
 // container_* series of /metrics/cadvisor that dashboards use (CPU,
 // memory, network, the root filesystem, start times) and the machine_*
-// series, with cAdvisor's labels. Each goes in the registry that serves
-// its endpoint.
+// series, with cAdvisor's labels. VolumeStatsCollector exports, over
+// Summary, the kubelet_volume_stats_* series of /metrics for the volumes
+// whose stats name a persistent volume claim. Each goes in the registry
+// that serves its endpoint.
 //
 // # Wiring and swapping
 //

@@ -99,3 +99,38 @@ func pathUsage(path string) (bytes, inodes uint64, err error) {
 	}
 	return uint64(st.Blocks) * 512, 1, nil
 }
+
+// treeUsage returns the disk usage of dir and everything below it, as du
+// (and the kubelet's volume metrics) measure it: allocated blocks × 512 of
+// every file and directory, hard links counted once, and the number of
+// inodes. Entries that vanish during the walk are skipped.
+func treeUsage(dir string) (bytes, inodes uint64, err error) {
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]bool{}
+	err = filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) && path != dir {
+				return nil
+			}
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) && path != dir {
+				return nil
+			}
+			return &os.PathError{Op: "lstat", Path: path, Err: err}
+		}
+		if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			key := inode{uint64(st.Dev), st.Ino}
+			if seen[key] {
+				return nil
+			}
+			seen[key] = true
+		}
+		bytes += uint64(st.Blocks) * 512
+		inodes++
+		return nil
+	})
+	return bytes, inodes, err
+}

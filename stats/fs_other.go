@@ -13,3 +13,5 @@ func statfs(string) (fsInfo, error) { return fsInfo{}, errNotLinux }
 func fileUsage(string) (uint64, uint64, error) { return 0, 0, errNotLinux }
 
 func pathUsage(string) (uint64, uint64, error) { return 0, 0, errNotLinux }
+
+func treeUsage(string) (uint64, uint64, error) { return 0, 0, errNotLinux }

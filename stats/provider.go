@@ -121,6 +121,21 @@ func (p *Provider) Summary(ctx context.Context) (*statsapi.Summary, error) {
 	return s.summary, nil
 }
 
+// FreshSummary is Summary computed after the call began: it never returns a
+// summary sampled earlier, and shares only a computation that starts after
+// it was called. The eviction manager reads it, as the kubelet's asks its
+// summary provider to update the stats first: a pass started early by a
+// memcg notification, or right after an eviction, must see the node as it
+// is now. Blocking, sharing and errors are as for Summary; the result is
+// cached for the other callers.
+func (p *Provider) FreshSummary(ctx context.Context) (*statsapi.Summary, error) {
+	s, err := p.getAfter(ctx, true, p.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	return s.summary, nil
+}
+
 // CPUAndMemory returns a summary with the CPU and memory (and swap) stats
 // of the node, its system containers, pods and containers, as the
 // kubelet's GetCPUAndMemoryStats, for /metrics/resource. It skips the
@@ -138,7 +153,12 @@ func (p *Provider) CPUAndMemory(ctx context.Context) (*statsapi.Summary, error) 
 
 // get returns a fresh enough snapshot, computing one if needed.
 func (p *Provider) get(ctx context.Context, full bool) (*snapshot, error) {
-	if s := p.cached(full); s != nil {
+	return p.getAfter(ctx, full, time.Time{})
+}
+
+// getAfter is get for a snapshot sampled at notBefore or later.
+func (p *Provider) getAfter(ctx context.Context, full bool, notBefore time.Time) (*snapshot, error) {
+	if s := p.cached(full, notBefore); s != nil {
 		return s, nil
 	}
 	select {
@@ -148,7 +168,7 @@ func (p *Provider) get(ctx context.Context, full bool) (*snapshot, error) {
 	}
 	defer func() { <-p.round }()
 	// Another caller may have computed it while this one waited.
-	if s := p.cached(full); s != nil {
+	if s := p.cached(full, notBefore); s != nil {
 		return s, nil
 	}
 	s, err := p.compute(ctx, full)
@@ -166,13 +186,16 @@ func (p *Provider) get(ctx context.Context, full bool) (*snapshot, error) {
 }
 
 // cached returns the cached snapshot that serves a full (or a CPU and
-// memory) request, nil if none is fresh.
-func (p *Provider) cached(full bool) *snapshot {
+// memory) request, nil if none is fresh or none was sampled at notBefore
+// or later.
+func (p *Provider) cached(full bool, notBefore time.Time) *snapshot {
 	if p.opts.MaxAge < 0 {
 		return nil
 	}
 	now := p.clock.Now()
-	fresh := func(s *snapshot) bool { return s != nil && now.Sub(s.at) < p.opts.MaxAge && !now.Before(s.at) }
+	fresh := func(s *snapshot) bool {
+		return s != nil && now.Sub(s.at) < p.opts.MaxAge && !now.Before(s.at) && !s.at.Before(notBefore)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {

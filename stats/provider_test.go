@@ -254,6 +254,31 @@ func TestCPURatesAndCache(t *testing.T) {
 	check(t, "app usageNanoCores", val(app.CPU.UsageNanoCores), uint64(5e8))
 }
 
+// TestFreshSummary: FreshSummary computes a summary even when a cached one
+// is younger than MaxAge, and Summary then serves that new one.
+func TestFreshSummary(t *testing.T) {
+	h := newHost(t, 1)
+	h.startCRI(fakecri.Options{})
+	h.runPod("default", "web", "uid-1", "cpu 500m", "app")
+	p := h.provider(h.options())
+	ctx := context.Background()
+	first, err := p.Summary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Step(time.Second)
+	fresh, err := p.FreshSummary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh == first || !fresh.Node.Memory.Time.After(first.Node.Memory.Time.Time) {
+		t.Fatal("FreshSummary returned the cached summary")
+	}
+	if again, err := p.Summary(ctx); err != nil || again != fresh {
+		t.Fatalf("Summary after FreshSummary: err %v, same summary %t; want the fresh one from the cache", err, again == fresh)
+	}
+}
+
 // TestPodsFromPodCgroups checks the default with the pod cgroups known
 // (cgroup v2, pod cgroups of the cgroupfs driver): pod CPU, memory,
 // processes and network come from the pod cgroup and procfs, containers

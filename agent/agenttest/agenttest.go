@@ -48,8 +48,8 @@ type Options struct {
 	Name string
 	// Args are more kubelet flags, after the harness's own (which they
 	// override): --hostname-override, --node-ip=127.0.0.1,
-	// --container-runtime-endpoint, --healthz-port, --root-dir,
-	// --cgroups-per-qos=false.
+	// --container-runtime-endpoint, --healthz-port, --address=127.0.0.1,
+	// --port, --read-only-port=0, --root-dir, --cgroups-per-qos=false.
 	Args []string
 	// Client is the fake clientset the agent talks to; nil makes a new one.
 	// Share one between agents to put several nodes in one fake cluster.
@@ -121,9 +121,9 @@ func Start(t testing.TB, opts Options) *Node {
 }
 
 // Config returns a complete agent Config for node name on the CRI endpoint,
-// with its directories under a temporary directory, the healthz server on a
-// free loopback port, --node-ip 127.0.0.1 and no cgroups per QoS; args are
-// more kubelet flags.
+// with its directories under a temporary directory, the healthz server and
+// the kubelet API on free loopback ports, --node-ip 127.0.0.1 and no
+// cgroups per QoS; args are more kubelet flags.
 func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 	t.Helper()
 	dir := TempDir(t)
@@ -132,6 +132,13 @@ func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 		"--node-ip=127.0.0.1",
 		"--container-runtime-endpoint=" + endpoint,
 		"--healthz-port=" + FreePort(t),
+		// The kubelet API on a free loopback port, its certificate under
+		// the root directory.
+		"--address=127.0.0.1",
+		"--port=" + FreePort(t),
+		// The kubelet's command-line default opens the read-only port
+		// 10255, which parallel agents cannot share.
+		"--read-only-port=0",
 		// A root directory that does not exist yet: the agent makes it.
 		"--root-dir=" + filepath.Join(dir, "state"),
 		// Tests leave the host's cgroups alone.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/fx"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/e2e/cluster"
@@ -165,6 +166,9 @@ func (f *Fleet) startNode(ctx context.Context, opts FleetOptions, i int, n fleet
 	}
 	// Pod logs stay in the node's directory, not the host's /var/log/pods.
 	cfg.Kubelet.PodLogsDir = filepath.Join(filepath.Dir(n.root), "pod-logs")
+	// No kubelet API per node: every agent of the fleet would want port
+	// 10250 (and a key pair of its own).
+	cfg.Kubelet.EnableServer = ptr.To(false)
 	app := agent.New(cfg, fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", n.name) }))
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("node %s: build agent: %w", n.name, err)

@@ -46,6 +46,10 @@ type AgentOptions struct {
 	// CgroupDriver goes into the KubeletConfiguration; empty leaves the
 	// default (cgroupfs).
 	CgroupDriver string
+	// KubeletConfig are more KubeletConfiguration fields by their names in
+	// the file (e.g. "serverTLSBootstrap": true), written over the
+	// harness's own.
+	KubeletConfig map[string]any
 	// Verbosity is --v (default 2).
 	Verbosity int
 	// ExtraArgs are appended to the command line.
@@ -69,12 +73,16 @@ type Agent struct {
 	// HealthzURL and MetricsURL are served by the agent on its node IP.
 	HealthzURL string
 	MetricsURL string
+	// APIURL is the kubelet API, https://<IP>:<port>.
+	APIURL string
 
 	binary string
 	args   []string
 
 	mu   sync.Mutex
 	proc *process
+	// config is the KubeletConfiguration file's content.
+	config map[string]any
 }
 
 // newNodeProcess prepares what every node process (a nodekit agent or a
@@ -99,6 +107,7 @@ func (c *ControlPlane) newNodeProcess(what, name, ip, binary string) (a *Agent, 
 		return fail(err)
 	}
 	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
+	a.APIURL = "https://" + hostPort(a.IP, apiPort)
 	return a, healthzPort, apiPort, nil
 }
 
@@ -150,12 +159,9 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	if opts.CgroupDriver != "" {
 		cfg["cgroupDriver"] = opts.CgroupDriver
 	}
-	data, err := yaml.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("new agent %s: encode configuration: %w", a.Name, err)
-	}
+	a.config = cfg
 	a.ConfigPath = filepath.Join(a.Dir, "config.yaml")
-	if err := os.WriteFile(a.ConfigPath, data, 0o644); err != nil {
+	if err := a.SetKubeletConfig(opts.KubeletConfig); err != nil {
 		return nil, fmt.Errorf("new agent %s: %w", a.Name, err)
 	}
 
@@ -181,6 +187,29 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	}
 	a.args = append(a.args, opts.ExtraArgs...)
 	return a, nil
+}
+
+// SetKubeletConfig sets fields of the agent's KubeletConfiguration file by
+// their names in the file (a nil value removes a field) and rewrites it; a
+// running agent sees the change when it is started again.
+func (a *Agent) SetKubeletConfig(fields map[string]any) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, v := range fields {
+		if v == nil {
+			delete(a.config, k)
+			continue
+		}
+		a.config[k] = v
+	}
+	data, err := yaml.Marshal(a.config)
+	if err != nil {
+		return fmt.Errorf("encode the configuration of agent %s: %w", a.Name, err)
+	}
+	if err := os.WriteFile(a.ConfigPath, data, 0o644); err != nil {
+		return fmt.Errorf("write the configuration of agent %s: %w", a.Name, err)
+	}
+	return nil
 }
 
 // Start runs the agent and waits (up to a minute, or ctx) until its

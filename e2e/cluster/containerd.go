@@ -381,6 +381,17 @@ func (c *Containerd) stopLocked() error {
 	return nil
 }
 
+// PID returns the process id of the running containerd, for reading its
+// /proc/<pid> figures; 0 when it is not running.
+func (c *Containerd) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil || c.proc.exited() {
+		return 0
+	}
+	return c.proc.pid()
+}
+
 // Running reports whether the daemon process is up.
 func (c *Containerd) Running() bool {
 	c.mu.Lock()

@@ -68,6 +68,30 @@ func BuildImages(ctx context.Context, src Source, dir string, log io.Writer) ([]
 	return []string{pauseTar, busyboxTar}, nil
 }
 
+// BuildProgramImage builds the e2e module's main package pkg (such as
+// "./images/grpchealth") as a static binary and writes a one-layer image
+// tagged ref holding only it, at /<base name of pkg>, as its entrypoint,
+// as a docker archive in dir for Containerd.ImportImage. It returns the
+// archive's path.
+func BuildProgramImage(ctx context.Context, src Source, pkg, ref, dir string, log io.Writer) (string, error) {
+	name := filepath.Base(pkg)
+	bin, err := buildProgram(ctx, src.E2E, pkg, filepath.Join(dir, name+"-bin"), []string{"CGO_ENABLED=0"}, log)
+	if err != nil {
+		return "", fmt.Errorf("build image %s: %w", ref, err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return "", fmt.Errorf("build image %s: %w", ref, err)
+	}
+	l := newLayer()
+	l.file(name, data, 0o755)
+	path := filepath.Join(dir, name+".tar")
+	if err := writeImage(path, ref, l, v1.Config{Entrypoint: []string{"/" + name}}); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // busyboxLayer packs the static busybox with its applet links.
 func busyboxLayer(ctx context.Context) (*layerBuilder, error) {
 	data, err := os.ReadFile(busyboxPath)

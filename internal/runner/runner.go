@@ -6,6 +6,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
@@ -20,8 +21,9 @@ import (
 // after the component, so it logs with klog.FromContext. A run that returns an error other than
 // context.Canceled before the application stops is logged and, when sd is
 // not nil, shuts the application down with exit code 1: a component that
-// cannot do its job must not leave a half-working agent behind. Hook does not
-// block.
+// cannot do its job must not leave a half-working agent behind. When sd is
+// a *Failures, the component's name and error are recorded in it first, so
+// the application can say why it stopped. Hook does not block.
 func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, run func(ctx context.Context) error) {
 	var (
 		cancel context.CancelFunc
@@ -43,6 +45,9 @@ func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, ru
 					return
 				}
 				logger.Error(err, "Component stopped unexpectedly")
+				if f, ok := sd.(*Failures); ok {
+					f.record(name, err)
+				}
 				if sd != nil {
 					_ = sd.Shutdown(fx.ExitCode(1))
 				}
@@ -59,4 +64,36 @@ func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, ru
 			}
 		},
 	})
+}
+
+// Failures is an fx.Shutdowner that remembers the first component whose Run
+// failed (see Hook) before it shuts the application down through the
+// Shutdowner it wraps. An application decorates fx.Shutdowner with it
+// (fx.Decorate) and asks First after Wait returns. It is safe for
+// concurrent use.
+type Failures struct {
+	fx.Shutdowner
+
+	mu        sync.Mutex
+	component string
+	err       error
+}
+
+// NewFailures wraps sd.
+func NewFailures(sd fx.Shutdowner) *Failures { return &Failures{Shutdowner: sd} }
+
+func (f *Failures) record(component string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.component, f.err = component, err
+	}
+}
+
+// First returns the name of the first component that failed and its
+// error; err is nil when none did.
+func (f *Failures) First() (component string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.component, f.err
 }

@@ -54,3 +54,44 @@ func TestHookShutsDownOnError(t *testing.T) {
 	}
 	app.RequireStop()
 }
+
+func TestHookRecordsFailure(t *testing.T) {
+	var failures *Failures
+	app := fxtest.New(t,
+		fx.Decorate(func(sd fx.Shutdowner) fx.Shutdowner {
+			failures = NewFailures(sd)
+			return failures
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, sd fx.Shutdowner) {
+			Hook(lc, sd, logr.Discard(), "fine", func(ctx context.Context) error {
+				<-ctx.Done()
+				return ctx.Err()
+			})
+			Hook(lc, sd, logr.Discard(), "broken", func(context.Context) error {
+				return errors.New("no socket")
+			})
+		}))
+	app.RequireStart()
+	select {
+	case sig := <-app.Wait():
+		if sig.ExitCode != 1 {
+			t.Fatalf("exit code = %d, want 1", sig.ExitCode)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("application was not shut down after run failed")
+	}
+	app.RequireStop()
+	if failures == nil {
+		t.Fatal("fx.Shutdowner was not decorated")
+	}
+	if c, err := failures.First(); c != "broken" || err == nil || err.Error() != "no socket" {
+		t.Errorf("First() = %q, %v; want broken, no socket", c, err)
+	}
+}
+
+func TestFailuresEmptyAfterCleanStop(t *testing.T) {
+	f := NewFailures(nil)
+	if c, err := f.First(); c != "" || err != nil {
+		t.Errorf("First() = %q, %v; want nothing", c, err)
+	}
+}

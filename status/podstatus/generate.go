@@ -146,6 +146,11 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 	if opts.QOSClass != nil {
 		s.QOSClass = opts.QOSClass(pod)
 	}
+	// The agent's probes decide, as on a CRI node, for the containers that
+	// have them: the backend's own flags can only make them stricter.
+	g := &generator{pod: pod, opts: opts, old: old}
+	g.probeBackend(s.ContainerStatuses, pod.Spec.Containers, false)
+	g.probeBackend(s.InitContainerStatuses, pod.Spec.InitContainers, true)
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	if s.Phase == "" || (opts.Terminal && !isTerminal(s.Phase)) {
 		s.Phase = phase(pod, all, opts.Terminal, anyRegularContainerStarted(pod, all))
@@ -166,6 +171,36 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 		s.HostIP = s.HostIPs[0].IP
 	}
 	return s
+}
+
+// probeBackend applies the prober's startup and readiness verdicts to a
+// pod-level backend's statuses of the containers (regular and sidecars)
+// that have such probes; without a prober (nil funcs) the backend's flags
+// stand.
+func (g *generator) probeBackend(statuses []v1.ContainerStatus, specs []v1.Container, isInit bool) {
+	olds := g.old.ContainerStatuses
+	if isInit {
+		olds = g.old.InitContainerStatuses
+	}
+	for i := range statuses {
+		st := &statuses[i]
+		spec := findSpec(specs, st.Name)
+		if spec == nil || (isInit && !isSidecar(spec)) {
+			continue
+		}
+		old := findStatus(olds, st.Name)
+		if old != nil && old.ContainerID != st.ContainerID {
+			old = nil
+		}
+		started := st.State.Running != nil && (st.Started == nil || *st.Started)
+		if spec.StartupProbe != nil && g.opts.Startup != nil {
+			started = started && g.started(spec, st, old)
+			st.Started = &started
+		}
+		if spec.ReadinessProbe != nil && g.opts.Readiness != nil {
+			st.Ready = st.Ready && started && g.ready(spec, st, old)
+		}
+	}
 }
 
 // anyContainerStarted reports whether any container status is running or

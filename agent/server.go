@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cri "k8s.io/cri-api/pkg/apis"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodekit/nodekit/internal/clientmetrics"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/server"
+	"github.com/nodekit/nodekit/stats"
+	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// NodeAPI serves the kubelet's HTTPS API (server.Module) on
+// address:port, 10250 by default, from the *Config in the graph: TLS
+// (tlsCertFile/tlsPrivateKeyFile, else a self-signed pair in --cert-dir,
+// or serverTLSBootstrap through the CSR API), authentication and
+// authorization as configured, the read-only port when readOnlyPort is set,
+// and the kubelet's endpoints over the graph:
+//
+//   - the pods of the pod sources (podsource.Config.Pods: static pods as
+//     run, not their mirror pods) with the statuses the agent computed
+//     (podstatus.Manager), for /pods and the logs, exec, attach and
+//     port-forward lookups;
+//   - the CRI runtime (cri.RuntimeService) for logs, exec, attach,
+//     port-forward, run, checkpoint and /runningpods, when the graph has
+//     one: without it (a node whose pods something else runs) those routes
+//     answer 501 unless the embedder adds its own to server.RouteGroup;
+//   - the stats provider (*stats.Provider) for /stats/summary,
+//     /metrics/resource and /metrics/cadvisor, when the graph has one;
+//   - /metrics from the agent's registry, /metrics/probes from the
+//     registry named prober.MetricsRegistererName, where Probes registers
+//     the prober's metrics;
+//   - /configz with the KubeletConfiguration, /healthz/syncloop from the
+//     pod lifecycle loop.
+//
+// It also adds to the agent's registry the kubelet's kubelet_node_name,
+// client-go's rest_client_* series (see internal/clientmetrics) and, when
+// the graph has a stats.VolumeStatsFunc, kubelet_volume_stats_*. With
+// enableServer false nothing listens. The healthz port is a separate
+// server (HealthServer) and stays as it is.
+//
+// Change the server's inputs with fx.Decorate on server.Options, add or
+// replace endpoints in the server.RouteGroup value group.
+var NodeAPI = fx.Module("nodeapi",
+	fx.Provide(
+		provideServerOptions,
+	),
+	fx.Invoke(registerNodeMetrics),
+	server.Module,
+)
+
+type serverOptionsParams struct {
+	fx.In
+
+	Config     *Config
+	Node       *status.NodeWatch
+	Sources    *podsource.Config
+	Statuses   *podstatus.Manager
+	Controller *pods.Controller
+	Metrics    prometheus.Gatherer
+	// Probes is Probes' registry; a node without it serves an empty
+	// /metrics/probes.
+	Probes  prometheus.Gatherer `name:"probe_metrics" optional:"true"`
+	Runtime cri.RuntimeService  `optional:"true"`
+	Stats   *stats.Provider     `optional:"true"`
+	Logger  logr.Logger         `optional:"true"`
+	// Dirs makes the root directory exist before the server writes its
+	// self-signed certificate under it.
+	Dirs dataDirs
+}
+
+// provideServerOptions builds the node API's options from the
+// configuration (ServerOptions) and the graph.
+func provideServerOptions(p serverOptionsParams) (server.Options, error) {
+	o := p.Config.ServerOptions(p.Node.Node)
+	if !p.Config.ServerEnabled() && p.Logger.GetSink() != nil {
+		p.Logger.Info("enableServer is false: the kubelet API is not served")
+	}
+	o.Pods = p.Sources.Pods
+	o.PodStatus = p.Statuses.GetPodStatus
+	if p.Runtime != nil {
+		o.Runtime = p.Runtime
+	}
+	o.SyncLoopHealthy = p.Controller.SyncLoopHealthy
+	o.Metrics = p.Metrics
+	o.ProbeMetrics = p.Probes
+	if p.Stats != nil {
+		o.Summary = p.Stats.Summary
+		o.CPUAndMemory = p.Stats.CPUAndMemory
+		resource := prometheus.NewRegistry()
+		if err := resource.Register(stats.ResourceMetricsCollector(p.Stats)); err != nil {
+			return o, fmt.Errorf("node API: /metrics/resource: %w", err)
+		}
+		cadvisor := prometheus.NewRegistry()
+		if err := cadvisor.Register(stats.CadvisorCollector(p.Stats, stats.CadvisorOptions{Machine: nodeMachine(p.Node.Node)})); err != nil {
+			return o, fmt.Errorf("node API: /metrics/cadvisor: %w", err)
+		}
+		o.ResourceMetrics, o.CadvisorMetrics = resource, cadvisor
+	}
+	return o, nil
+}
+
+// ServerEnabled reports whether the kubelet API is served
+// (enableServer, true by default).
+func (cfg *Config) ServerEnabled() bool {
+	return cfg.Kubelet.EnableServer == nil || *cfg.Kubelet.EnableServer
+}
+
+// ServerOptions returns the node API's options from the configuration:
+// server.ConfigOptions of the KubeletConfiguration, the node's name, the
+// serving certificates in CertDir (--cert-dir; its default <root-dir>/pki
+// differs from the kubelet's fixed /var/lib/kubelet/pki only with another
+// --root-dir, so that agents sharing a host keep apart), container
+// checkpoints in <root-dir>/checkpoints, /configz serving the
+// KubeletConfiguration, and no listener at all when enableServer is false.
+// node returns the node as last seen (status.NodeWatch.Node fits): its
+// addresses name the serving certificate. The pods, statuses, runtime,
+// stats and gatherers come from the caller (NodeAPI fills them from the
+// graph).
+func (cfg *Config) ServerOptions(node func() (*v1.Node, bool)) server.Options {
+	o := server.ConfigOptions(&cfg.Kubelet)
+	if !cfg.ServerEnabled() {
+		o.Port, o.ReadOnlyPort = -1, 0
+	}
+	o.NodeName = cfg.NodeName
+	o.TLS.CertDirectory = cfg.CertDir
+	o.CheckpointDir = filepath.Join(cfg.RootDir, "checkpoints")
+	o.NodeAddresses = func() []v1.NodeAddress {
+		if n, ok := node(); ok {
+			return n.Status.Addresses
+		}
+		return nil
+	}
+	configz := cfg.Kubelet.DeepCopy()
+	configz.TypeMeta = metav1.TypeMeta{APIVersion: kubeletconfig.SchemeGroupVersion.String(), Kind: "KubeletConfiguration"}
+	o.Configz = func() any { return configz }
+	return o
+}
+
+// nodeMachine returns the machine facts /metrics/cadvisor's machine_*
+// series report, from the node's status as the agent last saw it: the IDs
+// of nodeInfo, the CPU and memory capacity and the swap capacity.
+func nodeMachine(node func() (*v1.Node, bool)) func() (stats.MachineInfo, error) {
+	return func() (stats.MachineInfo, error) {
+		n, ok := node()
+		if !ok {
+			return stats.MachineInfo{}, errors.New("the node's status is not known yet")
+		}
+		info := n.Status.NodeInfo
+		m := stats.MachineInfo{MachineID: info.MachineID, SystemUUID: info.SystemUUID, BootID: info.BootID}
+		if q, ok := n.Status.Capacity[v1.ResourceCPU]; ok {
+			m.NumCores = int(q.Value())
+		}
+		if q, ok := n.Status.Capacity[v1.ResourceMemory]; ok {
+			m.MemoryCapacity = uint64(q.Value())
+		}
+		if info.Swap != nil && info.Swap.Capacity != nil {
+			m.SwapCapacity = uint64(*info.Swap.Capacity)
+		}
+		return m, nil
+	}
+}
+
+type nodeMetricsParams struct {
+	fx.In
+
+	Config      *Config
+	Registerer  prometheus.Registerer
+	Stats       *stats.Provider       `optional:"true"`
+	VolumeStats stats.VolumeStatsFunc `optional:"true"`
+	Logger      logr.Logger           `optional:"true"`
+}
+
+// registerNodeMetrics adds to the agent's registry the kubelet's series
+// that no module owns: kubelet_node_name, client-go's rest_client_*, and
+// kubelet_volume_stats_* when volume usage is measured.
+func registerNodeMetrics(p nodeMetricsParams) error {
+	name := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: "kubelet", Name: "node_name",
+		Help: "[ALPHA] The node's name. The count is always 1.",
+	}, []string{"node"})
+	name.WithLabelValues(p.Config.NodeName).Set(1)
+	if err := p.Registerer.Register(name); err != nil {
+		return fmt.Errorf("register kubelet_node_name: %w", err)
+	}
+	if err := clientmetrics.Register(p.Registerer); err != nil {
+		if !errors.Is(err, clientmetrics.ErrOtherAdapter) {
+			return fmt.Errorf("register rest_client metrics: %w", err)
+		}
+		if p.Logger.GetSink() != nil {
+			p.Logger.Info("No rest_client_* metrics", "reason", err.Error())
+		}
+	}
+	if p.Stats != nil && p.VolumeStats != nil {
+		if err := p.Registerer.Register(stats.VolumeStatsCollector(p.Stats)); err != nil {
+			return fmt.Errorf("register kubelet_volume_stats metrics: %w", err)
+		}
+	}
+	return nil
+}
