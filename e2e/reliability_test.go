@@ -155,3 +155,118 @@ func TestAgentCrashRestart(t *testing.T) {
 	t.Logf("agent down %s; after the restart: healthz in %s, node Ready in %s (kubelet here: 0.6–0.7 s); %d containers kept, 0 restarted; %d untouched pod statuses rewritten; 3 new pods Running in %s; %d deleted pods cleaned up",
 		downFor.Round(10*time.Millisecond), healthy.Round(time.Millisecond), ready.Round(time.Millisecond), len(snap), len(rewritten), newReady.Round(100*time.Millisecond), len(deleted))
 }
+
+// TestRuntimeOutageAndHang runs pods on a containerd of their own, then
+// takes the runtime away twice. Stopped (as `systemctl stop containerd`,
+// the containers keep running) for at least 30 s: the node turns
+// Ready=False with the kubelet's reason and message ("container runtime is
+// down"), and Ready again once containerd is back, without a second
+// sandbox or a restarted container for any pod. Frozen (SIGSTOP: the
+// socket accepts and nothing answers, as a hung runtime): the node turns
+// NotReady within the kubelet's 30 s threshold (plus one status poll and
+// one status update) while the Lease and the status cycles keep flowing,
+// and Ready again after SIGCONT. It prints each transition's delay.
+func TestRuntimeOutageAndHang(t *testing.T) {
+	requireContainerd(t)
+	t.Parallel()
+	ctx := t.Context()
+	n := newRelNode(t, "runtime-outage", relOptions{})
+	names := createPods(t, 3, "outage", func(name string) *v1.Pod { return withGrace(n.pod(name, sleeper...), 2) })
+	before := waitPods(t, n.ns, names, "Running and Ready", podTimeout, isPodReady)
+	snap := snapshotContainers(before)
+	runtimeDown := func(node *v1.Node) bool {
+		c := readyCondition(node)
+		return c.Status == v1.ConditionFalse && c.Reason == "KubeletNotReady" && strings.Contains(c.Message, "container runtime is down")
+	}
+	checkPods := func(t *testing.T, phase string) {
+		t.Helper()
+		after := waitPods(t, n.ns, names, "Running and Ready "+phase, podTimeout, isPodReady)
+		if changed := compareContainers(snap, after); len(changed) > 0 {
+			t.Errorf("containers restarted or replaced %s:\n  %s", phase, strings.Join(changed, "\n  "))
+		}
+		for _, name := range names {
+			if sbs := n.criSandboxes(t, after[name].UID); len(sbs) != 1 {
+				t.Errorf("pod %s has %d sandboxes %s, want 1", name, len(sbs), phase)
+			}
+		}
+	}
+
+	// Stopped.
+	if err := n.containerd.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = n.containerd.Start(context.WithoutCancel(ctx))
+		}
+	}()
+	node := waitForNode(t, n.name, "Ready=False: container runtime is down", readyTimeout, runtimeDown)
+	notReadyAfter := time.Since(stopped)
+	t.Logf("containerd stopped: Ready=False after %s: %s %q", notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Reason, readyCondition(node).Message)
+	if d := 30*time.Second - time.Since(stopped); d > 0 {
+		time.Sleep(d)
+	}
+	down := time.Since(stopped)
+	if err := n.containerd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	started := time.Now()
+	waitForNode(t, n.name, "Ready with containerd back", readyTimeout, isReady)
+	t.Logf("containerd down %s; Ready again %s after it was back", down.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
+	checkPods(t, "after containerd was stopped")
+
+	// Frozen.
+	leases := env.cp.Client().CoordinationV1().Leases("kube-node-lease")
+	cycles := func() float64 { return metricValue(t, n.agent, "nodekit_node_status_cycles_total", nil) }
+	cyclesBefore := cycles()
+	if err := n.containerd.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	thawed := false
+	defer func() {
+		if !thawed {
+			_ = n.containerd.Thaw()
+		}
+	}()
+	node = waitForNode(t, n.name, "NotReady with containerd frozen", readyTimeout, runtimeDown)
+	notReadyAfter = time.Since(frozen)
+	// The kubelet's threshold: 30 s without an answer, noticed at the next
+	// runtime status poll (5 s) and reported at the next status update
+	// (10 s).
+	if limit := 30*time.Second + 5*time.Second + 10*time.Second + 5*time.Second; notReadyAfter > limit {
+		t.Errorf("NotReady %s after containerd froze, want within %s", notReadyAfter, limit)
+	}
+	// The Lease and the status cycles keep flowing while the runtime
+	// hangs.
+	time.Sleep(12 * time.Second)
+	lease, err := leases.Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewedAfter := lease.Spec.RenewTime.Sub(frozen)
+	if renewedAfter < 10*time.Second {
+		t.Errorf("the Lease was last renewed %s after containerd froze, %s ago: renewals stopped with the runtime", renewedAfter, time.Since(lease.Spec.RenewTime.Time))
+	}
+	statusCycles := cycles() - cyclesBefore
+	if min := float64(time.Since(frozen)/(10*time.Second)) - 1; statusCycles < min {
+		t.Errorf("%v status cycles in the %s containerd was frozen, want at least %v", statusCycles, time.Since(frozen).Round(time.Second), min)
+	}
+	if !isPodReady(waitPods(t, n.ns, names[:1], "still bound", podTimeout, func(*v1.Pod) bool { return true })[names[0]]) {
+		t.Logf("pod %s is not Ready while the runtime hangs (the node lifecycle controller marks pods of a NotReady node)", names[0])
+	}
+	frozenFor := time.Since(frozen)
+	if err := n.containerd.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	thawedAt := time.Now()
+	waitForNode(t, n.name, "Ready after SIGCONT", readyTimeout, isReady)
+	readyAgain := time.Since(thawedAt)
+	checkPods(t, "after containerd was frozen")
+	t.Logf("containerd frozen %s: NotReady after %s (%q), Lease renewed %s after the freeze, %v status cycles meanwhile; Ready %s after SIGCONT",
+		frozenFor.Round(time.Second), notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Message, renewedAfter.Round(time.Second), statusCycles, readyAgain.Round(100*time.Millisecond))
+}
