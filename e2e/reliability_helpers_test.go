@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,23 +27,6 @@ import (
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
 
-// soak reports whether the long versions of the reliability tests run
-// (NODEKIT_SOAK=1, hack/soak.sh): a 2-minute API server outage, 200 pods
-// × 5 of churn on containerd and 2,000 × 5 on fakecri. CI runs the short
-// versions of the same tests.
-func soak() bool {
-	on, _ := strconv.ParseBool(os.Getenv("NODEKIT_SOAK"))
-	return on
-}
-
-// pick returns long under NODEKIT_SOAK and short otherwise.
-func pick[T any](short, long T) T {
-	if soak() {
-		return long
-	}
-	return short
-}
-
 // relOptions vary a reliability test's node.
 type relOptions struct {
 	// fake runs the node on a fakecri of its own instead of a containerd
@@ -52,7 +34,7 @@ type relOptions struct {
 	fake bool
 	// proxy puts an APIProxy between the agent and the apiserver.
 	proxy bool
-	// config are more KubeletConfiguration fields.
+	// extraArgs are more command-line flags of the agent.
 	extraArgs []string
 }
 
