@@ -20,7 +20,14 @@
 // network namespace it creates, with a serving certificate from an approved
 // kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
 // port-forward, cp, top through a metrics-server built from Go modules,
-// get --raw through nodes/proxy). All tests run in parallel (-parallel defaults to
+// get --raw through nodes/proxy). The reliability tests (reliability_*_test.go)
+// each give one node a containerd of its own and a fault: the agent SIGKILLed
+// and restarted with its pods changed meanwhile (TestAgentCrashRestart), the
+// apiserver cut off for two minutes through an API proxy of that node only
+// (TestAPIServerOutage), containerd stopped and frozen
+// (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
+// the modes of the agent's files), pods the node cannot or can barely run
+// (TestHostileInput). Each prints its figures. All tests run in parallel (-parallel defaults to
 // 16 here: they wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:
