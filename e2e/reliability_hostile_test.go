@@ -111,10 +111,16 @@ func TestHostileInput(t *testing.T) {
 	if wrong.Status.Phase == v1.PodRunning {
 		t.Errorf("pod hostpath runs with a file mounted where a directory is required")
 	}
+	// The kubelet mounts volumes before it creates the sandbox: the
+	// failure is a FailedMount event and the container waits in
+	// ContainerCreating.
 	if mountEv.Reason != "FailedMount" {
 		t.Errorf("pod hostpath: event reason %s, want the kubelet's FailedMount", mountEv.Reason)
 	}
 	cs, _ = mainStatus(wrong)
+	if w := cs.State.Waiting; w == nil || w.Reason != "ContainerCreating" {
+		t.Errorf("pod hostpath: container state %s, want the kubelet's waiting(ContainerCreating)", stateString(cs.State))
+	}
 	report = append(report, fmt.Sprintf("hostpath: phase %s, %s, event %s %q", wrong.Status.Phase, stateString(cs.State), mountEv.Reason, trim(mountEv.Message)))
 
 	// The second pod on the port: rejected with the kubelet's reason.
