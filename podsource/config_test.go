@@ -410,7 +410,7 @@ func TestPodsListsEverySourceWithoutMirrorPods(t *testing.T) {
 		p.Annotations = map[string]string{podsource.ConfigMirrorAnnotationKey: "hash"}
 	})
 	api.send(t, pod("uid-a", "a"), mirror)
-	h.expect(t, podsource.OpAdd, "api", "uid-a", "uid-m")
+	h.expect(t, podsource.OpAdd, "api", "uid-a") // the mirror pod is kept apart
 	file.send(t, pod("uid-s", "static"))
 	h.expect(t, podsource.OpAdd, "file", "uid-s")
 	names := func() []string {
