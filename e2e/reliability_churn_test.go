@@ -37,7 +37,10 @@ func pick[T any](short, long T) T {
 // hold nothing of them (no sandbox, container, pod or log directory, pod
 // cgroup on containerd) and the agent no more goroutines or open files
 // than when it was idle before the first round, and its heap must come
-// back to that baseline. CI runs 100 pods × 3 rounds on fakecri and 20 × 2
+// back to that baseline plus what client-go's event correlator keeps by
+// design (the last 4,096 events and their aggregation keys, as in the
+// kubelet: a heap profile of 300 pods of churn on an in-process agent
+// shows nothing else retained). CI runs 100 pods × 3 rounds on fakecri and 20 × 2
 // on containerd; NODEKIT_SOAK=1 (hack/soak.sh) 2,000 × 5 and 200 × 5. It
 // prints each round's times and the agent's figures before and after.
 func TestChurn(t *testing.T) {
@@ -103,12 +106,13 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 	}
 	// The agent back to idle: goroutines and fds within a few of the
 	// baseline (the API and runtime connections may have been redialled),
-	// the heap within 8 MiB, once the Go runtime's periodic GC (at most
-	// two minutes apart) has run.
+	// the heap within 16 MiB (the event correlator's caches, bounded at
+	// 4,096 entries, and lazily built type caches), once the Go runtime's
+	// periodic GC (at most two minutes apart) has run.
 	var after agentFigures
 	err = wait.PollUntilContextTimeout(ctx, 5*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
 		after = figures()
-		return after.goroutines <= idle.goroutines+10 && after.fds <= idle.fds+10 && after.heap <= idle.heap+8<<20, nil
+		return after.goroutines <= idle.goroutines+10 && after.fds <= idle.fds+10 && after.heap <= idle.heap+16<<20, nil
 	})
 	if err != nil {
 		t.Errorf("after %d × %d pods the agent holds %s, idle it held %s", rounds, count, after, idle)
