@@ -27,8 +27,11 @@
 // (TestAPIServerOutage), containerd stopped and frozen
 // (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
 // the modes of the agent's files), pods the node cannot or can barely run
-// (TestHostileInput). Each prints its figures. All tests run in parallel (-parallel defaults to
-// 16 here: they wait on the cluster, not on the CPU).
+// (TestHostileInput), pods created and deleted in rounds (TestChurn: short
+// here, 2,000 × 5 on fakecri and 200 × 5 on containerd under NODEKIT_SOAK=1,
+// which hack/soak.sh sets; not part of hack/test.sh). Each prints its
+// figures. All tests run in parallel (-parallel defaults to 16 here: they
+// wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:
 //
