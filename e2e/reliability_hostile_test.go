@@ -15,7 +15,8 @@ import (
 // API accepts, and pods that cannot run: 2,000 environment variables, 100
 // containers, the largest annotation the apiserver takes (a 1 MiB one is
 // refused by the apiserver before any node sees it), a command that does
-// not exist, a hostPath of the wrong type, and two pods on one hostPort.
+// not exist, a hostPath of the wrong type, two pods on one hostPort, and
+// names at the length limits.
 // The runnable ones must run; the others must get the kubelet's status and
 // event; a pod that ran before and one created after must be unaffected,
 // and the agent must not restart. It prints what each pod got.
@@ -66,16 +67,24 @@ func TestHostileInput(t *testing.T) {
 		return p
 	}
 	port1, port2 := port("port-1"), port("port-2")
+	// Names at the limits: a container name of 63 characters in a pod
+	// whose log directory name (<namespace>_<name>_<uid>) is exactly 255
+	// bytes runs; a pod name of 253 characters (the API's limit) makes a
+	// log directory name the filesystem refuses, so, as with the kubelet,
+	// its sandbox is never created.
+	longest := withGrace(n.pod(strings.Repeat("l", 255-len(n.ns)-2-36), sleeper...), 2)
+	longest.Spec.Containers[0].Name = strings.Repeat("c", 63)
+	tooLong := withGrace(n.pod(strings.Repeat("t", 253), sleeper...), 2)
 
 	start := time.Now()
-	for _, p := range []*v1.Pod{env2k, many, huge, missing, wrongPath, port1} {
+	for _, p := range []*v1.Pod{env2k, many, huge, missing, wrongPath, port1, longest, tooLong} {
 		n.createPod(t, p)
 	}
 	// The first pod on the port is admitted before the second exists.
 	waitPods(t, n.ns, []string{port1.Name}, "Running", podTimeout, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
 	n.createPod(t, port2)
 
-	runnable := []string{env2k.Name, many.Name, huge.Name, port1.Name}
+	runnable := []string{env2k.Name, many.Name, huge.Name, port1.Name, longest.Name}
 	running := waitPods(t, n.ns, runnable, "Running and Ready", podTimeout, isPodReady)
 	runningIn := time.Since(start)
 	if got := len(running[many.Name].Status.ContainerStatuses); got != 100 {
@@ -123,6 +132,13 @@ func TestHostileInput(t *testing.T) {
 	}
 	report = append(report, fmt.Sprintf("hostpath: phase %s, %s, event %s %q", wrong.Status.Phase, stateString(cs.State), mountEv.Reason, trim(mountEv.Message)))
 
+	// The 253-character pod name: FailedCreatePodSandBox, never running.
+	ev = waitForPodEvent(t, n.ns, tooLong.Name, "FailedCreatePodSandBox")
+	if p := waitPods(t, n.ns, []string{tooLong.Name}, "read", podTimeout, func(*v1.Pod) bool { return true })[tooLong.Name]; p.Status.Phase != v1.PodPending {
+		t.Errorf("pod with a 253-character name: phase %s, want Pending", p.Status.Phase)
+	}
+	report = append(report, fmt.Sprintf("253-character name: event %s %q", ev.Reason, trim(strings.ReplaceAll(ev.Message, tooLong.Name, "<name>"))))
+
 	// The second pod on the port: rejected with the kubelet's reason.
 	rejected := waitForPod(t, n.ns, port2.Name, "rejected", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
 	if rejected.Status.Reason != "NodePorts" || !strings.Contains(rejected.Status.Message, "didn't have free ports") {
@@ -145,7 +161,7 @@ func TestHostileInput(t *testing.T) {
 	if now := n.agent.Pid(); now != pid {
 		t.Errorf("the agent restarted (pid %d, then %d)", pid, now)
 	}
-	t.Logf("2,000 env vars, 100 containers, a %d KiB annotation and the first hostPort pod Running and Ready in %s (1 MiB annotation refused by the apiserver); %s; bystander untouched, a new pod Ready in %s, agent pid unchanged",
+	t.Logf("2,000 env vars, 100 containers, a %d KiB annotation, the first hostPort pod and a 63-character container in a pod with a 255-byte log directory name Running and Ready in %s (1 MiB annotation refused by the apiserver); %s; bystander untouched, a new pod Ready in %s, agent pid unchanged",
 		256, runningIn.Round(100*time.Millisecond), strings.Join(report, "; "), lateIn.Round(100*time.Millisecond))
 }
 
