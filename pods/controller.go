@@ -475,6 +475,14 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	if c.opts.Prober != nil {
 		c.opts.Prober.StopLivenessAndStartup(pod)
 	}
+	// A pod removed from its source has no API object left: drop its
+	// status now rather than after the runtime removed it (seconds on a
+	// busy node), or the status sink keeps trying to write it, each try
+	// refused by the Node authorizer (the pod is no longer bound to the
+	// node).
+	if w.Removed {
+		c.opts.Statuses.RemovePod(pod.UID)
+	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "Cannot stop the pod; will retry")
@@ -519,7 +527,6 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		logger.Error(err, "Cannot remove the pod's leftovers; will retry")
 		return time.Second, false
 	}
-	c.opts.Statuses.RemovePod(pod.UID)
 	c.mu.Lock()
 	delete(c.pods, pod.UID)
 	c.mu.Unlock()

@@ -359,6 +359,39 @@ func TestKillPodAmendsTheFinalStatus(t *testing.T) {
 	}
 }
 
+// TestRemovedPodStatusIsDroppedAtOnce: the status of a pod removed from
+// its source is dropped before its containers are stopped, not once the
+// runtime removed it: the sink would keep trying to write a status for an
+// object that is gone, and the Node authorizer refuses every try.
+func TestRemovedPodStatusIsDroppedAtOnce(t *testing.T) {
+	h := newControllerHarness(t)
+	pod := churnPod(5)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("its running status", func() bool {
+		st, ok := h.statuses.GetPodStatus(pod.UID)
+		return ok && st.Phase == v1.PodRunning
+	})
+	gate := make(chan struct{})
+	h.rt.mu.Lock()
+	h.rt.killGate = gate
+	h.rt.mu.Unlock()
+	h.send(podsource.OpRemove, pod)
+	h.waitFor("the kill started", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.kills) > 0
+	})
+	if _, ok := h.statuses.GetPodStatus(pod.UID); ok {
+		t.Error("the status of a pod removed from its source is kept while its containers stop")
+	}
+	close(gate)
+	h.waitFor("the pod removed", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.removed[pod.UID] == 1
+	})
+}
+
 // TestRemovedPodStatusIsNotWritten: a pod removed from its source (its
 // API object deleted, say by a force deletion) is stopped and removed
 // without a final status: there is no object left to write it to.

@@ -372,6 +372,14 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 		if ctx.Err() != nil {
 			return
 		}
+		// A pod removed since the batch began has no object left to
+		// write to (and the Node authorizer refuses reading it).
+		m.mu.RLock()
+		_, tracked := m.statuses[s.uid]
+		m.mu.RUnlock()
+		if !tracked {
+			continue
+		}
 		m.syncPod(ctx, s.uid, s.status)
 	}
 }
