@@ -33,7 +33,8 @@ func pick[T any](short, long T) T {
 }
 
 // TestChurn creates pods on one node, waits until all run, deletes them
-// all and waits until they are gone, several rounds; then the node must
+// all and waits until they are gone, several rounds; the apiserver must
+// have denied none of the node's requests; then the node must
 // hold nothing of them (no sandbox, container, pod or log directory, pod
 // cgroup on containerd) and the agent no more goroutines or open files
 // than when it was idle before the first round, and its heap must come
@@ -103,6 +104,17 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 			left = append(left[:10], fmt.Sprintf("… and %d more", len(left)-10))
 		}
 		t.Errorf("after %d × %d pods the node still holds:\n  %s", rounds, count, strings.Join(left, "\n  "))
+	}
+	// Every request the node made was allowed: no status read or written
+	// for a pod whose object is gone (the Node authorizer refuses those).
+	denied := map[string]int{}
+	for _, r := range readAuditRecords(t) {
+		if r.User.Username == "system:node:"+n.name && r.ResponseStatus != nil && r.ResponseStatus.Code == 403 && r.ObjectRef != nil {
+			denied[r.Verb+" "+r.ObjectRef.Resource+"/"+r.ObjectRef.Subresource]++
+		}
+	}
+	if len(denied) > 0 {
+		t.Errorf("the apiserver denied requests of the node during the churn: %v", denied)
 	}
 	// The agent back to idle: goroutines and fds within a few of the
 	// baseline (the API and runtime connections may have been redialled),

@@ -63,7 +63,8 @@ func TestGracefulShutdownAndFiles(t *testing.T) {
 	}
 	waitForNode(t, n.name, "Ready after the restart", readyTimeout, func(node *v1.Node) bool {
 		c := readyCondition(node)
-		return c.Status == v1.ConditionTrue && c.LastHeartbeatTime.After(restart)
+		// Heartbeats have whole seconds.
+		return c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(restart.Truncate(time.Second))
 	})
 	after := waitPods(t, n.ns, names, "Running and Ready after the restart", podTimeout, isPodReady)
 	if changed := compareContainers(snap, after); len(changed) > 0 {
