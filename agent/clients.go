@@ -42,7 +42,7 @@ type Clients struct {
 // contact the apiserver.
 func NewClients(cfg *Config) (*Clients, error) {
 	if cfg.KubeconfigPath == "" {
-		return nil, fmt.Errorf("no --kubeconfig given: nodekit needs an apiserver to register node %q", cfg.NodeName)
+		return nil, fmt.Errorf("no --kubeconfig given: node %q has no API server to talk to (agent.New runs it standalone)", cfg.NodeName)
 	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.KubeconfigPath)
 	if err != nil {

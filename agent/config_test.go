@@ -193,7 +193,7 @@ func TestFlagsSetTheirFields(t *testing.T) {
 			value := map[string]string{
 				"bool": strconv.FormatBool(!fsBool(fs, name)), "int32": "4242", "int64": "4242", "duration": "42s",
 				"string": "x", "stringSlice": "x,y", "taints": "k=v:NoSchedule", "mapStringString": "a=1",
-				"mapStringBool": "Gate=true",
+				"mapStringBool": "Gate=true", "colonSeparatedMultimapStringString": "a:1",
 			}[fs.Lookup(name).Value.Type()]
 			if name == "eviction-hard" || name == "eviction-soft" {
 				value = "memory.available<1Gi"
@@ -275,7 +275,6 @@ logging:
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates" "flag"="--feature-gates"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="staticPodPath"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("logged:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))

@@ -42,12 +42,7 @@ var CRI = fx.Module("cri",
 		provideCgroups,
 		podManagerOptions,
 		newServiceLister,
-		func(c *Clients) runtime.SecretGetter {
-			core := c.Client.CoreV1()
-			return func(ctx context.Context, ns, name string) (*v1.Secret, error) {
-				return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-			}
-		},
+		pullSecrets,
 		fx.Annotate(plegHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
 		func(cfg *Config) stats.Options { return cfg.StatsOptions() },
 	),
@@ -136,6 +131,28 @@ func provideCgroups(p cgroupParams) (cgroups, error) {
 	return cgroups{Manager: m, Pods: m, Driver: driver}, nil
 }
 
+// apiClients is the agent's API clients when it has an API server; a
+// standalone agent has none.
+type apiClients struct {
+	fx.In
+
+	Clients *Clients `optional:"true"`
+}
+
+// pullSecrets reads image pull secrets from the API server; without one
+// (standalone) a pod that names one cannot pull with it.
+func pullSecrets(a apiClients) runtime.SecretGetter {
+	if a.Clients == nil {
+		return func(_ context.Context, ns, name string) (*v1.Secret, error) {
+			return nil, fmt.Errorf("secret %s/%s: no API server (standalone node)", ns, name)
+		}
+	}
+	core := a.Clients.Client.CoreV1()
+	return func(ctx context.Context, ns, name string) (*v1.Secret, error) {
+		return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	}
+}
+
 // kubepodsResources returns what the kubepods cgroup enforces, as the
 // kubelet's enforceNodeAllocatableCgroups: the host's CPUs and memory
 // (machine), less kubeReserved and systemReserved when
@@ -189,17 +206,19 @@ type podManagerParams struct {
 
 	Dirs     dataDirs
 	Config   *Config
-	Clients  *Clients
+	Clients  *Clients              `optional:"true"`
 	Cgroups  *cgroupdriver.Manager `optional:"true"`
 	Driver   cgroupdriver.Driver
 	Node     *status.NodeWatch
-	Services *serviceLister
+	Services *serviceLister `optional:"true"`
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
 // and the graph: cgroup parents from the hierarchy, services, config maps
-// and secrets for the containers' environment, the node's allocatable for
-// the downward API.
+// and secrets for the containers' environment (none on a standalone node:
+// a container that refers to a config map or secret waits with
+// CreateContainerConfigError, and gets no service variables), the node's
+// allocatable for the downward API.
 func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	var parent func(context.Context, *v1.Pod) (string, error)
 	if p.Cgroups != nil {
@@ -209,15 +228,20 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	if err != nil {
 		return o, err
 	}
+	o.Allocatable = p.Node.Allocatable
+	if p.Clients == nil {
+		return o, nil
+	}
 	core := p.Clients.Client.CoreV1()
-	o.Services = p.Services.List
+	if p.Services != nil {
+		o.Services = p.Services.List
+	}
 	o.ConfigMaps = func(ctx context.Context, ns, name string) (*v1.ConfigMap, error) {
 		return core.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	}
 	o.Secrets = func(ctx context.Context, ns, name string) (*v1.Secret, error) {
 		return core.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	}
-	o.Allocatable = p.Node.Allocatable
 	return o, nil
 }
 

@@ -33,6 +33,28 @@
 //
 //	os.Exit(agent.RunWith(os.Args[1:], agent.PodBackend(newSimulator)))
 //
+// # Static pods and standalone mode
+//
+// StaticPods (in both cores) adds the manifest directory (staticPodPath,
+// --pod-manifest-path) and the manifest URL (staticPodURL, --manifest-url,
+// --manifest-url-header) to the pod sources; an empty path or URL adds
+// none. MirrorPods (Core only) shows the static pods to the API server as
+// mirror pods. Admission checks pods against status.Reporter.NodeAnyWay,
+// the node as computed before it is registered too, so static pods run with
+// no API server reachable, as the kubelet's.
+//
+// The core is chosen by the configuration: CoreFor(cfg), which New, NewWith
+// and Run use, is Core when cfg.KubeconfigPath (--kubeconfig) is set and
+// Standalone when it is empty. Standalone is the kubelet's standalone mode:
+// no API clients in the graph, no registration, Lease or node status
+// patches, no API server pod source and no mirror pods; events only go to
+// the log; the status Reporter keeps the node it computes in a local
+// status.NodeWatch and the podstatus.Manager keeps the pod statuses (no
+// client), which the pods.Store and podstatus's GetPodStatus serve to the
+// node API. The CRI module runs the same on both (without an API server a
+// container's config map, secret and service variables cannot be had).
+// examples/standalone runs it on the in-process fake runtime.
+//
 // # What an embedder can swap
 //
 // Everything in the graph, with fx options passed to New, NewWith, Run or
@@ -47,7 +69,9 @@
 //   - Many-of-a-kind pieces, with the typed helpers: status.AsSetter (a node
 //     status setter; one with the name of a default replaces it, a nil one
 //     removes it), status.AsHealthCheck (gates Ready), podsource.AsSource (a
-//     pod source), pods.AsAdmitHandler (an admission check, by order).
+//     pod source; its pods are static pods, see examples/customsource),
+//     pods.AsAdmitHandler (an admission check, by order). The manifest
+//     sources change by decorating file.Options or url.Options.
 //
 // Pass decorators at the top level (to New, Run, or fx.New beside Module),
 // not inside an fx.Module of your own: fx applies a decorator only to the

@@ -247,3 +247,81 @@ func withLoop(o eviction.Options) eviction.Options {
 	o.KillPod = func(context.Context, *v1.Pod, *int64, func(*v1.PodStatus)) error { return nil }
 	return o
 }
+
+// TestAgentDoesNotEvictStaticPods: under memory pressure past a soft
+// threshold the eviction manager evicts the API server's BestEffort pod
+// but never the static pod (critical, as the kubelet's IsCriticalPod: its
+// config.source is "file"), although it ranks first (BestEffort, more
+// memory); the static pod keeps running while the manager goes on
+// sampling under pressure.
+func TestAgentDoesNotEvictStaticPods(t *testing.T) {
+	dir := agenttest.TempDir(t)
+	writeFile(t, dir+"/web.yaml", manifest("1"))
+	stats := &fakeMemoryStats{}
+	stats.available.Store(1024 * mi)
+	var (
+		mu      sync.Mutex
+		evicted []string
+		samples atomic.Int64
+	)
+	n := agenttest.Start(t, agenttest.Options{
+		Args: []string{"--pod-manifest-path=" + dir, "--node-status-update-frequency=100ms",
+			"--eviction-soft=memory.available<100Mi", "--eviction-soft-grace-period=memory.available=0s"},
+		Extra: []fx.Option{
+			fx.Decorate(func(o eviction.Options) eviction.Options {
+				o.MonitoringInterval = 50 * time.Millisecond
+				return o
+			}),
+			fx.Decorate(func(_ eviction.SummaryFunc, s *pods.Store) eviction.SummaryFunc {
+				stats.store = s
+				return func(ctx context.Context) (*statsapi.Summary, error) {
+					samples.Add(1)
+					return stats.summary(ctx)
+				}
+			}),
+			fx.Decorate(func(kill eviction.KillPodFunc) eviction.KillPodFunc {
+				return func(ctx context.Context, pod *v1.Pod, grace *int64, statusFn func(*v1.PodStatus)) error {
+					mu.Lock()
+					evicted = append(evicted, pod.Name)
+					mu.Unlock()
+					return kill(ctx, pod, grace, statusFn)
+				}
+			}),
+		},
+	})
+	ctx := agenttest.Context(t)
+	n.WaitReady(ctx)
+	bestEffort := n.CreatePod(ctx, agenttest.Pod("besteffort", "busybox"))
+	n.WaitForPod(ctx, bestEffort, agenttest.PodRunningAndReady)
+	var static *v1.Pod
+	waitFor(ctx, t, "the static pod to run", func() bool {
+		for _, p := range stats.store.Active() {
+			if p.Name == "web-node-a" {
+				static = p
+				return true
+			}
+		}
+		return false
+	})
+
+	stats.available.Store(50 * mi)
+	n.WaitForPod(ctx, bestEffort, agenttest.PodPhase(v1.PodFailed))
+	// The manager goes on under pressure with the static pod as its only
+	// candidate for a while: it must never kill it.
+	from := samples.Load()
+	waitFor(ctx, t, "twenty more eviction rounds", func() bool { return samples.Load() >= from+20 })
+	mu.Lock()
+	order := strings.Join(evicted, ",")
+	mu.Unlock()
+	if order != "besteffort" {
+		t.Errorf("evicted %q, want besteffort only (never the static pod)", order)
+	}
+	active := false
+	for _, p := range stats.store.Active() {
+		active = active || p.UID == static.UID
+	}
+	if !active {
+		t.Error("the static pod is no longer active under memory pressure")
+	}
+	t.Logf("under pressure: evicted %q over %d eviction rounds; static pod %s kept", order, samples.Load(), static.Name)
+}

@@ -150,6 +150,7 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	f.str(kc.ResolverConfig, "resolv-conf", "resolvConf", "Resolver configuration used as the basis for pods' DNS.")
 	f.str(&kc.StaticPodPath, "pod-manifest-path", "staticPodPath", "Directory of static pod manifests.")
 	f.str(&kc.StaticPodURL, "manifest-url", "staticPodURL", "URL of static pod manifests.")
+	f.value(&headerValue{m: &kc.StaticPodURLHeader}, "manifest-url-header", "staticPodURLHeader", "HTTP headers of the --manifest-url requests, comma-separated name:value pairs; repeat the flag or a name to send several values ('a:hello,b:again' --manifest-url-header 'b:beautiful').")
 	f.duration(&kc.SyncFrequency, "sync-frequency", "syncFrequency", "Maximum period between pod syncs.")
 	f.duration(&kc.FileCheckFrequency, "file-check-frequency", "fileCheckFrequency", "How often the manifest directory is read.")
 	f.duration(&kc.HTTPCheckFrequency, "http-check-frequency", "httpCheckFrequency", "How often the manifest URL is read.")

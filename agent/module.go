@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
@@ -28,12 +29,14 @@ import (
 
 // Core is everything of a node agent but the runtime that runs its pods:
 // the apiserver clients, metrics, events, the node Lease, node registration
-// and status, the node watch, the API server pod source, the pod status
-// manager, the pod lifecycle loop (admission, pod workers, housekeeping),
-// the kubelet API (NodeAPI) and the /healthz and /metrics server, all
-// configured from the *Config in the graph. Add a runtime: CRI for a kubelet-like node, or PodBackend for
-// a node whose pods something else runs. The graph gets, for the modules
-// and for an embedder's own pieces:
+// and status, the node watch, the API server pod source, the static pod
+// sources (manifest directory and URL) and their mirror pods, the pod
+// status manager, the pod lifecycle loop (admission, pod workers,
+// housekeeping), the kubelet API (NodeAPI) and the /healthz and /metrics
+// server, all configured from the *Config in the graph. Add a runtime: CRI
+// for a kubelet-like node, or PodBackend for a node whose pods something
+// else runs. The graph gets, for the modules and for an embedder's own
+// pieces:
 //
 //   - *Config, as supplied;
 //   - *Clients and kubernetes.Interface (the node's rate-limited client; the
@@ -43,29 +46,25 @@ import (
 //     name on every line), and record.EventRecorder (events as component
 //     "kubelet");
 //   - *status.NodeWatch (the one watch of the node's object) and
-//     pods.NodeGetter;
-//   - the Options of lease, status, the API server source and pods, derived
-//     from the Config (see Config's methods to derive them without fx).
+//     pods.NodeGetter (the node admission checks against:
+//     status.Reporter.NodeAnyWay, the node before it is registered too);
+//   - the Options of lease, status, the API server source, the file and URL
+//     sources, the mirror pods and pods, derived from the Config (see
+//     Config's methods to derive them without fx).
+//
+// Core needs an API server (cfg.KubeconfigPath); Standalone is its variant
+// without one, and CoreFor picks between them.
 var Core = fx.Module("agent",
 	fx.Provide(
 		NewClients,
 		func(c *Clients) kubernetes.Interface { return c.Client },
-		newRegistry,
-		func() clock.Clock { return clock.RealClock{} },
-		newLogger,
 		provideRecorder,
 		func(cfg *Config, c *Clients) lease.Options { return cfg.LeaseOptions(c.CloseConnections) },
 		func(cfg *Config, c *Clients) status.Options { return cfg.StatusOptions(c.CloseConnections) },
-		setterOptions,
 		provideNodeWatch,
-		func(w *status.NodeWatch) pods.NodeGetter { return w },
 		func(cfg *Config, w *status.NodeWatch) apiserver.Options {
 			return cfg.APIServerSourceOptions(w.HasSynced)
 		},
-		func(c *podsource.Config) podstatus.PodGetter { return c },
-		func(cfg *Config, w *status.NodeWatch) pods.Options { return cfg.PodsOptions(w) },
-		provideHealthServer,
-		ensureDataDirs,
 	),
 	fx.Module("heartbeat",
 		// Lease and node status use the heartbeat client, as the kubelet's.
@@ -74,7 +73,51 @@ var Core = fx.Module("agent",
 		status.Module,
 	),
 	apiserver.Module,
+	MirrorPods,
+	shared,
+)
+
+// Standalone is Core for a node without an API server (the kubelet's
+// standalone mode, an empty --kubeconfig): it runs the static pods of the
+// manifest directory and URL only. Nothing is registered, no Lease is
+// renewed, no status is patched, no pod comes from an API server and no
+// mirror pod is made; events are only logged. The node's status is computed
+// all the same (a standalone status.Reporter keeps it in a local
+// *status.NodeWatch, which admission, the cgroup hierarchy and the node API
+// read), and the pods' statuses stay in the podstatus.Manager, whose
+// GetPodStatus and the pods.Store the node API's /pods serves (NodeAPI
+// without an API server accepts no bearer tokens and, unless
+// authorization.mode is AlwaysAllow, serves no secure port; see NodeAPI).
+// The graph has
+// what Core gives but *Clients, kubernetes.Interface, lease.Options and
+// apiserver.Options; a piece an embedder adds that needs them cannot run
+// standalone (fx reports the missing type when the agent is built).
+var Standalone = fx.Module("agent",
+	fx.Provide(
+		provideLocalRecorder,
+		func(cfg *Config) status.Options { return cfg.StatusOptions(nil) },
+		provideLocalNodeWatch,
+	),
+	status.Module,
+	shared,
+)
+
+// shared is what Core and Standalone have alike.
+var shared = fx.Options(
+	fx.Provide(
+		newRegistry,
+		func() clock.Clock { return clock.RealClock{} },
+		newLogger,
+		setterOptions,
+		// Admission sees the node before it is registered too.
+		func(r *status.Reporter) pods.NodeGetter { return nodeAnyWay{r} },
+		func(c *podsource.Config) podstatus.PodGetter { return c },
+		func(cfg *Config, w *status.NodeWatch) pods.Options { return cfg.PodsOptions(w) },
+		provideHealthServer,
+		ensureDataDirs,
+	),
 	podsource.Module,
+	StaticPods,
 	podstatus.Module,
 	pods.Module,
 	Probes,
@@ -83,7 +126,18 @@ var Core = fx.Module("agent",
 	fx.Invoke(func(*HealthServer) {}),
 )
 
+// CoreFor returns the core for cfg: Standalone when cfg.KubeconfigPath is
+// empty, Core otherwise. New and NewWith use it.
+func CoreFor(cfg *Config) fx.Option {
+	if cfg.KubeconfigPath == "" {
+		return Standalone
+	}
+	return Core
+}
+
 // Module is a complete kubelet-like node agent: Core with the CRI runtime.
+// It needs an API server; New picks Standalone instead of Core for a
+// configuration without a kubeconfig.
 //
 // Replace any value with fx.Decorate (e.g. a fake clock, a different
 // status.Options) and add pieces with the registration helpers
@@ -92,9 +146,10 @@ var Core = fx.Module("agent",
 var Module = fx.Options(Core, CRI)
 
 // New returns an fx application that runs a kubelet-like node agent for
-// cfg: Module, cfg, fx's events logged through klog at verbosity 4, and
-// opts (an embedder's additions and replacements, applied last). cfg must
-// be Complete. Call Run (blocks until SIGINT/SIGTERM) or Start/Stop.
+// cfg: CoreFor(cfg) (Core, or Standalone without a kubeconfig) with CRI,
+// cfg, fx's events logged through klog at verbosity 4, and opts (an
+// embedder's additions and replacements, applied last). cfg must be
+// Complete. Call Run (blocks until SIGINT/SIGTERM) or Start/Stop.
 func New(cfg *Config, opts ...fx.Option) *fx.App {
 	return NewWith(cfg, CRI, opts...)
 }
@@ -108,7 +163,7 @@ func NewWith(cfg *Config, runtime fx.Option, opts ...fx.Option) *fx.App {
 		fx.WithLogger(func(l logr.Logger) fxevent.Logger {
 			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(l.V(4).WithName("fx")))}
 		}),
-		Core,
+		CoreFor(cfg),
 		runtime,
 	}, opts...)...)
 }
@@ -133,6 +188,29 @@ func provideRecorder(lc fx.Lifecycle, cfg *Config, c *Clients) record.EventRecor
 	rec, stop := newRecorder(cfg, events, scheme.Scheme)
 	lc.Append(fx.StopHook(stop))
 	return rec
+}
+
+// nodeAnyWay is the node admission checks pods against: the Reporter's
+// NodeAnyWay, so static pods run before the node is registered.
+type nodeAnyWay struct{ r *status.Reporter }
+
+func (n nodeAnyWay) Node() (*v1.Node, bool) { return n.r.NodeAnyWay() }
+
+// provideLocalRecorder records events as Core's recorder does, but only to
+// the log: a standalone node has no API server to send them to, as the
+// kubelet's without one.
+func provideLocalRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger) record.EventRecorder {
+	logger.Info("No API server: events are only logged")
+	b := record.NewBroadcaster()
+	b.StartStructuredLogging(0)
+	lc.Append(fx.StopHook(b.Shutdown))
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+}
+
+// provideLocalNodeWatch is the node watch of a standalone node: the
+// standalone status.Reporter keeps the Node there.
+func provideLocalNodeWatch(cfg *Config) (*status.NodeWatch, error) {
+	return status.NewLocalNodeWatch(cfg.NodeName)
 }
 
 // provideNodeWatch watches the node with the main client (the heartbeat

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	cri "k8s.io/cri-api/pkg/apis"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
@@ -51,6 +53,13 @@ import (
 // enableServer false nothing listens. The healthz port is a separate
 // server (HealthServer) and stays as it is.
 //
+// Without an API server (Standalone) no token can be reviewed and no
+// request authorized by webhook: bearer tokens are refused,
+// serverTLSBootstrap falls back to a self-signed pair, and under Webhook
+// authorization (the default) the secure port is not served at all, each
+// said once in the log; with authorization.mode AlwaysAllow it serves the
+// static pods on /pods. The kubelet refuses to start in that case.
+//
 // Change the server's inputs with fx.Decorate on server.Options, add or
 // replace endpoints in the server.RouteGroup value group.
 var NodeAPI = fx.Module("nodeapi",
@@ -76,6 +85,9 @@ type serverOptionsParams struct {
 	Runtime cri.RuntimeService  `optional:"true"`
 	Stats   *stats.Provider     `optional:"true"`
 	Logger  logr.Logger         `optional:"true"`
+	// Client is the API server's; a standalone node has none (see
+	// withoutAPIServer).
+	Client kubernetes.Interface `optional:"true"`
 	// Dirs makes the root directory exist before the server writes its
 	// self-signed certificate under it.
 	Dirs dataDirs
@@ -87,6 +99,9 @@ func provideServerOptions(p serverOptionsParams) (server.Options, error) {
 	o := p.Config.ServerOptions(p.Node.Node)
 	if !p.Config.ServerEnabled() && p.Logger.GetSink() != nil {
 		p.Logger.Info("enableServer is false: the kubelet API is not served")
+	}
+	if p.Client == nil {
+		o = withoutAPIServer(o, p.Logger)
 	}
 	o.Pods = p.Sources.Pods
 	o.PodStatus = p.Statuses.GetPodStatus
@@ -110,6 +125,49 @@ func provideServerOptions(p serverOptionsParams) (server.Options, error) {
 		o.ResourceMetrics, o.CadvisorMetrics = resource, cadvisor
 	}
 	return o, nil
+}
+
+// withoutAPIServer adapts the node API's options to a node without an API
+// server (Standalone), which cannot ask one to review tokens, authorize
+// requests or sign a serving certificate. The kubelet refuses to start
+// then; the agent runs its static pods all the same and says, once, what
+// it serves instead: bearer tokens are not accepted (client certificates
+// and, when enabled, anonymous requests still authenticate), Webhook
+// authorization means the secure port is not served at all (with
+// authorization.mode AlwaysAllow it is), and serverTLSBootstrap falls back
+// to the certificate files or a self-signed pair. An embedder's own
+// Authenticator or Authorizer is kept as it is. The read-only port, which
+// has no authentication, is served as configured.
+func withoutAPIServer(o server.Options, logger logr.Logger) server.Options {
+	if logger.GetSink() == nil {
+		logger = logr.Discard()
+	}
+	if o.Port < 0 {
+		return o
+	}
+	if o.Authenticator == nil && !o.Authentication.DisableWebhook {
+		o.Authentication.DisableWebhook = true
+		logger.Info("No API server: the kubelet API does not accept bearer tokens (authentication.webhook.enabled needs TokenReview)")
+	}
+	if o.TLS.Bootstrap {
+		o.TLS.Bootstrap = false
+		logger.Info("No API server: serverTLSBootstrap cannot request a serving certificate; the certificate files or a self-signed pair are used")
+	}
+	if o.Authorizer == nil && o.Authorization.Mode != server.AuthorizationModeAlwaysAllow {
+		o.Port = -1
+		// Nothing is served to authorize; the Server still wants an
+		// authorizer without a client.
+		o.Authorizer = denyAll{}
+		logger.Info("No API server: Webhook authorization cannot run, so the kubelet API is not served; set authorization.mode AlwaysAllow (--authorization-mode=AlwaysAllow) to serve it standalone")
+	}
+	return o
+}
+
+// denyAll is the authorizer of a node API that serves no secure port.
+type denyAll struct{}
+
+func (denyAll) Authorize(context.Context, server.Attributes) (server.Decision, string, error) {
+	return server.DecisionDeny, "no API server to authorize requests (standalone node)", nil
 }
 
 // ServerEnabled reports whether the kubelet API is served

@@ -20,8 +20,13 @@ type serviceLister struct {
 	synced cache.InformerSynced
 }
 
-func newServiceLister(lc fx.Lifecycle, c *Clients) *serviceLister {
-	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0)
+// newServiceLister returns nil on a standalone node (no API server, no
+// services).
+func newServiceLister(lc fx.Lifecycle, a apiClients) *serviceLister {
+	if a.Clients == nil {
+		return nil
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(a.Clients.Client, 0)
 	informer := factory.Core().V1().Services()
 	l := &serviceLister{lister: informer.Lister(), synced: informer.Informer().HasSynced}
 	stop := make(chan struct{})

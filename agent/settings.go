@@ -105,6 +105,14 @@ var implementedSettings = map[string]string{
 	"clusterDomain":            "",
 	"resolvConf":               "",
 
+	// Static pods (agent/staticpods.go): the manifest directory and URL
+	// sources and their mirror pods.
+	"staticPodPath":      "",
+	"staticPodURL":       "",
+	"staticPodURLHeader": "",
+	"fileCheckFrequency": "",
+	"httpCheckFrequency": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",

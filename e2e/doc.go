@@ -20,10 +20,15 @@
 // network namespace it creates, with a serving certificate from an approved
 // kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
 // port-forward, cp, top through a metrics-server built from Go modules,
-// get --raw through nodes/proxy). The reliability tests (reliability_*_test.go)
-// each give one node a containerd of its own and a fault: the agent SIGKILLed
-// and restarted with its pods changed meanwhile (TestAgentCrashRestart), the
-// apiserver cut off for two minutes through an API proxy of that node only
+// get --raw through nodes/proxy). TestStaticPodsOnContainerd
+// (staticpods_test.go) runs static pods on a containerd of its own: first
+// with the API server unreachable (a proxy refuses the agent), then their
+// mirror pods, a deleted mirror pod coming back, an edited manifest
+// replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
+// The reliability tests (reliability_*_test.go) each give one node a
+// containerd of its own and a fault: the agent SIGKILLed and restarted with
+// its pods changed meanwhile (TestAgentCrashRestart), the apiserver cut off
+// for two minutes through an API proxy of that node only
 // (TestAPIServerOutage), containerd stopped and frozen
 // (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
 // the modes of the agent's files), pods the node cannot or can barely run

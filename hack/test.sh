@@ -5,7 +5,9 @@
 #   2. gofmt check: fails listing the files that need formatting;
 #   3. go vet of the library and of the e2e module;
 #   4. unit tests of the library with the race detector;
-#   4b. every fuzz target of the library (func Fuzz* in a _test.go file) for
+#   4b. hack/defaultscheck: podsource.SetDefaults against the API server's
+#      own pod defaulting (k8s.io/kubernetes), a module of its own;
+#   4c. every fuzz target of the library (func Fuzz* in a _test.go file) for
 #      FUZZ_TIME each (default 10s): the decoders of outside input
 #      (KubeletConfiguration, flags, static pod manifests, cgroup names);
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
@@ -78,8 +80,12 @@ fuzz() {
 			echo "fuzz $pkg $target"
 			go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZ_TIME:-10s}" "$pkg" 2>&1 | tail -20 || rc=1
 		done
-	done < <(grep -rlE '^func Fuzz' --include='*_test.go' --exclude-dir=e2e --exclude-dir=.git . | sed 's|^\./||' | sort)
+	done < <(grep -rlE '^func Fuzz' --include='*_test.go' --exclude-dir=e2e --exclude-dir=hack --exclude-dir=.git . | sed 's|^\./||' | sort)
 	return "$rc"
+}
+
+defaultscheck() {
+	(cd hack/defaultscheck && go run .)
 }
 
 controlplane() {
@@ -95,6 +101,7 @@ run_step "dependencies" deps
 run_step "gofmt" format
 run_step "go vet" vet
 run_step "unit tests (go test -race ./...)" unit
+run_step "pod defaults against the API server's (hack/defaultscheck)" defaultscheck
 run_step "fuzz (each target for ${FUZZ_TIME:-10s})" fuzz
 run_step "control plane build" controlplane
 run_step "e2e tests (e2e/: go test ./...)" e2e

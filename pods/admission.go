@@ -118,7 +118,7 @@ func GeneralPredicates(logger klog.Logger) AdmitHandler {
 		if !hostPortsFree(a.Pod, a.OtherPods) {
 			return predicateFailure(ReasonNodePorts, "node(s) didn't have free ports for the requested pod ports")
 		}
-		if !isStaticPod(a.Pod) {
+		if !podsource.IsStaticPod(a.Pod) {
 			_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logger, a.Node.Spec.Taints, a.Pod.Spec.Tolerations,
 				func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }, false)
 			if untolerated {
@@ -131,11 +131,6 @@ func GeneralPredicates(logger klog.Logger) AdmitHandler {
 
 func predicateFailure(name, desc string) AdmitResult {
 	return AdmitResult{Reason: name, Message: fmt.Sprintf("Predicate %s failed: %s", name, desc)}
-}
-
-func isStaticPod(pod *v1.Pod) bool {
-	src, ok := pod.Annotations[podsource.ConfigSourceAnnotationKey]
-	return ok && src != podsource.APIServerSource
 }
 
 // fitsResources checks the pod count and every requested resource against

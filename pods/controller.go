@@ -36,7 +36,11 @@ type Options struct {
 	// Controller's own (see Controller.Store).
 	Store *Store
 	// Node returns the node as last seen, for admission; false before it is
-	// known (status.NodeWatch.Node fits).
+	// known, and Run handles no pod update until it is.
+	// status.Reporter.NodeAnyWay fits best: it gives the node before it is
+	// registered too, so static pods run without an API server, as the
+	// kubelet's getNodeAnyWay (status.NodeWatch.Node admits nothing before
+	// the node is registered).
 	Node func() (*v1.Node, bool)
 	// Admit are the admission checks, in order; a pod the first of them
 	// rejects is failed and never started. GeneralPredicates is the
@@ -61,12 +65,23 @@ type Options struct {
 	HousekeepingPeriod time.Duration
 	// Recorder receives the pod events the controller records (rejections).
 	Recorder record.EventRecorder
+	// Mirrors, when set, keeps the mirror pods of static pods in the API
+	// server (see MirrorClient): every sync of a running static pod
+	// creates or replaces its mirror pod, an OpMirror update syncs the
+	// static pods it carries, the static pods are synced once the node is
+	// first known, and housekeeping deletes mirror pods whose static pod is
+	// gone. Sources must then be MirrorSources too. nil (a standalone node)
+	// makes no mirror pods.
+	Mirrors MirrorClient
 	// Clock paces requeues and housekeeping (default clock.RealClock{}).
 	Clock clock.Clock
 	// Registerer receives the kubelet's pod lifecycle metrics,
-	// kubelet_pod_start_duration_seconds and
-	// kubelet_pod_worker_duration_seconds{operation_type}; nil registers
-	// nothing.
+	// kubelet_pod_start_duration_seconds,
+	// kubelet_pod_start_sli_duration_seconds,
+	// kubelet_pod_start_total_duration_seconds and
+	// kubelet_pod_worker_duration_seconds{operation_type}, and
+	// nodekit_pod_start_agent_duration_seconds (the agent's own share of a
+	// pod's start, with buckets from 1 ms); nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -102,6 +117,10 @@ type Controller struct {
 
 	// runCtx is Run's context, for the workers KillPod starts.
 	runCtx context.Context
+	// mirrorSources is Sources' view of mirror pods, with Mirrors.
+	mirrorSources MirrorSources
+	// orphanMirrors is set while orphaned mirror pods are being deleted.
+	orphanMirrors atomic.Bool
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
@@ -109,6 +128,8 @@ type Controller struct {
 	orphans map[types.UID]bool
 	// stopped are KillPod's waiters, by pod, told once the pod stopped.
 	stopped map[types.UID][]chan struct{}
+	// static orders the starts of static pods of one name.
+	static staticStarts
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
 
@@ -133,6 +154,10 @@ type podRecord struct {
 	// once its start was recorded in kubelet_pod_start_duration_seconds.
 	firstSeen time.Time
 	started   bool
+	// trackStart: the pod had not started when first seen, so its start
+	// is recorded in kubelet_pod_start_sli_duration_seconds once the
+	// source shows it (startObserved).
+	trackStart, startObserved bool
 	// terminated is set once the pod's containers are stopped and its
 	// final status is set; it never goes back.
 	terminated bool
@@ -163,6 +188,14 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
+	c.static = newStaticStarts()
+	if opts.Mirrors != nil {
+		ms, ok := opts.Sources.(MirrorSources)
+		if !ok {
+			return nil, fmt.Errorf("pod controller: with Mirrors, Sources (%T) must be MirrorSources", opts.Sources)
+		}
+		c.mirrorSources = ms
+	}
 	c.workers = newPodWorkers(c.syncPod, opts.Clock, m.observeWorker)
 	return c, nil
 }
@@ -188,12 +221,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.background.Wait()
 	defer c.workers.wait()
 	c.background.Go(func() { c.runHousekeeping(ctx) })
+	if c.opts.Mirrors != nil {
+		c.background.Go(func() { c.runNodeKnown(ctx) })
+	}
 	if gc, ok := c.opts.Runtime.(GarbageCollector); ok {
 		c.background.Go(func() { c.runGC(ctx, gc) })
 	}
 	var probes <-chan types.UID
 	if c.opts.Prober != nil {
 		probes = c.opts.Prober.Updates()
+	}
+	if !c.waitForNode(ctx) {
+		return nil
 	}
 	updates, events := c.opts.Sources.Updates(), c.opts.Runtime.Events()
 	for {
@@ -242,12 +281,18 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 			c.mu.Lock()
 			if r, ok := c.pods[pod.UID]; ok {
 				r.pod = pod
+				c.observeStartLocked(r)
 			}
 			c.mu.Unlock()
 			c.store.update(pod)
 			if podstatus.NeedsReadinessSync(pod) {
 				c.workers.poke(pod.UID)
 			}
+		}
+	case podsource.OpMirror:
+		// Their mirror pods changed or went: the sync puts them back.
+		for _, pod := range u.Pods {
+			c.workers.poke(pod.UID)
 		}
 	}
 }
@@ -259,7 +304,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 		c.update(ctx, pod, pod.DeletionTimestamp != nil)
 		return
 	}
-	r := &podRecord{pod: pod, firstSeen: c.clock.Now()}
+	r := &podRecord{pod: pod, firstSeen: c.clock.Now(), trackStart: pod.Status.StartTime == nil && !isUnschedulable(pod)}
 	c.pods[pod.UID] = r
 	// A finished or deleted pod is not admitted: its worker only makes sure
 	// it is stopped.
@@ -272,6 +317,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 			return
 		}
 		c.store.set(pod)
+		c.static.enqueue(pod)
 	}
 	c.mu.Unlock()
 	c.workers.update(ctx, pod, terminate, false, pod.DeletionGracePeriodSeconds)
@@ -314,6 +360,7 @@ func (c *Controller) update(ctx context.Context, pod *v1.Pod, deleted bool) {
 	r, ok := c.pods[pod.UID]
 	if ok {
 		r.pod = pod
+		c.observeStartLocked(r)
 	}
 	rejected := ok && r.rejected
 	c.mu.Unlock()
@@ -374,6 +421,9 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	if w.Terminate || (hasPrev && isTerminal(prev.Phase)) {
 		return c.terminate(ctx, w)
 	}
+	if !c.mayStart(ctx, pod) {
+		return c.retryAfterError(), false
+	}
 	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false))
 	if err != nil {
 		logger.Error(err, "Cannot read the pod's runtime status; will retry")
@@ -385,6 +435,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		c.workers.update(ctx, pod, true, false, nil)
 		return 0, false
 	}
+	mirrorRetry := c.syncMirrorPod(ctx, pod)
 	// Probes start before the runtime acts, as the kubelet's syncPod: a
 	// container the sync starts is probed from its first status on.
 	if c.opts.Prober != nil {
@@ -407,7 +458,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	}
 
 	requeue := wait.Jitter(c.opts.SyncFrequency, jitterFactor)
-	if res.Err != nil {
+	if res.Err != nil || mirrorRetry {
 		requeue = min(requeue, c.retryAfterError())
 	}
 	if !res.RetryAt.IsZero() {
@@ -441,6 +492,78 @@ func (c *Controller) setStatus(pod *v1.Pod, st v1.PodStatus) {
 		}
 	}
 	c.opts.Statuses.SetPodStatus(pod, st)
+}
+
+// observeStartLocked records the start of a pod whose source (the API
+// server's watch) shows all its containers started for the first time, as
+// the kubelet's pod startup latency tracker: kubelet_pod_start_total_duration_seconds
+// since the pod's creation; kubelet_pod_start_sli_duration_seconds the same
+// less image pulls (ImagePullTimer) and init containers' run time, for
+// stateless pods only; nodekit_pod_start_agent_duration_seconds since the
+// controller first saw it less image pulls. c.mu is held.
+func (c *Controller) observeStartLocked(r *podRecord) {
+	pod := r.pod
+	if c.metrics == nil || !r.trackStart || r.startObserved || r.rejected || !allContainersStarted(pod) {
+		return
+	}
+	r.startObserved = true
+	now := c.clock.Now()
+	var pulls time.Duration
+	if t, ok := c.opts.Runtime.(ImagePullTimer); ok {
+		pulls = t.ImagePullTime(pod.UID)
+	}
+	total := now.Sub(pod.CreationTimestamp.Time)
+	c.metrics.observeStarted(total, total-pulls-initContainersRunTime(pod), now.Sub(r.firstSeen)-pulls, isStateless(pod))
+}
+
+// allContainersStarted reports whether the pod's status shows every
+// regular container running with a start time (the kubelet's
+// hasPodStartedSLO), and at least one.
+func allContainersStarted(pod *v1.Pod) bool {
+	if isTerminal(pod.Status.Phase) || len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil || cs.State.Running.StartedAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// initContainersRunTime sums how long the pod's init containers ran, as
+// its status shows them (finished ones; a running sidecar from its start).
+func initContainersRunTime(pod *v1.Pod) time.Duration {
+	var d time.Duration
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if t := cs.State.Terminated; t != nil && !t.StartedAt.IsZero() && t.FinishedAt.After(t.StartedAt.Time) {
+			d += t.FinishedAt.Sub(t.StartedAt.Time)
+		}
+	}
+	return d
+}
+
+// isStateless reports whether the pod's volumes are all of the kinds the
+// kubelet's SLI counts as stateless: secret, configMap, downwardAPI,
+// emptyDir, projected.
+func isStateless(pod *v1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret == nil && v.ConfigMap == nil && v.DownwardAPI == nil && v.EmptyDir == nil && v.Projected == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// isUnschedulable reports whether the pod's PodScheduled condition is
+// False.
+func isUnschedulable(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+			return true
+		}
+	}
+	return false
 }
 
 // SyncLoopHealthy returns an error when the loop is not running, or when
@@ -517,6 +640,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		c.opts.Prober.RemovePod(pod)
 	}
 	c.store.delete(pod.UID)
+	c.staticPodStopped(pod)
 	for _, ch := range waiters {
 		close(ch)
 	}
@@ -688,6 +812,7 @@ func (c *Controller) housekeeping(ctx context.Context) {
 	if !c.opts.Sources.AllReady() {
 		return
 	}
+	c.deleteOrphanedMirrorPods(ctx)
 	logger := klog.FromContext(ctx)
 	running, err := c.opts.Runtime.RunningPods(ctx)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,6 +161,7 @@ type controllerHarness struct {
 	sources  *fakeSources
 	statuses *fakeStatuses
 	clock    *testclock.FakeClock
+	reg      *prometheus.Registry
 	ctx      context.Context
 }
 
@@ -168,12 +170,13 @@ func newControllerHarness(t *testing.T) *controllerHarness {
 	h := &controllerHarness{
 		t: t, rt: newFakeRuntime(), sources: &fakeSources{updates: make(chan podsource.Update)},
 		statuses: &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}, clock: testclock.NewFakeClock(time.Now()),
+		reg: prometheus.NewPedanticRegistry(),
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
 		v1.ResourcePods: resource.MustParse("5000"), v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"),
 	}}}
 	c, err := New(Options{
-		Sources: h.sources, Runtime: h.rt, Statuses: h.statuses, Clock: h.clock,
+		Sources: h.sources, Runtime: h.rt, Statuses: h.statuses, Clock: h.clock, Registerer: h.reg,
 		Node:  func() (*v1.Node, bool) { return node, true },
 		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
 	})
@@ -442,7 +445,7 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +491,7 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: func() (*v1.Node, bool) { return nil, false }})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,5 +507,70 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	}
 	if keep := rt.gcKeep[0]; !keep("uid-web") || keep("uid-other") {
 		t.Error("the runtime's garbage collection does not keep exactly the pods the Controller knows")
+	}
+}
+
+// knownNode is an Options.Node that knows the node at once: the loop admits
+// no pod before it knows the node.
+func knownNode() (*v1.Node, bool) {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, true
+}
+
+// histogram returns the sample count and sum of the histogram name.
+func (h *controllerHarness) histogram(name string) (uint64, float64) {
+	h.t.Helper()
+	families, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			hist := f.GetMetric()[0].GetHistogram()
+			return hist.GetSampleCount(), hist.GetSampleSum()
+		}
+	}
+	return 0, 0
+}
+
+// TestPodStartIsObservedOnTheSourcesUpdate: once the source shows all of a
+// pod's containers started, its start is recorded once, from its creation
+// (total and SLI; a pod with a persistent volume in total only) and from
+// when the agent first saw it.
+func TestPodStartIsObservedOnTheSourcesUpdate(t *testing.T) {
+	h := newControllerHarness(t)
+	seen := h.clock.Now()
+	stateless, stateful := churnPod(1), churnPod(2)
+	stateful.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}}}
+	for _, p := range []*v1.Pod{stateless, stateful} {
+		p.CreationTimestamp = metav1.NewTime(seen.Add(-2 * time.Second))
+	}
+	h.send(podsource.OpAdd, stateless, stateful)
+	h.clock.Step(100 * time.Millisecond)
+	started := func(p *v1.Pod) *v1.Pod {
+		p = p.DeepCopy()
+		p.Status.Phase = v1.PodRunning
+		p.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "app", State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(seen)}}}}
+		return p
+	}
+	waiting := stateless.DeepCopy()
+	waiting.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "app", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	h.send(podsource.OpReconcile, waiting)
+	if n, _ := h.histogram("kubelet_pod_start_total_duration_seconds"); n != 0 {
+		t.Fatalf("%d starts recorded for a pod whose container waits", n)
+	}
+	h.send(podsource.OpReconcile, started(stateless), started(stateful))
+	h.send(podsource.OpReconcile, started(stateless))
+	h.waitFor("two starts recorded", func() bool {
+		n, _ := h.histogram("kubelet_pod_start_total_duration_seconds")
+		return n == 2
+	})
+	if n, sum := h.histogram("kubelet_pod_start_total_duration_seconds"); n != 2 || sum < 4.19 || sum > 4.21 {
+		t.Errorf("total: %d samples summing to %.3f s, want 2 of 2.1 s", n, sum)
+	}
+	if n, sum := h.histogram("kubelet_pod_start_sli_duration_seconds"); n != 1 || sum < 2.09 || sum > 2.11 {
+		t.Errorf("SLI: %d samples summing to %.3f s, want the stateless pod's 2.1 s", n, sum)
+	}
+	if n, sum := h.histogram("nodekit_pod_start_agent_duration_seconds"); n != 2 || sum < 0.19 || sum > 0.21 {
+		t.Errorf("agent: %d samples summing to %.3f s, want 2 of 0.1 s", n, sum)
 	}
 }

@@ -24,7 +24,8 @@ type NodeGetter interface {
 // *Controller, run from the application's start to its stop. The graph must
 // supply the *podsource.Config, a Runtime (the CRI backend's module or
 // NewBackendRuntime), the podstatus.Interface and a NodeGetter; optional
-// are Options (the agent derives them from its configuration), a Prober,
+// are Options (the agent derives them from its configuration), a Prober, a
+// MirrorClient (mirror pods for static pods; none on a standalone node),
 // the record.EventRecorder, clock.Clock, the prometheus.Registerer for the
 // Controller's metrics and logr.Logger. Admission runs the
 // handlers of the AdmitHandlerGroup by Order, GeneralPredicates among them.
@@ -50,6 +51,7 @@ type Params struct {
 	Node       NodeGetter
 	Admit      []OrderedAdmitHandler `group:"pod_admit_handlers"`
 	Prober     Prober                `optional:"true"`
+	Mirrors    MirrorClient          `optional:"true"`
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
@@ -77,6 +79,9 @@ func provide(p Params) (*Controller, error) {
 	}
 	if o.Prober == nil {
 		o.Prober = p.Prober
+	}
+	if o.Mirrors == nil {
+		o.Mirrors = p.Mirrors
 	}
 	if o.Recorder == nil {
 		o.Recorder = p.Recorder

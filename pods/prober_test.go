@@ -224,7 +224,7 @@ func startProberHarness(t *testing.T) *proberHarness {
 		Sources:  h.sources,
 		Runtime:  h.runtime,
 		Statuses: &loggedStatuses{log: log, statuses: map[types.UID]v1.PodStatus{}},
-		Node:     func() (*v1.Node, bool) { return nil, false },
+		Node:     knownNode,
 		Prober:   h.prober,
 		Clock:    h.clock,
 	})

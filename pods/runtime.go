@@ -71,6 +71,15 @@ type GarbageCollector interface {
 	GarbageCollect(ctx context.Context, keep func(types.UID) bool) error
 }
 
+// ImagePullTimer is an optional interface of a Runtime that pulls images:
+// ImagePullTime returns how long the pod's image pulls took so far (0 if
+// none). The Controller subtracts it from a pod's start in
+// kubelet_pod_start_sli_duration_seconds, as the kubelet does; without it
+// nothing is subtracted. It must be cheap and safe for concurrent use.
+type ImagePullTimer interface {
+	ImagePullTime(uid types.UID) time.Duration
+}
+
 // Prober is what the Controller needs of the probe engine (*prober.Manager
 // is one): it adds each pod it syncs, stops the probes of each pod it
 // terminates, reads readiness and startup results for the pod's status and

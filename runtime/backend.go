@@ -64,12 +64,20 @@ type Backend struct {
 	// one waits for a cache entry newer than that, as the kubelet's pod
 	// workers wait for a status newer than their last sync.
 	lastSync map[types.UID]time.Time
+	// prevSync is, by pod, the lastSync the latest read waited for: an idle
+	// sync puts it back, so the read after it takes the status the sync
+	// found instead of waiting for the PLEG.
+	prevSync map[types.UID]time.Time
 }
 
 var (
 	_ pods.Runtime          = (*Backend)(nil)
 	_ pods.GarbageCollector = (*Backend)(nil)
+	_ pods.ImagePullTimer   = (*Backend)(nil)
 )
+
+// ImagePullTime is PodManager.ImagePullTime.
+func (b *Backend) ImagePullTime(uid types.UID) time.Duration { return b.pm.ImagePullTime(uid) }
 
 // NewBackend returns a Backend. It does no I/O.
 func NewBackend(opts BackendOptions) (*Backend, error) {
@@ -79,7 +87,7 @@ func NewBackend(opts BackendOptions) (*Backend, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Backend{opts: opts, pm: opts.Pods, cache: opts.PLEG.Cache(), clock: opts.Clock, lastSync: map[types.UID]time.Time{}}, nil
+	return &Backend{opts: opts, pm: opts.Pods, cache: opts.PLEG.Cache(), clock: opts.Clock, lastSync: map[types.UID]time.Time{}, prevSync: map[types.UID]time.Time{}}, nil
 }
 
 // runtimeStatus returns the pod's runtime status from the cache, newer than
@@ -94,7 +102,7 @@ func (b *Backend) runtimeStatus(ctx context.Context, uid types.UID) (*podstate.P
 		return nil, err
 	}
 	b.mu.Lock()
-	b.lastSync[uid] = start
+	b.lastSync[uid], b.prevSync[uid] = start, since
 	b.mu.Unlock()
 	return st, nil
 }
@@ -121,15 +129,25 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 }
 
 // SyncPod runs PodManager.SyncPod on the latest cached runtime status (at
-// least as new as the one PodStatus read) with the pod's pull secrets, then
-// refreshes the cache.
+// least as new as the one PodStatus read) with the pod's pull secrets, then,
+// unless the sync found nothing to do, refreshes the cache.
 func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	rs, err := b.cache.Get(pod.UID)
 	if err != nil {
 		return pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
 	}
 	res := b.pm.SyncPod(ctx, pod, rs, b.pullSecrets(ctx, pod), b.opts.Probes)
-	b.refresh(ctx, pod)
+	// A sync that acted on nothing leaves the cached status as it is (the
+	// PLEG brings any change meanwhile): no need to read the pod again.
+	if res.Idle {
+		b.mu.Lock()
+		if prev, ok := b.prevSync[pod.UID]; ok {
+			b.lastSync[pod.UID] = prev
+		}
+		b.mu.Unlock()
+	} else {
+		b.refresh(ctx, pod)
+	}
 	return pods.SyncResult{RetryAt: res.RetryAt, Err: res.Err}
 }
 
@@ -170,17 +188,18 @@ func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
 	}
 	b.mu.Lock()
 	delete(b.lastSync, uid)
+	delete(b.prevSync, uid)
 	b.mu.Unlock()
+	b.opts.PLEG.Forget(uid)
 	return nil
 }
 
 // RunningPods lists the pods with a running container or a ready sandbox,
-// as pods with only their UID, name and namespace.
-func (b *Backend) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
-	running, err := b.pm.ListPods(ctx, false)
-	if err != nil {
-		return nil, err
-	}
+// as pods with only their UID, name and namespace, as the PLEG last saw
+// them (its relist or an event; PLEG.RunningPods): no CRI call, where the
+// kubelet's housekeeping lists the runtime every 2 s.
+func (b *Backend) RunningPods(context.Context) ([]*v1.Pod, error) {
+	running := b.opts.PLEG.RunningPods()
 	out := make([]*v1.Pod, 0, len(running))
 	for _, rp := range running {
 		out = append(out, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: rp.ID, Name: rp.Name, Namespace: rp.Namespace}})

@@ -68,7 +68,10 @@
 // PLEG), reads the pods that changed into its [PodCache] and sends a
 // [PodLifecycleEvent] for each change; where the runtime streams container
 // events (GetContainerEvents), a pod is read as soon as one of its
-// containers changes, and the relist is the safety net. [PLEG.Healthy]
+// containers changes, and the relist is the safety net: while the stream is
+// up it runs once a minute (PLEGOptions.EventedRelistPeriod), the cache
+// being marked fresh every second without a CRI call, as the kubelet's
+// evented PLEG does (with 5 minutes). [PLEG.Healthy]
 // reports "PLEG is not healthy: ..." for the node's Ready condition when
 // relisting stalls.
 //

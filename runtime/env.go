@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodekit/nodekit/podsource"
 )
 
 // envVar is one environment variable of a container.
@@ -206,14 +208,21 @@ func sortedKeys[V any](m map[string]V) []string {
 // serviceEnv returns the service link variables for pod: those of the
 // "kubernetes" service in the default namespace always, and those of every
 // service of the pod's namespace with a cluster IP when
-// enableServiceLinks is not false. Without Options.Services it is empty.
+// enableServiceLinks is not false. Without Options.Services it is empty; a
+// static pod gets none while the services cannot be listed.
 func (m *PodManager) serviceEnv(pod *v1.Pod) (orderedEnv, error) {
 	var env orderedEnv
 	if m.opts.Services == nil {
 		return env, nil
 	}
 	services, err := m.opts.Services()
-	if err != nil {
+	switch {
+	case err != nil && podsource.IsStaticPod(pod):
+		// A static pod does not wait for the services, as the kubelet's:
+		// it may have to run before any API server answers (it may be the
+		// API server).
+		services = nil
+	case err != nil:
 		return env, fmt.Errorf("list services for the environment of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks

@@ -33,6 +33,9 @@ type imageManager struct {
 
 	mu       sync.Mutex
 	failures map[string]pullFailure // by back-off key
+	// pullTime is, by pod, the time its successful pulls took, waiting
+	// for a turn included.
+	pullTime map[types.UID]time.Duration
 }
 
 // pullFailure is the last failed pull of an image for a pod.
@@ -42,7 +45,7 @@ type pullFailure struct {
 }
 
 func newImageManager(is cri.ImageManagerService, recorder record.EventRecorder, backOff *flowcontrol.Backoff, clk clock.Clock, parallel int, qps float32, burst int) *imageManager {
-	im := &imageManager{is: is, recorder: recorder, backOff: backOff, clock: clk, failures: map[string]pullFailure{}}
+	im := &imageManager{is: is, recorder: recorder, backOff: backOff, clock: clk, failures: map[string]pullFailure{}, pullTime: map[types.UID]time.Duration{}}
 	switch {
 	case parallel >= 0 && parallel <= 1:
 		im.tokens = make(chan struct{}, 1)
@@ -166,6 +169,9 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 		logger.Info("Cannot read the user of a pulled image", "pod", klog.KObj(pod), "image", c.Image, "err", err)
 	}
 	end := im.clock.Now()
+	im.mu.Lock()
+	im.pullTime[pod.UID] += end.Sub(start)
+	im.mu.Unlock()
 	im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
 		c.Image, end.Sub(pullStart).Truncate(time.Millisecond), end.Sub(start).Truncate(time.Millisecond), size))
 	im.backOff.GC()
@@ -219,9 +225,17 @@ func (im *imageManager) pullFailed(ref *v1.ObjectReference, key, image string, e
 }
 
 // forget drops the pull failures of pod uid.
+// pulled returns the time the pod's successful image pulls took.
+func (im *imageManager) pulled(uid types.UID) time.Duration {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.pullTime[uid]
+}
+
 func (im *imageManager) forget(uid types.UID) {
 	im.mu.Lock()
 	defer im.mu.Unlock()
+	delete(im.pullTime, uid)
 	for key := range im.failures {
 		if strings.HasPrefix(key, string(uid)+"_") {
 			delete(im.failures, key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,9 @@ const (
 	DefaultRelistPeriod    = time.Second
 	DefaultRelistThreshold = 3 * time.Minute
 	DefaultPLEGCapacity    = 1000
+	// DefaultEventedRelistPeriod is the pause between relists while the
+	// runtime streams container events.
+	DefaultEventedRelistPeriod = time.Minute
 	// maxEventStreamBackOff caps the wait before reopening a failed
 	// container event stream.
 	maxEventStreamBackOff = 30 * time.Second
@@ -43,9 +47,18 @@ type PLEGOptions struct {
 	// runtime without the RPC (containerd 1.6) answers Unimplemented and
 	// the PLEG relists only; a broken stream is reopened with back-off.
 	Runtime cri.RuntimeService
-	// RelistPeriod is the pause between relists of all pods, the fallback
-	// and safety net of the event stream (default DefaultRelistPeriod).
+	// RelistPeriod is the pause between relists of all pods while the
+	// runtime does not stream container events (default
+	// DefaultRelistPeriod).
 	RelistPeriod time.Duration
+	// EventedRelistPeriod is the pause between relists while the event
+	// stream is up, the safety net of the stream (default
+	// DefaultEventedRelistPeriod; the kubelet's evented PLEG uses 5
+	// minutes). Meanwhile, every RelistPeriod, the cache is marked fresh
+	// without a CRI call, once the events received are read: the stream
+	// reports every change. The stream (re)connecting, or an event that did
+	// not fit the queue, brings a relist at once.
+	EventedRelistPeriod time.Duration
 	// RelistThreshold is how long relisting may stall before Healthy
 	// reports the PLEG unhealthy (default DefaultRelistThreshold).
 	RelistThreshold time.Duration
@@ -79,6 +92,16 @@ type PLEG struct {
 	records   map[types.UID]*podRecord
 	reinspect map[types.UID]bool
 	hints     chan podHint
+	// streaming is set while the container event stream is up; resync asks
+	// Run for a relist at once (the stream connected, or a hint was
+	// dropped).
+	streaming atomic.Bool
+	resync    chan struct{}
+
+	// snapshotMu guards snapshot: every pod's latest record, for
+	// RunningPods.
+	snapshotMu sync.Mutex
+	snapshot   map[types.UID]podstate.RunningPod
 }
 
 type podRecord struct {
@@ -102,7 +125,10 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 	if opts.RelistThreshold == 0 {
 		opts.RelistThreshold = DefaultRelistThreshold
 	}
-	if opts.RelistPeriod < 0 || opts.RelistThreshold < 0 {
+	if opts.EventedRelistPeriod == 0 {
+		opts.EventedRelistPeriod = DefaultEventedRelistPeriod
+	}
+	if opts.RelistPeriod < 0 || opts.RelistThreshold < 0 || opts.EventedRelistPeriod < 0 {
 		return nil, fmt.Errorf("pleg: relist period %v and threshold %v must be positive", opts.RelistPeriod, opts.RelistThreshold)
 	}
 	if opts.Capacity <= 0 {
@@ -122,6 +148,8 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 		records:   map[types.UID]*podRecord{},
 		reinspect: map[types.UID]bool{},
 		hints:     make(chan podHint, opts.Capacity),
+		resync:    make(chan struct{}, 1),
+		snapshot:  map[types.UID]podstate.RunningPod{},
 	}
 	m, err := newPLEGMetrics(opts.Registerer, p.lastSeen)
 	if err != nil {
@@ -175,19 +203,84 @@ func (p *PLEG) Run(ctx context.Context) error {
 	}
 	for {
 		p.relist(ctx)
-		timer := p.clock.NewTimer(p.opts.RelistPeriod)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return nil
-			case <-timer.C():
-				break wait
-			case h := <-p.hints:
-				p.relistPods(ctx, h)
+		lastRelist := p.clock.Now()
+		for relist := false; !relist; {
+			timer := p.clock.NewTimer(p.opts.RelistPeriod)
+		wait:
+			for {
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return nil
+				case <-timer.C():
+					break wait
+				case <-p.resync:
+					timer.Stop()
+					relist = true
+					break wait
+				case h := <-p.hints:
+					p.relistPods(ctx, h)
+				}
 			}
+			if relist || !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod {
+				break
+			}
+			p.markFresh(ctx)
 		}
+	}
+}
+
+// markFresh reads the pods of the events received so far, then marks the
+// cache fresh as of now without asking the runtime: while the event stream
+// is up, a pod without an event did not change.
+func (p *PLEG) markFresh(ctx context.Context) {
+	select {
+	case h := <-p.hints:
+		p.relistPods(ctx, h)
+	default:
+	}
+	now := p.clock.Now()
+	p.relistTime.Store(&now)
+	p.cache.UpdateTime(now)
+	// The running pods and containers gauges, as a relist sets them.
+	p.snapshotMu.Lock()
+	all := make([]podstate.RunningPod, 0, len(p.snapshot))
+	for _, rp := range p.snapshot {
+		all = append(all, rp)
+	}
+	p.snapshotMu.Unlock()
+	p.metrics.observeRunning(all)
+}
+
+// RunningPods returns the pods with a running container or a ready
+// sandbox as of the latest relist or event, without asking the runtime.
+// The caller owns the returned slice, not the pods' container slices.
+// Safe for concurrent use.
+func (p *PLEG) RunningPods() []podstate.RunningPod {
+	p.snapshotMu.Lock()
+	defer p.snapshotMu.Unlock()
+	out := make([]podstate.RunningPod, 0, len(p.snapshot))
+	for _, rp := range p.snapshot {
+		if rp.IsRunning() {
+			out = append(out, rp)
+		}
+	}
+	return out
+}
+
+// Forget drops the pod from RunningPods until a relist or an event shows
+// it again: its removal from the runtime was just done.
+func (p *PLEG) Forget(uid types.UID) {
+	p.snapshotMu.Lock()
+	defer p.snapshotMu.Unlock()
+	delete(p.snapshot, uid)
+}
+
+// requestRelist asks Run for a relist at once.
+func (p *PLEG) requestRelist() {
+	select {
+	case p.resync <- struct{}{}:
+	default:
 	}
 }
 
@@ -280,6 +373,13 @@ func runningFromStatus(st *podstate.PodStatus) *podstate.RunningPod {
 func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *podstate.PodStatus) {
 	logger := klog.FromContext(ctx)
 	r := p.records[uid]
+	p.snapshotMu.Lock()
+	if r.current == nil {
+		delete(p.snapshot, uid)
+	} else {
+		p.snapshot[uid] = *r.current
+	}
+	p.snapshotMu.Unlock()
 	events := computeEvents(uid, r.old, r.current)
 	reinspect := p.reinspect[uid]
 	delete(p.reinspect, uid)
@@ -414,6 +514,9 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 		go func() {
 			done <- p.opts.Runtime.GetContainerEvents(ctx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) {
 				p.metrics.streamConnected()
+				// Changes before the stream was up came without events.
+				p.streaming.Store(true)
+				p.requestRelist()
 			})
 		}()
 		var err error
@@ -428,12 +531,14 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 				}
 				select {
 				case p.hints <- podHint{uid: types.UID(md.GetUid()), name: md.GetName(), namespace: md.GetNamespace()}:
-				default: // the relist will see it
+				default: // a relist will see it
+					p.requestRelist()
 				}
 			case err = <-done:
 				break forward
 			}
 		}
+		p.streaming.Store(false)
 		if ctx.Err() != nil {
 			return
 		}

@@ -248,3 +248,37 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, state string) floa
 	}
 	return -1
 }
+
+// TestPLEGRelistsRarelyWhileEventsStream: with the event stream up, the
+// PLEG marks its cache fresh every relist period without listing the
+// runtime, and relists only every EventedRelistPeriod.
+func TestPLEGRelistsRarelyWhileEventsStream(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	p := startPLEG(t, h, nil)
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	// The stream connecting brings a relist of its own.
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })
+	lists := h.cri.Calls("ListPodSandbox")
+	fresh := func(at time.Time) bool {
+		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Millisecond)
+		defer cancel()
+		_, err := p.Cache().GetNewerThan(ctx, "no-such-pod", at)
+		return err == nil
+	}
+	for range 5 {
+		at := h.clk.Now()
+		poll(t, func() bool {
+			if h.clk.HasWaiters() { // the PLEG waits for its next round
+				h.clk.Step(runtime.DefaultRelistPeriod)
+			}
+			return fresh(at)
+		})
+	}
+	if n := h.cri.Calls("ListPodSandbox"); n != lists {
+		t.Errorf("%d relists while the events streamed, want none", n-lists)
+	}
+	poll(t, func() bool {
+		h.clk.Step(runtime.DefaultEventedRelistPeriod)
+		return h.cri.Calls("ListPodSandbox") > lists
+	})
+}

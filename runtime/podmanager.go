@@ -360,6 +360,10 @@ type SyncResult struct {
 	// to happen did). errors.Is finds the Err* reasons in it, e.g.
 	// ErrCrashLoopBackOff while a container backs off.
 	Err error
+	// Idle is set when the sync found nothing to do on the runtime: no
+	// container or sandbox to kill, create or start. The pod's runtime
+	// status is then as the sync found it.
+	Idle bool
 }
 
 // podDesc is the kubelet's format.Pod: name_namespace(uid).
@@ -399,6 +403,13 @@ func (m *PodManager) waiting(uid types.UID) map[string]podstate.ContainerWaiting
 }
 
 // forget drops what the PodManager remembers of pod uid.
+// ImagePullTime returns how long the successful image pulls of the pod
+// with uid took so far, waiting for a pull slot included (0 when its images
+// were present), until RemovePod. The kubelet subtracts it from a pod's
+// start time for kubelet_pod_start_sli_duration_seconds. Safe for
+// concurrent use.
+func (m *PodManager) ImagePullTime(uid types.UID) time.Duration { return m.images.pulled(uid) }
+
 func (m *PodManager) forget(uid types.UID) {
 	m.mu.Lock()
 	delete(m.reasons, uid)

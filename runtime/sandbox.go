@@ -168,29 +168,30 @@ func selinuxOptions(o *v1.SELinuxOptions) *runtimeapi.SELinuxOption {
 }
 
 // createSandbox creates pod's sandbox (making its log directory first) and
-// returns its ID. The message is the kubelet's for the failure.
-func (m *PodManager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (string, error) {
+// returns its ID and the config it was created with. The message is the
+// kubelet's for the failure.
+func (m *PodManager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
 	cfg, err := m.sandboxConfig(ctx, pod, attempt)
 	if err != nil {
-		return "", fmt.Errorf("failed to generate sandbox config for pod %q: %w", podDesc(pod), err)
+		return "", nil, fmt.Errorf("failed to generate sandbox config for pod %q: %w", podDesc(pod), err)
 	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
-		return "", fmt.Errorf("failed to create log directory for pod %q: %w", podDesc(pod), err)
+		return "", nil, fmt.Errorf("failed to create log directory for pod %q: %w", podDesc(pod), err)
 	}
 	handler := ""
 	if pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName != "" {
 		if m.opts.RuntimeHandler == nil {
-			return "", fmt.Errorf("runtime class %q of pod %q: this agent resolves no runtime classes", *pod.Spec.RuntimeClassName, podDesc(pod))
+			return "", nil, fmt.Errorf("runtime class %q of pod %q: this agent resolves no runtime classes", *pod.Spec.RuntimeClassName, podDesc(pod))
 		}
 		if handler, err = m.opts.RuntimeHandler(ctx, *pod.Spec.RuntimeClassName); err != nil {
-			return "", fmt.Errorf("runtime class %q of pod %q: %w", *pod.Spec.RuntimeClassName, podDesc(pod), err)
+			return "", nil, fmt.Errorf("runtime class %q of pod %q: %w", *pod.Spec.RuntimeClassName, podDesc(pod), err)
 		}
 	}
 	id, err := m.rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return id, nil
+	return id, cfg, nil
 }
 
 func networkMode(pod *v1.Pod) runtimeapi.NamespaceMode {

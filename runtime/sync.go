@@ -40,7 +40,7 @@ func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.
 	}
 	s := &podSync{m: m, pod: pod, status: status, pullSecrets: pullSecrets}
 	s.run(ctx, probes)
-	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...)}
+	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...), Idle: s.idle}
 }
 
 // podSync is the state of one SyncPod.
@@ -54,6 +54,8 @@ type podSync struct {
 	podIPs      []string
 	errs        []error
 	retryAt     time.Time
+	// idle: the computed actions were empty.
+	idle bool
 }
 
 func (s *podSync) fail(err error) { s.errs = append(s.errs, err) }
@@ -71,6 +73,8 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	logger.V(3).Info("Computed pod actions", "killPod", actions.killPod, "createSandbox", actions.createSandbox,
 		"attempt", actions.attempt, "initToStart", actions.initToStart, "containersToStart", actions.containersToStart,
 		"containersToKill", len(actions.containersToKill))
+	s.idle = !actions.killPod && !actions.createSandbox && len(actions.initToStart) == 0 &&
+		len(actions.containersToStart) == 0 && len(actions.containersToKill) == 0
 	if actions.createSandbox && actions.sandboxID != "" {
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
@@ -106,10 +110,14 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	if !actions.createSandbox && len(actions.initToStart) == 0 && len(actions.containersToStart) == 0 {
 		return
 	}
-	var err error
-	if s.sandboxCfg, err = m.sandboxConfig(ctx, pod, actions.attempt); err != nil {
-		s.fail(fmt.Errorf("%w: generate sandbox config of pod %s: %v", podstate.ErrConfigPodSandbox, podDesc(pod), err))
-		return
+	// A sandbox just created comes with its config; the kubelet generates
+	// it again here (and records DNS warnings twice).
+	if s.sandboxCfg == nil {
+		var err error
+		if s.sandboxCfg, err = m.sandboxConfig(ctx, pod, actions.attempt); err != nil {
+			s.fail(fmt.Errorf("%w: generate sandbox config of pod %s: %v", podstate.ErrConfigPodSandbox, podDesc(pod), err))
+			return
+		}
 	}
 
 	for _, i := range actions.initToStart {
@@ -129,7 +137,7 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 	m, pod := s.m, s.pod
 	m.metrics.startedPod()
-	id, err := m.createSandbox(ctx, pod, attempt)
+	id, cfg, err := m.createSandbox(ctx, pod, attempt)
 	if err != nil {
 		m.metrics.startedPodError()
 		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
@@ -145,7 +153,7 @@ func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 		s.fail(fmt.Errorf("get status of the new sandbox of pod %s: %w", podDesc(pod), err))
 		return false
 	}
-	s.sandboxID = id
+	s.sandboxID, s.sandboxCfg = id, cfg
 	s.podIPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
 	return true
 }

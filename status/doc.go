@@ -52,9 +52,11 @@
 // # Wiring with fx
 //
 // Module needs from the graph: Options and SetterOptions (the agent builds
-// both from its KubeletConfiguration), a kubernetes.Interface, and a
-// RuntimeVersionFunc and a RuntimeHealthFunc (unless SetterOptions carries
-// them). Optional: RuntimeHandlersFunc, RuntimeFeaturesFunc, ListImagesFunc,
+// both from its KubeletConfiguration), and a RuntimeVersionFunc and a
+// RuntimeHealthFunc (unless SetterOptions carries them). Optional: a
+// kubernetes.Interface (without one the Reporter is standalone: it keeps
+// the Node it computes in a local NodeWatch, NewLocalNodeWatch, and sends
+// nothing), a *NodeWatch, RuntimeHandlersFunc, RuntimeFeaturesFunc, ListImagesFunc,
 // PressureFuncs (absent: no pressure), record.EventRecorder (absent: no
 // events), clock.Clock, prometheus.Registerer, logr.Logger, and HealthCheck
 // values in the group "node_health_checks". It provides *Reporter (wait on

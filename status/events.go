@@ -26,7 +26,7 @@ const (
 // nodeRef is the reference events about node are recorded against. It carries
 // the UID once the Node exists, so kubectl describe node finds the events.
 func nodeRef(node *v1.Node) *v1.ObjectReference {
-	return &v1.ObjectReference{Kind: "Node", Name: node.Name, UID: node.UID}
+	return &v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
 }
 
 // recordStatusEvent records a "Node <name> status is now: <reason>" event,

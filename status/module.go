@@ -20,8 +20,10 @@ const HealthCheckGroup = "node_health_checks"
 // Module provides the default setters into the "node_status_setters" group
 // and a *Reporter that runs from the application's start to its stop. The
 // graph must supply Options and SetterOptions (the agent builds both from
-// its configuration), a kubernetes.Interface, and the runtime funcs
-// RuntimeVersionFunc and RuntimeHealthFunc unless SetterOptions carries them.
+// its configuration) and the runtime funcs RuntimeVersionFunc and
+// RuntimeHealthFunc unless SetterOptions carries them; a
+// kubernetes.Interface is optional: without one (and with a local
+// *NodeWatch, or none) the Reporter is standalone (see Options.Client).
 // See the package documentation for what an embedder can add or replace.
 var Module = fx.Module("status",
 	fx.Provide(
@@ -100,8 +102,8 @@ type Params struct {
 	fx.In
 
 	Options Options
-	Setters []OrderedSetter `group:"node_status_setters"`
-	Client  kubernetes.Interface
+	Setters []OrderedSetter      `group:"node_status_setters"`
+	Client  kubernetes.Interface `optional:"true"`
 	// Node, when the graph has one, is the node watch the Reporter reads
 	// (Options.Node wins); it is run by whoever provides it.
 	Node       *NodeWatch            `optional:"true"`

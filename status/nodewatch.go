@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,10 +18,15 @@ import (
 // against its allocatable, labels and taints, the API server pod source
 // waits for it, the cgroup hierarchy sizes itself from its allocatable.
 // It is the kubelet's node informer (a single-object informer with field
-// selector metadata.name). Its methods are safe for concurrent use.
+// selector metadata.name). A local NodeWatch (NewLocalNodeWatch) stands in
+// for it on a standalone node, which has no API server. Its methods are safe
+// for concurrent use.
 type NodeWatch struct {
-	name     string
+	name string
+	// informer watches the API; nil for a local watch, whose Node is
+	// local's.
 	informer cache.SharedIndexInformer
+	local    atomic.Pointer[v1.Node]
 }
 
 // NewNodeWatch returns a watch of node name through client. It does no I/O
@@ -38,10 +44,46 @@ func NewNodeWatch(client kubernetes.Interface, name string) (*NodeWatch, error) 
 	return &NodeWatch{name: name, informer: informer}, nil
 }
 
+// NewLocalNodeWatch returns the NodeWatch of a standalone node, one without
+// an API server: it watches nothing, has synced from the start, and its Node
+// is the one last given to SetLocal (a Reporter without a Client computes it
+// from the setters, as the kubelet computes its node when it has no API
+// server). Everything that reads a NodeWatch (admission, the cgroup
+// hierarchy, the node API) works unchanged on it.
+func NewLocalNodeWatch(name string) (*NodeWatch, error) {
+	if name == "" {
+		return nil, errors.New("node watch: the node name is required")
+	}
+	return &NodeWatch{name: name}, nil
+}
+
+// Local reports whether w is a local watch (NewLocalNodeWatch).
+func (w *NodeWatch) Local() bool { return w.informer == nil }
+
+// SetLocal makes node the Node a local watch shows; the watch keeps it, so
+// the caller must not modify it afterwards. It returns an error on a watch
+// of the API server, whose Node only the API server changes, and for a
+// node of another name.
+func (w *NodeWatch) SetLocal(node *v1.Node) error {
+	switch {
+	case w.informer != nil:
+		return errors.New("node watch: SetLocal on a watch of the API server")
+	case node == nil || node.Name != w.name:
+		return errors.New("node watch: SetLocal with another node than " + w.name)
+	}
+	w.local.Store(node)
+	return nil
+}
+
 // Node returns the Node as last seen, and false until the watch has seen it
-// (before Run, or before the node is registered). The Node is shared with
-// the watch's cache: callers must not modify it.
+// (before Run, or before the node is registered; for a local watch, before
+// the first SetLocal). The Node is shared with the watch's cache: callers
+// must not modify it.
 func (w *NodeWatch) Node() (*v1.Node, bool) {
+	if w.informer == nil {
+		node := w.local.Load()
+		return node, node != nil
+	}
 	obj, ok, err := w.informer.GetStore().GetByKey(w.name)
 	if err != nil || !ok {
 		return nil, false
@@ -60,11 +102,19 @@ func (w *NodeWatch) Allocatable() v1.ResourceList {
 }
 
 // HasSynced reports whether the watch has listed the node since Run
-// started, as the kubelet's node informer gates its pod sources.
-func (w *NodeWatch) HasSynced() bool { return w.informer.HasSynced() }
+// started, as the kubelet's node informer gates its pod sources; always
+// true for a local watch.
+func (w *NodeWatch) HasSynced() bool {
+	return w.informer == nil || w.informer.HasSynced()
+}
 
-// Run watches the node until ctx is done. It blocks and returns nil.
+// Run watches the node until ctx is done (a local watch only waits). It
+// blocks and returns nil.
 func (w *NodeWatch) Run(ctx context.Context) error {
+	if w.informer == nil {
+		<-ctx.Done()
+		return nil
+	}
 	w.informer.RunWithContext(ctx)
 	return nil
 }

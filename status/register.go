@@ -47,6 +47,7 @@ func (r *Reporter) register(ctx context.Context) error {
 	step := registerBackoffInitial
 	for {
 		node := r.initialNode(ctx)
+		r.initial.Store(node)
 		logger.Info("Attempting to register node", "node", klog.KObj(node))
 		if err := r.tryRegister(ctx, node); err == nil {
 			logger.Info("Successfully registered node", "node", klog.KObj(node))

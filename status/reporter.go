@@ -44,14 +44,22 @@ const (
 
 // Options configures a Reporter.
 type Options struct {
-	// Client talks to the API server as the node; required. The kubelet
-	// uses its heartbeat client here: short timeouts, no rate limit.
+	// Client talks to the API server as the node. The kubelet uses its
+	// heartbeat client here: short timeouts, no rate limit. nil makes a
+	// standalone Reporter, for a node without an API server: it registers
+	// nothing and patches nothing, but computes the Node (labels, taints and
+	// every setter's status) at start and every UpdateFrequency and keeps it
+	// in its local NodeWatch, where admission and the rest of the agent read
+	// it, as the kubelet computes its node when it runs without an API
+	// server.
 	Client kubernetes.Interface
 	// Node is the watch of the node the Reporter reads it from (try 0 of
 	// every update, as the kubelet's informer). nil makes the Reporter watch
 	// the node itself, through Client, from Run; when Client has a request
 	// timeout (the agent's heartbeat client does) give a NodeWatch on a
 	// client without one, or every watch is cut off after the timeout.
+	// Without a Client it must be a local watch (NewLocalNodeWatch), or nil
+	// for one of the Reporter's own.
 	Node *NodeWatch
 	// NodeName is the Node's name; required.
 	NodeName string
@@ -110,6 +118,8 @@ type Reporter struct {
 	// it.
 	node     *NodeWatch
 	ownWatch bool
+	// initial is the Node last computed to register it (NodeAnyWay).
+	initial atomic.Pointer[v1.Node]
 
 	// The fields below belong to Run's goroutine.
 	lastReport    time.Time
@@ -121,9 +131,6 @@ type Reporter struct {
 // New validates opts, applies defaults and returns a Reporter. It does not
 // contact the API server.
 func New(opts Options) (*Reporter, error) {
-	if opts.Client == nil {
-		return nil, errors.New("node status reporter: Client is required")
-	}
 	if opts.NodeName == "" {
 		return nil, errors.New("node status reporter: NodeName is required")
 	}
@@ -182,11 +189,20 @@ func New(opts Options) (*Reporter, error) {
 		registered: make(chan struct{}),
 		jitter:     rand.Float64,
 	}
-	if r.node = opts.Node; r.node == nil {
+	switch r.node = opts.Node; {
+	case r.node == nil && opts.Client == nil:
+		if r.node, err = NewLocalNodeWatch(opts.NodeName); err != nil {
+			return nil, fmt.Errorf("node status reporter: %w", err)
+		}
+	case r.node == nil:
 		if r.node, err = NewNodeWatch(opts.Client, opts.NodeName); err != nil {
 			return nil, fmt.Errorf("node status reporter: %w", err)
 		}
 		r.ownWatch = true
+	case opts.Client == nil && !r.node.Local():
+		return nil, errors.New("node status reporter: without a Client, Node must be a local watch (NewLocalNodeWatch)")
+	case opts.Client != nil && r.node.Local():
+		return nil, errors.New("node status reporter: a local Node watch needs a standalone Reporter (no Client)")
 	}
 	return r, nil
 }
@@ -195,12 +211,29 @@ func New(opts Options) (*Reporter, error) {
 // NodeWatch.Node).
 func (r *Reporter) Node() (*v1.Node, bool) { return r.node.Node() }
 
+// NodeAnyWay returns the Node as the Reporter's watch last saw it or,
+// while the watch does not have it (not registered yet, the API server
+// unreachable, or deleted), the Node as the Reporter last computed it to
+// register it: labels, taints and every setter's status, without a UID.
+// It is the kubelet's getNodeAnyWay, the node its admission checks pods
+// against, so static pods run before the node is registered. false only
+// before Run computed the Node the first time. It does not block; the Node
+// is shared and read-only.
+func (r *Reporter) NodeAnyWay() (*v1.Node, bool) {
+	if node, ok := r.node.Node(); ok {
+		return node, true
+	}
+	node := r.initial.Load()
+	return node, node != nil
+}
+
 // HasSynced reports whether the Reporter's node watch has listed the node
 // (see NodeWatch.HasSynced).
 func (r *Reporter) HasSynced() bool { return r.node.HasSynced() }
 
 // Registered returns a channel that is closed once the Node exists (created
-// or found by this Reporter). It is safe for concurrent use.
+// or found by this Reporter; for a standalone Reporter, once it computed the
+// Node). It is safe for concurrent use.
 func (r *Reporter) Registered() <-chan struct{} { return r.registered }
 
 // Run registers the Node, then computes its status every UpdateFrequency
@@ -208,10 +241,15 @@ func (r *Reporter) Registered() <-chan struct{} { return r.registered }
 // done. At startup it also re-evaluates the status every FastReadyInterval,
 // without calling the API, and patches as soon as the node turns Ready.
 // Run blocks; it returns nil when ctx is done and an error only if called
-// twice.
+// twice. A standalone Reporter (no Client) only computes the Node into its
+// local watch, at once and every UpdateFrequency.
 func (r *Reporter) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("node status reporter for node %s: Run called twice", r.opts.NodeName)
+	}
+	if r.opts.Client == nil {
+		r.runLocal(ctx)
+		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -231,6 +269,38 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 	r.loop(ctx)
 	return nil
+}
+
+// runLocal is Run of a standalone Reporter: the Node is computed, never
+// sent.
+func (r *Reporter) runLocal(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	logger.Info("No API server: the node is not registered and its status is kept locally", "node", klog.KRef("", r.opts.NodeName))
+	node := r.initialNode(ctx)
+	r.initial.Store(node)
+	r.setLocal(ctx, node)
+	r.markRegistered()
+	t := r.clock.NewTimer(r.opts.UpdateFrequency)
+	defer t.Stop()
+	for {
+		r.waits.Add(1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			if current, ok := r.node.Node(); ok {
+				node, _ := r.updateNode(ctx, current)
+				r.setLocal(ctx, node)
+			}
+			t.Reset(r.opts.UpdateFrequency)
+		}
+	}
+}
+
+func (r *Reporter) setLocal(ctx context.Context, node *v1.Node) {
+	if err := r.node.SetLocal(node); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot keep the node's status")
+	}
 }
 
 func (r *Reporter) markRegistered() {

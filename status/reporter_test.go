@@ -608,15 +608,16 @@ func TestForeignConditionsSurvive(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	for name, opts := range map[string]Options{
-		"no client":          {NodeName: "n"},
-		"no name":            {Client: client},
-		"bad name":           {Client: client, NodeName: "Not_A_Name"},
-		"bad label key":      {Client: client, NodeName: "n", Labels: map[string]string{"a b": "c"}},
-		"bad label value":    {Client: client, NodeName: "n", Labels: map[string]string{"a": "c d"}},
-		"bad taint effect":   {Client: client, NodeName: "n", Taints: []v1.Taint{{Key: "k", Effect: "Sometimes"}}},
-		"bad taint key":      {Client: client, NodeName: "n", Taints: []v1.Taint{{Key: "k k", Effect: v1.TaintEffectNoSchedule}}},
-		"negative frequency": {Client: client, NodeName: "n", UpdateFrequency: -time.Second},
-		"bad setter":         {Client: client, NodeName: "n", Setters: []OrderedSetter{{Name: "x"}}},
+		"local watch with a client":  {Client: client, NodeName: "n", Node: mustLocalWatch(t, "n")},
+		"no name":                    {Client: client},
+		"bad name":                   {Client: client, NodeName: "Not_A_Name"},
+		"bad label key":              {Client: client, NodeName: "n", Labels: map[string]string{"a b": "c"}},
+		"bad label value":            {Client: client, NodeName: "n", Labels: map[string]string{"a": "c d"}},
+		"bad taint effect":           {Client: client, NodeName: "n", Taints: []v1.Taint{{Key: "k", Effect: "Sometimes"}}},
+		"bad taint key":              {Client: client, NodeName: "n", Taints: []v1.Taint{{Key: "k k", Effect: v1.TaintEffectNoSchedule}}},
+		"negative frequency":         {Client: client, NodeName: "n", UpdateFrequency: -time.Second},
+		"bad setter":                 {Client: client, NodeName: "n", Setters: []OrderedSetter{{Name: "x"}}},
+		"API watch without a client": {NodeName: "n", Node: mustAPIWatch(t, client, "n")},
 	} {
 		if _, err := New(opts); err == nil {
 			t.Errorf("%s: New succeeded", name)

@@ -27,10 +27,14 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
@@ -53,7 +57,13 @@ type Options struct {
 	Args []string
 	// Client is the fake clientset the agent talks to; nil makes a new one.
 	// Share one between agents to put several nodes in one fake cluster.
+	// Objects created without a UID get one, as from an API server.
 	Client *fake.Clientset
+	// Standalone starts the agent without an API server (agent.Standalone,
+	// as with an empty --kubeconfig): Node.Client is nil, so the helpers
+	// that read the API cannot be used; pass --pod-manifest-path in Args
+	// for pods to run.
+	Standalone bool
 	// Runtime replaces the CRI runtime module (agent.CRI on a fakecri), e.g.
 	// agent.PodBackend(...) for a pod-level node. With it no fakecri is
 	// started.
@@ -87,8 +97,11 @@ func Start(t testing.TB, opts Options) *Node {
 	if n.Name == "" {
 		n.Name = "node-a"
 	}
-	if n.Client == nil {
+	if n.Client == nil && !opts.Standalone {
 		n.Client = fake.NewClientset()
+	}
+	if n.Client != nil {
+		n.Client.PrependReactor("create", "*", assignUID)
 	}
 	runtime, endpoint := opts.Runtime, opts.CRIEndpoint
 	switch {
@@ -105,12 +118,16 @@ func Start(t testing.TB, opts Options) *Node {
 		runtime = agent.CRI
 	}
 	n.Config = Config(t, n.Name, endpoint, opts.Args...)
-	all := append([]fx.Option{
-		fx.Supply(n.Config),
-		agent.Core,
-		runtime,
-		fx.Replace(&agent.Clients{Client: n.Client, Heartbeat: n.Client}),
-	}, opts.Extra...)
+	all := []fx.Option{fx.Supply(n.Config), agent.Standalone, runtime}
+	if !opts.Standalone {
+		all = []fx.Option{
+			fx.Supply(n.Config),
+			agent.Core,
+			runtime,
+			fx.Replace(&agent.Clients{Client: n.Client, Heartbeat: n.Client}),
+		}
+	}
+	all = append(all, opts.Extra...)
 	n.App = fxtest.New(t, all...)
 	n.App.RequireStart()
 	t.Cleanup(func() {
@@ -118,6 +135,17 @@ func Start(t testing.TB, opts Options) *Node {
 		n.App.RequireStop()
 	})
 	return n
+}
+
+// assignUID gives an object created without a UID one, as the API server
+// does (the fake clientset does not): mirror pods and the Node need theirs.
+func assignUID(action k8stesting.Action) (bool, runtime.Object, error) {
+	if create, ok := action.(k8stesting.CreateAction); ok {
+		if obj, err := meta.Accessor(create.GetObject()); err == nil && obj.GetUID() == "" {
+			obj.SetUID(uuid.NewUUID())
+		}
+	}
+	return false, nil, nil
 }
 
 // Config returns a complete agent Config for node name on the CRI endpoint,

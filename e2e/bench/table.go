@@ -10,17 +10,17 @@ import (
 // Row is one line of the results table. Empty cells print as "—".
 type Row struct {
 	// Metric names the figure and how it was measured.
-	Metric string
+	Metric string `json:"metric"`
 	// Value is nodekit's figure.
-	Value string
+	Value string `json:"nodekit"`
 	// Target is what nodekit must reach.
-	Target string
+	Target string `json:"target,omitempty"`
 	// Kubelet is the upstream kubelet's figure measured in the same run.
-	Kubelet string
+	Kubelet string `json:"kubelet,omitempty"`
 	// Anchor is the reference figure of the project brief.
-	Anchor string
+	Anchor string `json:"anchor,omitempty"`
 	// Result is Pass, Fail or empty when there is nothing to judge.
-	Result string
+	Result string `json:"result,omitempty"`
 }
 
 // Results of a Row.
@@ -38,9 +38,14 @@ func Verdict(ok bool) string {
 }
 
 // Table is the benchmark's report: rows in the order added, then notes.
+// It is written as text (Write) or JSON (WriteJSON, ReadTable).
 type Table struct {
-	Rows  []Row
-	Notes []string
+	// Date and Machine say when and where it was measured (RFC 3339; CPUs,
+	// kernel, Go).
+	Date    string   `json:"date,omitempty"`
+	Machine string   `json:"machine,omitempty"`
+	Rows    []Row    `json:"rows"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // Add appends a row.

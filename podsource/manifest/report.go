@@ -33,7 +33,7 @@ const (
 // repeated every poll. Safe for concurrent use.
 type Reporter struct {
 	recorder record.EventRecorder
-	node     *v1.ObjectReference
+	node     func() *v1.ObjectReference
 
 	mu       sync.Mutex
 	reported map[string]problem
@@ -46,9 +46,10 @@ type problem struct{ reason, message string }
 // all.
 const maxEventMessage = 1024
 
-// NewReporter returns a Reporter recording events against node with
-// recorder; with a nil recorder or node it only logs.
-func NewReporter(recorder record.EventRecorder, node *v1.ObjectReference) *Reporter {
+// NewReporter returns a Reporter recording events with recorder against
+// the reference node returns at each event (see NodeReference); with a nil
+// recorder or node, or when node returns nil, it only logs.
+func NewReporter(recorder record.EventRecorder, node func() *v1.ObjectReference) *Reporter {
 	return &Reporter{recorder: recorder, node: node, reported: make(map[string]problem)}
 }
 
@@ -71,7 +72,11 @@ func (r *Reporter) Report(ctx context.Context, location, reason string, err erro
 	} else {
 		logger.Error(err, "Static pod manifest cannot be used", "location", location, "reason", reason)
 	}
+	var ref *v1.ObjectReference
 	if r.recorder != nil && r.node != nil {
+		ref = r.node()
+	}
+	if ref != nil {
 		msg := fmt.Sprintf("Static pod manifest %s: %s", location, p.message)
 		if len(msg) > maxEventMessage {
 			cut := maxEventMessage - 3
@@ -80,7 +85,7 @@ func (r *Reporter) Report(ctx context.Context, location, reason string, err erro
 			}
 			msg = msg[:cut] + "..."
 		}
-		r.recorder.Event(r.node, v1.EventTypeWarning, reason, msg)
+		r.recorder.Event(ref, v1.EventTypeWarning, reason, msg)
 	}
 }
 

@@ -107,7 +107,10 @@ func addOrUpdateToleration(spec *v1.PodSpec, t v1.Toleration) {
 }
 
 // NodeReference is the object reference the kubelet records node events
-// against: kind Node, the node's name, and the name as UID.
+// against before it knows the Node's UID (and always on a standalone node):
+// apiVersion v1, kind Node and the node's name. Once the Node is known the
+// kubelet adds its UID (so kubectl describe node finds the events by UID);
+// give the sources a NodeRef func that does.
 func NodeReference(nodeName string) *v1.ObjectReference {
-	return &v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
+	return &v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: nodeName}
 }

@@ -22,9 +22,9 @@
 //   - in housekeeping, once the Config is AllReady: DeleteOrphans with
 //     cfg.OrphanedMirrorPods(), skipping the mirror pods of static pods
 //     still terminating;
-//   - once the node is known (registered), sync the static pods again if a
-//     Create failed with ErrNodeUnknown, as the kubelet's
-//     fastStaticPodsRegistration does.
+//   - once the node is known (registered; NodeKnown turns true), sync the
+//     static pods again, as the kubelet's fastStaticPodsRegistration does:
+//     before, Create fails with ErrNodeUnknown.
 //
 // The mirror pods themselves never reach the loop as pods to run:
 // podsource.Config keeps them apart.

@@ -58,6 +58,14 @@ func New(opts Options) (*Client, error) {
 	return &Client{client: opts.Client, nodeName: opts.NodeName, node: opts.Node}, nil
 }
 
+// NodeKnown reports whether the node is known (registered and seen), so
+// Create can make mirror pods; before, Create returns ErrNodeUnknown. It
+// does not block.
+func (c *Client) NodeKnown() bool {
+	_, ok := c.node()
+	return ok
+}
+
 // Create creates the mirror pod of staticPod: a copy (without UID,
 // resourceVersion and managed fields) with the kubernetes.io/config.mirror
 // annotation set to the static pod's kubernetes.io/config.hash, and one

@@ -123,6 +123,12 @@ func TestCreate(t *testing.T) {
 
 func TestCreateNeedsTheNode(t *testing.T) {
 	c, cs := newClient(t, false)
+	if c.NodeKnown() {
+		t.Error("NodeKnown without a node")
+	}
+	if known, _ := newClient(t, true); !known.NodeKnown() {
+		t.Error("NodeKnown false with a node")
+	}
 	if err := c.Create(context.Background(), static("h1")); !errors.Is(err, mirror.ErrNodeUnknown) {
 		t.Errorf("Create without node = %v", err)
 	}

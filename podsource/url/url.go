@@ -50,9 +50,11 @@ type Options struct {
 	// Recorder, when set, receives a Warning event on the node for every
 	// manifest problem (see manifest.Reporter).
 	Recorder record.EventRecorder
-	// NodeRef is the object the events are recorded against; default the
-	// kubelet's reference (manifest.NodeReference).
-	NodeRef *v1.ObjectReference
+	// NodeRef returns the object the events are recorded against, at each
+	// event; default the node's reference without its UID
+	// (manifest.NodeReference). The agent gives the node's UID once it is
+	// known, as the kubelet does. It must not block.
+	NodeRef func() *v1.ObjectReference
 	// Clock paces the fetches; default clock.RealClock{}.
 	Clock clock.Clock
 }
@@ -108,7 +110,8 @@ func New(opts Options) (*Source, error) {
 		opts.Client = &http.Client{Timeout: DefaultTimeout}
 	}
 	if opts.NodeRef == nil {
-		opts.NodeRef = manifest.NodeReference(opts.NodeName)
+		ref := manifest.NodeReference(opts.NodeName)
+		opts.NodeRef = func() *v1.ObjectReference { return ref }
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}

@@ -39,6 +39,21 @@
 // being deleted and terminal, and retries failed writes with the next
 // write and at least every 10 s.
 //
+// A static pod's status (podsource.IsStaticPod) goes to its mirror pod, the
+// API pod whose kubernetes.io/config.mirror annotation is the static pod's
+// config hash. With the sources' view (Options.Pods) the Manager writes it
+// only once the sources show that mirror pod, without a request before, and
+// its periodic sync compares against the mirror pod's status. Without a
+// Client (a standalone node) the Manager keeps the statuses for
+// GetPodStatus and writes nothing.
+//
+// Unlike the kubelet's status manager, which writes one pod at a time, it
+// writes up to Options.Writers pods at once (a burst of pods does not wait
+// for each round trip in turn), and it holds a pod's first status back for
+// up to Options.PendingWriteDelay (1 s) while the pod is still Pending: a
+// pod that starts within that time costs one write, carrying Running,
+// instead of one for ContainerCreating and one for Running.
+//
 // The agent's pod worker wires it this way on every sync of a pod, as the
 // kubelet's syncPod does (status first, then the runtime's actions):
 //

@@ -16,24 +16,44 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/podsource"
 )
 
 // DefaultSyncPeriod is how often the Manager checks every cached status
 // against the API server, the kubelet status manager's syncPeriod.
 const DefaultSyncPeriod = 10 * time.Second
 
-// PodGetter returns the latest version of a pod the agent's sources know,
-// by UID, and whether there is one; the returned pod is read-only.
+// DefaultPendingWriteDelay is how long the first status of a pod that is
+// still Pending waits before it is written, by default.
+const DefaultPendingWriteDelay = time.Second
+
+// DefaultWriters is how many pods' statuses the Manager writes at once by
+// default.
+const DefaultWriters = 8
+
+// PodGetter gives the pods as the agent's sources last saw them; the
+// returned pods are read-only and the methods must not block.
 // podsource's *Config is one.
 type PodGetter interface {
+	// GetPodByUID returns the latest version of a pod by UID, and whether
+	// there is one.
 	GetPodByUID(uid types.UID) (*v1.Pod, bool)
+	// MirrorPodFor returns the mirror pod (the API object of a static pod,
+	// see podsource.IsMirrorPod) with the namespace and name of staticPod,
+	// whatever its config hash, and whether there is one.
+	MirrorPodFor(staticPod *v1.Pod) (*v1.Pod, bool)
 }
 
 // Options configures a Manager.
 type Options struct {
-	// Client writes pod statuses and deletes finished pods; required.
+	// Client writes pod statuses and deletes finished pods. nil keeps the
+	// statuses only in the Manager, for a node without an API server (a
+	// standalone agent): GetPodStatus serves them (say, to the node API's
+	// /pods) and Run writes nothing.
 	Client kubernetes.Interface
 	// Clock sets condition transition times and start times and paces the
 	// periodic sync; default clock.RealClock{}.
@@ -42,19 +62,35 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Pods, when set, gives the pods as the agent's sources see them. The
 	// periodic sync then rewrites a status someone else changed on the API
-	// server, and deletes a finished pod whose deletion came after its
-	// last status write. Without it, that happens on the next SetPodStatus
-	// or TerminatePod.
+	// server (for a static pod: on its mirror pod), and deletes a finished
+	// pod whose deletion came after its last status write; a static pod's
+	// status waits, without a request, until the sources show its current
+	// mirror pod. Without it, that happens on the next SetPodStatus or
+	// TerminatePod, and a static pod's status is written after a GET of
+	// its mirror pod.
 	Pods PodGetter
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
+	// Writers is how many pods' statuses are written at once (default
+	// DefaultWriters); one pod's writes never overlap. The kubelet writes
+	// one at a time, so a burst of pods waits for each round trip in turn;
+	// the client's rate limit still bounds the request rate.
+	Writers int
+	// PendingWriteDelay is how long the first status of a pod that is still
+	// Pending (and not being deleted) may wait for a newer one before it is
+	// written (default DefaultPendingWriteDelay; negative: no wait). A pod
+	// that starts within it is written once, carrying Running, instead of
+	// once as ContainerCreating and again as Running; a pod that takes
+	// longer shows its Pending status that much later than the kubelet's.
+	PendingWriteDelay time.Duration
 	// Logger logs what the methods without a context do; default klog's.
 	Logger logr.Logger
 }
 
 // Manager is the source of truth of the node's pod statuses, the kubelet's
 // status manager: the agent sets a pod's status after every sync, the
-// Manager keeps it, versioned, and writes it to the API server from Run.
+// Manager keeps it, versioned, and writes it to the API server from Run
+// (without a Client, it only keeps it).
 //
 // Writes are strategic merge patches of the status subresource with the
 // pod's UID as precondition (a pod deleted and recreated under the same
@@ -68,13 +104,16 @@ type Options struct {
 // the UID precondition, as the kubelet does, and forgets its status.
 //
 // A status that failed to be written is retried with the next write of
-// any pod, and at least every SyncPeriod. All methods are safe for
+// any pod, and at least every SyncPeriod. Statuses of several pods are
+// written concurrently (Options.Writers). All methods are safe for
 // concurrent use; only Run talks to the API server.
 type Manager struct {
 	client     kubernetes.Interface
 	clock      clock.Clock
 	pods       PodGetter
 	syncPeriod time.Duration
+	writers    int
+	firstDelay time.Duration
 	logger     logr.Logger
 	metrics    *metrics
 
@@ -83,13 +122,14 @@ type Manager struct {
 	// signal has a pending write when it holds a value.
 	signal chan struct{}
 
-	// synced is, per pod UID, the version last written; only Run's
-	// goroutine touches it.
+	// writeMu guards synced, written and writtenFrom, which only Run and
+	// the writers it waits for touch.
+	writeMu sync.Mutex
+	// synced is, per pod UID, the version last written.
 	synced map[types.UID]uint64
 	// written is, per pod UID, the pod as the API server answered the last
 	// patch (or as read when nothing needed writing), and writtenFrom the
-	// resourceVersion that patch was computed from; only Run's goroutine
-	// touches them. See currentPod.
+	// resourceVersion that patch was computed from. See currentPod.
 	written     map[types.UID]*v1.Pod
 	writtenFrom map[types.UID]string
 	running     atomic.Bool
@@ -106,6 +146,8 @@ type versionedStatus struct {
 	at time.Time
 	// finished: TerminatePod was called; the pod's containers stopped.
 	finished bool
+	// deleting: the pod had a deletion timestamp when the status was set.
+	deleting bool
 	// static pods write their status to their mirror pod, the API pod
 	// whose mirror annotation is their config hash.
 	static bool
@@ -115,14 +157,23 @@ type versionedStatus struct {
 // NewManager validates opts, applies defaults and registers the metrics
 // when opts.Registerer is set. It makes no API calls.
 func NewManager(opts Options) (*Manager, error) {
-	if opts.Client == nil {
-		return nil, errors.New("podstatus: Options.Client is required")
-	}
 	switch {
 	case opts.SyncPeriod < 0:
 		return nil, fmt.Errorf("podstatus: SyncPeriod %v must not be negative", opts.SyncPeriod)
 	case opts.SyncPeriod == 0:
 		opts.SyncPeriod = DefaultSyncPeriod
+	}
+	switch {
+	case opts.Writers < 0:
+		return nil, fmt.Errorf("podstatus: Writers %d must not be negative", opts.Writers)
+	case opts.Writers == 0:
+		opts.Writers = DefaultWriters
+	}
+	switch {
+	case opts.PendingWriteDelay == 0:
+		opts.PendingWriteDelay = DefaultPendingWriteDelay
+	case opts.PendingWriteDelay < 0:
+		opts.PendingWriteDelay = 0
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -139,6 +190,8 @@ func NewManager(opts Options) (*Manager, error) {
 		clock:       opts.Clock,
 		pods:        opts.Pods,
 		syncPeriod:  opts.SyncPeriod,
+		writers:     opts.Writers,
+		firstDelay:  opts.PendingWriteDelay,
 		logger:      opts.Logger.WithName("podstatus"),
 		metrics:     m,
 		statuses:    make(map[types.UID]*versionedStatus),
@@ -223,7 +276,7 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 			status.InitContainerStatuses[i].State = *unknown.DeepCopy()
 		}
 	}
-	if !isStaticPod(pod) && !isTerminal(status.Phase) {
+	if !podsource.IsStaticPod(pod) && !isTerminal(status.Phase) {
 		m.logger.V(3).Info("Marking terminated pod as failed", "pod", klog.KObj(pod), "podUID", pod.UID, "oldPhase", status.Phase)
 		status.Phase = v1.PodFailed
 	}
@@ -301,8 +354,9 @@ func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished
 		namespace: pod.Namespace,
 		at:        at,
 		finished:  finished,
-		static:    isStaticPod(pod),
-		hash:      pod.Annotations[configHashAnnotation],
+		deleting:  pod.DeletionTimestamp != nil,
+		static:    podsource.IsStaticPod(pod),
+		hash:      pod.Annotations[podsource.ConfigHashAnnotationKey],
 	}
 	select {
 	case m.signal <- struct{}{}:
@@ -312,26 +366,52 @@ func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished
 
 // Run writes cached statuses to the API server until ctx is done: at once
 // when one changed, and every SyncPeriod all of them that differ from what
-// was written or from what the API server shows (with Options.Pods). It
-// returns nil when ctx is done; it may be called once at a time.
+// was written or from what the API server shows (with Options.Pods). Without
+// a Client it only waits. It returns nil when ctx is done; it may be called
+// once at a time.
 func (m *Manager) Run(ctx context.Context) error {
 	if !m.running.CompareAndSwap(false, true) {
 		return errors.New("podstatus: Manager is already running")
 	}
 	defer m.running.Store(false)
 	logger := klog.FromContext(ctx)
+	if m.client == nil {
+		logger.Info("No API server: pod statuses are kept locally")
+		<-ctx.Done()
+		return nil
+	}
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
 	timer := m.clock.NewTimer(m.syncPeriod)
 	defer timer.Stop()
+	// deferred fires when the earliest held-back first status is due.
+	var deferred clock.Timer
+	var deferredC <-chan time.Time
+	defer func() {
+		if deferred != nil {
+			deferred.Stop()
+		}
+	}()
+	arm := func(due time.Time) {
+		if deferred != nil {
+			deferred.Stop()
+		}
+		deferred, deferredC = nil, nil
+		if !due.IsZero() {
+			deferred = m.clock.NewTimer(max(due.Sub(m.clock.Now()), time.Millisecond))
+			deferredC = deferred.C()
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			logger.V(2).Info("Stopped syncing pod status")
 			return nil
 		case <-m.signal:
-			m.syncBatch(ctx, false)
+			arm(m.syncBatch(ctx, false))
+		case <-deferredC:
+			arm(m.syncBatch(ctx, false))
 		case <-timer.C():
-			m.syncBatch(ctx, true)
+			arm(m.syncBatch(ctx, true))
 			timer.Reset(m.syncPeriod)
 		}
 	}
@@ -343,9 +423,14 @@ type podSync struct {
 }
 
 // syncBatch writes the statuses not written yet; with all, also those that
-// differ from the API server's or belong to a pod to delete.
-func (m *Manager) syncBatch(ctx context.Context, all bool) {
+// differ from the API server's or belong to a pod to delete. Up to
+// m.writers pods are written at once; it returns when all are done. A first
+// status held back (see Options.PendingWriteDelay) is not written; the
+// earliest time one is due is returned, zero when none is held back.
+func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
 	var todo []podSync
+	now := m.clock.Now()
+	m.writeMu.Lock()
 	m.mu.RLock()
 	if all {
 		for uid := range m.synced {
@@ -357,6 +442,10 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 	for uid, e := range m.statuses {
 		written, ok := m.synced[uid]
 		switch {
+		case !ok && m.holdFirst(e, now):
+			if at := e.at.Add(m.firstDelay); due.IsZero() || at.Before(due) {
+				due = at
+			}
 		case !ok || written < e.version:
 			todo = append(todo, podSync{uid, e})
 		case !all:
@@ -368,20 +457,26 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) {
 		}
 	}
 	m.mu.RUnlock()
-	for _, s := range todo {
-		if ctx.Err() != nil {
-			return
-		}
+	m.writeMu.Unlock()
+	workqueue.ParallelizeUntil(ctx, m.writers, len(todo), func(i int) {
 		// A pod removed since the batch began has no object left to
 		// write to (and the Node authorizer refuses reading it).
 		m.mu.RLock()
-		_, tracked := m.statuses[s.uid]
+		_, tracked := m.statuses[todo[i].uid]
 		m.mu.RUnlock()
-		if !tracked {
-			continue
+		if tracked {
+			m.syncPod(ctx, todo[i].uid, todo[i].status)
 		}
-		m.syncPod(ctx, s.uid, s.status)
-	}
+	})
+	return due
+}
+
+// holdFirst reports whether a pod's first status, never written, waits
+// for a newer one: it is Pending, the pod is not being stopped, and it was
+// set less than PendingWriteDelay ago.
+func (m *Manager) holdFirst(e *versionedStatus, now time.Time) bool {
+	return m.firstDelay > 0 && !e.finished && !e.deleting && e.status.Phase == v1.PodPending &&
+		!e.at.IsZero() && now.Sub(e.at) < m.firstDelay
 }
 
 // needsDeletion reports whether the sources show the pod deleted and
@@ -395,12 +490,10 @@ func (m *Manager) needsDeletion(uid types.UID, e *versionedStatus) bool {
 }
 
 // needsReconcile reports whether the API status the sources last saw
-// differs from the cached one: someone else wrote it.
+// differs from the cached one (for a static pod: its current mirror pod's):
+// someone else wrote it.
 func (m *Manager) needsReconcile(ctx context.Context, uid types.UID, e *versionedStatus) bool {
-	if m.pods == nil || e.static {
-		return false
-	}
-	pod, ok := m.pods.GetPodByUID(uid)
+	pod, ok := m.sourcePod(uid, e)
 	if !ok {
 		return false
 	}
@@ -420,6 +513,12 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(e.namespace, e.name), "podUID", uid)
 	pods := m.client.CoreV1().Pods(e.namespace)
 	pod, err := m.currentPod(ctx, uid, e)
+	if errors.Is(err, errNoMirrorPod) {
+		// Written once the sources show the mirror pod: the periodic sync
+		// tries again.
+		logger.V(4).Info("Static pod has no current mirror pod yet, not writing its status")
+		return
+	}
 	if apierrors.IsNotFound(err) {
 		logger.V(3).Info("Pod does not exist on the API server")
 		return
@@ -461,7 +560,9 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
 		pod = updated
 	}
+	m.writeMu.Lock()
 	m.written[uid], m.writtenFrom[uid] = pod, base
+	m.writeMu.Unlock()
 	if !e.at.IsZero() {
 		m.metrics.synced(m.clock.Since(e.at))
 	}
@@ -482,7 +583,9 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		m.forget(uid, e.version)
 		return
 	}
+	m.writeMu.Lock()
 	m.synced[uid] = e.version
+	m.writeMu.Unlock()
 	m.mu.Lock()
 	if cur, ok := m.statuses[uid]; ok && cur.version == e.version && !cur.at.IsZero() {
 		written := *cur
@@ -493,24 +596,55 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 }
 
 // forget drops the pod's status unless a newer version came meanwhile.
+// errNoMirrorPod: the sources show no current mirror pod of a static pod,
+// so there is nothing to write its status to yet.
+var errNoMirrorPod = errors.New("no current mirror pod")
+
+// sourcePod returns the API pod the status of the pod uid goes to as the
+// sources last saw it: the pod itself, or for a static pod its mirror pod
+// when it is current (its mirror annotation is the static pod's hash).
+// false without Options.Pods or when the sources have no such pod.
+func (m *Manager) sourcePod(uid types.UID, e *versionedStatus) (*v1.Pod, bool) {
+	if m.pods == nil {
+		return nil, false
+	}
+	if e.static {
+		ref := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name}}
+		mirror, ok := m.pods.MirrorPodFor(ref)
+		return mirror, ok && isMirrorOf(mirror, e.hash)
+	}
+	p, ok := m.pods.GetPodByUID(uid)
+	return p, ok && p.UID == uid
+}
+
 // currentPod returns the pod to compute a status patch against, saving the
 // GET the kubelet makes before every patch where the Manager knows the
-// pod's current version: the sources' copy when it is the version this
-// Manager last wrote (or the Manager has not written the pod yet), the last
-// patch's answer when the sources' copy is the version that patch was
-// computed from (the watch has not caught up with the write). Otherwise, for
-// static pods, and without Options.Pods, it reads the pod from the API
-// server. A copy that misses someone else's later write can only leave that
-// write as it is; the periodic sync then sees the difference and reads the
-// API. The returned pod is the caller's.
+// pod's current version: the sources' copy (for a static pod, of its mirror
+// pod) when it is the version this Manager last wrote (or the Manager has
+// not written the pod yet), the last patch's answer when the sources' copy
+// is the version that patch was computed from (the watch has not caught up
+// with the write). With Options.Pods, a static pod whose current mirror
+// pod the sources do not show gets errNoMirrorPod, without a request: there
+// is nothing to write to until the pod loop created it. Otherwise, and
+// without Options.Pods, it reads the pod from the API server. A copy that
+// misses someone else's later write can only leave that write as it is; the
+// periodic sync then sees the difference and reads the API. The returned
+// pod is the caller's.
 func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedStatus) (*v1.Pod, error) {
-	if m.pods != nil && !e.static {
-		if p, ok := m.pods.GetPodByUID(uid); ok && p.UID == uid {
+	if m.pods != nil {
+		p, ok := m.sourcePod(uid, e)
+		if !ok && e.static {
+			return nil, errNoMirrorPod
+		}
+		if ok {
+			m.writeMu.Lock()
 			last, wrote := m.written[uid]
+			from := m.writtenFrom[uid]
+			m.writeMu.Unlock()
 			switch {
 			case !wrote || last.ResourceVersion == p.ResourceVersion:
 				return p.DeepCopy(), nil
-			case m.writtenFrom[uid] == p.ResourceVersion:
+			case from == p.ResourceVersion:
 				return last.DeepCopy(), nil
 			}
 		}
@@ -519,9 +653,11 @@ func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedSta
 }
 
 func (m *Manager) forget(uid types.UID, version uint64) {
+	m.writeMu.Lock()
 	delete(m.synced, uid)
 	delete(m.written, uid)
 	delete(m.writtenFrom, uid)
+	m.writeMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cur, ok := m.statuses[uid]; ok && cur.version == version {
@@ -532,21 +668,16 @@ func (m *Manager) forget(uid types.UID, version uint64) {
 // canBeDeleted: the pod is being deleted, the API server shows it terminal,
 // and its containers stopped. Mirror pods are not deleted here.
 func canBeDeleted(pod *v1.Pod, e *versionedStatus) bool {
-	if pod.DeletionTimestamp == nil || isMirrorPod(pod) {
+	if pod.DeletionTimestamp == nil || podsource.IsMirrorPod(pod) {
 		return false
 	}
 	return isTerminal(pod.Status.Phase) && e.finished
 }
 
-func isMirrorPod(pod *v1.Pod) bool {
-	_, ok := pod.Annotations[v1.MirrorPodAnnotationKey]
-	return ok
-}
-
 // isMirrorOf reports whether pod is the mirror pod of the static pod with
 // the config hash.
 func isMirrorOf(pod *v1.Pod, hash string) bool {
-	return hash != "" && pod.Annotations[v1.MirrorPodAnnotationKey] == hash
+	return hash != "" && podsource.IsMirrorPod(pod) && pod.Annotations[podsource.ConfigMirrorAnnotationKey] == hash
 }
 
 // hasPodInitialized reports whether the pod's API status shows it ever

@@ -32,10 +32,20 @@ type env struct {
 	reg    *prometheus.Registry
 }
 
+// newEnv starts a Manager that writes first statuses at once (no
+// PendingWriteDelay).
 func newEnv(t *testing.T, pods podstatus.PodGetter, objects ...runtime.Object) *env {
 	t.Helper()
+	return newEnvWith(t, podstatus.Options{Pods: pods, PendingWriteDelay: -1}, objects...)
+}
+
+// newEnvWith starts a Manager with opts, on the env's client, clock and
+// registry.
+func newEnvWith(t *testing.T, opts podstatus.Options, objects ...runtime.Object) *env {
+	t.Helper()
 	e := &env{client: fake.NewClientset(objects...), clock: testingclock.NewFakeClock(t0), reg: prometheus.NewPedanticRegistry()}
-	m, err := podstatus.NewManager(podstatus.Options{Client: e.client, Clock: e.clock, Registerer: e.reg, Pods: pods})
+	opts.Client, opts.Clock, opts.Registerer = e.client, e.clock, e.reg
+	m, err := podstatus.NewManager(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,16 +412,35 @@ func TestCachedStatusRules(t *testing.T) {
 	}
 }
 
-// getter serves pods as the agent's sources would.
+// getter serves pods as the agent's sources would, mirror pods apart.
 type getter struct {
-	mu   sync.Mutex
-	pods map[types.UID]*v1.Pod
+	mu      sync.Mutex
+	pods    map[types.UID]*v1.Pod
+	mirrors map[types.UID]*v1.Pod
 }
 
 func (g *getter) set(p *v1.Pod) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if _, ok := p.Annotations[v1.MirrorPodAnnotationKey]; ok {
+		if g.mirrors == nil {
+			g.mirrors = map[types.UID]*v1.Pod{}
+		}
+		g.mirrors[p.UID] = p
+		return
+	}
 	g.pods[p.UID] = p
+}
+
+func (g *getter) MirrorPodFor(static *v1.Pod) (*v1.Pod, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, m := range g.mirrors {
+		if m.Namespace == static.Namespace && m.Name == static.Name {
+			return m, true
+		}
+	}
+	return nil, false
 }
 
 func (g *getter) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
@@ -479,9 +508,6 @@ func TestStaticPodWritesItsMirrorPod(t *testing.T) {
 }
 
 func TestNewManagerValidates(t *testing.T) {
-	if _, err := podstatus.NewManager(podstatus.Options{}); err == nil {
-		t.Error("no client accepted")
-	}
 	if _, err := podstatus.NewManager(podstatus.Options{Client: fake.NewClientset(), SyncPeriod: -time.Second}); err == nil {
 		t.Error("negative sync period accepted")
 	}
@@ -543,7 +569,8 @@ func TestRemovedPodIsNotWrittenByABatchUnderWay(t *testing.T) {
 	a := testPod(v1.RestartPolicyAlways, "a")
 	b := a.DeepCopy()
 	b.Name, b.UID = "db", "uid-2"
-	e := newEnv(t, nil, a.DeepCopy(), b.DeepCopy())
+	// One writer: the batch writes its pods one after the other.
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: -1, Writers: 1}, a.DeepCopy(), b.DeepCopy())
 	var mu sync.Mutex
 	failPatches, removed := true, types.UID("")
 	gets := map[string]int{}
@@ -594,4 +621,141 @@ func TestRemovedPodIsNotWrittenByABatchUnderWay(t *testing.T) {
 	if gets[name] != 0 {
 		t.Errorf("pod %s, removed while the batch was under way, was read %d times by it", name, gets[name])
 	}
+}
+
+// staticAndMirror returns a static pod with config hash hash and a mirror
+// pod of it in the API with that hash.
+func staticAndMirror(hash string) (static, mirror *v1.Pod) {
+	static = testPod(v1.RestartPolicyAlways, "a")
+	static.UID = "static-uid"
+	static.Annotations = map[string]string{"kubernetes.io/config.source": "file", "kubernetes.io/config.hash": hash}
+	mirror = static.DeepCopy()
+	mirror.UID = "mirror-uid"
+	mirror.ResourceVersion = "5"
+	mirror.Annotations = map[string]string{"kubernetes.io/config.source": "api", v1.MirrorPodAnnotationKey: hash}
+	return static, mirror
+}
+
+// With the sources' view, a static pod's status waits for its current
+// mirror pod without a request, and then is written without a GET.
+func TestStaticPodStatusWaitsForItsMirrorPod(t *testing.T) {
+	static, mirror := staticAndMirror("abc")
+	g := &getter{pods: map[types.UID]*v1.Pod{static.UID: static}}
+	e := newEnv(t, g)
+	e.m.SetPodStatus(static, podstatus.Generate(static, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.resync(t)
+	e.resync(t)
+	if n := len(e.client.Actions()); n != 0 {
+		t.Fatalf("%d API requests before a mirror pod exists, want none", n)
+	}
+
+	// A mirror pod of another version of the static pod is not written
+	// either: the pod loop replaces it.
+	old := mirror.DeepCopy()
+	old.Annotations[v1.MirrorPodAnnotationKey] = "old"
+	if err := e.client.Tracker().Add(old); err != nil {
+		t.Fatal(err)
+	}
+	g.set(old)
+	e.resync(t)
+	e.resync(t)
+	if n := len(e.actions("patch")) + len(e.actions("get")); n != 0 {
+		t.Fatalf("%d requests for a mirror pod of another hash, want none", n)
+	}
+	if _, ok := e.m.GetPodStatus(static.UID); !ok {
+		t.Fatal("the status was forgotten while the mirror pod was outdated")
+	}
+
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), mirror, "default"); err != nil {
+		t.Fatal(err)
+	}
+	g.set(mirror)
+	e.resync(t)
+	e.waitFor(t, "the mirror's status", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	if n := len(e.actions("get")); n != 0 {
+		t.Errorf("%d GETs: the sources' copy of the mirror pod serves", n)
+	}
+}
+
+// The periodic sync compares a static pod's status with its mirror pod's
+// and writes it again when someone else changed it.
+func TestResyncRewritesAMirrorPodStatusSomeoneElseChanged(t *testing.T) {
+	static, mirror := staticAndMirror("abc")
+	g := &getter{pods: map[types.UID]*v1.Pod{static.UID: static}}
+	g.set(mirror)
+	e := newEnv(t, g, mirror.DeepCopy())
+	e.m.SetPodStatus(static, podstatus.Generate(static, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Ready", func() bool {
+		c := findCond(e.apiPod(t, "web").Status, v1.PodReady)
+		return c != nil && c.Status == v1.ConditionTrue
+	})
+	api := e.apiPod(t, "web")
+	findCond(api.Status, v1.PodReady).Status = v1.ConditionFalse
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), api, "default"); err != nil {
+		t.Fatal(err)
+	}
+	g.set(api.DeepCopy())
+	e.resync(t)
+	e.waitFor(t, "Ready again", func() bool { return findCond(e.apiPod(t, "web").Status, v1.PodReady).Status == v1.ConditionTrue })
+}
+
+// Without a client the Manager keeps statuses for GetPodStatus and Run
+// writes nothing.
+func TestWithoutAClientStatusesStayLocal(t *testing.T) {
+	m, err := podstatus.NewManager(podstatus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	p := testPod(v1.RestartPolicyAlways, "a")
+	m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	m.TerminatePod(p)
+	if st, ok := m.GetPodStatus(p.UID); !ok || st.Phase != v1.PodFailed {
+		t.Errorf("GetPodStatus = %v, %v; want the terminated pod's Failed status", st.Phase, ok)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+// TestPendingFirstStatusWaitsForRunning: a pod whose Running status follows
+// its first (Pending) one within PendingWriteDelay is written once, carrying
+// Running.
+func TestPendingFirstStatusWaitsForRunning(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: time.Second}, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	e.clock.Step(500 * time.Millisecond)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Running", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	e.clock.Step(2 * time.Second)
+	e.resync(t)
+	e.waitFor(t, "the resync to finish", func() bool { return e.clock.HasWaiters() })
+	if patches := e.actions("patch"); len(patches) != 1 {
+		t.Errorf("%d patches, want 1 carrying Running", len(patches))
+	}
+}
+
+// TestPendingFirstStatusIsWrittenAfterTheDelay: a first Pending status with
+// nothing newer is written once PendingWriteDelay passed, and a pod's later
+// Pending statuses are not held back.
+func TestPendingFirstStatusIsWrittenAfterTheDelay(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: time.Second}, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the delay timer", func() bool { return e.clock.Waiters() == 2 })
+	if patches := e.actions("patch"); len(patches) != 0 {
+		t.Fatalf("%d patches before the delay passed, want none", len(patches))
+	}
+	e.clock.Step(time.Second)
+	e.waitFor(t, "the first patch", func() bool { return len(e.actions("patch")) == 1 })
+	if got := e.apiPod(t, "web").Status.Phase; got != v1.PodPending {
+		t.Errorf("phase %q written, want Pending", got)
+	}
+	waiting := podstatus.Generate(p, rt(), map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrImagePull, Message: "no"}}, podstatus.GenerateOptions{})
+	e.m.SetPodStatus(p, waiting)
+	e.waitFor(t, "the second patch without a delay", func() bool { return len(e.actions("patch")) == 2 })
 }

@@ -26,7 +26,8 @@ var _ Interface = (*Manager)(nil)
 // Module provides the pod status *Manager, also as Interface, and runs it
 // for the application's lifetime under the name "podstatus". Options is
 // optional in the graph; its zero fields are filled from the graph: Client
-// from kubernetes.Interface, Clock, Registerer and Logger from the optional
+// from the optional kubernetes.Interface (without one the Manager keeps the
+// statuses locally: a standalone node), Clock, Registerer and Logger from the optional
 // clock.Clock, prometheus.Registerer and logr.Logger, and Pods from an
 // optional PodGetter (the agent provides its pod source's).
 var Module = fx.Module("podstatus",
@@ -38,8 +39,8 @@ var Module = fx.Module("podstatus",
 type Params struct {
 	fx.In
 
-	Options    Options `optional:"true"`
-	Client     kubernetes.Interface
+	Options    Options               `optional:"true"`
+	Client     kubernetes.Interface  `optional:"true"`
 	Pods       PodGetter             `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`

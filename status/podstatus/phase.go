@@ -2,6 +2,8 @@ package podstatus
 
 import (
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodekit/nodekit/podsource"
 )
 
 // phase is the pod's phase from its container statuses, the kubelet's
@@ -101,7 +103,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, terminal, initialized boo
 		return v1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
 		switch {
-		case terminal && !isStaticPod(pod), stopped == stoppedNotRestartable:
+		case terminal && !podsource.IsStaticPod(pod), stopped == stoppedNotRestartable:
 			// Nothing will run again.
 			if stopped == succeeded {
 				return v1.PodSucceeded
@@ -178,20 +180,3 @@ func matchingRestartRule(c *v1.Container, code int32) (v1.ContainerRestartRule, 
 	}
 	return v1.ContainerRestartRule{}, false
 }
-
-// isStaticPod reports whether pod came from a source other than the API
-// server (its kubernetes.io/config.source annotation says so). The kubelet
-// does not force static pods into a terminal phase.
-func isStaticPod(pod *v1.Pod) bool {
-	source, ok := pod.Annotations[configSourceAnnotation]
-	return ok && source != apiSource
-}
-
-// The pod source annotation (podsource.ConfigSourceAnnotationKey and
-// podsource.APIServerSource; not imported, modules do not depend on each
-// other).
-const (
-	configSourceAnnotation = "kubernetes.io/config.source"
-	configHashAnnotation   = "kubernetes.io/config.hash"
-	apiSource              = "api"
-)

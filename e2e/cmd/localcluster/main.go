@@ -8,7 +8,9 @@
 //	go -C e2e run ./cmd/localcluster up -nodes=3 -runtime=fakecri
 //	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane
 //
-// up prints the admin kubeconfig and runs until Ctrl-C (SIGINT) or SIGTERM,
+// up prints the admin kubeconfig, the images the nodes hold (no registry is
+// reachable from them) and a first kubectl run that works with them, and
+// runs until Ctrl-C (SIGINT) or SIGTERM,
 // then stops everything and removes its state (unless -dir was given).
 // Binaries are cached in $NODEKIT_CACHE (default ~/.cache/nodekit).
 package main
@@ -22,9 +24,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodekit/nodekit/e2e/cluster"
@@ -132,6 +138,7 @@ func up(ctx context.Context, opts *upOptions) (err error) {
 	defer func() { err = errors.Join(err, cp.Stop()) }()
 
 	var agents []*cluster.Agent
+	images := map[string][]string{} // node → the images its runtime holds
 	defer func() {
 		for _, a := range agents {
 			err = errors.Join(err, a.Stop())
@@ -162,10 +169,14 @@ func up(ctx context.Context, opts *upOptions) (err error) {
 			}
 			agents = append(agents, a)
 			fmt.Printf("node %s: InternalIP %s, runtime %s (%s)\n  log %s\n", a.Name, a.IP, opts.runtime, endpoint, a.LogPath)
+			if images[a.Name], err = listImages(ctx, endpoint); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Printf("\nnodekit local cluster is up (%s). In another shell:\n\n", cp.Server)
 	fmt.Printf("  export KUBECONFIG=%s\n  export PATH=%s:$PATH\n  kubectl get nodes -o wide\n\n", cp.AdminKubeconfig, filepath.Dir(bins.Kubectl))
+	printFirstSteps(os.Stdout, opts.runtime, images)
 	fmt.Printf("control-plane logs: %s\nPress Ctrl-C to stop.\n", filepath.Join(cp.Dir, "logs"))
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "\nstopping")
@@ -186,9 +197,63 @@ func startRuntime(ctx context.Context, kind string, src cluster.Source, dir stri
 		return c.Endpoint, func() error { return c.Close(context.Background()) }, nil
 	}
 	fake := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS})
+	// The images a containerd node holds, so the same pods run here.
+	for _, ref := range []string{cluster.BusyboxImage, cluster.PauseImage} {
+		img, err := fakecri.NewImage(ref, 2<<20)
+		if err != nil {
+			return "", nil, err
+		}
+		fake.AddImage(img)
+	}
 	endpoint, stop, err := fake.Start(filepath.Join(dir, "fakecri.sock"))
 	if err != nil {
 		return "", nil, err
 	}
 	return endpoint, func() error { stop(); return nil }, nil
+}
+
+// listImages returns the image references the CRI runtime at endpoint
+// holds, sorted.
+func listImages(ctx context.Context, endpoint string) ([]string, error) {
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list the images of %s: %w", endpoint, err)
+	}
+	var refs []string
+	for _, img := range resp.Images {
+		refs = append(refs, img.RepoTags...)
+	}
+	sort.Strings(refs)
+	return refs, nil
+}
+
+// printFirstSteps tells a newcomer what runs at once: the nodes reach no
+// registry, so a pod must use an image they hold.
+func printFirstSteps(w io.Writer, runtime string, images map[string][]string) {
+	if len(images) == 0 {
+		return
+	}
+	nodes := make([]string, 0, len(images))
+	for n := range images {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	fmt.Fprintln(w, "No image registry is reachable from the nodes: pods must use the images they hold")
+	fmt.Fprintln(w, "(any other image ends in ImagePullBackOff):")
+	for _, n := range nodes {
+		fmt.Fprintf(w, "  %s: %s\n", n, strings.Join(images[n], ", "))
+	}
+	fmt.Fprintf(w, "\nA first pod:\n\n  kubectl run hello --image=%s -- sh -c 'echo hello from $(hostname); exec sleep 3600'\n", cluster.BusyboxImage)
+	fmt.Fprintln(w, "  kubectl get pod hello -o wide")
+	if runtime == "fakecri" {
+		fmt.Fprintln(w, "\n(The nodes run on the fake runtime: their containers are simulated.)")
+	}
+	fmt.Fprintln(w)
 }

@@ -55,6 +55,8 @@ type node struct {
 	// burstRequests are the agent's API requests from the burst's start to
 	// burstTail after its last pod ran.
 	burstRequests bench.Requests
+	// breakdown is where a nodekit agent's time went over the burst.
+	breakdown *breakdown
 }
 
 // idleFigures are what an idle window measured of one node.
@@ -481,6 +483,11 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			return err
 		}
 		n.idle = f
+		if n.nodekit && b.opts.profileDir != "" {
+			if err := <-b.profileAgent(ctx, n, "heap", filepath.Join(b.opts.profileDir, n.agent.Name+".idle.heap.pprof")); err != nil {
+				b.logf("heap profile of %s: %v", n.agent.Name, err)
+			}
+		}
 		b.logf("idle %s: RSS %s, CPU %s over %s, requests: %s", n.agent.Name, bench.FormatMiB(f.rss),
 			f.cpu, f.window.Round(time.Millisecond), f.requests)
 	}
@@ -494,6 +501,18 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return err
 	}
 	b.logf("burst: %d pods at once on %s", pods, n.agent.Name)
+	var metricsBefore cluster.Metrics
+	if n.nodekit {
+		var err error
+		if metricsBefore, err = n.agent.Metrics(ctx); err != nil {
+			return err
+		}
+	}
+	var profile <-chan error
+	if n.nodekit && b.opts.profileDir != "" {
+		profile = b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.profileTime.Seconds())),
+			filepath.Join(b.opts.profileDir, n.agent.Name+".cpu.pprof"))
+	}
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
@@ -513,6 +532,19 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return err
 	}
 	n.burstRSS = stats.RSS
+	if n.nodekit {
+		after, err := n.agent.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		n.breakdown = newBreakdown(metricsBefore, after, pods)
+		b.logf("burst on %s, breakdown: %s", n.agent.Name, n.breakdown)
+	}
+	if profile != nil {
+		if err := <-profile; err != nil {
+			b.logf("CPU profile of %s: %v", n.agent.Name, err)
+		}
+	}
 	if n.burstRequests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, time.Now()); err != nil {
 		return err
 	}

@@ -22,6 +22,11 @@ type options struct {
 	parallel       int
 	dir            string
 	heapProfile    string
+	profileDir     string
+	profileTime    time.Duration
+	jsonOut        string
+	compare        string
+	compareFrom    string
 	quick          bool
 }
 
@@ -51,6 +56,11 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.nodes, "nodes", 100, "agents to run in this one process on the fake runtime (0 skips the scale figures)")
 	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
 	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
+	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) and a heap profile at the end of its idle window (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof")
+	fs.DurationVar(&o.profileTime, "profile-time", 10*time.Second, "how long each -profile CPU profile runs, from the burst's start")
+	fs.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
+	fs.StringVar(&o.compare, "compare", "", "print the change of every figure against this earlier -json table")
+	fs.StringVar(&o.compareFrom, "from", "", "with -compare: compare this -json table instead of running the benchmark")
 	fs.StringVar(&o.dir, "dir", "", "keep all state and logs in this directory (default: a temporary one, removed unless the run fails)")
 	fs.BoolVar(&o.quick, "quick", false, "a small run on the fake runtime only (defaults: "+quickSummary()+"); flags given explicitly still apply")
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +93,10 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-start-runs must be at least 1")
 	case o.nodes < 0 || o.parallel < 1:
 		return options{}, fmt.Errorf("-nodes must not be negative and -parallel must be at least 1")
+	case o.compareFrom != "" && o.compare == "":
+		return options{}, fmt.Errorf("-from needs -compare")
+	case o.profileTime < time.Second:
+		return options{}, fmt.Errorf("-profile-time=%s: want at least 1s", o.profileTime)
 	}
 	return o, nil
 }

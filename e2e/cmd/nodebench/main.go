@@ -22,6 +22,16 @@
 //	go -C e2e run ./cmd/nodebench                 # a few minutes: fakecri, containerd, kubelet, 100 in-process nodes
 //	go -C e2e run ./cmd/nodebench -nodes=1000     # the scale target
 //	go -C e2e run ./cmd/nodebench -quick          # fakecri only, small: about a minute
+//	go -C e2e run ./cmd/nodebench -json new.json -compare old.json   # the change of every figure
+//	go -C e2e run ./cmd/nodebench -compare old.json -from new.json   # the same, without running
+//	go -C e2e run ./cmd/nodebench -profile /tmp/prof # CPU profiles of the agents over their bursts
+//
+// For each nodekit burst it also prints where the agent's time went, from
+// the agent's metrics over the burst: its own share of each pod's start
+// (nodekit_pod_start_agent_duration_seconds: seen → its watch shows the
+// containers started), the pod worker syncs, the status writes and how
+// long a change waited for its write, and the CRI calls by operation with
+// their summed time.
 //
 // The table goes to stdout, progress to stderr. Every process's log stays in
 // -dir when given, else in a temporary directory removed at the end (kept
@@ -45,6 +55,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/nodekit/nodekit/e2e/bench"
 )
 
 func main() {
@@ -67,6 +79,9 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if opts.compareFrom != "" {
+		return compareTables(out, opts.compare, opts.compareFrom)
+	}
 	b, err := newBench(opts, progress)
 	if err != nil {
 		return err
@@ -76,5 +91,30 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	if err := b.table.Write(out); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
+	if opts.jsonOut != "" {
+		runErr = errors.Join(runErr, b.table.WriteJSON(opts.jsonOut))
+	}
+	if opts.compare != "" {
+		old, err := bench.ReadTable(opts.compare)
+		if err == nil {
+			fmt.Fprintln(out)
+			err = bench.Compare(out, old, &b.table)
+		}
+		runErr = errors.Join(runErr, err)
+	}
 	return errors.Join(runErr, b.close(runErr != nil))
+}
+
+// compareTables prints the change from the table in oldPath to the one in
+// curPath.
+func compareTables(out io.Writer, oldPath, curPath string) error {
+	old, err := bench.ReadTable(oldPath)
+	if err != nil {
+		return err
+	}
+	cur, err := bench.ReadTable(curPath)
+	if err != nil {
+		return err
+	}
+	return bench.Compare(out, old, cur)
 }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nodekit/nodekit/e2e/bench"
+	"github.com/nodekit/nodekit/e2e/cluster"
+)
+
+// breakdown is where a nodekit agent's time went over one burst, from the
+// change of its metrics.
+type breakdown struct {
+	pods int
+	// agent is nodekit_pod_start_agent_duration_seconds: the agent first
+	// seeing a pod → its watch showing the pod's containers started.
+	agent bench.Histogram
+	// sli is kubelet_pod_start_sli_duration_seconds (creation → watch shows
+	// started, less image pulls): coarse buckets, from 0.5 s.
+	sli bench.Histogram
+	// worker is kubelet_pod_worker_duration_seconds by operation.
+	worker map[string]bench.Histogram
+	// statusSync is kubelet_pod_status_sync_duration_seconds: a status
+	// change → its write.
+	statusSync bench.Histogram
+	// patches are the pod status PATCHes sent.
+	patches float64
+	// criOps and criTime are the CRI calls and their summed duration by
+	// operation (kubelet_runtime_operations_*).
+	criOps  map[string]float64
+	criTime map[string]time.Duration
+	relists bench.Histogram
+}
+
+// newBreakdown computes the breakdown from the agent's metrics before and
+// after a burst of pods.
+func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
+	b := &breakdown{pods: pods, worker: map[string]bench.Histogram{}, criTime: map[string]time.Duration{}}
+	b.agent, _ = bench.HistogramDelta(before, after, "nodekit_pod_start_agent_duration_seconds", nil)
+	b.sli, _ = bench.HistogramDelta(before, after, "kubelet_pod_start_sli_duration_seconds", nil)
+	b.statusSync, _ = bench.HistogramDelta(before, after, "kubelet_pod_status_sync_duration_seconds", nil)
+	b.relists, _ = bench.HistogramDelta(before, after, "kubelet_pleg_relist_duration_seconds", nil)
+	for _, op := range []string{"create", "update", "sync", "kill"} {
+		if h, ok := bench.HistogramDelta(before, after, "kubelet_pod_worker_duration_seconds", map[string]string{"operation_type": op}); ok && h.Count > 0 {
+			b.worker[op] = h
+		}
+	}
+	b.patches = after.Sum("nodekit_pod_status_patches_total", map[string]string{"result": "patched"}) -
+		before.Sum("nodekit_pod_status_patches_total", map[string]string{"result": "patched"})
+	b.criOps = bench.CounterDeltas(before, after, "kubelet_runtime_operations_total", "operation_type")
+	for op := range b.criOps {
+		if h, ok := bench.HistogramDelta(before, after, "kubelet_runtime_operations_duration_seconds", map[string]string{"operation_type": op}); ok {
+			b.criTime[op] = time.Duration(h.Sum * float64(time.Second))
+		}
+	}
+	return b
+}
+
+// statusWritesPerPod is the pod status PATCHes per pod.
+func (b *breakdown) statusWritesPerPod() float64 { return b.patches / float64(b.pods) }
+
+// String is the breakdown as one line for the notes.
+func (b *breakdown) String() string {
+	var parts []string
+	parts = append(parts, fmt.Sprintf("agent's share (seen → watch shows started, %d pods) p50/p99 %s / %s, mean %s",
+		b.agent.Count, bench.FormatDuration(b.agent.Quantile(0.5)), bench.FormatDuration(b.agent.Quantile(0.99)), bench.FormatDuration(b.agent.Mean())))
+	if b.sli.Count > 0 {
+		parts = append(parts, fmt.Sprintf("kubelet_pod_start_sli_duration_seconds p50/p99 %s / %s",
+			bench.FormatDuration(b.sli.Quantile(0.5)), bench.FormatDuration(b.sli.Quantile(0.99))))
+	}
+	var ops []string
+	for op := range b.worker {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		h := b.worker[op]
+		parts = append(parts, fmt.Sprintf("pod worker %s: %d syncs, mean %s, total %s", op, h.Count, bench.FormatDuration(h.Mean()),
+			bench.FormatDuration(time.Duration(h.Sum*float64(time.Second)))))
+	}
+	parts = append(parts, fmt.Sprintf("pod status writes %.0f (%.2f per pod), change → written mean %s p99 %s",
+		b.patches, b.statusWritesPerPod(), bench.FormatDuration(b.statusSync.Mean()), bench.FormatDuration(b.statusSync.Quantile(0.99))))
+	total, totalTime := 0.0, time.Duration(0)
+	for op, n := range b.criOps {
+		total += n
+		totalTime += b.criTime[op]
+	}
+	ops = ops[:0]
+	for op := range b.criOps {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool { return b.criTime[ops[i]] > b.criTime[ops[j]] })
+	var cri []string
+	for _, op := range ops {
+		cri = append(cri, fmt.Sprintf("%s %.0f in %s", op, b.criOps[op], bench.FormatDuration(b.criTime[op])))
+	}
+	parts = append(parts, fmt.Sprintf("CRI calls %.0f (%.1f per pod) taking %s in all: %s", total, total/float64(b.pods),
+		bench.FormatDuration(totalTime), strings.Join(cri, ", ")))
+	parts = append(parts, fmt.Sprintf("PLEG relists %d taking %s", b.relists.Count, bench.FormatDuration(time.Duration(b.relists.Sum*float64(time.Second)))))
+	return strings.Join(parts, "; ")
+}
+
+// profileAgent fetches a profile of n's agent through its node API's
+// /debug/pprof/<what> (what: "profile?seconds=N" for CPU, "heap"), as a
+// cluster admin (a client certificate of the cluster CA in system:masters;
+// the agent's serving certificate is its self-signed one, not verified),
+// and writes it to path. The returned channel gets the outcome.
+func (b *benchmark) profileAgent(ctx context.Context, n *node, what, path string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			pair, err := b.cp.PKI.ClientCert("nodebench-profiler", "nodebench:profiler", "system:masters")
+			if err != nil {
+				return err
+			}
+			cert, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
+			if err != nil {
+				return err
+			}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+				Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, //nolint:gosec // the agent's self-signed certificate
+			}}}
+			url := n.agent.APIURL + "/debug/pprof/" + what
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return err
+			}
+			b.logf("profile of %s written to %s (go tool pprof -top %s)", n.agent.Name, path, path)
+			return f.Close()
+		}()
+	}()
+	return done
+}

@@ -1,0 +1,40 @@
+// Package pods is the node's pod lifecycle loop, the kubelet's syncLoop, pod
+// workers and housekeeping: a Controller follows the merged pod updates of
+// the sources (Sources, *podsource.Config), admits each new pod (the
+// AdmitHandlers, GeneralPredicates first), runs one worker per pod that
+// brings a Runtime (the CRI backend, or a pod-level backend through
+// NewBackendRuntime) in line with the pod's spec and sets its status
+// (podstatus.Interface), stops pods that are deleted, removed or finished,
+// and removes what the runtime holds of pods no source knows.
+//
+// # Static pods
+//
+// Pods of any source but the API server (podsource.IsStaticPod: manifest
+// directory, manifest URL, an embedder's source) are run by the node alone:
+//
+//   - they are admitted against Options.Node before the node is registered
+//     too (the agent gives status.Reporter.NodeAnyWay, the kubelet's
+//     getNodeAnyWay), so a node runs them with no API server at all;
+//   - one static pod per namespace and name runs at a time: an edited
+//     manifest is a new pod (new UID) under the old name, which starts only
+//     once the old one's containers stopped, as the kubelet's
+//     allowStaticPodStart;
+//   - with Options.Mirrors (a MirrorClient, podsource/mirror's Client) each
+//     sync of a running static pod creates or replaces its mirror pod, the
+//     API object the cluster sees it by; an OpMirror update (a mirror pod
+//     appeared, changed, is being deleted or went) syncs the static pods it
+//     carries, so a deleted mirror pod comes back; every static pod is
+//     synced once the node is first known (the kubelet's
+//     fastStaticPodsRegistration); housekeeping deletes the mirror pods
+//     whose static pod is gone and stopped. Without Mirrors (a standalone
+//     node) no mirror pod is made.
+//
+// # Swapping pieces
+//
+// Without fx, build a Controller with New and call Run. With fx, Module
+// provides the *Controller and the *Store from the graph (see Module). An
+// embedder adds admission checks to AdmitHandlerGroup (AsAdmitHandler),
+// runs pods on a backend of its own by providing a Runtime, wraps the
+// mirror pod client by decorating MirrorClient, and tunes periods by
+// decorating Options.
+package pods
