@@ -1087,14 +1087,16 @@ func watchIdlePods(t *testing.T, ns, selector string) {
 }
 
 // testIdlePods: pods that run and do nothing are not written: a watch of
-// them sees no modification for idleWindow while the agent relists the
-// runtime every second.
+// them sees no modification for idleWindow while the agent's PLEG keeps
+// the runtime's state fresh every second (a relist, or with the runtime's
+// event stream a fresh mark: kubelet_pleg_last_seen_seconds moves either
+// way).
 func testIdlePods(t *testing.T, n *podNode) {
 	selector := startIdlePods(t, n, "idle")
-	before := relists(t, n)
+	before := plegLastSeen(t, n)
 	watchIdlePods(t, n.ns, selector)
-	if after := relists(t, n); after <= before {
-		t.Errorf("the PLEG did not relist during the window (%v then %v): the window proves nothing", before, after)
+	if after := plegLastSeen(t, n); after <= before {
+		t.Errorf("the PLEG was not active during the window (last seen %v then %v): the window proves nothing", before, after)
 	}
 }
 
@@ -1115,7 +1117,7 @@ func TestPodStatusPatchedOnlyOnChange(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m.Sum(metric, map[string]string{"result": "patched"}), m.Sum("kubelet_runtime_operations_total", map[string]string{"operation_type": "podsandbox_status"})
+		return m.Sum(metric, map[string]string{"result": "patched"}), histogramCount(m, "kubelet_pod_worker_duration_seconds")
 	}
 	beforePatched, beforeSyncs := scrape()
 	if beforePatched == 0 {
@@ -1126,26 +1128,28 @@ func TestPodStatusPatchedOnlyOnChange(t *testing.T) {
 	if afterPatched != beforePatched {
 		t.Errorf("%v pod status PATCHes while %d pods idled for %s", afterPatched-beforePatched, idlePods, idleWindow)
 	}
-	// The agent was not idle: every resync of a pod reads its sandbox once
-	// (after the sync; the status before it comes from the PLEG's cache).
-	// Resyncs are jittered by up to half the period, as the kubelet's.
+	// The agent was not idle: it resynced every pod (one pod worker sync
+	// each, kubelet_pod_worker_duration_seconds). Resyncs are jittered by
+	// up to half the period, as the kubelet's.
 	if min := float64(idlePods) * float64(idleWindow/(idleResync*3/2)-1); afterSyncs-beforeSyncs < min {
-		t.Errorf("%v sandbox status reads in the window, want at least %v (a resync of %d pods every %s to %s)", afterSyncs-beforeSyncs, min, idlePods, idleResync, idleResync*3/2)
+		t.Errorf("%v pod worker syncs in the window, want at least %v (a resync of %d pods every %s to %s)", afterSyncs-beforeSyncs, min, idlePods, idleResync, idleResync*3/2)
 	}
-	t.Logf("idle window %s: %v pod status PATCHes, %v sandbox status reads", idleWindow, afterPatched-beforePatched, afterSyncs-beforeSyncs)
+	t.Logf("idle window %s: %v pod status PATCHes, %v pod worker syncs", idleWindow, afterPatched-beforePatched, afterSyncs-beforeSyncs)
 }
 
-// relists returns how many relists the node's PLEG has done.
-func relists(t *testing.T, n *podNode) float64 {
+// plegLastSeen returns when the node's PLEG last refreshed its view of the
+// runtime (kubelet_pleg_last_seen_seconds, Unix seconds).
+func plegLastSeen(t *testing.T, n *podNode) float64 {
 	t.Helper()
 	m, err := n.agent.Metrics(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m["kubelet_pleg_relist_duration_seconds"]; !ok {
-		t.Fatal("the agent exports no kubelet_pleg_relist_duration_seconds")
+	f, ok := m["kubelet_pleg_last_seen_seconds"]
+	if !ok || len(f.GetMetric()) != 1 {
+		t.Fatal("the agent exports no kubelet_pleg_last_seen_seconds")
 	}
-	return histogramCount(m, "kubelet_pleg_relist_duration_seconds")
+	return f.GetMetric()[0].GetGauge().GetValue()
 }
 
 func histogramCount(m cluster.Metrics, name string) float64 {
