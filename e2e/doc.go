@@ -33,8 +33,18 @@
 // with the API server unreachable (a proxy refuses the agent), then their
 // mirror pods, a deleted mirror pod coming back, an edited manifest
 // replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
-// All tests run in parallel (-parallel defaults to
-// 16 here: they wait on the cluster, not on the CPU).
+// The reliability tests (reliability_*_test.go) each give one node a
+// containerd of its own and a fault: the agent SIGKILLed and restarted with
+// its pods changed meanwhile (TestAgentCrashRestart), the apiserver cut off
+// for two minutes through an API proxy of that node only
+// (TestAPIServerOutage), containerd stopped and frozen
+// (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
+// the modes of the agent's files), pods the node cannot or can barely run
+// (TestHostileInput), pods created and deleted in rounds (TestChurn: short
+// here, 2,000 × 5 on fakecri and 200 × 5 on containerd under NODEKIT_SOAK=1,
+// which hack/soak.sh sets; not part of hack/test.sh). Each prints its
+// figures. All tests run in parallel (-parallel defaults to 16 here: they
+// wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:
 //

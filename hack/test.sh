@@ -7,6 +7,9 @@
 #   4. unit tests of the library with the race detector;
 #   4b. hack/defaultscheck: podsource.SetDefaults against the API server's
 #      own pod defaulting (k8s.io/kubernetes), a module of its own;
+#   4c. every fuzz target of the library (func Fuzz* in a _test.go file) for
+#      FUZZ_TIME each (default 10s): the decoders of outside input
+#      (KubeletConfiguration, flags, static pod manifests, cgroup names);
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
 #      control plane: about 10 minutes cold on 2 cores, seconds when cached;
 #   6. the e2e suite (e2e/): agents against the real control plane, on
@@ -17,6 +20,7 @@
 # failed. Under CI=true no e2e test may skip: one that cannot run fails.
 #
 # Environment: E2E_TIMEOUT (default 30m) bounds the e2e go test run;
+# FUZZ_TIME (default 10s) bounds each fuzz target;
 # TEST_LOG_DIR (default a new temporary directory) keeps the full logs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -66,6 +70,20 @@ unit() {
 	go test -race ./... 2>&1 | tee "$logs/unit.log"
 }
 
+# fuzz runs each fuzz target of the library for $FUZZ_TIME; a failure leaves
+# its input in the package's testdata/fuzz, where the unit tests replay it.
+fuzz() {
+	local rc=0 file pkg target
+	while IFS= read -r file; do
+		pkg="./$(dirname "$file")"
+		for target in $(grep -oE '^func Fuzz[A-Za-z0-9_]+' "$file" | sed 's/^func //'); do
+			echo "fuzz $pkg $target"
+			go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZ_TIME:-10s}" "$pkg" 2>&1 | tail -20 || rc=1
+		done
+	done < <(grep -rlE '^func Fuzz' --include='*_test.go' --exclude-dir=e2e --exclude-dir=hack --exclude-dir=.git . | sed 's|^\./||' | sort)
+	return "$rc"
+}
+
 defaultscheck() {
 	(cd hack/defaultscheck && go run .)
 }
@@ -84,6 +102,7 @@ run_step "gofmt" format
 run_step "go vet" vet
 run_step "unit tests (go test -race ./...)" unit
 run_step "pod defaults against the API server's (hack/defaultscheck)" defaultscheck
+run_step "fuzz (each target for ${FUZZ_TIME:-10s})" fuzz
 run_step "control plane build" controlplane
 run_step "e2e tests (e2e/: go test ./...)" e2e
 

@@ -598,20 +598,33 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	if c.opts.Prober != nil {
 		c.opts.Prober.StopLivenessAndStartup(pod)
 	}
+	// A pod removed from its source has no API object left: drop its
+	// status now rather than after the runtime removed it (seconds on a
+	// busy node), or the status sink keeps trying to write it, each try
+	// refused by the Node authorizer (the pod is no longer bound to the
+	// node).
+	if w.Removed {
+		c.opts.Statuses.RemovePod(pod.UID)
+	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "Cannot stop the pod; will retry")
 		}
 		return time.Second, false
 	}
-	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true))
-	if err != nil {
-		logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
-		return time.Second, false
+	// A removed pod is gone from its source (its API object deleted): it
+	// has no status left to write, and writing one would only be refused.
+	var st v1.PodStatus
+	if !w.Removed {
+		var err error
+		if st, err = c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true)); err != nil {
+			logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
+			return time.Second, false
+		}
 	}
 	c.mu.Lock()
 	if r := c.pods[pod.UID]; r != nil {
-		if r.statusFn != nil {
+		if r.statusFn != nil && !w.Removed {
 			r.statusFn(&st)
 		}
 		r.terminated = true
@@ -619,8 +632,10 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	waiters := c.stopped[pod.UID]
 	delete(c.stopped, pod.UID)
 	c.mu.Unlock()
-	c.opts.Statuses.SetPodStatus(pod, st)
-	c.opts.Statuses.TerminatePod(pod)
+	if !w.Removed {
+		c.opts.Statuses.SetPodStatus(pod, st)
+		c.opts.Statuses.TerminatePod(pod)
+	}
 	if c.opts.Prober != nil {
 		c.opts.Prober.RemovePod(pod)
 	}
@@ -636,7 +651,6 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		logger.Error(err, "Cannot remove the pod's leftovers; will retry")
 		return time.Second, false
 	}
-	c.opts.Statuses.RemovePod(pod.UID)
 	c.mu.Lock()
 	delete(c.pods, pod.UID)
 	c.mu.Unlock()

@@ -113,6 +113,8 @@ func (s *fakeSources) AllReady() bool                   { return s.ready.Load() 
 type fakeStatuses struct {
 	mu       sync.Mutex
 	statuses map[types.UID]v1.PodStatus
+	// sets counts SetPodStatus calls by pod.
+	sets map[types.UID]int
 }
 
 func (f *fakeStatuses) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
@@ -126,6 +128,16 @@ func (f *fakeStatuses) SetPodStatus(pod *v1.Pod, s v1.PodStatus) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.statuses[pod.UID] = s
+	if f.sets == nil {
+		f.sets = map[types.UID]int{}
+	}
+	f.sets[pod.UID]++
+}
+
+func (f *fakeStatuses) setCount(uid types.UID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sets[uid]
 }
 
 func (f *fakeStatuses) TerminatePod(*v1.Pod) {}
@@ -269,11 +281,13 @@ func TestNothingIsRemovedBeforeEverySourceReported(t *testing.T) {
 		t.Fatalf("before the sources reported: %d kills, %d garbage collections", kills, h.rt.gcs.Load())
 	}
 	h.sources.ready.Store(true)
+	// Housekeeping finds the orphan again every period (the fake runtime
+	// keeps listing it), so it may be removed more than once.
 	h.waitFor("the orphan stopped and removed", func() bool {
 		h.clock.Step(DefaultHousekeepingPeriod)
 		h.rt.mu.Lock()
 		defer h.rt.mu.Unlock()
-		return h.rt.removed["uid-7"] == 1
+		return h.rt.removed["uid-7"] >= 1
 	})
 	h.waitFor("garbage collection", func() bool {
 		h.clock.Step(gcPeriod)
@@ -345,6 +359,72 @@ func TestKillPodAmendsTheFinalStatus(t *testing.T) {
 	}
 	if err := h.c.KillPod(h.ctx, churnPod(3), nil, nil); err == nil {
 		t.Error("KillPod of a pod the node does not run succeeded")
+	}
+}
+
+// TestRemovedPodStatusIsDroppedAtOnce: the status of a pod removed from
+// its source is dropped before its containers are stopped, not once the
+// runtime removed it: the sink would keep trying to write a status for an
+// object that is gone, and the Node authorizer refuses every try.
+func TestRemovedPodStatusIsDroppedAtOnce(t *testing.T) {
+	h := newControllerHarness(t)
+	pod := churnPod(5)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("its running status", func() bool {
+		st, ok := h.statuses.GetPodStatus(pod.UID)
+		return ok && st.Phase == v1.PodRunning
+	})
+	gate := make(chan struct{})
+	h.rt.mu.Lock()
+	h.rt.killGate = gate
+	h.rt.mu.Unlock()
+	h.send(podsource.OpRemove, pod)
+	h.waitFor("the kill started", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.kills) > 0
+	})
+	if _, ok := h.statuses.GetPodStatus(pod.UID); ok {
+		t.Error("the status of a pod removed from its source is kept while its containers stop")
+	}
+	close(gate)
+	h.waitFor("the pod removed", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.removed[pod.UID] == 1
+	})
+}
+
+// TestRemovedPodStatusIsNotWritten: a pod removed from its source (its
+// API object deleted, say by a force deletion) is stopped and removed
+// without a final status: there is no object left to write it to.
+func TestRemovedPodStatusIsNotWritten(t *testing.T) {
+	h := newControllerHarness(t)
+	pod := churnPod(4)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	})
+	h.waitFor("its running status", func() bool {
+		st, ok := h.statuses.GetPodStatus(pod.UID)
+		return ok && st.Phase == v1.PodRunning
+	})
+	sets := h.statuses.setCount(pod.UID)
+	h.send(podsource.OpRemove, pod)
+	h.waitFor("the pod removed", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.removed[pod.UID] == 1
+	})
+	if n := h.statuses.setCount(pod.UID) - sets; n != 0 {
+		t.Errorf("%d statuses set for a pod removed from its source, want none", n)
+	}
+	h.rt.mu.Lock()
+	defer h.rt.mu.Unlock()
+	if h.rt.running[pod.UID] {
+		t.Error("the removed pod still runs")
 	}
 }
 

@@ -123,7 +123,9 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	if !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		return fmt.Errorf("create node %s: %w", node.Name, err)
 	}
-	existing, getErr := nodes.Get(ctx, node.Name, metav1.GetOptions{})
+	// The node watch usually has the Node by now (it starts with the
+	// reporter): a restarted agent saves the GET the kubelet makes here.
+	existing, getErr := r.existingNode(ctx)
 	if getErr != nil {
 		return fmt.Errorf("create node %s: %w; get the existing node: %w", node.Name, err, getErr)
 	}
@@ -136,6 +138,15 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	}
 	r.markRegistered()
 	return nil
+}
+
+// existingNode returns the Node as the watch has it, or from the API when
+// the watch has not listed it yet. The returned Node is shared.
+func (r *Reporter) existingNode(ctx context.Context) (*v1.Node, error) {
+	if node, ok := r.node.Node(); ok {
+		return node, nil
+	}
+	return r.opts.Client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 }
 
 // reconcileExisting brings what the kubelet owns on an existing Node in line

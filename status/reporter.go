@@ -37,6 +37,9 @@ const (
 	// FastReadyTimeout ends the fast startup loop (the kubelet's
 	// nodeReadyGracePeriod).
 	FastReadyTimeout = 120 * time.Second
+	// startupHoldFirstWait is the first wait of a restarted agent's
+	// startup hold (see Reporter.loop); it doubles up to FastReadyInterval.
+	startupHoldFirstWait = 10 * time.Millisecond
 )
 
 // Options configures a Reporter.
@@ -305,12 +308,32 @@ func (r *Reporter) markRegistered() {
 }
 
 // loop runs the status cycles and the fast startup loop.
+//
+// A Node the API already shows Ready is one whose agent restarted: its
+// first cycle is held back until the setters say Ready too, so that checks
+// that have not answered yet since the start (the runtime's first status,
+// the PLEG's first relist) never flip a running node NotReady, as the
+// kubelet asks the runtime once before its first status update. The
+// setters are evaluated without calling the API at once, then after 10 ms,
+// the wait doubling up to FastReadyInterval, so that the node's heartbeat
+// follows within milliseconds of its checks passing. The hold ends at the
+// first regular cycle (UpdateFrequency) whatever the setters say.
 func (r *Reporter) loop(ctx context.Context) {
 	start := r.clock.Now()
-	r.syncStatus(ctx)
+	holding := r.apiShowsReady()
+	holdWait := FastReadyInterval
+	switch {
+	case !holding:
+		r.syncStatus(ctx)
+	case r.wouldBeReady(ctx):
+		holding = false
+		r.syncStatus(ctx)
+	default:
+		holdWait = startupHoldFirstWait
+	}
 	regular := r.clock.NewTimer(r.opts.UpdateFrequency)
 	defer regular.Stop()
-	fast := r.clock.NewTimer(FastReadyInterval)
+	fast := r.clock.NewTimer(holdWait)
 	defer fast.Stop()
 	fastC := fast.C()
 	for {
@@ -319,16 +342,48 @@ func (r *Reporter) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-regular.C():
+			holding = false
 			r.syncStatus(ctx)
 			regular.Reset(r.opts.UpdateFrequency)
 		case <-fastC:
-			if r.fastReady(ctx, start) {
+			switch {
+			case holding && r.wouldBeReady(ctx):
+				holding = false
+				klog.FromContext(ctx).V(2).Info("Node is ready after the restart", "node", klog.KRef("", r.opts.NodeName), "after", r.clock.Since(start))
+				r.syncStatus(ctx)
 				fastC = nil
-			} else {
+			case holding:
+				holdWait = min(2*holdWait, FastReadyInterval)
+				fast.Reset(holdWait)
+			case r.fastReady(ctx, start):
+				fastC = nil
+			default:
 				fast.Reset(FastReadyInterval)
 			}
 		}
 	}
+}
+
+// apiShowsReady reports whether the Node as last seen is Ready.
+func (r *Reporter) apiShowsReady() bool {
+	node := r.cachedNode()
+	if node == nil {
+		return false
+	}
+	ready := findCondition(node, v1.NodeReady)
+	return ready != nil && ready.Status == v1.ConditionTrue
+}
+
+// wouldBeReady evaluates the setters without effects (no events, no API
+// call) and reports whether they make the Node Ready.
+func (r *Reporter) wouldBeReady(ctx context.Context) bool {
+	node := r.cachedNode()
+	if node == nil {
+		return false
+	}
+	trial, _ := r.updateNode(withDryRun(ctx), node)
+	ready := findCondition(trial, v1.NodeReady)
+	return ready != nil && ready.Status == v1.ConditionTrue
 }
 
 // syncStatus is one status cycle: up to UpdateRetries tries.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -488,6 +489,94 @@ func TestFastReadyGivesUpAfterTimeout(t *testing.T) {
 	h.step(time.Hour, 1)
 	if h.patchCount(PatchReasonReady) != 0 || h.patchCount(PatchReasonChanged) != 1 {
 		t.Errorf("ready patches %d, changed %d: want the regular cycle to report Ready", h.patchCount(PatchReasonReady), h.patchCount(PatchReasonChanged))
+	}
+}
+
+// readyNode is a Node a previous run of the agent registered and
+// reported Ready.
+func readyNode(heartbeat time.Time) *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{
+			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+			LastHeartbeatTime: metav1.NewTime(heartbeat), LastTransitionTime: metav1.NewTime(heartbeat),
+		}}},
+	}
+}
+
+func TestRestartedReadyNodeIsNotReportedNotReady(t *testing.T) {
+	before := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	h := newHarness(t, nil, readyNode(before))
+	h.setRuntimeErr(errors.New("container runtime status check may not have completed yet"))
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	for range 5 {
+		h.step(FastReadyInterval, 1)
+	}
+	for _, reason := range []string{PatchReasonChanged, PatchReasonReport, PatchReasonReady} {
+		if n := h.patchCount(reason); n != 0 {
+			t.Fatalf("%d %s patches while the restarted agent's checks were still starting", n, reason)
+		}
+	}
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue {
+		t.Fatalf("Ready = %+v during the startup hold, want the previous run's True", c)
+	}
+	h.setRuntimeErr(nil)
+	h.step(FastReadyInterval, 1)
+	if n := h.patchCount(PatchReasonReport) + h.patchCount(PatchReasonChanged); n != 1 {
+		t.Fatalf("%d status patches once the checks passed, want 1", n)
+	}
+	c := findCondition(h.node(), v1.NodeReady)
+	if c.Status != v1.ConditionTrue || !c.LastHeartbeatTime.After(before) || !c.LastTransitionTime.Equal(&metav1.Time{Time: before}) {
+		t.Errorf("Ready = %+v, want True with a new heartbeat and the old transition time", c)
+	}
+	if ev := drainEvents(h.rec); slices.Contains(ev, "Normal NodeNotReady Node node-a status is now: NodeNotReady") {
+		t.Errorf("events %q: a NodeNotReady for a node that never stopped being ready", ev)
+	}
+	if n := h.clk.Waiters(); n != 1 {
+		t.Errorf("%d timers after the first report, want 1 (the fast loop is over)", n)
+	}
+}
+
+func TestRestartHoldEndsAtTheFirstCycle(t *testing.T) {
+	// The hold re-evaluates after 10, 20, 40, 80 and then every 100 ms:
+	// at 10, 30, 70, 150, 250 ms. The first cycle comes at 200 ms.
+	const update = 200 * time.Millisecond
+	h := newHarness(t, func(o *Options) { o.UpdateFrequency = update }, readyNode(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)))
+	h.setRuntimeErr(errors.New("container runtime is down"))
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	for _, d := range []time.Duration{10, 20, 40, 80} {
+		h.step(d*time.Millisecond, 1)
+	}
+	if h.patchCount(PatchReasonChanged) != 0 {
+		t.Fatal("the node was reported before its first cycle")
+	}
+	h.step(50*time.Millisecond, 1)
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionFalse || !strings.Contains(c.Message, "container runtime is down") {
+		t.Fatalf("Ready = %+v after the first cycle, want False with the runtime's error", c)
+	}
+	h.setRuntimeErr(nil)
+	h.step(50*time.Millisecond, 1)
+	if h.patchCount(PatchReasonReady) != 1 {
+		t.Errorf("ready patches = %d, want the fast loop to report Ready at once", h.patchCount(PatchReasonReady))
+	}
+}
+
+// TestRestartedReadyNodeReportsAtOnce: a restarted agent whose checks
+// already pass reports the node at once, without waiting for a timer.
+func TestRestartedReadyNodeReportsAtOnce(t *testing.T) {
+	h := newHarness(t, nil, readyNode(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)))
+	h.start()
+	h.waitRegistered()
+	h.waitLoop(1)
+	if n := h.patchCount(PatchReasonReport) + h.patchCount(PatchReasonChanged); n != 1 {
+		t.Fatalf("%d status patches before any timer fired, want 1", n)
+	}
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue || !c.LastHeartbeatTime.Equal(&metav1.Time{Time: h.clk.Now()}) {
+		t.Errorf("Ready = %+v, want True with a heartbeat of now", c)
 	}
 }
 

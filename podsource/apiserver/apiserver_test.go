@@ -182,7 +182,7 @@ func TestWaitsForNodeSync(t *testing.T) {
 			t.Fatal("source is not polling")
 		}
 	}
-	// Polling every second; nothing is listed until the node synced.
+	// Polling every NodeSyncPeriod; nothing is listed until the node synced.
 	for i := 0; i < 3; i++ {
 		waitForPoll()
 		if n := len(client.Actions()); n != 0 {

@@ -8,7 +8,7 @@
 // watch-list (streaming the initial state) where the client supports it and
 // plain list+watch otherwise, e.g. with client-go's fake clientset. When
 // Options.NodeHasSynced is set, watching starts only once it returns true,
-// polled every second, as the kubelet waits for its Node informer.
+// polled every NodeSyncPeriod, as the kubelet waits for its Node informer.
 //
 // # Swapping pieces
 //

@@ -459,7 +459,14 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
 	m.mu.RUnlock()
 	m.writeMu.Unlock()
 	workqueue.ParallelizeUntil(ctx, m.writers, len(todo), func(i int) {
-		m.syncPod(ctx, todo[i].uid, todo[i].status)
+		// A pod removed since the batch began has no object left to
+		// write to (and the Node authorizer refuses reading it).
+		m.mu.RLock()
+		_, tracked := m.statuses[todo[i].uid]
+		m.mu.RUnlock()
+		if tracked {
+			m.syncPod(ctx, todo[i].uid, todo[i].status)
+		}
 	})
 	return due
 }

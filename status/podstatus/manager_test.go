@@ -562,6 +562,67 @@ func TestPatchesWithoutAGetWhenTheSourcesHaveThePod(t *testing.T) {
 	}
 }
 
+// TestRemovedPodIsNotWrittenByABatchUnderWay: a pod removed while a batch
+// of writes is under way is not fetched or written by that batch: its
+// object is gone, and the Node authorizer refuses the read.
+func TestRemovedPodIsNotWrittenByABatchUnderWay(t *testing.T) {
+	a := testPod(v1.RestartPolicyAlways, "a")
+	b := a.DeepCopy()
+	b.Name, b.UID = "db", "uid-2"
+	// One writer: the batch writes its pods one after the other.
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: -1, Writers: 1}, a.DeepCopy(), b.DeepCopy())
+	var mu sync.Mutex
+	failPatches, removed := true, types.UID("")
+	gets := map[string]int{}
+	e.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failPatches {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		}
+		return false, nil, nil
+	})
+	e.client.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		name := action.(k8stesting.GetAction).GetName()
+		mu.Lock()
+		defer mu.Unlock()
+		gets[name]++
+		if !failPatches && removed == "" {
+			// The first pod of the batch is being written: the other
+			// one goes meanwhile.
+			removed = b.UID
+			if name == b.Name {
+				removed = a.UID
+			}
+			e.m.RemovePod(removed)
+		}
+		return false, nil, nil
+	})
+	for _, p := range []*v1.Pod{a, b} {
+		e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	}
+	e.waitFor(t, "both writes failed", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "failed") >= 2 })
+	mu.Lock()
+	failPatches = false
+	clear(gets)
+	mu.Unlock()
+	e.resync(t)
+	// The resync timer is set again once the batch is done.
+	e.waitFor(t, "the batch done", func() bool { return e.clock.HasWaiters() })
+	mu.Lock()
+	defer mu.Unlock()
+	name := a.Name
+	if removed == b.UID {
+		name = b.Name
+	}
+	if removed == "" {
+		t.Fatal("the batch read no pod")
+	}
+	if gets[name] != 0 {
+		t.Errorf("pod %s, removed while the batch was under way, was read %d times by it", name, gets[name])
+	}
+}
+
 // staticAndMirror returns a static pod with config hash hash and a mirror
 // pod of it in the API with that hash.
 func staticAndMirror(hash string) (static, mirror *v1.Pod) {

@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestAgentCrashRestart runs 30 pods on containerd, SIGKILLs the agent and
+// changes the node's pods while it is down: two are deleted gracefully,
+// two force-deleted (their objects are gone before the agent can see
+// them), three new ones bound to the node, and the container of a pod that
+// must not restart is stopped behind the agent's back. The restarted agent
+// must restart none of the running containers (same IDs, same restart
+// counts), rewrite none of their statuses, correct the stopped pod's,
+// clean up every deleted pod (containers, sandbox, cgroup, pod and log
+// directories) and start the new ones. It prints how long after the
+// restart the node reported Ready again (the kubelet on this machine:
+// 0.6–0.7 s) and what the restart cost.
+func TestAgentCrashRestart(t *testing.T) {
+	requireContainerd(t)
+	t.Parallel()
+	ctx := t.Context()
+	const running = 30
+	n := newRelNode(t, "crash", relOptions{})
+	client := env.cp.Client().CoreV1().Pods(n.ns)
+
+	names := createPods(t, running, "crash", func(name string) *v1.Pod { return withGrace(n.pod(name, sleeper...), 2) })
+	exits := neverRestart(withGrace(n.pod("crash-exits", sleeper...), 2))
+	n.createPod(t, exits)
+	all := append(slices.Clone(names), exits.Name)
+	start := time.Now()
+	before := waitPods(t, n.ns, all, "Running and Ready", podTimeout, isPodReady)
+	t.Logf("%d pods Running and Ready in %s", len(all), time.Since(start).Round(100*time.Millisecond))
+	snap := snapshotContainers(before)
+	nodeEvents := watchNode(t, n.name)
+	var lastHeartbeat time.Time
+	if node, err := env.cp.Client().CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err == nil {
+		lastHeartbeat = readyCondition(node).LastHeartbeatTime.Time
+	}
+
+	n.agent.Kill()
+	killed := time.Now()
+
+	// While the agent is down.
+	graceful, forced := names[:2], names[2:4]
+	var deleted []types.UID
+	for _, name := range append(slices.Clone(graceful), forced...) {
+		deleted = append(deleted, before[name].UID)
+		opts := metav1.DeleteOptions{}
+		if slices.Contains(forced, name) {
+			opts.GracePeriodSeconds = ptr.To[int64](0)
+		}
+		if err := client.Delete(ctx, name, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, _ := mainStatus(before[exits.Name])
+	exitedID := strings.TrimPrefix(cs.ContainerID, n.runtimeName+"://")
+	if _, err := n.cri.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: exitedID, Timeout: 0}); err != nil {
+		t.Fatalf("stop container %s behind the agent's back: %v", exitedID, err)
+	}
+	created := createPods(t, 3, "crash-new", func(name string) *v1.Pod { return withGrace(n.boundPod(name, sleeper...), 2) })
+
+	downFor := time.Since(killed)
+	restart := time.Now()
+	if err := n.agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	healthy := time.Since(restart)
+
+	// Ready: the first change of the Node after the restart, a status
+	// patch with Ready=True and a new heartbeat.
+	var ready time.Duration
+	seen := 0
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, readyTimeout, true, func(context.Context) (bool, error) {
+		events := nodeEvents()
+		defer func() { seen = len(events) }()
+		for _, ev := range events[seen:] {
+			if ev.at.Before(restart) {
+				continue
+			}
+			c := readyCondition(ev.node)
+			if c.Status != v1.ConditionTrue {
+				t.Errorf("after the restart the agent reported Ready=%s (%s: %s) before Ready=True", c.Status, c.Reason, c.Message)
+				continue
+			}
+			if c.LastHeartbeatTime.After(lastHeartbeat) {
+				ready = ev.at.Sub(restart)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no Ready status from the restarted agent: %v", err)
+	}
+
+	// The new pods start, the deleted ones go, the stopped one fails.
+	start = time.Now()
+	waitPods(t, n.ns, created, "Running and Ready", podTimeout, isPodReady)
+	newReady := time.Since(start)
+	waitPodsGone(t, n.ns, graceful, podTimeout)
+	n.waitNoLeftovers(t, deleted, 2*time.Minute)
+	failed := waitPods(t, n.ns, []string{exits.Name}, "Failed", podTimeout, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if cs, _ := mainStatus(failed[exits.Name]); cs.State.Terminated == nil || cs.ContainerID != "" && strings.TrimPrefix(cs.ContainerID, n.runtimeName+"://") != exitedID {
+		t.Errorf("the container stopped while the agent was down: state %s id %s, want terminated %s", stateString(cs.State), cs.ContainerID, exitedID)
+	}
+
+	// The untouched pods: same containers, one sandbox each, statuses not
+	// rewritten.
+	untouched := names[4:]
+	after := waitPods(t, n.ns, untouched, "Running and Ready", podTimeout, isPodReady)
+	for name := range snap {
+		if !slices.Contains(untouched, strings.Split(name, "/")[0]) {
+			delete(snap, name)
+		}
+	}
+	if changed := compareContainers(snap, after); len(changed) > 0 {
+		t.Errorf("%d containers restarted or replaced by the agent's restart:\n  %s", len(changed), strings.Join(changed, "\n  "))
+	}
+	for _, name := range untouched {
+		uid := after[name].UID
+		if sbs := n.criSandboxes(t, uid); len(sbs) != 1 {
+			t.Errorf("pod %s has %d sandboxes after the restart, want 1", name, len(sbs))
+		}
+		if cs := n.criContainers(t, uid, false); len(cs) != 1 || cs[0].Metadata.GetAttempt() != 0 {
+			t.Errorf("pod %s has containers %v after the restart, want its first one only", name, cs)
+		}
+	}
+	// Give the agent one resync period's worth of time to rewrite what it
+	// would, then count the status writes it made of untouched pods.
+	time.Sleep(5 * time.Second)
+	rewritten := map[string]int{}
+	user := "system:node:" + n.name
+	for _, ev := range readAuditRecords(t) {
+		if ev.User.Username != user || ev.ObjectRef == nil || ev.ObjectRef.Resource != "pods" || ev.ObjectRef.Subresource != "status" ||
+			ev.ObjectRef.Namespace != n.ns || ev.RequestReceived.Before(restart) || !slices.Contains(untouched, ev.ObjectRef.Name) {
+			continue
+		}
+		rewritten[ev.ObjectRef.Name]++
+	}
+	if len(rewritten) > 0 {
+		t.Errorf("the restarted agent rewrote the status of %d untouched pods: %v", len(rewritten), rewritten)
+	}
+	t.Logf("agent down %s; after the restart: healthz in %s, node Ready in %s (kubelet here: 0.6–0.7 s); %d containers kept, 0 restarted; %d untouched pod statuses rewritten; 3 new pods Running in %s; %d deleted pods cleaned up",
+		downFor.Round(10*time.Millisecond), healthy.Round(time.Millisecond), ready.Round(time.Millisecond), len(snap), len(rewritten), newReady.Round(100*time.Millisecond), len(deleted))
+}
+
+// TestRuntimeOutageAndHang runs pods on a containerd of their own, then
+// takes the runtime away twice. Stopped (as `systemctl stop containerd`,
+// the containers keep running) for at least 30 s: the node turns
+// Ready=False with the kubelet's reason and message ("container runtime is
+// down"), and Ready again once containerd is back, without a second
+// sandbox or a restarted container for any pod. Frozen (SIGSTOP: the
+// socket accepts and nothing answers, as a hung runtime): the node turns
+// NotReady within the kubelet's 30 s threshold (plus one status poll and
+// one status update) while the Lease and the status cycles keep flowing,
+// and Ready again after SIGCONT. It prints each transition's delay.
+func TestRuntimeOutageAndHang(t *testing.T) {
+	requireContainerd(t)
+	t.Parallel()
+	ctx := t.Context()
+	n := newRelNode(t, "runtime-outage", relOptions{})
+	names := createPods(t, 3, "outage", func(name string) *v1.Pod { return withGrace(n.pod(name, sleeper...), 2) })
+	before := waitPods(t, n.ns, names, "Running and Ready", podTimeout, isPodReady)
+	snap := snapshotContainers(before)
+	runtimeDown := func(node *v1.Node) bool {
+		c := readyCondition(node)
+		return c.Status == v1.ConditionFalse && c.Reason == "KubeletNotReady" && strings.Contains(c.Message, "container runtime is down")
+	}
+	checkPods := func(t *testing.T, phase string) {
+		t.Helper()
+		after := waitPods(t, n.ns, names, "Running and Ready "+phase, podTimeout, isPodReady)
+		if changed := compareContainers(snap, after); len(changed) > 0 {
+			t.Errorf("containers restarted or replaced %s:\n  %s", phase, strings.Join(changed, "\n  "))
+		}
+		for _, name := range names {
+			if sbs := n.criSandboxes(t, after[name].UID); len(sbs) != 1 {
+				t.Errorf("pod %s has %d sandboxes %s, want 1", name, len(sbs), phase)
+			}
+		}
+	}
+
+	// Stopped.
+	if err := n.containerd.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = n.containerd.Start(context.WithoutCancel(ctx))
+		}
+	}()
+	node := waitForNode(t, n.name, "Ready=False: container runtime is down", readyTimeout, runtimeDown)
+	notReadyAfter := time.Since(stopped)
+	t.Logf("containerd stopped: Ready=False after %s: %s %q", notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Reason, readyCondition(node).Message)
+	if d := 30*time.Second - time.Since(stopped); d > 0 {
+		time.Sleep(d)
+	}
+	down := time.Since(stopped)
+	if err := n.containerd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	started := time.Now()
+	waitForNode(t, n.name, "Ready with containerd back", readyTimeout, isReady)
+	t.Logf("containerd down %s; Ready again %s after it was back", down.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
+	checkPods(t, "after containerd was stopped")
+
+	// Frozen.
+	leases := env.cp.Client().CoordinationV1().Leases("kube-node-lease")
+	cycles := func() float64 { return metricValue(t, n.agent, "nodekit_node_status_cycles_total", nil) }
+	cyclesBefore := cycles()
+	if err := n.containerd.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	thawed := false
+	defer func() {
+		if !thawed {
+			_ = n.containerd.Thaw()
+		}
+	}()
+	node = waitForNode(t, n.name, "NotReady with containerd frozen", readyTimeout, runtimeDown)
+	notReadyAfter = time.Since(frozen)
+	// The kubelet's threshold: 30 s without an answer, noticed at the next
+	// runtime status poll (5 s) and reported at the next status update
+	// (10 s).
+	if limit := 30*time.Second + 5*time.Second + 10*time.Second + 5*time.Second; notReadyAfter > limit {
+		t.Errorf("NotReady %s after containerd froze, want within %s", notReadyAfter, limit)
+	}
+	// The Lease keeps flowing while the runtime hangs: two renewals in a
+	// row, each after the freeze. (The status cycles are counted after
+	// SIGCONT: a scrape of /metrics now would wait on the runtime for the
+	// volume stats, up to a minute, as the kubelet's waits on its
+	// ListPodStats.)
+	var renewals []time.Time
+	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		lease, err := leases.Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil || lease.Spec.RenewTime == nil {
+			return false, nil
+		}
+		if at := lease.Spec.RenewTime.Time; at.After(frozen) && !slices.ContainsFunc(renewals, at.Equal) {
+			renewals = append(renewals, at)
+		}
+		return len(renewals) >= 2, nil
+	})
+	if err != nil {
+		t.Errorf("the Lease was renewed %d times in the minute after containerd froze, want 2: renewals stopped with the runtime", len(renewals))
+	}
+	var renewedAt []string
+	for _, at := range renewals {
+		renewedAt = append(renewedAt, "+"+at.Sub(frozen).Round(time.Second).String())
+	}
+	if !isPodReady(waitPods(t, n.ns, names[:1], "still bound", podTimeout, func(*v1.Pod) bool { return true })[names[0]]) {
+		t.Logf("pod %s is not Ready while the runtime hangs (the node lifecycle controller marks pods of a NotReady node)", names[0])
+	}
+	frozenFor := time.Since(frozen)
+	if err := n.containerd.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	thawedAt := time.Now()
+	waitForNode(t, n.name, "Ready after SIGCONT", readyTimeout, isReady)
+	readyAgain := time.Since(thawedAt)
+	statusCycles := cycles() - cyclesBefore
+	if min := float64(frozenFor/(10*time.Second)) - 1; statusCycles < min {
+		t.Errorf("%v status cycles in the %s containerd was frozen and the %s after, want at least %v", statusCycles, frozenFor.Round(time.Second), readyAgain.Round(time.Second), min)
+	}
+	checkPods(t, "after containerd was frozen")
+	t.Logf("containerd frozen %s: NotReady after %s (%q), Lease renewals seen at %s after the freeze, %v status cycles meanwhile; Ready %s after SIGCONT",
+		frozenFor.Round(time.Second), notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Message, strings.Join(renewedAt, " "), statusCycles, readyAgain.Round(100*time.Millisecond))
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# soak.sh runs the long versions of nodekit's reliability e2e tests, which
+# hack/test.sh (CI) runs short: pod churn of 2,000 pods × 5 rounds on the fake
+# runtime and 200 × 5 on containerd (TestChurn; CI: 100 × 3 and 20 × 2). It
+# needs root and the control plane that hack/test.sh builds (cached in
+# $NODEKIT_CACHE, default ~/.cache/nodekit), and takes 30 minutes or more on
+# two cores. Under CI=true nothing skips. Extra arguments go to go test, e.g.
+#
+#   hack/soak.sh -run 'TestChurn/containerd'
+#
+# Environment: SOAK_TIMEOUT (default 90m) bounds the go test run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../e2e"
+run='TestChurn'
+for arg in "$@"; do
+	[[ "$arg" == -run* ]] && run=''
+done
+NODEKIT_SOAK=1 CI="${CI:-true}" exec go test -count=1 -timeout "${SOAK_TIMEOUT:-90m}" -v ${run:+-run "$run"} ./ "$@"
