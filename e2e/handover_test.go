@@ -89,22 +89,8 @@ func TestHandoverFromKubelet(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	ctrd, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{
-		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
-	})
-	if err != nil {
-		t.Fatalf("start containerd for %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := ctrd.Close(context.Background()); err != nil {
-			t.Errorf("close containerd of %s: %v", name, err)
-		}
-	})
-	cri, err := ctrd.CRI()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cri.Close() })
+	ctrd := startNodeContainerd(t, name)
+	cri := dialCRI(t, ctrd)
 
 	nodeIP := env.cp.AllocateNodeIP()
 	kubelet, err := env.cp.NewKubelet(cluster.KubeletOptions{

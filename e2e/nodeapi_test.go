@@ -132,21 +132,8 @@ func newAPINode(t *testing.T, name string) *apiNode {
 	n := &apiNode{name: name}
 	n.ip = newVethAddress(t)
 	n.cgroupRoot = newCgroupRoot(t, name)
-	src, err := cluster.LocateSource()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.containerd, err = cluster.StartContainerd(ctx, cluster.ContainerdOptions{
-		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
-	})
-	if err != nil {
-		t.Fatalf("start containerd for %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := n.containerd.Close(context.Background()); err != nil {
-			t.Errorf("close containerd of %s: %v", name, err)
-		}
-	})
+	n.containerd = startNodeContainerd(t, name)
+	var err error
 	n.agent, err = env.cp.NewAgent(cluster.AgentOptions{
 		Binary:          env.agent,
 		NodeName:        name,

@@ -126,6 +126,41 @@ func TestPodsOnFakeCRI(t *testing.T) {
 // newContainerdPodNode starts a containerd, a cgroup root and a node agent
 // on them (with extraArgs, more agent flags), and waits until the node is
 // Ready with a namespace for its pods. Cleanup stops the agent, then
+
+// startNodeContainerd starts a containerd of its own for the test node
+// name (under the suite's directory); it is stopped when the test ends.
+func startNodeContainerd(t *testing.T, name string) *cluster.Containerd {
+	t.Helper()
+	src, err := cluster.LocateSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.StartContainerd(t.Context(), cluster.ContainerdOptions{
+		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
+	})
+	if err != nil {
+		t.Fatalf("start containerd for %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("close containerd of %s: %v", name, err)
+		}
+	})
+	return c
+}
+
+// dialCRI connects to c's CRI services; the connection is closed when the
+// test ends.
+func dialCRI(t *testing.T, c *cluster.Containerd) *cluster.CRIClient {
+	t.Helper()
+	cri, err := c.CRI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cri.Close() })
+	return cri
+}
+
 // containerd (removing every sandbox), then removes the cgroup root.
 func newContainerdPodNode(t *testing.T, name string, extraArgs ...string) *podNode {
 	t.Helper()
@@ -138,26 +173,8 @@ func newContainerdPodNodeWith(t *testing.T, name string, opts nodeOptions) *podN
 	t.Helper()
 	ctx := t.Context()
 	cgroupRoot := newCgroupRoot(t, name)
-	src, err := cluster.LocateSource()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{
-		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
-	})
-	if err != nil {
-		t.Fatalf("start containerd for %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(context.Background()); err != nil {
-			t.Errorf("close containerd of %s: %v", name, err)
-		}
-	})
-	cri, err := c.CRI()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cri.Close() })
+	c := startNodeContainerd(t, name)
+	cri := dialCRI(t, c)
 	runtimeName, _, err := c.Version(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -51,26 +51,8 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 	const name = "ctr-static"
 	ctx := t.Context()
 	cgroupRoot := newCgroupRoot(t, name)
-	src, err := cluster.LocateSource()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{
-		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
-	})
-	if err != nil {
-		t.Fatalf("start containerd for %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(context.Background()); err != nil {
-			t.Errorf("close containerd of %s: %v", name, err)
-		}
-	})
-	cri, err := c.CRI()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cri.Close() })
+	c := startNodeContainerd(t, name)
+	cri := dialCRI(t, c)
 	ns := newNamespace(t, name)
 
 	manifests := t.TempDir()
