@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,24 +21,7 @@ import (
 // minutes on two cores (less once the control plane is built: most packages
 // are shared); a cached one returns at once.
 func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
-	if opts.Source == (Source{}) {
-		src, err := LocateSource()
-		if err != nil {
-			return "", err
-		}
-		opts.Source = src
-	}
-	if opts.CacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return "", err
-		}
-		opts.CacheDir = dir
-	}
-	if opts.Log == nil {
-		opts.Log = io.Discard
-	}
-	goBin, err := goCommand()
+	opts, goBin, err := opts.complete()
 	if err != nil {
 		return "", err
 	}

@@ -42,6 +42,30 @@ type BuildOptions struct {
 	Log io.Writer
 }
 
+// complete fills opts' zero fields with their defaults and finds the go
+// command to build with.
+func (opts BuildOptions) complete() (BuildOptions, string, error) {
+	if opts.Source == (Source{}) {
+		src, err := LocateSource()
+		if err != nil {
+			return opts, "", err
+		}
+		opts.Source = src
+	}
+	if opts.CacheDir == "" {
+		dir, err := DefaultCacheDir()
+		if err != nil {
+			return opts, "", err
+		}
+		opts.CacheDir = dir
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	goBin, err := goCommand()
+	return opts, goBin, err
+}
+
 const (
 	kubernetesModule = "k8s.io/kubernetes"
 	etcdAPIModule    = "go.etcd.io/etcd/api/v3"
@@ -54,24 +78,7 @@ const (
 // ten minutes on two cores; a cached one returns at once. Concurrent callers
 // (several test processes) serialize on a lock file in the cache directory.
 func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error) {
-	if opts.Source == (Source{}) {
-		src, err := LocateSource()
-		if err != nil {
-			return Binaries{}, err
-		}
-		opts.Source = src
-	}
-	if opts.CacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return Binaries{}, err
-		}
-		opts.CacheDir = dir
-	}
-	if opts.Log == nil {
-		opts.Log = io.Discard
-	}
-	goBin, err := goCommand()
+	opts, goBin, err := opts.complete()
 	if err != nil {
 		return Binaries{}, err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,24 +25,7 @@ const metricsServerModule = "sigs.k8s.io/metrics-server"
 // command into the cache directory when the cache does not hold it, as
 // BuildControlPlane does for the control plane (a few minutes cold).
 func BuildMetricsServer(ctx context.Context, opts BuildOptions) (string, error) {
-	if opts.Source == (Source{}) {
-		src, err := LocateSource()
-		if err != nil {
-			return "", err
-		}
-		opts.Source = src
-	}
-	if opts.CacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return "", err
-		}
-		opts.CacheDir = dir
-	}
-	if opts.Log == nil {
-		opts.Log = io.Discard
-	}
-	goBin, err := goCommand()
+	opts, goBin, err := opts.complete()
 	if err != nil {
 		return "", err
 	}
