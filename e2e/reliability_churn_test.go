@@ -105,17 +105,26 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 		}
 		t.Errorf("after %d × %d pods the node still holds:\n  %s", rounds, count, strings.Join(left, "\n  "))
 	}
-	// Every request the node made was allowed: no status read or written
-	// for a pod whose object is gone (the Node authorizer refuses those).
-	denied := map[string]int{}
+	// Every write the node made was allowed: no status written for a pod
+	// whose object is gone (the Node authorizer refuses those). A read of
+	// such a pod's status can still race with its removal (the status
+	// manager's GET when its copy is stale); it is refused harmlessly, and
+	// counted here.
+	denied, deniedReads := map[string]int{}, map[string]int{}
 	for _, r := range readAuditRecords(t) {
 		if r.User.Username == "system:node:"+n.name && r.ResponseStatus != nil && r.ResponseStatus.Code == 403 && r.ObjectRef != nil {
-			denied[r.Verb+" "+r.ObjectRef.Resource+"/"+r.ObjectRef.Subresource]++
+			key := r.Verb + " " + r.ObjectRef.Resource + "/" + r.ObjectRef.Subresource
+			if r.Verb == "get" || r.Verb == "list" || r.Verb == "watch" {
+				deniedReads[key]++
+			} else {
+				denied[key]++
+			}
 		}
 	}
 	if len(denied) > 0 {
-		t.Errorf("the apiserver denied requests of the node during the churn: %v", denied)
+		t.Errorf("the apiserver denied writes of the node during the churn: %v", denied)
 	}
+	t.Logf("reads of removed pods denied during the churn: %v", deniedReads)
 	// The agent back to idle: goroutines and fds within a few of the
 	// baseline (the API and runtime connections may have been redialled),
 	// the heap within 16 MiB (the event correlator's caches, bounded at

@@ -599,24 +599,44 @@ func (c *Containerd) removeSandboxes(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	// A node of a test may leave dozens of pods whose containers ignore
+	// SIGTERM, on a loaded machine: stop them a few at a time, each with a
+	// deadline of its own.
+	listCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	resp, err := client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	resp, err := client.ListPodSandbox(listCtx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandboxes on %s: %w", c.Endpoint, err)
 	}
-	var ids []string
-	var errs []error
+	var (
+		ids  []string
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 4)
+	)
 	for _, sb := range resp.Items {
 		ids = append(ids, sb.Id)
-		if _, err := client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("stop pod sandbox %s: %w", sb.Id, err))
-			continue
-		}
-		if _, err := client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("remove pod sandbox %s: %w", sb.Id, err))
-		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id string) {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			var err error
+			if _, err = client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+				err = fmt.Errorf("stop pod sandbox %s: %w", id, err)
+			} else if _, err = client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+				err = fmt.Errorf("remove pod sandbox %s: %w", id, err)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(sb.Id)
 	}
+	wg.Wait()
 	return ids, errors.Join(errs...)
 }
 
