@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -69,10 +67,10 @@ func TestHandoverFromKubelet(t *testing.T) {
 	})
 	// The kubelet links container logs into /var/log/containers; the
 	// agent that takes over its pods does not remove those links.
-	_, statErr := os.Stat(containerLogLinks)
+	_, statErr := os.Stat(cluster.ContainerLogLinks)
 	ns := "handover-" + fmt.Sprint(os.Getpid())
 	t.Cleanup(func() {
-		if err := removeLogLinks("_"+ns+"_", statErr != nil); err != nil {
+		if err := cluster.RemoveLogLinks("_"+ns+"_", statErr != nil); err != nil {
 			t.Error(err)
 		}
 	})
@@ -394,29 +392,4 @@ func containerIDs(pod *v1.Pod) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
-}
-
-// containerLogLinks is where the kubelet links container logs.
-const containerLogLinks = "/var/log/containers"
-
-// removeLogLinks removes the links in containerLogLinks whose names hold
-// match (<pod>_<namespace>_<container>-<id>.log) and, when removeDir, the
-// directory itself if nothing else is in it.
-func removeLogLinks(match string, removeDir bool) error {
-	links, err := filepath.Glob(filepath.Join(containerLogLinks, "*"+match+"*.log"))
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, l := range links {
-		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if removeDir {
-		if entries, err := os.ReadDir(containerLogLinks); err == nil && len(entries) == 0 {
-			errs = append(errs, os.Remove(containerLogLinks))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -578,9 +578,9 @@ func (b *benchmark) kubeletAnchor(ctx context.Context) (err error) {
 	k := b.kubelet
 	// The kubelet links every container's log into /var/log/containers
 	// (a fixed path) and creates the directory; remove what it leaves.
-	_, statErr := os.Stat(containerLogLinks)
+	_, statErr := os.Stat(cluster.ContainerLogLinks)
 	defer func() {
-		if cerr := removeLogLinks("_"+kubeletNamespace+"_", statErr != nil); cerr != nil {
+		if cerr := cluster.RemoveLogLinks("_"+kubeletNamespace+"_", statErr != nil); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
@@ -604,31 +604,6 @@ func (b *benchmark) kubeletAnchor(ctx context.Context) (err error) {
 
 // kubeletNamespace holds the kubelet's pods.
 const kubeletNamespace = "nodebench-kubelet"
-
-// containerLogLinks is where the kubelet links container logs.
-const containerLogLinks = "/var/log/containers"
-
-// removeLogLinks removes the links in containerLogLinks whose names hold
-// match (<pod>_<namespace>_<container>-<id>.log) and, when removeDir, the
-// directory itself if nothing else is in it.
-func removeLogLinks(match string, removeDir bool) error {
-	links, err := filepath.Glob(filepath.Join(containerLogLinks, "*"+match+"*.log"))
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, l := range links {
-		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if removeDir {
-		if entries, err := os.ReadDir(containerLogLinks); err == nil && len(entries) == 0 {
-			errs = append(errs, os.Remove(containerLogLinks))
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // scale runs -nodes agents in this process and measures time to all Ready
 // and this process's RSS.
