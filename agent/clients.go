@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/nodekit/nodekit"
@@ -18,10 +19,12 @@ import (
 )
 
 // Clients are the agent's connections to the apiserver, authenticated with
-// the node's kubeconfig. They share one connection tracker so that
-// CloseConnections drops every connection when heartbeats keep failing (a
-// half-open TCP connection otherwise keeps a node NotReady for the kernel's
-// retransmission timeout, as the kubelet learned).
+// the node's kubeconfig. The three clientsets share one HTTP transport (one
+// HTTP/2 connection carries the watches, the heartbeats and the events;
+// each clientset keeps its own rate limit and timeout) and its connection
+// tracker, so that CloseConnections drops every connection when heartbeats
+// keep failing (a half-open TCP connection otherwise keeps a node NotReady
+// for the kernel's retransmission timeout, as the kubelet learned).
 type Clients struct {
 	// Client is for everything but heartbeats: pods, events, watches. Rate
 	// limited by kubeAPIQPS/kubeAPIBurst.
@@ -54,6 +57,15 @@ func NewClients(cfg *Config) (*Clients, error) {
 // NewClientsFromRESTConfig builds the clientsets from a REST config, applying
 // the KubeletConfiguration's client settings (content type, QPS, burst) and
 // the kubelet's user agent. restCfg is copied, not modified.
+//
+// The clientsets share one transport, built once from restCfg: the kubelet
+// builds one per clientset, which costs a TLS connection, its buffers and
+// its reader goroutines each (three per node, on the apiserver too). They
+// do not ask for gzip-compressed responses (rest.Config.DisableCompression):
+// a node's lists and watch events are small, and each open watch would
+// otherwise hold a gzip decompressor (about 40 KiB) for its lifetime and
+// cost the apiserver a compressor. An embedder that wants otherwise
+// decorates *Clients with its own.
 func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, error) {
 	kc := &cfg.Kubelet
 	base := rest.CopyConfig(restCfg)
@@ -67,11 +79,22 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	tracker := connrotation.NewConnectionTracker()
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	base.Dial = connrotation.NewDialerWithTracker(dial, tracker).DialContext
+	base.DisableCompression = true
+	rt, err := rest.TransportFor(base)
+	if err != nil {
+		return nil, fmt.Errorf("build apiserver transport: %w", err)
+	}
+	// forConfig builds a clientset on the shared transport, with c's rate
+	// limit and c's timeout (http.Client.Timeout, which client-go also
+	// sends as each request's timeout parameter).
+	forConfig := func(c *rest.Config) (*kubernetes.Clientset, error) {
+		return kubernetes.NewForConfigAndClient(c, &http.Client{Transport: rt, Timeout: c.Timeout})
+	}
 
 	main := rest.CopyConfig(base)
 	main.QPS = float32(*kc.KubeAPIQPS)
 	main.Burst = int(kc.KubeAPIBurst)
-	client, err := kubernetes.NewForConfig(main)
+	client, err := forConfig(main)
 	if err != nil {
 		return nil, fmt.Errorf("build apiserver client: %w", err)
 	}
@@ -82,7 +105,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	if ev.QPS == 0 {
 		ev.QPS = -1 // eventRecordQPS 0 means no limit
 	}
-	events, err := kubernetes.NewForConfig(ev)
+	events, err := forConfig(ev)
 	if err != nil {
 		return nil, fmt.Errorf("build event client: %w", err)
 	}
@@ -93,7 +116,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	if lease := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second; hb.Timeout > lease {
 		hb.Timeout = lease
 	}
-	heartbeat, err := kubernetes.NewForConfig(hb)
+	heartbeat, err := forConfig(hb)
 	if err != nil {
 		return nil, fmt.Errorf("build heartbeat client: %w", err)
 	}
