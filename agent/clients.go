@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/nodekit/nodekit"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/connrotation"
+	"k8s.io/klog/v2"
 )
 
 // Clients are the agent's connections to the apiserver, authenticated with
@@ -133,12 +136,46 @@ func (c *Clients) CloseConnections() {
 
 // newRecorder returns an event recorder that writes events as the kubelet
 // does (source component "kubelet", host = node name) through client, and a
-// func that stops its broadcaster.
-func newRecorder(cfg *Config, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
+// func that stops its broadcaster. Each event written is logged at
+// verbosity 4 with logger (the kubelet logs them with a second watcher of
+// the broadcaster, StartStructuredLogging: its queue of 1,000 events is
+// allocated up front, a sizeable share of an agent's heap where many run
+// in one process).
+func newRecorder(cfg *Config, logger logr.Logger, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
 	// The rate limit is the event client's; the broadcaster's spam filter
 	// and aggregation keep client-go's defaults, as the kubelet's.
 	b := record.NewBroadcaster()
-	b.StartStructuredLogging(4)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	b.StartRecordingToSink(loggingSink{
+		EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")},
+		logger:    logger.V(4),
+	})
 	return b.NewRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), b.Shutdown
+}
+
+// loggingSink logs each event it writes, as the broadcaster's structured
+// logging would.
+type loggingSink struct {
+	record.EventSink
+	logger logr.Logger
+}
+
+func (s loggingSink) log(e *v1.Event) {
+	s.logger.Info("Event occurred", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name),
+		"fieldPath", e.InvolvedObject.FieldPath, "kind", e.InvolvedObject.Kind, "apiVersion", e.InvolvedObject.APIVersion,
+		"type", e.Type, "reason", e.Reason, "message", e.Message, "count", e.Count)
+}
+
+func (s loggingSink) Create(e *v1.Event) (*v1.Event, error) {
+	s.log(e)
+	return s.EventSink.Create(e)
+}
+
+func (s loggingSink) Update(e *v1.Event) (*v1.Event, error) {
+	s.log(e)
+	return s.EventSink.Update(e)
+}
+
+func (s loggingSink) Patch(old *v1.Event, data []byte) (*v1.Event, error) {
+	s.log(old)
+	return s.EventSink.Patch(old, data)
 }
