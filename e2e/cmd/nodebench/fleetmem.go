@@ -42,6 +42,7 @@ var components = []struct{ prefix, name string }{
 	{"k8s.io/client-go/transport", "clientsets (REST clients)"},
 	{"github.com/prometheus/", "Prometheus registry and metrics"},
 	{"runtime.malg", "goroutine descriptors"},
+	{"github.com/nodekit/nodekit/e2e/", "the benchmark's own (e2e)"},
 	{"github.com/nodekit/nodekit/", ""}, // "nodekit <package>"
 }
 
