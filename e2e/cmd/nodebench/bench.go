@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/e2e/bench"
 	"github.com/nodekit/nodekit/e2e/cluster"
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -654,10 +655,21 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	}
 	defer watch.Stop()
 	b.logf("scale: %d agents in this process", b.opts.nodes)
+	var services agent.ServiceLister
+	if b.opts.shareServices {
+		// One informer on the Services for the whole fleet, with the
+		// admin's client, run until the fleet is gone.
+		var run func(context.Context)
+		services, run = agent.NewServiceLister(b.client)
+		svcCtx, stopServices := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); run(svcCtx) }()
+		defer func() { stopServices(); <-done }()
+	}
 	began := time.Now()
 	fleet, err := bench.StartFleet(ctx, bench.FleetOptions{
 		ControlPlane: b.cp, Nodes: b.opts.nodes, Dir: filepath.Join(b.dir, "fleet"), Name: name,
-		Images: images, Parallel: b.opts.parallel, Log: b.progress,
+		Images: images, Parallel: b.opts.parallel, Services: services, Log: b.progress,
 	})
 	if err != nil {
 		return err

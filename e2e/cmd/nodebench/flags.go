@@ -22,6 +22,7 @@ type options struct {
 	parallel       int
 	hold           time.Duration
 	fleetPods      int
+	shareServices  bool
 	dir            string
 	heapProfile    string
 	profileDir     string
@@ -60,6 +61,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.nodes, "nodes", 100, "agents to run in this one process on the fake runtime (0 skips the scale figures)")
 	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
 	fs.DurationVar(&o.hold, "hold", 5*time.Minute, "how long the -nodes agents must stay Ready once all were; their idle CPU is measured over it")
+	fs.BoolVar(&o.shareServices, "share-services", true, "the -nodes agents share one informer on the Services (agent.ServiceLister) instead of one watch each")
 	fs.IntVar(&o.fleetPods, "fleet-pods", 10, "pods per node created on the -nodes agents after -hold (0 skips them)")
 	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) and a heap profile at the end of its idle window (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof; and of this process with the -nodes agents, a CPU profile from their start to all Ready (fleet.start.cpu.pprof) and over -hold (fleet.idle.cpu.pprof) and a heap profile once all were Ready (fleet.heap.pprof)")

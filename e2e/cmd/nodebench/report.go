@@ -430,6 +430,9 @@ func (b *benchmark) reportScale() {
 		}
 		t.Note("scale: heap per node by component (in-use heap profile, sampled every %d KiB, after less before the fleet): %s",
 			memProfileRate>>10, formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
+		if b.opts.shareServices {
+			t.Note("scale: the agents share one informer on the Services (agent.ServiceLister, -share-services); each has its own client certificate, connection, clientsets, Node/pod watches and fake runtime")
+		}
 		if f.memLimit != math.MaxInt64 {
 			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT)", bench.FormatMiB(uint64(f.memLimit)))
 		}
