@@ -289,7 +289,7 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 		if state := resp.GetStatus().GetState(); state != runtimeapi.PodSandboxState_SANDBOX_READY {
 			lost[name] = true
 			if split[name] == "" {
-				t.Errorf("containerd reports pod %s's sandbox %s %s after its restart, although the pod's containers shared the sandbox's shim", name, sandboxIDs[name], state)
+				t.Errorf("containerd reports pod %s's sandbox %s %s right after its restart, although the pod's containers shared the sandbox's shim: the stop or containerd lost it, or the agent stopped it at once", name, sandboxIDs[name], state)
 			}
 		}
 	}
