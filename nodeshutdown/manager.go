@@ -132,19 +132,10 @@ type Manager struct {
 // I/O. A Manager without any grace period is disabled: it admits every pod
 // and its Run only waits for ctx.
 func New(opts Options) (*Manager, error) {
-	periods := slices.Clone(opts.GracePeriodByPodPriority)
-	if len(periods) == 0 {
-		var err error
-		if periods, err = twoGroups(opts.GracePeriod, opts.GracePeriodCriticalPods); err != nil {
-			return nil, err
-		}
+	periods, err := GracePeriods(opts.GracePeriod, opts.GracePeriodCriticalPods, opts.GracePeriodByPodPriority)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range periods {
-		if p.ShutdownGracePeriodSeconds < 0 {
-			return nil, fmt.Errorf("node shutdown: priority %d has a negative grace period %ds", p.Priority, p.ShutdownGracePeriodSeconds)
-		}
-	}
-	sort.SliceStable(periods, func(i, j int) bool { return periods[i].Priority < periods[j].Priority })
 	if len(periods) > 0 && (opts.ActivePods == nil || opts.KillPod == nil) {
 		return nil, errors.New("node shutdown: ActivePods and KillPod are required")
 	}
@@ -158,11 +149,43 @@ func New(opts Options) (*Manager, error) {
 		opts.RetryPeriod = time.Second
 	}
 	m := &Manager{opts: opts, periods: periods}
-	var err error
 	if m.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// GracePeriods returns the priority groups of a configuration, lowest
+// priority first, as New makes them: byPriority when set, else the two
+// groups of total (shutdownGracePeriod) and critical
+// (shutdownGracePeriodCriticalPods), else none (graceful node shutdown is
+// disabled). It fails on a negative grace period or a critical share larger
+// than the total.
+func GracePeriods(total, critical time.Duration, byPriority []kubeletconfig.ShutdownGracePeriodByPodPriority) ([]kubeletconfig.ShutdownGracePeriodByPodPriority, error) {
+	periods := slices.Clone(byPriority)
+	if len(periods) == 0 {
+		var err error
+		if periods, err = twoGroups(total, critical); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range periods {
+		if p.ShutdownGracePeriodSeconds < 0 {
+			return nil, fmt.Errorf("node shutdown: priority %d has a negative grace period %ds", p.Priority, p.ShutdownGracePeriodSeconds)
+		}
+	}
+	sort.SliceStable(periods, func(i, j int) bool { return periods[i].Priority < periods[j].Priority })
+	return periods, nil
+}
+
+// PeriodRequested is the sum of the groups' grace periods: how long the
+// node's shutdown must be delayed for all of them.
+func PeriodRequested(periods []kubeletconfig.ShutdownGracePeriodByPodPriority) time.Duration {
+	var sum int64
+	for _, p := range periods {
+		sum += p.ShutdownGracePeriodSeconds
+	}
+	return time.Duration(sum) * time.Second
 }
 
 // twoGroups turns shutdownGracePeriod and shutdownGracePeriodCriticalPods
@@ -191,15 +214,9 @@ func (m *Manager) Periods() []kubeletconfig.ShutdownGracePeriodByPodPriority {
 	return slices.Clone(m.periods)
 }
 
-// PeriodRequested is the sum of the groups' grace periods: how long the
-// node's shutdown must be delayed for all of them.
-func (m *Manager) PeriodRequested() time.Duration {
-	var sum int64
-	for _, p := range m.periods {
-		sum += p.ShutdownGracePeriodSeconds
-	}
-	return time.Duration(sum) * time.Second
-}
+// PeriodRequested is the sum of the groups' grace periods (see the
+// function PeriodRequested).
+func (m *Manager) PeriodRequested() time.Duration { return PeriodRequested(m.periods) }
 
 // ShutdownStatus returns ErrShuttingDown while the node shuts down (from
 // the signal until a cancellation), nil otherwise. It gates the node's
