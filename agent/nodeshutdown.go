@@ -114,7 +114,9 @@ type shutdownLoopRef struct{ podLoopRef }
 func newShutdownLoopRef() *shutdownLoopRef { return &shutdownLoopRef{} }
 
 // reporterRef hands the status reporter to the node shutdown manager.
-type reporterRef struct{ r atomic.Pointer[status.Reporter] }
+type reporterRef struct {
+	r atomic.Pointer[status.Reporter]
+}
 
 func (rr *reporterRef) syncNow() {
 	if r := rr.r.Load(); r != nil {
