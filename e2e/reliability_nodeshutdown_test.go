@@ -19,8 +19,8 @@ import (
 // node shutdown signal where no systemd-logind runs: the node must turn
 // NotReady with the kubelet's message "node is shutting down", a new pod
 // must be rejected with reason NodeShutdown, the regular pods must be
-// stopped (their containers, which ignore SIGTERM, killed at their 10 s)
-// before the critical one (6 s), every pod Failed with reason Terminated,
+// stopped (their containers, which ignore SIGTERM, killed once their group's
+// 10 s are up) before the critical one (6 s more), every pod Failed with reason Terminated,
 // the kubelet's message and a DisruptionTarget condition, and all within
 // the 16 s grace. It prints the time to NotReady and to each class's
 // containers stopping and pods Failed.
@@ -38,9 +38,11 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		"shutdownGracePeriod":             grace.String(),
 		"shutdownGracePeriodCriticalPods": critical.String(),
 	}})
-	regular := createPods(t, 2, "regular", func(name string) *v1.Pod { return n.pod(name, sleeper...) })
+	// A terminationGracePeriodSeconds longer than the groups', so the
+	// groups' grace periods apply (a shorter one would).
+	regular := createPods(t, 2, "regular", func(name string) *v1.Pod { return withGrace(n.pod(name, sleeper...), 30) })
 	crit := createPods(t, 1, "critical", func(name string) *v1.Pod {
-		p := n.pod(name, sleeper...)
+		p := withGrace(n.pod(name, sleeper...), 30)
 		p.Spec.PriorityClassName = "system-node-critical"
 		return p
 	})
