@@ -83,7 +83,15 @@ func run(m *testing.M) (code int) {
 		os.RemoveAll(env.dir)
 	}()
 	setup(ctx)
-	return m.Run()
+	code = m.Run()
+	// Whatever ran, the node identities kept to their privilege.
+	if env.cp != nil && env.broken == nil && env.sentinel != nil {
+		if err := checkLeastPrivilege(ctx, progress); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: FAIL: least privilege: %v\n", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 func setup(ctx context.Context) {
