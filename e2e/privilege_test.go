@@ -225,16 +225,21 @@ func auditNodeRequests(records []auditRecord) privilegeReport {
 		rep.nodes[node] = true
 		rep.requests++
 		rep.touched[requestKey(r)]++
-		if why := outOfScope(node, r); why != "" {
-			rep.offences = append(rep.offences, fmt.Sprintf("%s by %s: %s", r, node, why))
-			continue
-		}
+		scope := outOfScope(node, r)
 		if r.Code == 403 {
+			// Refused, in scope or not: fine only when provoked.
 			if why := excusedFor(node, r.RequestReceived); why != "" {
 				rep.excused[fmt.Sprintf("%s (%s)", node, why)]++
 				continue
 			}
-			rep.offences = append(rep.offences, fmt.Sprintf("%s by %s: refused", r, node))
+			if scope == "" {
+				scope = "refused"
+			}
+			rep.offences = append(rep.offences, fmt.Sprintf("%s by %s: %s", r, node, scope))
+			continue
+		}
+		if scope != "" {
+			rep.offences = append(rep.offences, fmt.Sprintf("%s by %s: %s", r, node, scope))
 		}
 	}
 	return rep
