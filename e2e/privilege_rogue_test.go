@@ -21,8 +21,7 @@ import (
 // its own credentials (system:node:priv-rogue) but the first node's name
 // (--hostname-override, as a misconfigured machine) and a static pod. Every
 // write it attempts on the other node's objects (registering the Node, its
-// Lease, the static pod's mirror pod bound to that node) and every read of
-// them must be refused by the Node authorizer or NodeRestriction, and the
+// Lease) and every read of them must be refused by the Node authorizer or NodeRestriction, and the
 // agent must log each refusal with the object's name, retry with back-off
 // (a bounded number of requests per minute, from the audit log, the
 // registration's interval growing to its 7 s cap) and keep serving its
@@ -124,7 +123,9 @@ func TestWriteToAnotherNodeIsRefused(t *testing.T) {
 	if len(offences) > 0 {
 		t.Errorf("the apiserver let the rogue agent touch the other node's objects:\n  %s", strings.Join(offences, "\n  "))
 	}
-	for _, want := range []string{"create nodes", "get leases.coordination.k8s.io", "create pods"} {
+	// (No mirror pod is attempted: the agent creates mirror pods once its
+	// node is known, which a node it may not read never is.)
+	for _, want := range []string{"create nodes", "get leases.coordination.k8s.io"} {
 		if refused[want] == 0 {
 			t.Errorf("no refused %q by the rogue agent in the audit log (refused: %v)", want, refused)
 		}
