@@ -292,7 +292,9 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 }
 
 // RemovePod forgets the pod's status: the pod is gone from every source.
-// A write in progress may still complete.
+// A write in progress may still complete. A pod the Manager deleted from
+// the API server takes no status until RemovePod (its UID is kept until
+// then, so call it for every pod its sources removed).
 func (m *Manager) RemovePod(uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
