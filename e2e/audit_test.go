@@ -35,6 +35,23 @@ type auditRecord struct {
 	Code            int       `json:"-"`
 }
 
+// String names the request: "verb resource[/subresource] namespace/name
+// → code at time".
+func (r auditRecord) String() string {
+	what := r.RequestURI
+	if o := r.ObjectRef; o != nil {
+		what = o.Resource
+		if o.APIGroup != "" {
+			what += "." + o.APIGroup
+		}
+		if o.Subresource != "" {
+			what += "/" + o.Subresource
+		}
+		what += " " + o.Namespace + "/" + o.Name
+	}
+	return fmt.Sprintf("%s %s → %d at %s", r.Verb, what, r.Code, r.RequestReceived.Format("15:04:05.000"))
+}
+
 // readAuditFile returns the completed requests of an audit log.
 func readAuditFile(path string) ([]auditRecord, error) {
 	f, err := os.Open(path)

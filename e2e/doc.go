@@ -43,8 +43,25 @@
 // graceful node shutdown: TestGracefulNodeShutdown), pods the node cannot or can barely run
 // (TestHostileInput), pods created and deleted in rounds (TestChurn: short
 // here, 2,000 × 5 on fakecri and 200 × 5 on containerd under NODEKIT_SOAK=1,
-// which hack/soak.sh sets; not part of hack/test.sh). Each prints its
-// figures. All tests run in parallel (-parallel defaults to 16 here: they
+// which hack/soak.sh sets; not part of hack/test.sh; no request of the
+// node refused, reads included). TestWriteToAnotherNodeIsRefused
+// (privilege_rogue_test.go) gives an agent another node's name with its own
+// credentials: every write is refused, logged with the object's name and
+// retried with back-off while its healthz and static pod keep being
+// served; TestAgentFileModes checks the modes of the serving certificate
+// issued through the CSR API and of the pod directories. Each prints its
+// figures.
+//
+// After the tests, whatever -run selected, TestMain checks least privilege
+// from the apiserver's audit log (privilege_test.go): every request of a
+// node identity (system:node:<name>) must be one the kubelet makes, on its
+// own Node, Lease, pods and objects of its pods, with none refused except
+// those a test provokes on purpose (excuseDenials); the apiserver must run
+// --authorization-mode=Node,RBAC and NodeRestriction (read from its command
+// line, and proved by a probe identity refused reading and patching
+// another node), and every node CSR must ask for its own identity. It
+// prints the node identities' requests by verb and resource, and fails the
+// run, listing the offending requests, otherwise. All tests run in parallel (-parallel defaults to 16 here: they
 // wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:

@@ -83,7 +83,21 @@ func run(m *testing.M) (code int) {
 		os.RemoveAll(env.dir)
 	}()
 	setup(ctx)
-	return m.Run()
+	code = m.Run()
+	// Whatever ran, the node identities kept to their privilege.
+	switch {
+	case env.cp != nil && env.broken == nil && env.sentinel != nil:
+		if err := checkLeastPrivilege(ctx, progress); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: FAIL: least privilege: %v\n", err)
+			code = 1
+		}
+	case testenv.InCI():
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: least privilege not checked (required under CI): no cluster (%v)\n", errors.Join(env.broken, env.unavailable))
+		code = 1
+	default:
+		fmt.Fprintf(os.Stderr, "e2e: least privilege not checked: no cluster (%v)\n", errors.Join(env.broken, env.unavailable))
+	}
+	return code
 }
 
 func setup(ctx context.Context) {

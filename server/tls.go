@@ -279,8 +279,13 @@ func (m *certMetrics) register(reg prometheus.Registerer, current func() *tls.Ce
 // kubelet-server-current.pem (certFile/keyFile, when set, seed it), CSRs
 // go to the kubelet-serving signer with the serving usages, and the
 // certificate rotates at 70–90% of its lifetime or when the node's
-// addresses change.
+// addresses change. A missing certDir is created 0700.
 func newBootstrapManager(ctx context.Context, client kubernetes.Interface, o Options, metrics *certMetrics) (certificate.Manager, error) {
+	// client-go's store would create a missing directory 0755: the node's
+	// private keys go in a directory only the agent may enter.
+	if err := os.MkdirAll(o.TLS.CertDirectory, 0o700); err != nil {
+		return nil, fmt.Errorf("create the certificate directory %s: %w", o.TLS.CertDirectory, err)
+	}
 	store, err := certificate.NewFileStoreWithLogger(klog.FromContext(ctx).V(3), bootstrapPairPrefix, o.TLS.CertDirectory, o.TLS.CertDirectory, o.TLS.CertFile, o.TLS.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("failed to initialize server certificate store: %w", err)

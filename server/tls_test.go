@@ -350,7 +350,8 @@ func (s *csrSigner) react(action k8stesting.Action) (bool, runtime.Object, error
 }
 
 func TestBootstrapThroughCSR(t *testing.T) {
-	dir := t.TempDir()
+	// A certificate directory that does not exist yet.
+	dir := filepath.Join(t.TempDir(), "pki")
 	ca := newTestCA(t, "kubelet-serving-ca")
 	signer := &csrSigner{t: t, ca: ca}
 	client := fake.NewClientset()
@@ -397,8 +398,15 @@ func TestBootstrapThroughCSR(t *testing.T) {
 	if !slices.Equal(req.DNSNames, []string{"node-a.example", "node-a.internal"}) || len(req.IPAddresses) != 2 {
 		t.Errorf("CSR names %v IPs %v", req.DNSNames, req.IPAddresses)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "kubelet-server-current.pem")); err != nil {
+	if fi, err := os.Stat(filepath.Join(dir, "kubelet-server-current.pem")); err != nil {
 		t.Errorf("bootstrapped pair not stored: %v", err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("bootstrapped pair has mode %04o, want 0600", fi.Mode().Perm())
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		t.Errorf("certificate directory: %v", err)
+	} else if fi.Mode().Perm() != 0o700 {
+		t.Errorf("certificate directory has mode %04o, want 0700", fi.Mode().Perm())
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

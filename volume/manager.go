@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -439,10 +440,26 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume, plugin
 		vc.FSGroup = sc.FSGroup
 	}
 	vc.FSUser = fsUserFrom(pod)
+	if err := m.makePodDirs(pod.UID); err != nil {
+		return Mounted{}, err
+	}
 	start := m.clock.Now()
 	out, err := plugin.SetUp(ctx, vc)
 	m.metrics.observe(plugin.Name(), opMount, err, m.clock.Since(start))
 	return out, err
+}
+
+// makePodDirs creates the pod's directory and its volumes and plugins
+// directories 0750, as the kubelet's makePodDataDirs, before a plugin
+// creates a volume's path beneath them with its own (wider) mode.
+func (m *Manager) makePodDirs(uid types.UID) error {
+	podDir := filepath.Join(m.podsDir, string(uid))
+	for _, dir := range []string{podDir, filepath.Join(podDir, "volumes"), filepath.Join(podDir, "plugins")} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create the directory of pod %s: %w", uid, err)
+		}
+	}
+	return nil
 }
 
 // volumeContext returns the context of a volume without pod and spec.

@@ -564,3 +564,19 @@ func (replacement) CanSupport(vol *v1.Volume) bool { return vol.EmptyDir != nil 
 func (replacement) SetUp(context.Context, *VolumeContext) (Mounted, error) {
 	return Mounted{Path: "/replaced"}, nil
 }
+
+func TestPodDirectoriesAreClosedToOthers(t *testing.T) {
+	f := newFixture(t, []runtime.Object{configMap("cfg", map[string]string{"k": "v1"})}, nil)
+	f.run()
+	got := f.mountPod(testPod("u1", cmVolume("c", "cfg", nil)))
+	// <pods>/<uid>/volumes/<plugin>/<name>
+	podDir := filepath.Dir(filepath.Dir(filepath.Dir(got["c"].Path)))
+	for _, dir := range []string{podDir, filepath.Join(podDir, "volumes"), filepath.Join(podDir, "plugins")} {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Errorf("%s: %v", dir, err)
+		} else if fi.Mode().Perm() != 0o750 {
+			t.Errorf("%s has mode %04o, want 0750 as the kubelet's", dir, fi.Mode().Perm())
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -463,6 +464,28 @@ func (c *ControlPlane) AllocateNodeIP() string {
 func (c *ControlPlane) Kubectl(ctx context.Context, kubeconfig string, args ...string) (string, error) {
 	out, err := runCommand(ctx, c.Dir, nil, nil, c.Binaries.Kubectl, append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
 	return string(out), err
+}
+
+// ServerArgs returns the command line of the running server name
+// ("kube-apiserver", ...) as the kernel holds it (/proc/<pid>/cmdline),
+// program first.
+func (c *ControlPlane) ServerArgs(name string) ([]string, error) {
+	c.mu.Lock()
+	var p *process
+	for _, q := range c.procs {
+		if q.name == name {
+			p = q
+		}
+	}
+	c.mu.Unlock()
+	if p == nil || p.exited() {
+		return nil, fmt.Errorf("server %s is not running", name)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid()))
+	if err != nil {
+		return nil, fmt.Errorf("command line of %s: %w", name, err)
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"), nil
 }
 
 // LogFiles returns each server's log file by name, also after Stop (when

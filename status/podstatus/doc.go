@@ -43,7 +43,12 @@
 // API pod whose kubernetes.io/config.mirror annotation is the static pod's
 // config hash. With the sources' view (Options.Pods) the Manager writes it
 // only once the sources show that mirror pod, without a request before, and
-// its periodic sync compares against the mirror pod's status. Without a
+// its periodic sync compares against the mirror pod's status. With the
+// sources' view it also makes no request for a pod the sources no longer
+// show, nor for a pod it deleted itself (until RemovePod): their API objects
+// are gone, and the Node authorizer refuses even a read of a pod no longer
+// bound to the node (the kubelet makes that GET, refused, until its
+// RemoveOrphanedStatuses drops the status). Without a
 // Client (a standalone node) the Manager keeps the statuses for
 // GetPodStatus and writes nothing.
 //

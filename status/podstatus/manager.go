@@ -65,9 +65,12 @@ type Options struct {
 	// server (for a static pod: on its mirror pod), and deletes a finished
 	// pod whose deletion came after its last status write; a static pod's
 	// status waits, without a request, until the sources show its current
-	// mirror pod. Without it, that happens on the next SetPodStatus or
-	// TerminatePod, and a static pod's status is written after a GET of
-	// its mirror pod.
+	// mirror pod, and the status of a pod the sources no longer show (its
+	// API object is gone, so the Node authorizer would refuse even reading
+	// it) is not written, without a request, until RemovePod forgets it.
+	// Without it, that happens on the next SetPodStatus or TerminatePod, a
+	// static pod's status is written after a GET of its mirror pod, and a
+	// removed pod's status is read from the API server until RemovePod.
 	Pods PodGetter
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
@@ -119,6 +122,10 @@ type Manager struct {
 
 	mu       sync.RWMutex
 	statuses map[types.UID]*versionedStatus
+	// deleted holds the pods this Manager deleted from the API server
+	// until RemovePod: no status of theirs is kept, there is no object
+	// left to write it to.
+	deleted map[types.UID]struct{}
 	// signal has a pending write when it holds a value.
 	signal chan struct{}
 
@@ -195,6 +202,7 @@ func NewManager(opts Options) (*Manager, error) {
 		logger:      opts.Logger.WithName("podstatus"),
 		metrics:     m,
 		statuses:    make(map[types.UID]*versionedStatus),
+		deleted:     make(map[types.UID]struct{}),
 		signal:      make(chan struct{}, 1),
 		synced:      make(map[types.UID]uint64),
 		written:     make(map[types.UID]*v1.Pod),
@@ -284,16 +292,23 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 }
 
 // RemovePod forgets the pod's status: the pod is gone from every source.
-// A write in progress may still complete.
+// A write in progress may still complete. A pod the Manager deleted from
+// the API server takes no status until RemovePod (its UID is kept until
+// then, so call it for every pod its sources removed).
 func (m *Manager) RemovePod(uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.statuses, uid)
+	delete(m.deleted, uid)
 }
 
 // updateLocked caches status for pod, the kubelet's updateStatusInternal.
 // The caller holds mu and no longer uses status.
 func (m *Manager) updateLocked(pod *v1.Pod, status v1.PodStatus, force, finished bool) {
+	if _, gone := m.deleted[pod.UID]; gone {
+		m.logger.V(5).Info("Ignoring the status of a pod already deleted from the API server", "pod", klog.KObj(pod), "podUID", pod.UID)
+		return
+	}
 	now := m.clock.Now()
 	status.ObservedGeneration = pod.Generation
 	cached, isCached := m.statuses[pod.UID]
@@ -519,6 +534,11 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		logger.V(4).Info("Static pod has no current mirror pod yet, not writing its status")
 		return
 	}
+	if errors.Is(err, errNotInSources) {
+		// Its API object is gone; RemovePod follows.
+		logger.V(4).Info("Pod is no longer in the sources, not writing its status")
+		return
+	}
 	if apierrors.IsNotFound(err) {
 		logger.V(3).Info("Pod does not exist on the API server")
 		return
@@ -580,7 +600,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		}
 		m.metrics.deletion(resultDeleted)
 		logger.V(3).Info("Pod fully terminated and removed from the API server")
-		m.forget(uid, e.version)
+		m.forgetDeleted(uid)
 		return
 	}
 	m.writeMu.Lock()
@@ -595,10 +615,13 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 	m.mu.Unlock()
 }
 
-// forget drops the pod's status unless a newer version came meanwhile.
 // errNoMirrorPod: the sources show no current mirror pod of a static pod,
 // so there is nothing to write its status to yet.
 var errNoMirrorPod = errors.New("no current mirror pod")
+
+// errNotInSources: the sources no longer show a (non-static) pod, so its
+// API object is gone and there is nothing to write its status to.
+var errNotInSources = errors.New("pod not in the sources")
 
 // sourcePod returns the API pod the status of the pod uid goes to as the
 // sources last saw it: the pod itself, or for a static pod its mirror pod
@@ -625,7 +648,12 @@ func (m *Manager) sourcePod(uid types.UID, e *versionedStatus) (*v1.Pod, bool) {
 // is the version that patch was computed from (the watch has not caught up
 // with the write). With Options.Pods, a static pod whose current mirror
 // pod the sources do not show gets errNoMirrorPod, without a request: there
-// is nothing to write to until the pod loop created it. Otherwise, and
+// is nothing to write to until the pod loop created it; any other pod the
+// sources do not show gets errNotInSources, without a request: the agent
+// only sets statuses of pods its sources gave it, so the pod was deleted
+// from the API server (a GET would be refused by the Node authorizer, the
+// pod being no longer bound to the node; the kubelet makes that GET and
+// relies on RemoveOrphanedStatuses to stop). Otherwise, and
 // without Options.Pods, it reads the pod from the API server. A copy that
 // misses someone else's later write can only leave that write as it is; the
 // periodic sync then sees the difference and reads the API. The returned
@@ -633,25 +661,27 @@ func (m *Manager) sourcePod(uid types.UID, e *versionedStatus) (*v1.Pod, bool) {
 func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedStatus) (*v1.Pod, error) {
 	if m.pods != nil {
 		p, ok := m.sourcePod(uid, e)
-		if !ok && e.static {
+		switch {
+		case !ok && e.static:
 			return nil, errNoMirrorPod
+		case !ok:
+			return nil, errNotInSources
 		}
-		if ok {
-			m.writeMu.Lock()
-			last, wrote := m.written[uid]
-			from := m.writtenFrom[uid]
-			m.writeMu.Unlock()
-			switch {
-			case !wrote || last.ResourceVersion == p.ResourceVersion:
-				return p.DeepCopy(), nil
-			case from == p.ResourceVersion:
-				return last.DeepCopy(), nil
-			}
+		m.writeMu.Lock()
+		last, wrote := m.written[uid]
+		from := m.writtenFrom[uid]
+		m.writeMu.Unlock()
+		switch {
+		case !wrote || last.ResourceVersion == p.ResourceVersion:
+			return p.DeepCopy(), nil
+		case from == p.ResourceVersion:
+			return last.DeepCopy(), nil
 		}
 	}
 	return m.client.CoreV1().Pods(e.namespace).Get(ctx, e.name, metav1.GetOptions{})
 }
 
+// forget drops the pod's status unless a newer version came meanwhile.
 func (m *Manager) forget(uid types.UID, version uint64) {
 	m.writeMu.Lock()
 	delete(m.synced, uid)
@@ -663,6 +693,22 @@ func (m *Manager) forget(uid types.UID, version uint64) {
 	if cur, ok := m.statuses[uid]; ok && cur.version == version {
 		delete(m.statuses, uid)
 	}
+}
+
+// forgetDeleted drops the status of a pod this Manager deleted from the
+// API server, whatever its version, and ignores any later one until
+// RemovePod: the object, and with it the node's right to read or write it,
+// is gone for good (a UID is never reused).
+func (m *Manager) forgetDeleted(uid types.UID) {
+	m.writeMu.Lock()
+	delete(m.synced, uid)
+	delete(m.written, uid)
+	delete(m.writtenFrom, uid)
+	m.writeMu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.statuses, uid)
+	m.deleted[uid] = struct{}{}
 }
 
 // canBeDeleted: the pod is being deleted, the API server shows it terminal,

@@ -452,7 +452,8 @@ func (g *getter) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
 
 func TestResyncRewritesAStatusSomeoneElseChanged(t *testing.T) {
 	p := testPod(v1.RestartPolicyAlways, "a")
-	g := &getter{pods: map[types.UID]*v1.Pod{}}
+	// The agent only sets statuses of pods its sources gave it.
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
 	e := newEnv(t, g, p.DeepCopy())
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
 	e.waitFor(t, "Ready", func() bool {
@@ -474,7 +475,7 @@ func TestResyncRewritesAStatusSomeoneElseChanged(t *testing.T) {
 
 func TestResyncDeletesAFinishedPodDeletedLater(t *testing.T) {
 	p := testPod(v1.RestartPolicyNever, "a")
-	g := &getter{pods: map[types.UID]*v1.Pod{}}
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
 	e := newEnv(t, g, p.DeepCopy())
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{}))
 	e.m.TerminatePod(p)
@@ -758,4 +759,85 @@ func TestPendingFirstStatusIsWrittenAfterTheDelay(t *testing.T) {
 	waiting := podstatus.Generate(p, rt(), map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrImagePull, Message: "no"}}, podstatus.GenerateOptions{})
 	e.m.SetPodStatus(p, waiting)
 	e.waitFor(t, "the second patch without a delay", func() bool { return len(e.actions("patch")) == 2 })
+}
+
+// settle fires the periodic sync twice and waits until the second one is
+// done: every write queued before has been tried.
+func (e *env) settle(t *testing.T) {
+	t.Helper()
+	e.resync(t)
+	e.resync(t)
+	e.waitFor(t, "the sync to finish", func() bool { return e.clock.HasWaiters() })
+}
+
+func TestAPodGoneFromTheSourcesIsNeitherReadNorWritten(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
+	e := newEnv(t, g, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Running", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+
+	// The pod is deleted from the API server and its source drops it
+	// while a newer status is pending: the Node authorizer would refuse
+	// both reading and writing it.
+	g.mu.Lock()
+	delete(g.pods, p.UID)
+	g.mu.Unlock()
+	before := len(e.client.Actions())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 1)), nil, podstatus.GenerateOptions{}))
+	e.settle(t)
+	if after := e.client.Actions()[before:]; len(after) != 0 {
+		t.Errorf("requests for a pod gone from the sources: %v", describe(after))
+	}
+	if _, ok := e.m.GetPodStatus(p.UID); !ok {
+		t.Error("the status was dropped before RemovePod")
+	}
+	e.m.RemovePod(p.UID)
+	if _, ok := e.m.GetPodStatus(p.UID); ok {
+		t.Error("RemovePod kept the status")
+	}
+}
+
+func TestAPodItDeletedTakesNoLaterStatus(t *testing.T) {
+	p := testPod(v1.RestartPolicyNever, "a")
+	now := metav1.NewTime(t1)
+	p.DeletionTimestamp = &now
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
+	e := newEnv(t, g, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{Terminal: true}))
+	e.m.TerminatePod(p)
+	e.waitFor(t, "the deletion", func() bool { return len(e.actions("delete")) == 1 })
+	checkFinalDelete(t, e, p.UID)
+
+	// The sources have not seen the deletion yet and the pod loop reports
+	// the pod once more: nothing is left to write it to.
+	before := len(e.client.Actions())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{Terminal: true}))
+	e.m.TerminatePod(p)
+	e.settle(t)
+	if after := e.client.Actions()[before:]; len(after) != 0 {
+		t.Errorf("requests for a pod deleted already: %v", describe(after))
+	}
+	if _, ok := e.m.GetPodStatus(p.UID); ok {
+		t.Error("a status of a deleted pod was kept")
+	}
+	// Once the sources dropped it, its UID is forgotten too.
+	e.m.RemovePod(p.UID)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{Terminal: true}))
+	if _, ok := e.m.GetPodStatus(p.UID); !ok {
+		t.Error("after RemovePod a status of the UID is still ignored")
+	}
+}
+
+// describe names requests as "verb resource[/subresource]".
+func describe(actions []k8stesting.Action) []string {
+	var out []string
+	for _, a := range actions {
+		r := a.GetVerb() + " " + a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			r += "/" + a.GetSubresource()
+		}
+		out = append(out, r)
+	}
+	return out
 }

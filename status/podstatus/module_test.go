@@ -18,7 +18,7 @@ func TestModuleRunsTheManager(t *testing.T) {
 	p := testPod(v1.RestartPolicyAlways, "a")
 	client := fake.NewClientset(p.DeepCopy())
 	reg := prometheus.NewPedanticRegistry()
-	g := &getter{pods: map[types.UID]*v1.Pod{}}
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
 	var (
 		iface podstatus.Interface
 		m     *podstatus.Manager
