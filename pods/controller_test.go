@@ -610,6 +610,13 @@ func TestPodStartIsObservedOnTheSourcesUpdate(t *testing.T) {
 		p.CreationTimestamp = metav1.NewTime(seen.Add(-2 * time.Second))
 	}
 	h.send(podsource.OpAdd, stateless, stateful)
+	// send returns when the controller took the update, not when it saw the
+	// pods: step the clock only once both are recorded.
+	h.waitFor("both pods recorded", func() bool {
+		h.c.mu.Lock()
+		defer h.c.mu.Unlock()
+		return len(h.c.pods) == 2
+	})
 	h.clock.Step(100 * time.Millisecond)
 	started := func(p *v1.Pod) *v1.Pod {
 		p = p.DeepCopy()
