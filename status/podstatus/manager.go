@@ -72,9 +72,11 @@ type Options struct {
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
 	// Writers is how many pods' statuses are written at once (default
-	// DefaultWriters); one pod's writes never overlap. The kubelet writes
-	// one at a time, so a burst of pods waits for each round trip in turn;
-	// the client's rate limit still bounds the request rate.
+	// DefaultWriters); one pod's writes never overlap. A status goes to
+	// the first free writer as soon as it is set, whatever the others are
+	// writing. The kubelet writes one at a time, so a burst of pods waits
+	// for each round trip in turn; the client's rate limit still bounds the
+	// request rate.
 	Writers int
 	// PendingWriteDelay is how long the first status of a pod that is still
 	// Pending (and not being deleted) may wait for a newer one before it is
@@ -132,7 +134,10 @@ type Manager struct {
 	// resourceVersion that patch was computed from. See currentPod.
 	written     map[types.UID]*v1.Pod
 	writtenFrom map[types.UID]string
-	running     atomic.Bool
+	// force is, per pod UID, a write the periodic sync asked for although
+	// the pod's version is written (its finished pod is to be deleted).
+	force   map[types.UID]bool
+	running atomic.Bool
 }
 
 // versionedStatus is one pod's cached status. The Manager replaces entries,
@@ -199,6 +204,7 @@ func NewManager(opts Options) (*Manager, error) {
 		synced:      make(map[types.UID]uint64),
 		written:     make(map[types.UID]*v1.Pod),
 		writtenFrom: make(map[types.UID]string),
+		force:       make(map[types.UID]bool),
 	}, nil
 }
 
@@ -381,6 +387,29 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
+	// The writers take pods off the queue as they come: a status set while
+	// other pods are being written goes out as soon as a writer is free,
+	// not after the slowest write of a batch. The queue never hands one
+	// pod to two writers at once, and a pod queued while being written is
+	// handed out again once that write is done.
+	queue := workqueue.NewTyped[types.UID]()
+	var writers sync.WaitGroup
+	for range m.writers {
+		writers.Go(func() {
+			for {
+				uid, quit := queue.Get()
+				if quit {
+					return
+				}
+				m.write(ctx, uid)
+				queue.Done(uid)
+			}
+		})
+	}
+	defer func() {
+		queue.ShutDown()
+		writers.Wait()
+	}()
 	timer := m.clock.NewTimer(m.syncPeriod)
 	defer timer.Stop()
 	// deferred fires when the earliest held-back first status is due.
@@ -407,31 +436,27 @@ func (m *Manager) Run(ctx context.Context) error {
 			logger.V(2).Info("Stopped syncing pod status")
 			return nil
 		case <-m.signal:
-			arm(m.syncBatch(ctx, false))
+			arm(m.syncBatch(ctx, queue, false))
 		case <-deferredC:
-			arm(m.syncBatch(ctx, false))
+			arm(m.syncBatch(ctx, queue, false))
 		case <-timer.C():
-			arm(m.syncBatch(ctx, true))
+			arm(m.syncBatch(ctx, queue, true))
 			timer.Reset(m.syncPeriod)
 		}
 	}
 }
 
-type podSync struct {
-	uid    types.UID
-	status *versionedStatus
-}
-
-// syncBatch writes the statuses not written yet; with all, also those that
-// differ from the API server's or belong to a pod to delete. Up to
-// m.writers pods are written at once; it returns when all are done. A first
-// status held back (see Options.PendingWriteDelay) is not written; the
-// earliest time one is due is returned, zero when none is held back.
-func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
-	var todo []podSync
+// syncBatch queues for the writers the pods whose status is not written
+// yet; with all, also those that differ from the API server's or belong to
+// a pod to delete. It does not wait for the writes. A first status held
+// back (see Options.PendingWriteDelay) is not queued; the earliest time one
+// is due is returned, zero when none is held back.
+func (m *Manager) syncBatch(ctx context.Context, queue workqueue.TypedInterface[types.UID], all bool) (due time.Time) {
 	now := m.clock.Now()
 	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
 	m.mu.RLock()
+	defer m.mu.RUnlock()
 	if all {
 		for uid := range m.synced {
 			if _, ok := m.statuses[uid]; !ok {
@@ -447,28 +472,38 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
 				due = at
 			}
 		case !ok || written < e.version:
-			todo = append(todo, podSync{uid, e})
+			queue.Add(uid)
 		case !all:
 		case m.needsDeletion(uid, e):
-			todo = append(todo, podSync{uid, e})
+			m.force[uid] = true
+			queue.Add(uid)
 		case m.needsReconcile(ctx, uid, e):
 			delete(m.synced, uid)
-			todo = append(todo, podSync{uid, e})
+			queue.Add(uid)
 		}
 	}
-	m.mu.RUnlock()
-	m.writeMu.Unlock()
-	workqueue.ParallelizeUntil(ctx, m.writers, len(todo), func(i int) {
-		// A pod removed since the batch began has no object left to
-		// write to (and the Node authorizer refuses reading it).
-		m.mu.RLock()
-		_, tracked := m.statuses[todo[i].uid]
-		m.mu.RUnlock()
-		if tracked {
-			m.syncPod(ctx, todo[i].uid, todo[i].status)
-		}
-	})
 	return due
+}
+
+// write writes the pod's latest status if it still needs writing: it
+// changed since the last write (and is not a first status held back), or
+// the periodic sync asked for it. A pod removed since it was queued has no
+// object left to write to (and the Node authorizer refuses reading it).
+func (m *Manager) write(ctx context.Context, uid types.UID) {
+	m.mu.RLock()
+	e, tracked := m.statuses[uid]
+	m.mu.RUnlock()
+	m.writeMu.Lock()
+	written, ok := m.synced[uid]
+	force := m.force[uid]
+	delete(m.force, uid)
+	m.writeMu.Unlock()
+	switch {
+	case !tracked:
+	case !ok && m.holdFirst(e, m.clock.Now()):
+	case !ok || written < e.version || force:
+		m.syncPod(ctx, uid, e)
+	}
 }
 
 // holdFirst reports whether a pod's first status, never written, waits
@@ -657,6 +692,7 @@ func (m *Manager) forget(uid types.UID, version uint64) {
 	delete(m.synced, uid)
 	delete(m.written, uid)
 	delete(m.writtenFrom, uid)
+	delete(m.force, uid)
 	m.writeMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
