@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -387,29 +386,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
-	// The writers take pods off the queue as they come: a status set while
-	// other pods are being written goes out as soon as a writer is free,
-	// not after the slowest write of a batch. The queue never hands one
-	// pod to two writers at once, and a pod queued while being written is
-	// handed out again once that write is done.
-	queue := workqueue.NewTyped[types.UID]()
-	var writers sync.WaitGroup
-	for range m.writers {
-		writers.Go(func() {
-			for {
-				uid, quit := queue.Get()
-				if quit {
-					return
-				}
-				m.write(ctx, uid)
-				queue.Done(uid)
-			}
-		})
-	}
-	defer func() {
-		queue.ShutDown()
-		writers.Wait()
-	}()
+	queue := newWriteQueue(ctx, m.writers, m.write)
+	defer queue.wait()
 	timer := m.clock.NewTimer(m.syncPeriod)
 	defer timer.Stop()
 	// deferred fires when the earliest held-back first status is due.
@@ -451,7 +429,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // a pod to delete. It does not wait for the writes. A first status held
 // back (see Options.PendingWriteDelay) is not queued; the earliest time one
 // is due is returned, zero when none is held back.
-func (m *Manager) syncBatch(ctx context.Context, queue workqueue.TypedInterface[types.UID], all bool) (due time.Time) {
+func (m *Manager) syncBatch(ctx context.Context, queue *writeQueue, all bool) (due time.Time) {
 	now := m.clock.Now()
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
@@ -472,18 +450,92 @@ func (m *Manager) syncBatch(ctx context.Context, queue workqueue.TypedInterface[
 				due = at
 			}
 		case !ok || written < e.version:
-			queue.Add(uid)
+			queue.add(uid)
 		case !all:
 		case m.needsDeletion(uid, e):
 			m.force[uid] = true
-			queue.Add(uid)
+			queue.add(uid)
 		case m.needsReconcile(ctx, uid, e):
 			delete(m.synced, uid)
-			queue.Add(uid)
+			queue.add(uid)
 		}
 	}
 	return due
 }
+
+// writeQueue hands queued pods to up to limit writers, started when there is
+// work and gone when there is none (an idle node keeps no writer
+// goroutine): a status set while other pods are being written goes out as
+// soon as a writer is free, not after the slowest write of a batch. One
+// pod is never written by two writers at once; a pod queued while being
+// written is written again after that write. Pods are taken in the order
+// they were queued. Safe for concurrent use.
+type writeQueue struct {
+	ctx   context.Context
+	limit int
+	write func(context.Context, types.UID)
+
+	mu sync.Mutex
+	// order are the queued pods, oldest first; queued is its set.
+	order  []types.UID
+	queued map[types.UID]bool
+	// busy are the pods being written, again those queued meanwhile.
+	busy, again map[types.UID]bool
+	active      int
+	writers     sync.WaitGroup
+}
+
+func newWriteQueue(ctx context.Context, limit int, write func(context.Context, types.UID)) *writeQueue {
+	return &writeQueue{ctx: ctx, limit: limit, write: write, queued: map[types.UID]bool{}, busy: map[types.UID]bool{}, again: map[types.UID]bool{}}
+}
+
+// add queues the pod and starts a writer if one is free. It does not
+// block.
+func (q *writeQueue) add(uid types.UID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.busy[uid]:
+		q.again[uid] = true
+		return
+	case q.queued[uid]:
+		return
+	}
+	q.queued[uid] = true
+	q.order = append(q.order, uid)
+	if q.active < q.limit {
+		q.active++
+		q.writers.Add(1)
+		go q.run()
+	}
+}
+
+// run writes queued pods until there are none left or ctx is done.
+func (q *writeQueue) run() {
+	defer q.writers.Done()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) > 0 && q.ctx.Err() == nil {
+		uid := q.order[0]
+		q.order = q.order[1:]
+		delete(q.queued, uid)
+		q.busy[uid] = true
+		q.mu.Unlock()
+		q.write(q.ctx, uid)
+		q.mu.Lock()
+		delete(q.busy, uid)
+		if q.again[uid] {
+			delete(q.again, uid)
+			q.queued[uid] = true
+			q.order = append(q.order, uid)
+		}
+	}
+	q.active--
+}
+
+// wait blocks until every writer has returned; after ctx is done, none
+// starts another write.
+func (q *writeQueue) wait() { q.writers.Wait() }
 
 // write writes the pod's latest status if it still needs writing: it
 // changed since the last write (and is not a first status held back), or
