@@ -3,7 +3,10 @@ package agent
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/nodekit/nodekit"
 
@@ -15,13 +18,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/connrotation"
+	"k8s.io/klog/v2"
 )
 
 // Clients are the agent's connections to the apiserver, authenticated with
-// the node's kubeconfig. They share one connection tracker so that
-// CloseConnections drops every connection when heartbeats keep failing (a
-// half-open TCP connection otherwise keeps a node NotReady for the kernel's
-// retransmission timeout, as the kubelet learned).
+// the node's kubeconfig. The three clientsets share one HTTP transport (one
+// HTTP/2 connection carries the watches, the heartbeats and the events;
+// each clientset keeps its own rate limit and timeout) and its connection
+// tracker, so that CloseConnections drops every connection when heartbeats
+// keep failing (a half-open TCP connection otherwise keeps a node NotReady
+// for the kernel's retransmission timeout, as the kubelet learned).
 type Clients struct {
 	// Client is for everything but heartbeats: pods, events, watches. Rate
 	// limited by kubeAPIQPS/kubeAPIBurst.
@@ -54,6 +60,15 @@ func NewClients(cfg *Config) (*Clients, error) {
 // NewClientsFromRESTConfig builds the clientsets from a REST config, applying
 // the KubeletConfiguration's client settings (content type, QPS, burst) and
 // the kubelet's user agent. restCfg is copied, not modified.
+//
+// The clientsets share one transport, built once from restCfg: the kubelet
+// builds one per clientset, which costs a TLS connection, its buffers and
+// its reader goroutines each (three per node, on the apiserver too). They
+// do not ask for gzip-compressed responses (rest.Config.DisableCompression):
+// a node's lists and watch events are small, and each open watch would
+// otherwise hold a gzip decompressor (about 40 KiB) for its lifetime and
+// cost the apiserver a compressor. An embedder that wants otherwise
+// decorates *Clients with its own.
 func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, error) {
 	kc := &cfg.Kubelet
 	base := rest.CopyConfig(restCfg)
@@ -67,11 +82,22 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	tracker := connrotation.NewConnectionTracker()
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	base.Dial = connrotation.NewDialerWithTracker(dial, tracker).DialContext
+	base.DisableCompression = true
+	rt, err := rest.TransportFor(base)
+	if err != nil {
+		return nil, fmt.Errorf("build apiserver transport: %w", err)
+	}
+	// forConfig builds a clientset on the shared transport, with c's rate
+	// limit and c's timeout (http.Client.Timeout, which client-go also
+	// sends as each request's timeout parameter).
+	forConfig := func(c *rest.Config) (*kubernetes.Clientset, error) {
+		return kubernetes.NewForConfigAndClient(c, &http.Client{Transport: rt, Timeout: c.Timeout})
+	}
 
 	main := rest.CopyConfig(base)
 	main.QPS = float32(*kc.KubeAPIQPS)
 	main.Burst = int(kc.KubeAPIBurst)
-	client, err := kubernetes.NewForConfig(main)
+	client, err := forConfig(main)
 	if err != nil {
 		return nil, fmt.Errorf("build apiserver client: %w", err)
 	}
@@ -82,7 +108,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	if ev.QPS == 0 {
 		ev.QPS = -1 // eventRecordQPS 0 means no limit
 	}
-	events, err := kubernetes.NewForConfig(ev)
+	events, err := forConfig(ev)
 	if err != nil {
 		return nil, fmt.Errorf("build event client: %w", err)
 	}
@@ -93,7 +119,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	if lease := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second; hb.Timeout > lease {
 		hb.Timeout = lease
 	}
-	heartbeat, err := kubernetes.NewForConfig(hb)
+	heartbeat, err := forConfig(hb)
 	if err != nil {
 		return nil, fmt.Errorf("build heartbeat client: %w", err)
 	}
@@ -110,12 +136,46 @@ func (c *Clients) CloseConnections() {
 
 // newRecorder returns an event recorder that writes events as the kubelet
 // does (source component "kubelet", host = node name) through client, and a
-// func that stops its broadcaster.
-func newRecorder(cfg *Config, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
+// func that stops its broadcaster. Each event written is logged at
+// verbosity 4 with logger (the kubelet logs them with a second watcher of
+// the broadcaster, StartStructuredLogging: its queue of 1,000 events is
+// allocated up front, a sizeable share of an agent's heap where many run
+// in one process).
+func newRecorder(cfg *Config, logger logr.Logger, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
 	// The rate limit is the event client's; the broadcaster's spam filter
 	// and aggregation keep client-go's defaults, as the kubelet's.
 	b := record.NewBroadcaster()
-	b.StartStructuredLogging(4)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	b.StartRecordingToSink(loggingSink{
+		EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")},
+		logger:    logger.V(4),
+	})
 	return b.NewRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), b.Shutdown
+}
+
+// loggingSink logs each event it writes, as the broadcaster's structured
+// logging would.
+type loggingSink struct {
+	record.EventSink
+	logger logr.Logger
+}
+
+func (s loggingSink) log(e *v1.Event) {
+	s.logger.Info("Event occurred", "object", klog.KRef(e.InvolvedObject.Namespace, e.InvolvedObject.Name),
+		"fieldPath", e.InvolvedObject.FieldPath, "kind", e.InvolvedObject.Kind, "apiVersion", e.InvolvedObject.APIVersion,
+		"type", e.Type, "reason", e.Reason, "message", e.Message, "count", e.Count)
+}
+
+func (s loggingSink) Create(e *v1.Event) (*v1.Event, error) {
+	s.log(e)
+	return s.EventSink.Create(e)
+}
+
+func (s loggingSink) Update(e *v1.Event) (*v1.Event, error) {
+	s.log(e)
+	return s.EventSink.Update(e)
+}
+
+func (s loggingSink) Patch(old *v1.Event, data []byte) (*v1.Event, error) {
+	s.log(old)
+	return s.EventSink.Patch(old, data)
 }

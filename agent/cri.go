@@ -198,7 +198,7 @@ type podManagerParams struct {
 	Cgroups  *cgroupdriver.Manager `optional:"true"`
 	Driver   cgroupdriver.Driver
 	Node     *status.NodeWatch
-	Services *serviceLister `optional:"true"`
+	Services ServiceLister `optional:"true"`
 	Volumes  *volume.Manager
 }
 
@@ -222,7 +222,7 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	o.ConfigMaps = p.Volumes.ConfigMap
 	o.Secrets = p.Volumes.Secret
 	if p.Services != nil {
-		o.Services = p.Services.List
+		o.Services = p.Services
 	}
 	return o, nil
 }

@@ -67,7 +67,9 @@
 //     cgroup driver (func(cgroupdriver.Driver) cgroupdriver.Driver), the CRI
 //     services (func(cri.RuntimeService) cri.RuntimeService), the clock or
 //     the logger. fx.Replace swaps a value outright, e.g. *Clients to run on
-//     other clientsets (agenttest does).
+//     other clientsets (agenttest does), or the ServiceLister, so that many
+//     agents in one process share one informer on the cluster's Services
+//     (NewServiceLister; e2e/bench's fleet does).
 //   - Many-of-a-kind pieces, with the typed helpers: status.AsSetter (a node
 //     status setter; one with the name of a default replaces it, a nil one
 //     removes it), status.AsHealthCheck (gates Ready), podsource.AsSource (a

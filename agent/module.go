@@ -180,12 +180,12 @@ func newRegistry() (prometheus.Registerer, prometheus.Gatherer) {
 	return reg, reg
 }
 
-func provideRecorder(lc fx.Lifecycle, cfg *Config, c *Clients) record.EventRecorder {
+func provideRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger, c *Clients) record.EventRecorder {
 	events := c.Events
 	if events == nil {
 		events = c.Client
 	}
-	rec, stop := newRecorder(cfg, events, scheme.Scheme)
+	rec, stop := newRecorder(cfg, logger, events, scheme.Scheme)
 	lc.Append(fx.StopHook(stop))
 	return rec
 }

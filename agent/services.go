@@ -8,51 +8,77 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
-// serviceLister caches the cluster's Services for the service environment
-// variables of containers (KUBERNETES_SERVICE_HOST...), from one informer as
-// the kubelet's service lister.
-type serviceLister struct {
-	lister corelisters.ServiceLister
-	synced cache.InformerSynced
+// ServiceLister lists the cluster's Services for the containers' service
+// environment variables (KUBERNETES_SERVICE_HOST...), or fails before they
+// were listed once; the Services are shared with a cache and must not be
+// modified. It must be safe for concurrent use.
+//
+// The agent's own (CRI) watches every Service with the node's client, as
+// the kubelet's service lister. Services are cluster-wide, the same for
+// every node: an embedder running many agents in one process can give them
+// one, e.g. from NewServiceLister on a client of its own, with
+//
+//	fx.Replace(agent.ServiceLister(shared))
+//
+// (fx.Replace does not build the agent's own, so no per-agent watch is
+// opened). It is nil on a standalone node.
+type ServiceLister func() ([]*v1.Service, error)
+
+// NewServiceLister returns a ServiceLister backed by one informer on
+// client's Services, and run, which runs the informer until ctx is done.
+// It does no I/O before run.
+func NewServiceLister(client kubernetes.Interface) (ServiceLister, func(ctx context.Context)) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0)
+	informer := factory.Core().V1().Services()
+	list := newListerFunc(informer.Lister(), informer.Informer().HasSynced)
+	return list, func(ctx context.Context) {
+		factory.Start(ctx.Done())
+		<-ctx.Done()
+		factory.Shutdown()
+	}
 }
 
-// newServiceLister returns nil on a standalone node (no API server, no
-// services).
-func newServiceLister(lc fx.Lifecycle, a apiClients) *serviceLister {
+// newServiceLister is the agent's own ServiceLister, watching from start to
+// stop; nil on a standalone node (no API server, no services).
+func newServiceLister(lc fx.Lifecycle, a apiClients) ServiceLister {
 	if a.Clients == nil {
 		return nil
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(a.Clients.Client, 0)
-	informer := factory.Core().V1().Services()
-	l := &serviceLister{lister: informer.Lister(), synced: informer.Informer().HasSynced}
-	stop := make(chan struct{})
+	list, run := NewServiceLister(a.Clients.Client)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			factory.Start(stop)
+			go func() {
+				defer close(done)
+				run(ctx)
+			}()
 			return nil
 		},
 		OnStop: func(context.Context) error {
-			close(stop)
-			factory.Shutdown()
+			cancel()
+			<-done
 			return nil
 		},
 	})
-	return l
+	return list
 }
 
 // errServicesNotSynced is what a container that needs service variables
 // waits on until the services were listed once, as in the kubelet.
 var errServicesNotSynced = errors.New("services have not yet been read at least once, cannot construct envvars")
 
-// List returns every Service, or an error before they were listed once.
-// The Services are shared with the cache: callers must not modify them.
-func (l *serviceLister) List() ([]*v1.Service, error) {
-	if !l.synced() {
-		return nil, errServicesNotSynced
+func newListerFunc(lister interface {
+	List(labels.Selector) ([]*v1.Service, error)
+}, synced cache.InformerSynced) ServiceLister {
+	return func() ([]*v1.Service, error) {
+		if !synced() {
+			return nil, errServicesNotSynced
+		}
+		return lister.List(labels.Everything())
 	}
-	return l.lister.List(labels.Everything())
 }

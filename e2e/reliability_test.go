@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -161,7 +162,12 @@ func TestAgentCrashRestart(t *testing.T) {
 // the containers keep running) for at least 30 s: the node turns
 // Ready=False with the kubelet's reason and message ("container runtime is
 // down"), and Ready again once containerd is back, without a second
-// sandbox or a restarted container for any pod. Frozen (SIGSTOP: the
+// sandbox or a restarted container for any pod whose shim survived intact;
+// every shim must survive the stop. (containerd 1.6 itself loses the
+// sandbox of a pod whose container it started in a second shim, on a
+// starved machine: it reports that sandbox NOTREADY after the restart, and
+// such a pod must have been replaced as the kubelet replaces it, into one
+// ready sandbox.) Frozen (SIGSTOP: the
 // socket accepts and nothing answers, as a hung runtime): the node turns
 // NotReady within the kubelet's 30 s threshold (plus one status poll and
 // one status update) while the Lease and the status cycles keep flowing,
@@ -178,27 +184,68 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 		c := readyCondition(node)
 		return c.Status == v1.ConditionFalse && c.Reason == "KubeletNotReady" && strings.Contains(c.Message, "container runtime is down")
 	}
-	// checkPods compares the pods' containers and sandboxes with snap; with
-	// strict false it only reports what changed (see the stopped phase).
-	checkPods := func(t *testing.T, phase string, strict bool) map[string]*v1.Pod {
+	// checkPods compares the pods' containers and sandboxes with snap,
+	// except the pods in replaced: those containerd lost (see below), which
+	// must be Running and Ready again in exactly one ready sandbox.
+	checkPods := func(t *testing.T, phase string, replaced map[string]bool) map[string]*v1.Pod {
 		t.Helper()
-		report := t.Errorf
-		if !strict {
-			report = t.Logf
-		}
 		after := waitPods(t, n.ns, names, "Running and Ready "+phase, podTimeout, isPodReady)
-		if changed := compareContainers(snap, after); len(changed) > 0 {
-			report("containers restarted or replaced %s:\n  %s", phase, strings.Join(changed, "\n  "))
+		kept := maps.Clone(snap)
+		for key := range kept {
+			if pod, _, _ := strings.Cut(key, "/"); replaced[pod] {
+				delete(kept, key)
+			}
+		}
+		if changed := compareContainers(kept, after); len(changed) > 0 {
+			t.Errorf("containers restarted or replaced %s:\n  %s", phase, strings.Join(changed, "\n  "))
 		}
 		for _, name := range names {
-			if sbs := n.criSandboxes(t, after[name].UID); len(sbs) != 1 {
-				report("pod %s has %d sandboxes %s, want 1", name, len(sbs), phase)
+			sbs := n.criSandboxes(t, after[name].UID)
+			if !replaced[name] {
+				if len(sbs) != 1 {
+					t.Errorf("pod %s has %d sandboxes %s, want 1", name, len(sbs), phase)
+				}
+				continue
+			}
+			ready := 0
+			for _, sb := range sbs {
+				if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+					ready++
+				}
+			}
+			if ready != 1 {
+				t.Errorf("pod %s, whose sandbox containerd lost, has %d ready sandboxes %s, want 1", name, ready, phase)
 			}
 		}
 		return after
 	}
 
-	// Stopped.
+	// Stopped. Which shims serve which pods first: containerd 1.6 groups a
+	// pod's containers in its sandbox's shim, but on a starved machine it
+	// can fail to reach that shim and start a second one in its place on
+	// the same socket (see cluster.Containerd.Shims). Such a pod's sandbox
+	// cannot survive a restart: containerd reconnects to the second shim,
+	// finds no sandbox task there and reports it NOTREADY, and the agent
+	// (as the kubelet, whose PodSandboxChanged has the same rule) replaces
+	// it. Every other pod must come through untouched.
+	shims, err := n.containerd.Shims()
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := map[string]string{} // pod → container that got a shim of its own
+	sandboxIDs := map[string]string{}
+	for _, name := range names {
+		for _, c := range n.criContainers(t, before[name].UID, false) {
+			if _, ok := shims[c.Id]; ok {
+				split[name] = c.Id
+			}
+		}
+		sbs := n.criSandboxes(t, before[name].UID)
+		if len(sbs) != 1 {
+			t.Fatalf("pod %s has %d sandboxes before containerd was stopped, want 1", name, len(sbs))
+		}
+		sandboxIDs[name] = sbs[0].Id
+	}
 	if err := n.containerd.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +256,13 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 			_ = n.containerd.Start(context.WithoutCancel(ctx))
 		}
 	}()
+	// The stop left every shim (and so every container) running, as
+	// `systemctl stop containerd` does.
+	if left, err := n.containerd.Shims(); err != nil {
+		t.Fatal(err)
+	} else if !maps.Equal(left, shims) {
+		t.Errorf("shims before containerd was stopped %v, after %v: the stop must leave them running", shims, left)
+	}
 	node := waitForNode(t, n.name, "Ready=False: container runtime is down", readyTimeout, runtimeDown)
 	notReadyAfter := time.Since(stopped)
 	t.Logf("containerd stopped: Ready=False after %s: %s %q", notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Reason, readyCondition(node).Message)
@@ -221,16 +275,29 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	}
 	restarted = true
 	started := time.Now()
+	// What containerd itself says of each sandbox once it is back, before
+	// the agent can have acted on it: a pod whose shim was intact must still
+	// be READY (else the stop or containerd lost it, not the agent); a split
+	// pod's is NOTREADY in containerd 1.6, which is what the agent and the
+	// kubelet replace.
+	lost := map[string]bool{}
+	for _, name := range names {
+		resp, err := n.cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandboxIDs[name]})
+		if err != nil {
+			t.Fatalf("CRI PodSandboxStatus of pod %s's sandbox %s after the restart: %v", name, sandboxIDs[name], err)
+		}
+		if state := resp.GetStatus().GetState(); state != runtimeapi.PodSandboxState_SANDBOX_READY {
+			lost[name] = true
+			if split[name] == "" {
+				t.Errorf("containerd reports pod %s's sandbox %s %s right after its restart, although the pod's containers shared the sandbox's shim: the stop or containerd lost it, or the agent stopped it at once", name, sandboxIDs[name], state)
+			}
+		}
+	}
 	waitForNode(t, n.name, "Ready with containerd back", readyTimeout, isReady)
-	t.Logf("containerd down %s; Ready again %s after it was back", down.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond))
-	// Known issue, not asserted yet: in the full suite on a loaded machine,
-	// a sandbox has been seen NOTREADY right after containerd 1.6 came back,
-	// and the agent replaced it (as the kubelet does for a sandbox that is
-	// not ready); whether the harness's stop took the pause process with it
-	// is not settled. Reported here; the hang below is checked strictly
-	// against the pods as they are now.
+	t.Logf("containerd down %s; Ready again %s after it was back; %d shims, all running through the stop; %d of %d pods had a container in a second shim (containerd 1.6), %d sandboxes reported NOTREADY by containerd after the restart and replaced as the kubelet does",
+		down.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond), len(shims), len(split), len(names), len(lost))
 	time.Sleep(5 * time.Second)
-	checkPods(t, "after containerd was stopped", false)
+	checkPods(t, "after containerd was stopped", lost)
 	snap = snapshotContainers(waitPods(t, n.ns, names, "Running and Ready before the freeze", podTimeout, isPodReady))
 
 	// Frozen.
@@ -261,7 +328,7 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	// volume stats, up to a minute, as the kubelet's waits on its
 	// ListPodStats.)
 	var renewals []time.Time
-	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		lease, err := leases.Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil || lease.Spec.RenewTime == nil {
 			return false, nil
@@ -293,7 +360,7 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	if min := float64(frozenFor/(10*time.Second)) - 1; statusCycles < min {
 		t.Errorf("%v status cycles in the %s containerd was frozen and the %s after, want at least %v", statusCycles, frozenFor.Round(time.Second), readyAgain.Round(time.Second), min)
 	}
-	checkPods(t, "after containerd was frozen", true)
+	checkPods(t, "after containerd was frozen", nil)
 	t.Logf("containerd frozen %s: NotReady after %s (%q), Lease renewals seen at %s after the freeze, %v status cycles meanwhile; Ready %s after SIGCONT",
 		frozenFor.Round(time.Second), notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Message, strings.Join(renewedAt, " "), statusCycles, readyAgain.Round(100*time.Millisecond))
 }

@@ -9,7 +9,8 @@
 #      own pod defaulting (k8s.io/kubernetes), a module of its own;
 #   4c. every fuzz target of the library (func Fuzz* in a _test.go file) for
 #      FUZZ_TIME each (default 10s): the decoders of outside input
-#      (KubeletConfiguration, flags, static pod manifests, cgroup names);
+#      (KubeletConfiguration, flags, static pod manifests, cgroup names)
+#      and the CRI runtime's replies (runtime.FuzzCRIReplies);
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
 #      control plane: about 10 minutes cold on 2 cores, seconds when cached;
 #   6. the e2e suite (e2e/): agents against the real control plane, on

@@ -123,6 +123,10 @@ func New(opts Options) (*Client, error) {
 			return criclient.NewRemoteRuntimeServiceBuilder().
 				WithEndpoint(endpoint).
 				WithConnectionTimeout(opts.ConnectionTimeout).
+				// No OpenTelemetry: the agent exports no traces, and
+				// cri-client's default (otelgrpc with a noop provider)
+				// still builds attribute sets on every call.
+				WithTracerProvider(nil).
 				Build(ctx)
 		},
 	}
@@ -139,6 +143,10 @@ func New(opts Options) (*Client, error) {
 			return criclient.NewRemoteImageServiceBuilder().
 				WithEndpoint(imageEndpoint).
 				WithConnectionTimeout(opts.ConnectionTimeout).
+				// No OpenTelemetry: the agent exports no traces, and
+				// cri-client's default (otelgrpc with a noop provider)
+				// still builds attribute sets on every call.
+				WithTracerProvider(nil).
 				Build(ctx)
 		},
 	}

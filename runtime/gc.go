@@ -46,7 +46,14 @@ func (m *PodManager) RemovePod(ctx context.Context, uid types.UID) error {
 	var logDirs []string
 	for _, sb := range sandboxes {
 		md := sb.GetMetadata()
-		logDirs = append(logDirs, PodLogsDirectory(m.opts.PodLogsDir, md.GetNamespace(), md.GetName(), uid))
+		// The runtime's word for the pod's name and namespace is trusted
+		// only for a directory right under PodLogsDir: a name with a path
+		// in it must not make RemoveAll reach out of it.
+		if dir := PodLogsDirectory(m.opts.PodLogsDir, md.GetNamespace(), md.GetName(), uid); filepath.Dir(dir) == filepath.Clean(m.opts.PodLogsDir) {
+			logDirs = append(logDirs, dir)
+		} else {
+			klog.FromContext(ctx).Info("Ignoring a sandbox's metadata that names no log directory of the pod", "podUID", uid, "sandboxID", sb.GetId(), "namespace", md.GetNamespace(), "name", md.GetName())
+		}
 		if err := m.rs.RemovePodSandbox(ctx, sb.GetId()); err != nil {
 			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", sb.GetId(), err))
 		}

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/runtime"
@@ -163,5 +165,32 @@ func TestDeleteAllUnusedContainers(t *testing.T) {
 	st := h.status(done)
 	if len(st.Containers) != 0 || len(st.Sandboxes) != 0 {
 		t.Errorf("terminated pod keeps containers %+v sandboxes %+v", st.Containers, st.Sandboxes)
+	}
+}
+
+// TestRemovePodStaysInLogsDir: a sandbox whose metadata names a namespace
+// with a path in it (a runtime's odd reply; FuzzCRIReplies found it) must
+// not make RemovePod delete a directory outside the pod logs directory.
+func TestRemovePodStaysInLogsDir(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pod := newPod("logs", ctr("app"))
+	h.sync(pod, nil)
+	must(t, h.pm.KillPod(h.ctx, pod, h.status(pod).RunningPod(), nil))
+	outside := filepath.Join(filepath.Dir(h.logsDir), "outside_logs_"+string(pod.UID))
+	must(t, os.MkdirAll(outside, 0o755))
+	h.cri.SetReplyRewriter(func(_ string, _ any, reply proto.Message) (proto.Message, error) {
+		if r, ok := reply.(*runtimeapi.ListPodSandboxResponse); ok {
+			for _, sb := range r.Items {
+				sb.Metadata.Namespace = "../outside"
+			}
+		}
+		return reply, nil
+	})
+	must(t, h.pm.RemovePod(h.ctx, pod.UID))
+	if _, err := os.Stat(outside); err != nil {
+		t.Fatalf("RemovePod removed %s, outside the pod logs directory %s: %v", outside, h.logsDir, err)
+	}
+	if _, err := os.Stat(runtime.PodLogsDirectory(h.logsDir, pod.Namespace, pod.Name, pod.UID)); !os.IsNotExist(err) {
+		t.Errorf("the pod's own log directory is still there: %v", err)
 	}
 }

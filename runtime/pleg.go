@@ -33,6 +33,15 @@ const (
 	maxEventStreamBackOff = 30 * time.Second
 )
 
+// hintCapacity is the queue of pods the runtime's container events name,
+// waiting for the PLEG to read them. A hint that does not fit brings a
+// relist instead, which finds every change, so the queue need not hold a
+// node's worth of pods (a buffered channel allocates all of its capacity
+// up front: the events channel's 1000 are the kubelet's). The statuses the
+// syncs hand over (Observe) queue in as many; one that does not fit brings a
+// relist too.
+const hintCapacity = 64
+
 // PodLister is what the PLEG reads the runtime with; *PodManager is one.
 type PodLister interface {
 	ListPods(ctx context.Context, all bool) ([]podstate.RunningPod, error)
@@ -161,8 +170,8 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 		clock:     opts.Clock,
 		records:   map[types.UID]*podRecord{},
 		reinspect: map[types.UID]bool{},
-		hints:     make(chan podHint, opts.Capacity),
-		observed:  make(chan *podstate.PodStatus, opts.Capacity),
+		hints:     make(chan podHint, hintCapacity),
+		observed:  make(chan *podstate.PodStatus, hintCapacity),
 		resync:    make(chan struct{}, 1),
 		snapshot:  map[types.UID]podstate.RunningPod{},
 	}

@@ -106,12 +106,17 @@ func TestPLEGRelist(t *testing.T) {
 	now := h.clk.Now()
 	got := make(chan *podstate.PodStatus, 1)
 	go func() {
-		st, _ := p.Cache().GetNewerThan(h.ctx, pod.UID, now)
+		st, err := p.Cache().GetNewerThan(h.ctx, pod.UID, now)
+		if err != nil {
+			t.Errorf("GetNewerThan after the exit: %v", err)
+		}
 		got <- st
 	}()
 	h.exitNow(pod, "app", 2)
 	collect(t, p, step, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
-	if st := <-got; st.Container("app").State != podstate.ContainerStateExited || st.Container("app").ExitCode != 2 {
+	if st := <-got; st == nil {
+		t.FailNow()
+	} else if st.Container("app").State != podstate.ContainerStateExited || st.Container("app").ExitCode != 2 {
 		t.Fatalf("GetNewerThan after the exit = %+v", st.Container("app"))
 	}
 	poll(t, func() bool { step(); return gaugeValue(t, reg, "kubelet_running_containers", "exited") == 1 })

@@ -36,6 +36,10 @@ type FleetOptions struct {
 	Images []*runtimeapi.Image
 	// Parallel is how many agents start at once (default 50).
 	Parallel int
+	// Services, when set, is the one ServiceLister of every agent (see
+	// agent.ServiceLister): no agent watches the Services itself. The
+	// caller runs it.
+	Services agent.ServiceLister
 	// Log receives progress messages; nil discards them.
 	Log io.Writer
 }
@@ -47,7 +51,8 @@ const FleetLabel = "nodebench.nodekit.io/fleet"
 // Fleet is many nodekit agents in this process, each the full agent.Module
 // with its own fake runtime (runtime/fakecri on its own socket), client
 // certificate, Prometheus registry and root directory: what an embedder
-// simulating a large cluster would run.
+// simulating a large cluster would run. They share what is cluster-wide
+// when FleetOptions.Services is given: one informer on the Services.
 type Fleet struct {
 	// Names are the nodes' names.
 	Names []string
@@ -169,7 +174,11 @@ func (f *Fleet) startNode(ctx context.Context, opts FleetOptions, i int, n fleet
 	// No kubelet API per node: every agent of the fleet would want port
 	// 10250 (and a key pair of its own).
 	cfg.Kubelet.EnableServer = ptr.To(false)
-	app := agent.New(cfg, fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", n.name) }))
+	opts2 := []fx.Option{fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", n.name) })}
+	if opts.Services != nil {
+		opts2 = append(opts2, fx.Replace(opts.Services))
+	}
+	app := agent.New(cfg, opts2...)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("node %s: build agent: %w", n.name, err)
 	}

@@ -141,3 +141,53 @@ func (rw *ReadyWatch) Restarts() int { return rw.w.Restarts() }
 
 // Stop closes the watch.
 func (rw *ReadyWatch) Stop() { rw.w.Stop() }
+
+// HoldResult is what Hold saw of a fleet that should stay Ready.
+type HoldResult struct {
+	// Held is how long it watched.
+	Held time.Duration
+	// MinReady is the fewest Nodes Ready at once over that time.
+	MinReady int
+	// Lost are the Nodes that were seen not Ready (or deleted) at least
+	// once, in the order first seen.
+	Lost []string
+}
+
+// Hold watches the Nodes for d after Wait and reports whether any stopped
+// being Ready. It fails only when the watch ends or ctx is done before d
+// passed. Not safe for concurrent use.
+func (rw *ReadyWatch) Hold(ctx context.Context, d time.Duration) (HoldResult, error) {
+	res := HoldResult{MinReady: len(rw.ready)}
+	lost := map[string]bool{}
+	began := time.Now()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-rw.w.Events():
+			if !ok {
+				res.Held = time.Since(began)
+				return res, fmt.Errorf("hold: watch ended after %s: %v", res.Held.Round(time.Second), firstErr(rw.w.Err(), ctx.Err()))
+			}
+			node, isNode := ev.Object.(*v1.Node)
+			switch {
+			case !isNode:
+			case ev.Type != watch.Deleted && NodeReady(node):
+				rw.ready[node.Name] = true
+			default:
+				delete(rw.ready, node.Name)
+				if !lost[node.Name] {
+					lost[node.Name] = true
+					res.Lost = append(res.Lost, node.Name)
+				}
+			}
+			res.MinReady = min(res.MinReady, len(rw.ready))
+		case <-timer.C:
+			res.Held = time.Since(began)
+			return res, nil
+		case <-ctx.Done():
+			res.Held = time.Since(began)
+			return res, fmt.Errorf("hold: %w", ctx.Err())
+		}
+	}
+}

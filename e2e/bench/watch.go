@@ -3,11 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -25,8 +27,10 @@ type openFunc func(ctx context.Context, resourceVersion string) (watch.Interface
 // the apiserver. When the apiserver closes the watch anyway (it closes
 // watchers it finds slow under load), it opens a new one from the last
 // resource version delivered, so no event is lost; events in the gap arrive
-// late. An error event or a failed reopen ends it: the error is delivered on
-// Err and Events is closed.
+// late. When the apiserver no longer has that version (410 Gone), it opens
+// one from the current state instead, whose objects arrive as ADDED events
+// (deletions in the gap are missed). Any other error event or a failed
+// reopen ends it: the error is delivered on Err and Events is closed.
 type resumingWatch struct {
 	events   chan stampedEvent
 	err      error // set before events is closed
@@ -59,6 +63,13 @@ func (r *resumingWatch) run(ctx context.Context, w watch.Interface, rv string, o
 			at := time.Now()
 			if ev.Type == watch.Error {
 				w.Stop()
+				if status, ok := ev.Object.(*metav1.Status); ok && status.Code == http.StatusGone {
+					// The apiserver's watch window moved past rv (under
+					// load, with many writers): start over from the current
+					// state, which arrives as ADDED events.
+					rv = ""
+					break
+				}
 				r.err = fmt.Errorf("watch: %v", ev.Object)
 				return
 			}

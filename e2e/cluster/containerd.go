@@ -361,8 +361,11 @@ func (c *Containerd) Start(ctx context.Context) error {
 }
 
 // Stop terminates the daemon (SIGTERM, SIGKILL after 15 s) but leaves its
-// shims and containers running, as stopping the containerd service on a node
-// does. Stopping a stopped daemon is a no-op.
+// shims and containers running, as `systemctl stop containerd` does with the
+// unit's KillMode=process: only the daemon's pid is signalled, and the shims
+// are out of reach anyway (containerd starts each in a process group of its
+// own, and they are reparented once started; see Shims). Stopping a stopped
+// daemon is a no-op.
 func (c *Containerd) Stop() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -379,6 +382,29 @@ func (c *Containerd) stopLocked() error {
 	}
 	fmt.Fprintf(c.log, "containerd stopped (pid %d)\n", c.proc.pid())
 	return nil
+}
+
+// Shims returns the shim processes serving this daemon, running or
+// stopped: each shim's -id (the task it was started for) and its pid. With
+// runc.v2 a pod's containers join the shim of its sandbox, so normally
+// every id is a sandbox's. An id that is a container's means containerd
+// 1.6's shim grouping could not reach the sandbox's shim within its 100 ms
+// (a starved machine), removed that shim's socket and started a second
+// shim on the same address: after a daemon restart containerd reconnects
+// to the second one, finds no task for the sandbox and reports it NOTREADY
+// although its pause process still runs.
+func (c *Containerd) Shims() (map[string]int, error) {
+	procs, err := listProcs()
+	if err != nil {
+		return nil, fmt.Errorf("shims of %s: list processes: %w", c.Endpoint, err)
+	}
+	shims := map[string]int{}
+	for _, p := range procs {
+		if filepath.Base(p.args[0]) == shimBinaryName && flagValue(p.args, "-address") == c.Socket {
+			shims[flagValue(p.args, "-id")] = p.pid
+		}
+	}
+	return shims, nil
 }
 
 // PID returns the process id of the running containerd, for reading its

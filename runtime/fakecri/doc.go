@@ -60,7 +60,9 @@
 // [Server.SetExecHandler], [Server.SetError] and [Server.SetUnimplemented]
 // (fault injection for any RPC by its method name, for example emulating
 // containerd 1.6, which lacks RuntimeConfig and GetContainerEvents; also
-// Options.Unimplemented), and [Server.Calls], [Server.Images],
+// Options.Unimplemented), [Server.SetReplyRewriter] (any reply rewritten
+// or turned into an error after the fake did the work: a misbehaving
+// runtime, as runtime.FuzzCRIReplies drives it), and [Server.Calls], [Server.Images],
 // [Server.EventStreams] and [Server.DroppedEvents] to inspect what clients
 // did.
 //

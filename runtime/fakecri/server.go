@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 )
@@ -116,6 +117,7 @@ type Server struct {
 	pullAny        bool
 	credentials    map[string]credential // normalized repository name to required auth
 	faults         map[string]error
+	rewrite        ReplyRewriter
 	calls          map[string]int
 
 	// Pods and containers (see pods.go).
@@ -308,7 +310,41 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err := s.admit(info.FullMethod); err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	reply, err := handler(ctx, req)
+	s.mu.Lock()
+	rewrite := s.rewrite
+	s.mu.Unlock()
+	if rewrite == nil || err != nil {
+		return reply, err
+	}
+	msg, ok := reply.(proto.Message)
+	if !ok {
+		return reply, err
+	}
+	// The rewriter gets a copy: the fake's own state stays what it did.
+	return rewrite(path.Base(info.FullMethod), req, proto.Clone(msg))
+}
+
+// ReplyRewriter rewrites the reply of a unary RPC that the fake runtime
+// answered without an error, before it goes on the wire: method is the
+// RPC's short name ("ListPodSandbox"), req its request (read only), reply
+// a copy of the fake's answer (a *runtimeapi.<Method>Response) that the
+// rewriter may change in place or replace. A non-nil error is sent instead
+// of the reply (a status error with its code, any other as codes.Unknown).
+// What the fake runtime did stays done: a rewritten StopContainer still
+// stopped the container. It is called on the RPC's goroutine, one call at
+// a time per RPC but concurrently across RPCs.
+type ReplyRewriter func(method string, req any, reply proto.Message) (proto.Message, error)
+
+// SetReplyRewriter makes every later successful unary RPC's reply pass
+// through rewrite, which can make the runtime answer anything the CRI's
+// messages can carry: odd states, missing fields, wrong IDs, errors of any
+// code after the deed. nil stops rewriting. SetError faults come first
+// and are not rewritten; neither are the streams (GetContainerEvents).
+func (s *Server) SetReplyRewriter(rewrite ReplyRewriter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rewrite = rewrite
 }
 
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -357,6 +358,30 @@ func TestFaultInjection(t *testing.T) {
 	}
 	if err := s.SetUnimplemented("Nope"); err == nil {
 		t.Error("SetUnimplemented accepted an unknown method")
+	}
+}
+
+func TestReplyRewriter(t *testing.T) {
+	s := fakecri.New(fakecri.Options{})
+	c := start(t, s)
+	s.SetReplyRewriter(func(method string, _ any, reply proto.Message) (proto.Message, error) {
+		switch r := reply.(type) {
+		case *runtimeapi.VersionResponse:
+			r.RuntimeName = "rewritten"
+		case *runtimeapi.StatusResponse:
+			return nil, status.Error(codes.DataLoss, "rewritten "+method)
+		}
+		return reply, nil
+	})
+	v, err := c.rt.Version(ctx(t), &runtimeapi.VersionRequest{})
+	if err != nil || v.RuntimeName != "rewritten" {
+		t.Fatalf("Version = %v, %v; want the rewritten name", v, err)
+	}
+	_, err = c.rt.Status(ctx(t), &runtimeapi.StatusRequest{})
+	wantCode(t, err, codes.DataLoss)
+	s.SetReplyRewriter(nil)
+	if v, err := c.rt.Version(ctx(t), &runtimeapi.VersionRequest{}); err != nil || v.RuntimeName != fakecri.DefaultRuntimeName {
+		t.Fatalf("Version without the rewriter = %v, %v; want %s (the fake's state untouched)", v, err, fakecri.DefaultRuntimeName)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/e2e/bench"
 	"github.com/nodekit/nodekit/e2e/cluster"
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -78,6 +79,24 @@ type fleetFigures struct {
 	peakRSS              uint64
 	// After a forced collection: the live heap and RSS.
 	heapLive, rssAfterGC uint64
+	// The Go runtime's figures before the fleet started and once all were
+	// Ready (after the forced collection).
+	memBefore, memAfter runtimeMemory
+	// The in-use heap by component before and after (perAgent divides).
+	heapBefore, heapAfter heapByComponent
+	// memLimit is this process's Go memory limit (GOMEMLIMIT), MaxInt64
+	// when none.
+	memLimit int64
+
+	// Over -hold: what the watch saw, this process's CPU time, its RSS at
+	// the end.
+	hold    *bench.HoldResult
+	holdCPU time.Duration
+	holdRSS uint64
+	// -fleet-pods per node: the figures and RSS with them running.
+	pods    *bench.FleetPodsResult
+	podsRSS uint64
+	podsErr string
 }
 
 // benchmark is one run of the command.
@@ -616,11 +635,19 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 		return err
 	}
 	// Measure from a collected heap so the figure is the fleet's.
-	runtime.GC()
+	heapBefore := readHeapByComponent()
+	memBefore := readRuntimeMemory()
 	before, err := bench.ReadProcStats(os.Getpid())
 	if err != nil {
 		return err
 	}
+	stopProfile := func() {}
+	if b.opts.profileDir != "" {
+		if stopProfile, err = startCPUProfile(filepath.Join(b.opts.profileDir, "fleet.start.cpu.pprof")); err != nil {
+			return err
+		}
+	}
+	defer func() { stopProfile() }()
 	name := "nb-fleet"
 	watch, err := bench.WatchReady(ctx, b.client, bench.FleetLabel+"="+name)
 	if err != nil {
@@ -628,10 +655,21 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	}
 	defer watch.Stop()
 	b.logf("scale: %d agents in this process", b.opts.nodes)
+	var services agent.ServiceLister
+	if b.opts.shareServices {
+		// One informer on the Services for the whole fleet, with the
+		// admin's client, run until the fleet is gone.
+		var run func(context.Context)
+		services, run = agent.NewServiceLister(b.client)
+		svcCtx, stopServices := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); run(svcCtx) }()
+		defer func() { stopServices(); <-done }()
+	}
 	began := time.Now()
 	fleet, err := bench.StartFleet(ctx, bench.FleetOptions{
 		ControlPlane: b.cp, Nodes: b.opts.nodes, Dir: filepath.Join(b.dir, "fleet"), Name: name,
-		Images: images, Parallel: b.opts.parallel, Log: b.progress,
+		Images: images, Parallel: b.opts.parallel, Services: services, Log: b.progress,
 	})
 	if err != nil {
 		return err
@@ -650,10 +688,14 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("scale: %w", err)
 	}
+	stopProfile()
+	stopProfile = func() {}
 	f := &fleetFigures{
 		nodes: b.opts.nodes, credentials: fleet.Credentials, started: fleet.Started,
 		allReady: readyAt.Sub(began) - fleet.Credentials, rssBefore: before.RSS,
+		memBefore: memBefore, heapBefore: heapBefore, memLimit: debug.SetMemoryLimit(-1),
 	}
+	b.fleet = f
 	b.logf("scale: all %d nodes Ready %s after the first agent started", f.nodes, bench.FormatDuration(f.allReady))
 	if err := sleep(ctx, b.opts.settle); err != nil {
 		return err
@@ -673,14 +715,92 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 		return err
 	}
 	f.rssAfterGC = after.RSS
-	if b.opts.heapProfile != "" {
-		if err := writeHeapProfile(b.opts.heapProfile); err != nil {
+	f.heapAfter = readHeapByComponent()
+	f.memAfter = readRuntimeMemory()
+	b.logf("scale: heap per agent by component: %s", formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
+	heapProfiles := []string{b.opts.heapProfile}
+	if b.opts.profileDir != "" {
+		heapProfiles = append(heapProfiles, filepath.Join(b.opts.profileDir, "fleet.heap.pprof"))
+	}
+	for _, path := range heapProfiles {
+		if path == "" {
+			continue
+		}
+		if err := writeHeapProfile(path); err != nil {
 			return err
 		}
-		b.logf("scale: heap profile written to %s", b.opts.heapProfile)
+		b.logf("scale: heap profile written to %s", path)
 	}
-	b.fleet = f
-	return nil
+
+	// Every node must stay Ready, idle, for -hold.
+	b.logf("scale: holding %d nodes Ready for %s", f.nodes, b.opts.hold)
+	if b.opts.profileDir != "" {
+		if stopProfile, err = startCPUProfile(filepath.Join(b.opts.profileDir, "fleet.idle.cpu.pprof")); err != nil {
+			return err
+		}
+	}
+	cpuFrom, err := bench.ReadProcStats(os.Getpid())
+	if err != nil {
+		return err
+	}
+	hold, holdErr := watch.Hold(ctx, b.opts.hold)
+	cpuTo, err := bench.ReadProcStats(os.Getpid())
+	if err != nil {
+		return err
+	}
+	stopProfile()
+	stopProfile = func() {}
+	f.hold, f.holdCPU, f.holdRSS = &hold, cpuTo.CPU-cpuFrom.CPU, cpuTo.RSS
+	b.logf("scale: held %s: fewest Ready at once %d of %d, %d nodes lost Ready at least once; CPU %s (%.1f %% of a core, %.4f %% per node), RSS %s",
+		hold.Held.Round(time.Second), hold.MinReady, f.nodes, len(hold.Lost), f.holdCPU,
+		cpuPercent(f.holdCPU, hold.Held), cpuPercent(f.holdCPU, hold.Held)/float64(f.nodes), bench.FormatMiB(cpuTo.RSS))
+	if holdErr != nil {
+		return fmt.Errorf("scale: %w", holdErr)
+	}
+
+	if b.opts.fleetPods == 0 {
+		return nil
+	}
+	const ns = "nodebench-fleet"
+	if err := bench.WaitForNamespace(ctx, b.client, ns); err != nil {
+		return err
+	}
+	b.logf("scale: %d pods per node on %d nodes", b.opts.fleetPods, f.nodes)
+	res, err := bench.RunFleetPods(ctx, bench.FleetPodsOptions{
+		Client: b.client, Namespace: ns, Nodes: fleet.Names, PerNode: b.opts.fleetPods, Image: cluster.BusyboxImage,
+		Parallel: 100, Timeout: fleetTimeout,
+	})
+	if err != nil {
+		// Report what was measured so far; the pods are removed all the same.
+		f.podsErr = err.Error()
+		b.logf("scale: %v", err)
+		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, fleetTimeout))
+	}
+	f.pods = res
+	if after, err = bench.ReadProcStats(os.Getpid()); err != nil {
+		return err
+	}
+	f.podsRSS = after.RSS
+	b.logf("scale: %d pods created in %s, all Running %s after the first create; RSS %s",
+		res.Pods, bench.FormatDuration(res.Created), bench.FormatDuration(res.AllRunning), bench.FormatMiB(f.podsRSS))
+	return bench.DeletePods(ctx, b.client, ns, fleetTimeout)
+}
+
+// startCPUProfile profiles this process into path until the returned func
+// is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("CPU profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func writeHeapProfile(path string) error {

@@ -20,6 +20,9 @@ type options struct {
 	startRuns      int
 	nodes          int
 	parallel       int
+	hold           time.Duration
+	fleetPods      int
+	shareServices  bool
 	dir            string
 	heapProfile    string
 	profileDir     string
@@ -40,6 +43,8 @@ var quickDefaults = map[string]string{
 	"settle":     "2s",
 	"start-runs": "1",
 	"nodes":      "3",
+	"hold":       "10s",
+	"fleet-pods": "2",
 }
 
 func parseFlags(args []string, output io.Writer) (options, error) {
@@ -55,8 +60,11 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.startRuns, "start-runs", 3, "start → Ready runs per case on the fake runtime (the median is reported)")
 	fs.IntVar(&o.nodes, "nodes", 100, "agents to run in this one process on the fake runtime (0 skips the scale figures)")
 	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
+	fs.DurationVar(&o.hold, "hold", 5*time.Minute, "how long the -nodes agents must stay Ready once all were; their idle CPU is measured over it")
+	fs.BoolVar(&o.shareServices, "share-services", true, "the -nodes agents share one informer on the Services (agent.ServiceLister) instead of one watch each")
+	fs.IntVar(&o.fleetPods, "fleet-pods", 10, "pods per node created on the -nodes agents after -hold (0 skips them)")
 	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
-	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) and a heap profile at the end of its idle window (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof")
+	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) and a heap profile at the end of its idle window (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof; and of this process with the -nodes agents, a CPU profile from their start to all Ready (fleet.start.cpu.pprof) and over -hold (fleet.idle.cpu.pprof) and a heap profile once all were Ready (fleet.heap.pprof)")
 	fs.DurationVar(&o.profileTime, "profile-time", 10*time.Second, "how long each -profile CPU profile runs, from the burst's start")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
 	fs.StringVar(&o.compare, "compare", "", "print the change of every figure against this earlier -json table")
@@ -91,6 +99,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-settle=%s: must not be negative", o.settle)
 	case o.startRuns < 1:
 		return options{}, fmt.Errorf("-start-runs must be at least 1")
+	case o.hold < time.Second || o.fleetPods < 0:
+		return options{}, fmt.Errorf("-hold must be at least 1s and -fleet-pods not negative")
 	case o.nodes < 0 || o.parallel < 1:
 		return options{}, fmt.Errorf("-nodes must not be negative and -parallel must be at least 1")
 	case o.compareFrom != "" && o.compare == "":

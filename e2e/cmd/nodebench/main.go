@@ -13,14 +13,22 @@
 //     over an idle window;
 //   - idle API traffic per node, from kube-apiserver's audit log (Lease
 //     updates, node status writes, pod status patches, everything);
-//   - scale: N complete agents in this one process on the fake runtime, time
-//     to all Ready and the process's RSS.
+//   - scale: N complete agents in this one process on the fake runtime (-nodes),
+//     each with its own client certificate: time to all Ready, the process's
+//     RSS, RSS / live heap / goroutines and their stacks per node, the heap per
+//     node by component (fx graph, clientsets, connections, informers, event
+//     recorder, metrics, nodekit's packages, ...; from the in-process heap
+//     profile), then every node held Ready for -hold (any node seen not Ready
+//     is reported) with the process's idle CPU per node over that window
+//     against kwok's, then -fleet-pods pods per node bound at once and the time
+//     until all run. GOMEMLIMIT/GOGC in nodebench's environment apply to the
+//     fleet (the table notes a memory limit).
 //
 // Usage (needs root for containerd and the kubelet; the control plane is
 // built and cached on first use, as for the e2e tests):
 //
 //	go -C e2e run ./cmd/nodebench                 # a few minutes: fakecri, containerd, kubelet, 100 in-process nodes
-//	go -C e2e run ./cmd/nodebench -nodes=1000     # the scale target
+//	go -C e2e run ./cmd/nodebench -nodes=1000     # the scale target (holds 5 min, then 10 pods per node)
 //	go -C e2e run ./cmd/nodebench -quick          # fakecri only, small: about a minute
 //	go -C e2e run ./cmd/nodebench -json new.json -compare old.json   # the change of every figure
 //	go -C e2e run ./cmd/nodebench -compare old.json -from new.json   # the same, without running

@@ -34,6 +34,12 @@ const (
 	targetStatusPeriod = 5 * time.Minute
 	targetFleetNodes   = 1000
 	targetFleetRSS     = 1 << 30
+	targetFleetReady   = 30 * time.Second
+	targetFleetHold    = 5 * time.Minute
+	// kwok v0.8.0: 1,000 nodes at 13 % of a core in all; an agent may use
+	// twice kwok's per node.
+	anchorKwokNodeCPU = 13.0 / 1000 // % of a core per node
+	targetFleetCPU    = 2 * anchorKwokNodeCPU
 )
 
 const notRun = "not run"
@@ -388,17 +394,70 @@ func (b *benchmark) reportScale() {
 		return
 	}
 	f := b.fleet
-	row := bench.Row{Metric: fmt.Sprintf("%d agents in one process, fakecri: first start → all Ready", b.opts.nodes), Value: notRun}
+	what := fmt.Sprintf("%d agents in one process, fakecri: ", b.opts.nodes)
+	row := bench.Row{Metric: what + "first start → all Ready", Value: notRun,
+		Target: fmt.Sprintf("≤ %s at %d nodes", bench.FormatDuration(targetFleetReady), targetFleetNodes)}
 	rss := bench.Row{
-		Metric: fmt.Sprintf("%d agents in one process, fakecri: process RSS, all Ready", b.opts.nodes),
+		Metric: what + "process RSS, all Ready",
 		Target: fmt.Sprintf("≤ %s at %d nodes", bench.FormatMiB(targetFleetRSS), targetFleetNodes), Value: notRun,
 	}
+	perNodeTarget := fmt.Sprintf("≤ %.2f MiB (%s at %d nodes, less the baseline)", float64(targetFleetRSS)/(1<<20)/targetFleetNodes, bench.FormatMiB(targetFleetRSS), targetFleetNodes)
+	perNodeRSS := bench.Row{Metric: what + "RSS per node (above the process before the fleet)", Value: notRun, Target: perNodeTarget}
+	perNodeHeap := bench.Row{Metric: what + "live heap per node (after a forced GC)", Value: notRun}
+	perNodeGo := bench.Row{Metric: what + "goroutines / goroutine stacks per node", Value: notRun}
+	idleCPU := bench.Row{Metric: what + "idle CPU per node (over -hold)", Value: notRun,
+		Target: fmt.Sprintf("≤ %.3f %% of a core (2 × kwok)", targetFleetCPU), Anchor: fmt.Sprintf("kwok %.3f %% per node (1,000 at 13 %%)", anchorKwokNodeCPU)}
+	hold := bench.Row{Metric: what + "every node stays Ready", Value: notRun, Target: "all Ready for " + targetFleetHold.String()}
+	pods := bench.Row{Metric: fmt.Sprintf("%d agents in one process, fakecri: %d pods per node bound at once, first create → all Running (RSS)", b.opts.nodes, b.opts.fleetPods), Value: notRun}
+	defer func() {
+		for _, r := range []bench.Row{row, rss, perNodeRSS, perNodeHeap, perNodeGo, idleCPU, hold, pods} {
+			t.Add(r)
+		}
+	}()
 	if f != nil {
 		row.Value = bench.FormatDuration(f.allReady)
 		perNode := float64(f.rssAfter-min(f.rssBefore, f.rssAfter)) / float64(f.nodes)
 		rss.Value = fmt.Sprintf("%s (%.2f MiB per node above %s before)", bench.FormatMiB(f.rssAfter), perNode/(1<<20), bench.FormatMiB(f.rssBefore))
+		perNodeRSS.Value = fmt.Sprintf("%.2f MiB (%.2f MiB after a forced GC)", perNode/(1<<20),
+			float64(f.rssAfterGC-min(f.rssBefore, f.rssAfterGC))/float64(f.nodes)/(1<<20))
+		perNodeRSS.Result = bench.Verdict(perNode <= float64(targetFleetRSS)/targetFleetNodes)
+		perNodeHeap.Value = fmt.Sprintf("%.0f KiB", float64(f.memAfter.heapObjects-min(f.memBefore.heapObjects, f.memAfter.heapObjects))/float64(f.nodes)/1024)
+		perNodeGo.Value = fmt.Sprintf("%.1f / %.0f KiB", float64(f.memAfter.goroutines-min(f.memBefore.goroutines, f.memAfter.goroutines))/float64(f.nodes),
+			float64(f.memAfter.stacks-min(f.memBefore.stacks, f.memAfter.stacks))/float64(f.nodes)/1024)
 		if f.nodes >= targetFleetNodes {
 			rss.Result = bench.Verdict(f.rssAfter <= targetFleetRSS)
+			row.Result = bench.Verdict(f.allReady <= targetFleetReady)
+		}
+		t.Note("scale: heap per node by component (in-use heap profile, sampled every %d KiB, after less before the fleet): %s",
+			memProfileRate>>10, formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
+		if b.opts.shareServices {
+			t.Note("scale: the agents share one informer on the Services (agent.ServiceLister, -share-services); each has its own client certificate, connection, clientsets, Node/pod watches and fake runtime")
+		}
+		if f.memLimit != math.MaxInt64 {
+			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT)", bench.FormatMiB(uint64(f.memLimit)))
+		}
+		if h := f.hold; h != nil {
+			held := h.Held.Round(time.Second)
+			if len(h.Lost) == 0 {
+				hold.Value = fmt.Sprintf("all %d Ready throughout %s", f.nodes, held)
+			} else {
+				hold.Value = fmt.Sprintf("%d lost Ready in %s (fewest at once %d), e.g. %s", len(h.Lost), held, h.MinReady, h.Lost[0])
+			}
+			if h.Held >= targetFleetHold || len(h.Lost) > 0 {
+				hold.Result = bench.Verdict(len(h.Lost) == 0 && h.Held >= targetFleetHold)
+			}
+			pct := cpuPercent(f.holdCPU, h.Held)
+			perNode := pct / float64(f.nodes)
+			idleCPU.Value = fmt.Sprintf("%.4f %% (%.1f %% of a core in all, %s)", perNode, pct, held)
+			idleCPU.Result = bench.Verdict(perNode <= targetFleetCPU)
+			t.Note("scale: RSS at the end of the %s hold %s", held, bench.FormatMiB(f.holdRSS))
+		}
+		switch {
+		case f.pods != nil:
+			pods.Value = fmt.Sprintf("%s (%d pods, created in %s; RSS %s)", bench.FormatDuration(f.pods.AllRunning), f.pods.Pods,
+				bench.FormatDuration(f.pods.Created), bench.FormatMiB(f.podsRSS))
+		case f.podsErr != "":
+			pods.Value = "failed: " + f.podsErr
 		}
 		t.Note("scale: after a forced GC the live Go heap is %s and RSS %s (%.2f MiB per node above the baseline)",
 			bench.FormatMiB(f.heapLive), bench.FormatMiB(f.rssAfterGC), float64(f.rssAfterGC-min(f.rssBefore, f.rssAfterGC))/float64(f.nodes)/(1<<20))
@@ -406,8 +465,6 @@ func (b *benchmark) reportScale() {
 			f.nodes, bench.FormatDuration(f.credentials), bench.FormatDuration(f.credentials/time.Duration(f.nodes)),
 			f.nodes, bench.FormatDuration(f.started), b.opts.parallel, bench.FormatMiB(f.peakRSS))
 	}
-	t.Add(row)
-	t.Add(rss)
 }
 
 func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }

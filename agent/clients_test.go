@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+)
+
+// connServer is an HTTP/2 TLS server answering every request with an
+// empty NodeList, counting the connections it accepted and remembering
+// whether any request asked for gzip.
+type connServer struct {
+	*httptest.Server
+	mu        sync.Mutex
+	conns     int
+	gzipAsked bool
+}
+
+func newConnServer(t *testing.T) *connServer {
+	s := &connServer{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		if r.Header.Get("Accept-Encoding") != "" {
+			s.gzipAsked = true
+		}
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[]}`))
+	}))
+	s.EnableHTTP2 = true
+	s.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+		}
+	}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *connServer) counts() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns, s.gzipAsked
+}
+
+func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
+	srv := newConnServer(t)
+	cfg, err := ParseFlags(klog.Background(), []string{"--hostname-override=node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClientsFromRESTConfig(cfg, &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	list := func() {
+		t.Helper()
+		for _, client := range []struct {
+			name string
+			list func() error
+		}{
+			{"main", func() error { _, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+			{"heartbeat", func() error { _, err := c.Heartbeat.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+			{"events", func() error { _, err := c.Events.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+		} {
+			if err := client.list(); err != nil {
+				t.Fatalf("%s client: %v", client.name, err)
+			}
+		}
+	}
+	list()
+	conns, gzip := srv.counts()
+	if conns != 1 {
+		t.Errorf("the three clientsets opened %d connections, want 1 shared", conns)
+	}
+	if gzip {
+		t.Error("a request asked for a compressed response")
+	}
+	c.CloseConnections()
+	list()
+	if conns, _ := srv.counts(); conns != 2 {
+		t.Errorf("after CloseConnections the clientsets opened %d connections in all, want 2 (one more, shared)", conns)
+	}
+}
