@@ -20,8 +20,11 @@
 // status, the node watch, the pod sources, the pod status manager, the pod
 // lifecycle loop (pods.Module), the probe engine (Probes), the kubelet API
 // on 10250 (NodeAPI: logs, exec, attach, port-forward, stats, metrics,
-// configz, with TLS, authentication and authorization) and the /healthz and
-// /metrics server on the healthz port. A runtime module completes it: CRI
+// configz, with TLS, authentication and authorization), the /healthz and
+// /metrics server on the healthz port, and the graceful node shutdown
+// (NodeShutdown: with shutdownGracePeriod set, pods stopped by priority
+// when systemd-logind announces a shutdown or the agent receives SIGPWR). A
+// runtime module completes it: CRI
 // (containerd, CRI-O or runtime/fakecri: the CRI connection, cgroups, pod
 // manager, PLEG, stats with the pods' volume usage, the volume manager
 // (Volumes), image garbage collection and container log rotation

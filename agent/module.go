@@ -122,6 +122,7 @@ var shared = fx.Options(
 	pods.Module,
 	Probes,
 	NodeAPI,
+	NodeShutdown,
 	// The health server is nil when healthzPort is 0.
 	fx.Invoke(func(*HealthServer) {}),
 )

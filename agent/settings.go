@@ -132,6 +132,12 @@ var implementedSettings = map[string]string{
 	"fileCheckFrequency": "",
 	"httpCheckFrequency": "",
 
+	// Graceful node shutdown (nodeshutdown/, agent/nodeshutdown.go): the
+	// signal is systemd-logind's where it runs, and SIGPWR.
+	"shutdownGracePeriod":              "",
+	"shutdownGracePeriodCriticalPods":  "",
+	"shutdownGracePeriodByPodPriority": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",

@@ -36,6 +36,8 @@ type relOptions struct {
 	proxy bool
 	// extraArgs are more command-line flags of the agent.
 	extraArgs []string
+	// kubeletConfig are more KubeletConfiguration fields of the agent.
+	kubeletConfig map[string]any
 }
 
 // relNode is a pod node whose faults a test controls: its agent, its
@@ -91,7 +93,7 @@ func newRelNode(t *testing.T, name string, o relOptions) *relNode {
 	}
 	agent, err := env.cp.NewAgent(cluster.AgentOptions{
 		Binary: env.agent, NodeName: name, RuntimeEndpoint: tn.endpoint,
-		CgroupDriver: "cgroupfs", ExtraArgs: args,
+		CgroupDriver: "cgroupfs", ExtraArgs: args, KubeletConfig: o.kubeletConfig,
 	})
 	if err != nil {
 		t.Fatal(err)

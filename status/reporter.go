@@ -113,6 +113,8 @@ type Reporter struct {
 	// waits counts the times the loop went back to waiting for its timers,
 	// so that tests can tell when a round is over.
 	waits atomic.Int64
+	// kick asks Run for a status cycle now (SyncNow).
+	kick chan struct{}
 
 	// node watches the node; ownWatch says the Reporter made it and runs
 	// it.
@@ -188,6 +190,7 @@ func New(opts Options) (*Reporter, error) {
 		metrics:    m,
 		registered: make(chan struct{}),
 		jitter:     rand.Float64,
+		kick:       make(chan struct{}, 1),
 	}
 	switch r.node = opts.Node; {
 	case r.node == nil && opts.Client == nil:
@@ -235,6 +238,19 @@ func (r *Reporter) HasSynced() bool { return r.node.HasSynced() }
 // or found by this Reporter; for a standalone Reporter, once it computed the
 // Node). It is safe for concurrent use.
 func (r *Reporter) Registered() <-chan struct{} { return r.registered }
+
+// SyncNow asks Run for a status cycle at once rather than at the next
+// UpdateFrequency tick, as the kubelet's graceful node shutdown does so that
+// the Node turns NotReady without delay. It does not block; requests made
+// while one is pending are one cycle. Before the Node is registered it
+// only makes the first cycle after registration come sooner. Safe for
+// concurrent use.
+func (r *Reporter) SyncNow() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
 
 // Run registers the Node, then computes its status every UpdateFrequency
 // and patches it when it changed or ReportFrequency elapsed, until ctx is
@@ -288,12 +304,19 @@ func (r *Reporter) runLocal(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			if current, ok := r.node.Node(); ok {
-				node, _ := r.updateNode(ctx, current)
-				r.setLocal(ctx, node)
-			}
+			r.localCycle(ctx)
 			t.Reset(r.opts.UpdateFrequency)
+		case <-r.kick:
+			r.localCycle(ctx)
 		}
+	}
+}
+
+// localCycle is one status cycle of a standalone Reporter.
+func (r *Reporter) localCycle(ctx context.Context) {
+	if current, ok := r.node.Node(); ok {
+		node, _ := r.updateNode(ctx, current)
+		r.setLocal(ctx, node)
 	}
 }
 
@@ -345,6 +368,9 @@ func (r *Reporter) loop(ctx context.Context) {
 			holding = false
 			r.syncStatus(ctx)
 			regular.Reset(r.opts.UpdateFrequency)
+		case <-r.kick:
+			holding = false
+			r.syncStatus(ctx)
 		case <-fastC:
 			switch {
 			case holding && r.wouldBeReady(ctx):

@@ -677,3 +677,20 @@ func TestReporterExposesTheNodeItWatches(t *testing.T) {
 		t.Fatalf("the registered node never showed up through Node(): %v", err)
 	}
 }
+
+// TestSyncNow: a cycle on request, without waiting for UpdateFrequency, so a
+// node shutting down turns NotReady at once.
+func TestSyncNow(t *testing.T) {
+	h := newHarness(t, nil)
+	h.startSteady()
+	h.setRuntimeErr(errors.New("node is shutting down"))
+	before, cycles := h.r.waits.Load(), h.cycles()
+	h.r.SyncNow()
+	h.waitLoop(before + 1)
+	if h.cycles() != cycles+1 {
+		t.Fatalf("cycles %v after SyncNow, want %v", h.cycles(), cycles+1)
+	}
+	if c := findCondition(h.node(), v1.NodeReady); c == nil || c.Status != v1.ConditionFalse || c.Message != "node is shutting down" {
+		t.Errorf("Ready after SyncNow = %+v, want False with the message", c)
+	}
+}

@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+
+	"github.com/nodekit/nodekit/nodeshutdown"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/status"
+)
+
+// Names and order of the node shutdown manager's admit handler: after the
+// general predicates, as the kubelet adds it last.
+const (
+	AdmitNodeShutdown = "NodeShutdown"
+	OrderNodeShutdown = 300
+)
+
+// NodeShutdown is the kubelet's graceful node shutdown (nodeshutdown.Module)
+// configured from the *Config (Config.NodeShutdownOptions: shutdownGracePeriod,
+// shutdownGracePeriodCriticalPods, shutdownGracePeriodByPodPriority, the
+// state file in the root directory). When a grace period is set and a node
+// shutdown is signalled it gates the Ready condition (a status.HealthCheck:
+// Ready=False "node is shutting down", synced at once through
+// status.Reporter.SyncNow), rejects new pods (the NodeShutdown admit handler,
+// after GeneralPredicates) and kills the pods of the pods.Store through the
+// pod loop (pods.Controller.KillPod) in priority order. Core and Standalone
+// include it.
+//
+// The signal comes from systemd-logind (a delay inhibitor lock over D-Bus)
+// where systemd and the system bus run, and always from SIGPWR
+// (nodeshutdown.DefaultSignal) sent to the agent: an init system or an
+// operator sends it before stopping the node. SIGTERM still only stops the
+// agent. Replace the sources with fx.Decorate of nodeshutdown.Options
+// (Sources), or add one to the nodeshutdown.SourceGroup value group.
+var NodeShutdown = fx.Options(
+	fx.Provide(
+		newShutdownLoopRef,
+		func() *reporterRef { return &reporterRef{} },
+		provideNodeShutdownOptions,
+		func(s *pods.Store) nodeshutdown.ActivePodsFunc { return s.Active },
+		func(l *shutdownLoopRef) nodeshutdown.KillPodFunc { return l.killPod },
+		fx.Annotate(nodeShutdownAdmitHandler, fx.ResultTags(`group:"`+pods.AdmitHandlerGroup+`"`)),
+		fx.Annotate(nodeShutdownHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
+	),
+	// The Controller admits pods through the manager, so the manager gets
+	// the Controller here, once both are built and before either runs.
+	// The status reporter is Ready only through the manager's health
+	// check, so the manager gets the reporter the same way.
+	fx.Invoke(func(l *shutdownLoopRef, c *pods.Controller, rr *reporterRef, r *status.Reporter) {
+		l.c.Store(c)
+		rr.r.Store(r)
+	}),
+	nodeshutdown.Module,
+)
+
+// NodeShutdownOptions returns the node shutdown manager's options from the
+// KubeletConfiguration: the grace periods and the kubelet's state file
+// (<root-dir>/graceful_node_shutdown_state). Sources, the pod funcs,
+// SyncNodeStatus, NodeRef and the recorder, clock and registerer are the
+// caller's (or NodeShutdown's) to fill.
+func (cfg *Config) NodeShutdownOptions() nodeshutdown.Options {
+	kc := &cfg.Kubelet
+	return nodeshutdown.Options{
+		GracePeriod:              kc.ShutdownGracePeriod.Duration,
+		GracePeriodCriticalPods:  kc.ShutdownGracePeriodCriticalPods.Duration,
+		GracePeriodByPodPriority: kc.ShutdownGracePeriodByPodPriority,
+		NodeName:                 cfg.NodeName,
+		StateFile:                filepath.Join(cfg.RootDir, nodeshutdown.StateFileName),
+	}
+}
+
+type nodeShutdownParams struct {
+	fx.In
+
+	Config   *Config
+	Reporter *reporterRef
+	Node     *status.NodeWatch
+	Logger   logr.Logger `optional:"true"`
+}
+
+// provideNodeShutdownOptions completes Config.NodeShutdownOptions from the
+// graph and picks the sources: logind where it runs, and SIGPWR.
+func provideNodeShutdownOptions(p nodeShutdownParams) (nodeshutdown.Options, error) {
+	o := p.Config.NodeShutdownOptions()
+	o.SyncNodeStatus = p.Reporter.syncNow
+	o.NodeRef = NodeEventRef(p.Config.NodeName, p.Node)
+	periods, err := nodeshutdown.GracePeriods(o.GracePeriod, o.GracePeriodCriticalPods, o.GracePeriodByPodPriority)
+	if err != nil || len(periods) == 0 {
+		return o, err
+	}
+	logger := p.Logger.WithName("nodeshutdown")
+	if logger.GetSink() == nil {
+		logger = logr.Discard()
+	}
+	signal := nodeshutdown.NewSignalSource(nodeshutdown.DefaultSignal)
+	o.Sources = []nodeshutdown.Source{signal}
+	if nodeshutdown.LogindAvailable() {
+		o.Sources = append([]nodeshutdown.Source{nodeshutdown.NewLogindSource(nodeshutdown.LogindOptions{InhibitDelay: nodeshutdown.PeriodRequested(periods)})}, o.Sources...)
+		logger.Info("Graceful node shutdown: watching systemd-logind and the agent's signal", "signal", signal.String(), "shutdownGracePeriodByPodPriority", periods)
+	} else {
+		logger.Info("Graceful node shutdown: no systemd-logind on this machine (no /run/systemd/system or no D-Bus system bus); send the agent the signal before the node stops", "signal", signal.String(), "shutdownGracePeriodByPodPriority", periods)
+	}
+	return o, nil
+}
+
+// shutdownLoopRef hands the pod lifecycle loop to the node shutdown
+// manager, which the loop admits pods through (see podLoopRef).
+type shutdownLoopRef struct{ podLoopRef }
+
+func newShutdownLoopRef() *shutdownLoopRef { return &shutdownLoopRef{} }
+
+// reporterRef hands the status reporter to the node shutdown manager.
+type reporterRef struct {
+	r atomic.Pointer[status.Reporter]
+}
+
+func (rr *reporterRef) syncNow() {
+	if r := rr.r.Load(); r != nil {
+		r.SyncNow()
+	}
+}
+
+// nodeShutdownAdmitHandler rejects pods while the node shuts down.
+func nodeShutdownAdmitHandler(m *nodeshutdown.Manager) pods.OrderedAdmitHandler {
+	return pods.OrderedAdmitHandler{Name: AdmitNodeShutdown, Order: OrderNodeShutdown, Handler: pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
+		ok, reason, message := m.Admit(a.Pod)
+		return pods.AdmitResult{Admit: ok, Reason: reason, Message: message}
+	})}
+}
+
+// nodeShutdownHealthCheck makes the node NotReady while it shuts down, with
+// the kubelet's message.
+func nodeShutdownHealthCheck(m *nodeshutdown.Manager) status.HealthCheck {
+	return status.HealthCheck{Name: "NodeShutdown", Healthy: func() (bool, error) {
+		err := m.ShutdownStatus()
+		return err == nil, err
+	}}
+}

@@ -1,0 +1,72 @@
+package nodeshutdown
+
+import (
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/runner"
+)
+
+// SourceGroup is the fx value group of Source added to Options.Sources.
+const SourceGroup = "node_shutdown_sources"
+
+// Module provides the *Manager, built from the graph's Options, and runs it
+// for the application's lifetime. Options fields left nil are filled from
+// the graph: ActivePods and KillPod from the optional ActivePodsFunc and
+// KillPodFunc; Recorder, Clock and Registerer from the optional
+// record.EventRecorder, clock.Clock and prometheus.Registerer. Sources in
+// the SourceGroup value group are appended to Options.Sources (when both
+// are empty, the Manager watches DefaultSignal). The manager logs with the
+// optional logr.Logger (klog's by default) under the name "nodeshutdown".
+var Module = fx.Module("nodeshutdown",
+	fx.Provide(provide),
+	fx.Invoke(func(*Manager) {}),
+)
+
+// Params are Module's dependencies.
+type Params struct {
+	fx.In
+
+	Options    Options
+	ActivePods ActivePodsFunc `optional:"true"`
+	KillPod    KillPodFunc    `optional:"true"`
+	Sources    []Source       `group:"node_shutdown_sources"`
+
+	Recorder   record.EventRecorder  `optional:"true"`
+	Clock      clock.Clock           `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+func provide(p Params) (*Manager, error) {
+	o := p.Options
+	if o.ActivePods == nil {
+		o.ActivePods = p.ActivePods
+	}
+	if o.KillPod == nil {
+		o.KillPod = p.KillPod
+	}
+	if len(p.Sources) > 0 {
+		o.Sources = append(append([]Source(nil), o.Sources...), p.Sources...)
+	}
+	if o.Recorder == nil {
+		o.Recorder = p.Recorder
+	}
+	if o.Clock == nil && p.Clock != nil {
+		o.Clock = p.Clock
+	}
+	if o.Registerer == nil {
+		o.Registerer = p.Registerer
+	}
+	m, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "nodeshutdown", m.Run)
+	return m, nil
+}
