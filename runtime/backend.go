@@ -28,7 +28,9 @@ type PodCgroups interface {
 // watch-based cache; used for image pull secrets.
 type SecretGetter func(ctx context.Context, namespace, name string) (*v1.Secret, error)
 
-// BackendOptions configures a Backend. Pods and PLEG are required.
+// BackendOptions configures a Backend. Pods and PLEG are required; the
+// Backend hands the PLEG what each sync found (PLEG.Observe), so the PLEG
+// may have SyncsObserved set.
 type BackendOptions struct {
 	// Pods syncs pods on the runtime; PLEG watches it and keeps the pod
 	// cache every status is read from.
@@ -111,15 +113,20 @@ func (b *Backend) runtimeStatus(ctx context.Context, uid types.UID) (*podstate.P
 	return st, nil
 }
 
-// refresh reads the pod's status from the runtime into the cache.
+// refresh reads the pod's status from the runtime into the cache and hands
+// it to the PLEG (PLEG.Observe: a PLEG with SyncsObserved reads the
+// runtime's created and started events no more); when the read fails, the
+// PLEG reads the pod.
 func (b *Backend) refresh(ctx context.Context, pod *v1.Pod) {
 	at := b.clock.Now()
 	st, err := b.pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Cannot refresh the pod's runtime status; the PLEG will", "pod", klog.KObj(pod), "err", err)
+		b.opts.PLEG.Reinspect(pod.UID, pod.Name, pod.Namespace)
 		return
 	}
 	b.cache.Set(pod.UID, st, nil, at)
+	b.opts.PLEG.Observe(st)
 }
 
 // PodStatus generates the pod's API status from the cached runtime status

@@ -11,10 +11,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/status/podstatus"
 )
 
 // fakeVolumes is a VolumeManager that records calls; MountPod fails while
@@ -129,4 +131,52 @@ func TestBackendVolumes(t *testing.T) {
 	if got := vols.history(); !slices.Equal(got, want) {
 		t.Errorf("volume manager calls %q, want %q", got, want)
 	}
+}
+
+// TestBackendStatusAfterSyncWaitsForNoRelist: the status read right after
+// a sync that started the pod's containers shows them running at once,
+// without the PLEG's next relist or freshness mark (the fake clock moves a
+// millisecond, the PLEG waits a second), and the PLEG learns of the start from the sync itself.
+func TestBackendStatusAfterSyncWaitsForNoRelist(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, SyncsObserved: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := runtime.NewBackend(runtime.BackendOptions{Pods: h.pm, PLEG: pleg, Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- pleg.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	pod := newPod("prompt", ctr("app"))
+	read := func() v1.PodStatus {
+		t.Helper()
+		rctx, rcancel := context.WithTimeout(h.ctx, wait.ForeverTestTimeout)
+		defer rcancel()
+		st, err := b.PodStatus(rctx, pod, podstatus.GenerateOptions{})
+		if err != nil {
+			t.Fatalf("status of the pod: %v", err)
+		}
+		return st
+	}
+	if st := read(); st.Phase != v1.PodPending {
+		t.Fatalf("phase %s before the sync, want Pending", st.Phase)
+	}
+	// Time goes on, far less than the PLEG's period.
+	h.clk.Step(time.Millisecond)
+	if res := b.SyncPod(h.ctx, pod); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if st := read(); st.Phase != v1.PodRunning {
+		t.Fatalf("phase %s right after the sync, want Running", st.Phase)
+	}
+	collect(t, pleg, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerStarted})
 }

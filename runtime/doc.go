@@ -102,12 +102,15 @@
 // PLEG), reads the pods that changed into its [PodCache] and sends a
 // [PodLifecycleEvent] for each change; where the runtime streams container
 // events (GetContainerEvents), a pod is read as soon as one of its
-// containers changes, and the relist is the safety net: while the stream is
-// up it runs once a minute (PLEGOptions.EventedRelistPeriod), the cache
-// being marked fresh every second without a CRI call, as the kubelet's
-// evented PLEG does (with 5 minutes). [PLEG.Healthy]
-// reports "PLEG is not healthy: ..." for the node's Ready condition when
-// relisting stalls.
+// containers changes (with PLEGOptions.SyncsObserved, which PodsModule
+// sets, only when one stops or is deleted: the [Backend] hands the PLEG the
+// status it reads after each sync, [PLEG.Observe], so what the agent
+// created and started is not read again), and the relist is the safety
+// net: while the stream is up it runs once a minute
+// (PLEGOptions.EventedRelistPeriod), the cache being marked fresh every
+// second without a CRI call, as the kubelet's evented PLEG does (with 5
+// minutes). [PLEG.Healthy] reports "PLEG is not healthy: ..." for the
+// node's Ready condition when relisting stalls.
 //
 // # fx and what an embedder can swap
 //

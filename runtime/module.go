@@ -135,6 +135,8 @@ func providePods(p PodsParams) (PodsResult, error) {
 	if popts.Registerer == nil {
 		popts.Registerer = p.Registerer
 	}
+	// The Backend below reports what its syncs created and started.
+	popts.SyncsObserved = true
 	pleg, err := NewPLEG(popts)
 	if err != nil {
 		return PodsResult{}, err

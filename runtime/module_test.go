@@ -79,8 +79,9 @@ func TestPodsModule(t *testing.T) {
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
 	var (
-		pm   *runtime.PodManager
-		pleg *runtime.PLEG
+		pm      *runtime.PodManager
+		pleg    *runtime.PLEG
+		backend *runtime.Backend
 	)
 	app := fxtest.New(t,
 		runtime.Module,
@@ -88,12 +89,14 @@ func TestPodsModule(t *testing.T) {
 		fx.Supply(runtime.Options{Endpoint: endpoint}),
 		fx.Supply(runtime.PodManagerOptions{PodLogsDir: filepath.Join(dir, "logs"), PodsDir: filepath.Join(dir, "pods"), MemoryCapacity: 1 << 30}),
 		fx.Provide(func() prometheus.Registerer { return reg }),
-		fx.Populate(&pm, &pleg),
+		fx.Populate(&pm, &pleg, &backend),
 	)
 	app.RequireStart()
 	ctx := testCtx(t)
 	pod := newPod("fx", ctr("app"))
-	if res := pm.SyncPod(ctx, pod, nil, runtime.SyncInput{}); res.Err != nil {
+	// The pod lifecycle loop syncs through the Backend, which hands the
+	// PLEG what it started.
+	if res := backend.SyncPod(ctx, pod); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	poll(t, func() bool {

@@ -37,7 +37,9 @@ const (
 // waiting for the PLEG to read them. A hint that does not fit brings a
 // relist instead, which finds every change, so the queue need not hold a
 // node's worth of pods (a buffered channel allocates all of its capacity
-// up front: the events channel's 1000 are the kubelet's).
+// up front: the events channel's 1000 are the kubelet's). The statuses the
+// syncs hand over (Observe) queue in as many; one that does not fit brings a
+// relist too.
 const hintCapacity = 64
 
 // PodLister is what the PLEG reads the runtime with; *PodManager is one.
@@ -50,10 +52,19 @@ type PodLister interface {
 type PLEGOptions struct {
 	Pods PodLister
 	// Runtime, if set, is asked for a GetContainerEvents stream: each event
-	// makes the PLEG read its pod at once instead of at the next relist. A
-	// runtime without the RPC (containerd 1.6) answers Unimplemented and
-	// the PLEG relists only; a broken stream is reopened with back-off.
+	// makes the PLEG read its pod at once instead of at the next relist
+	// (but see SyncsObserved). A runtime without the RPC (containerd 1.6)
+	// answers Unimplemented and the PLEG relists only; a broken stream is
+	// reopened with back-off.
 	Runtime cri.RuntimeService
+	// SyncsObserved says that whoever creates and starts the pods'
+	// containers hands the PLEG the status it reads after each sync
+	// (Observe; Backend does): the PLEG then reads a pod only on the
+	// stream's stopped and deleted events, not on created and started ones,
+	// which are the agent's own doing, as the kubelet's evented PLEG asks
+	// for a relist on container stops only (its pod workers ask for one
+	// after each sync). PodsModule sets it.
+	SyncsObserved bool
 	// RelistPeriod is the pause between relists of all pods while the
 	// runtime does not stream container events (default
 	// DefaultRelistPeriod).
@@ -99,6 +110,8 @@ type PLEG struct {
 	records   map[types.UID]*podRecord
 	reinspect map[types.UID]bool
 	hints     chan podHint
+	// observed are the statuses the agent's own syncs read (Observe).
+	observed chan *podstate.PodStatus
 	// streaming is set while the container event stream is up; resync asks
 	// Run for a relist at once (the stream connected, or a hint was
 	// dropped).
@@ -113,6 +126,9 @@ type PLEG struct {
 
 type podRecord struct {
 	old, current *podstate.RunningPod
+	// seen is when current was read: a status the agent read before it
+	// (Observe) is stale.
+	seen time.Time
 }
 
 // podHint asks for one pod to be read, from the event stream.
@@ -155,6 +171,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 		records:   map[types.UID]*podRecord{},
 		reinspect: map[types.UID]bool{},
 		hints:     make(chan podHint, hintCapacity),
+		observed:  make(chan *podstate.PodStatus, hintCapacity),
 		resync:    make(chan struct{}, 1),
 		snapshot:  map[types.UID]podstate.RunningPod{},
 	}
@@ -227,6 +244,8 @@ func (p *PLEG) Run(ctx context.Context) error {
 					break wait
 				case h := <-p.hints:
 					p.relistPods(ctx, h)
+				case st := <-p.observed:
+					p.observe(ctx, st)
 				}
 			}
 			if relist || !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod {
@@ -283,6 +302,47 @@ func (p *PLEG) Forget(uid types.UID) {
 	delete(p.snapshot, uid)
 }
 
+// Observe hands the PLEG a pod's status the agent just read from the
+// runtime itself (after a sync that created or started something): the
+// PLEG compares it with its record of the pod, as it would a status it
+// read, and sends the events of the changes, without asking the runtime
+// again; the kubelet asks its PLEG for a relist of the pod after each sync
+// instead. A status older than what the PLEG last read of the pod is
+// ignored. It does not block (a full queue brings a relist instead); st is
+// kept and must not be modified afterwards. Safe for concurrent use.
+func (p *PLEG) Observe(st *podstate.PodStatus) {
+	select {
+	case p.observed <- st:
+	default:
+		p.requestRelist()
+	}
+}
+
+// Reinspect asks the PLEG to read the pod at once (the agent could not
+// read it after a sync). It does not block (a full queue brings a relist
+// instead). Safe for concurrent use.
+func (p *PLEG) Reinspect(uid types.UID, name, namespace string) {
+	select {
+	case p.hints <- podHint{uid: uid, name: name, namespace: namespace}:
+	default:
+		p.requestRelist()
+	}
+}
+
+// observe reconciles a pod's record with a status the agent read.
+func (p *PLEG) observe(ctx context.Context, st *podstate.PodStatus) {
+	r := p.records[st.ID]
+	if r != nil && st.TimeStamp.Before(r.seen) {
+		return
+	}
+	if r == nil {
+		r = &podRecord{}
+		p.records[st.ID] = r
+	}
+	r.current, r.seen = runningFromStatus(st), st.TimeStamp
+	p.reconcile(ctx, st.ID, st.TimeStamp, st)
+}
+
 // requestRelist asks Run for a relist at once.
 func (p *PLEG) requestRelist() {
 	select {
@@ -317,6 +377,9 @@ func (p *PLEG) relist(ctx context.Context) {
 			p.records[pod.ID] = r
 		}
 		r.current = pod
+	}
+	for _, r := range p.records {
+		r.seen = ts
 	}
 	for uid := range p.records {
 		p.reconcile(ctx, uid, ts, nil)
@@ -356,7 +419,7 @@ func (p *PLEG) relistPod(ctx context.Context, h podHint) {
 		r = &podRecord{}
 		p.records[h.uid] = r
 	}
-	r.current = runningFromStatus(st)
+	r.current, r.seen = runningFromStatus(st), st.TimeStamp
 	p.reconcile(ctx, h.uid, st.TimeStamp, st)
 }
 
@@ -533,7 +596,7 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 			case ev := <-ch:
 				connected = true
 				md := ev.GetPodSandboxStatus().GetMetadata()
-				if md.GetUid() == "" {
+				if md.GetUid() == "" || p.opts.SyncsObserved && !readsPod(ev.GetContainerEventType()) {
 					continue
 				}
 				select {
@@ -567,4 +630,13 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 		}
 		backOff = min(2*backOff, maxEventStreamBackOff)
 	}
+}
+
+// readsPod reports whether a container event makes a PLEG with
+// SyncsObserved read its pod: a stop or a deletion, which the runtime (a
+// container exiting) or a garbage collection may cause. Creations and
+// starts are the agent's own syncs' doing, which report them
+// (PLEG.Observe).
+func readsPod(t runtimeapi.ContainerEventType) bool {
+	return t == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || t == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT
 }

@@ -287,3 +287,52 @@ func TestPLEGRelistsRarelyWhileEventsStream(t *testing.T) {
 		return h.cri.Calls("ListPodSandbox") > lists
 	})
 }
+
+// TestPLEGWithObservedSyncs: a PLEG whose syncs are observed (the Backend
+// hands it what each sync found) reads no pod on the runtime's created and
+// started events, yet reports the start from the sync's own status; a
+// container that stops is still read at once from its event.
+func TestPLEGWithObservedSyncs(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, SyncsObserved: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := runtime.NewBackend(runtime.BackendOptions{Pods: h.pm, PLEG: p, Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	// The stream connecting brings a relist of its own.
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })
+	lists := h.cri.Calls("ListPodSandbox")
+
+	pod := newPod("observed", ctr("app"))
+	if res := b.SyncPod(h.ctx, pod); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	app := h.container(pod, "app")
+	// No clock step: the sync's own read brings the news.
+	collect(t, p, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerStarted, Data: app.ID})
+	if rp := p.RunningPods(); len(rp) != 1 || rp[0].ID != pod.UID {
+		t.Errorf("running pods %v, want the pod the sync started", rp)
+	}
+	// h.container read the pod once; the sync's refresh once.
+	if n := h.cri.Calls("ListPodSandbox") - lists; n != 2 {
+		t.Errorf("%d pod reads after the sync, want 2 (the sync's and the test's): created and started events must not be read", n)
+	}
+	h.exitNow(pod, "app", 0)
+	collect(t, p, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
+	if st, _ := p.Cache().Get(pod.UID); st.Container("app") == nil || st.Container("app").State != podstate.ContainerStateExited {
+		t.Error("the cache does not show the container exited after its event")
+	}
+}

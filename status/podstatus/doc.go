@@ -53,8 +53,9 @@
 // GetPodStatus and writes nothing.
 //
 // Unlike the kubelet's status manager, which writes one pod at a time, it
-// writes up to Options.Writers pods at once (a burst of pods does not wait
-// for each round trip in turn), and it holds a pod's first status back for
+// writes up to Options.Writers pods at once, each as soon as a writer is
+// free (a burst of pods does not wait for each round trip in turn, nor a
+// status for the slowest write under way), and it holds a pod's first status back for
 // up to Options.PendingWriteDelay (1 s) while the pod is still Pending: a
 // pod that starts within that time costs one write, carrying Running,
 // instead of one for ContainerCreating and one for Running.

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -75,9 +74,11 @@ type Options struct {
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
 	// Writers is how many pods' statuses are written at once (default
-	// DefaultWriters); one pod's writes never overlap. The kubelet writes
-	// one at a time, so a burst of pods waits for each round trip in turn;
-	// the client's rate limit still bounds the request rate.
+	// DefaultWriters); one pod's writes never overlap. A status goes to
+	// the first free writer as soon as it is set, whatever the others are
+	// writing. The kubelet writes one at a time, so a burst of pods waits
+	// for each round trip in turn; the client's rate limit still bounds the
+	// request rate.
 	Writers int
 	// PendingWriteDelay is how long the first status of a pod that is still
 	// Pending (and not being deleted) may wait for a newer one before it is
@@ -139,7 +140,10 @@ type Manager struct {
 	// resourceVersion that patch was computed from. See currentPod.
 	written     map[types.UID]*v1.Pod
 	writtenFrom map[types.UID]string
-	running     atomic.Bool
+	// force is, per pod UID, a write the periodic sync asked for although
+	// the pod's version is written (its finished pod is to be deleted).
+	force   map[types.UID]bool
+	running atomic.Bool
 }
 
 // versionedStatus is one pod's cached status. The Manager replaces entries,
@@ -207,6 +211,7 @@ func NewManager(opts Options) (*Manager, error) {
 		synced:      make(map[types.UID]uint64),
 		written:     make(map[types.UID]*v1.Pod),
 		writtenFrom: make(map[types.UID]string),
+		force:       make(map[types.UID]bool),
 	}, nil
 }
 
@@ -396,6 +401,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
+	queue := newWriteQueue(ctx, m.writers, m.write)
+	defer queue.wait()
 	timer := m.clock.NewTimer(m.syncPeriod)
 	defer timer.Stop()
 	// deferred fires when the earliest held-back first status is due.
@@ -422,31 +429,27 @@ func (m *Manager) Run(ctx context.Context) error {
 			logger.V(2).Info("Stopped syncing pod status")
 			return nil
 		case <-m.signal:
-			arm(m.syncBatch(ctx, false))
+			arm(m.syncBatch(ctx, queue, false))
 		case <-deferredC:
-			arm(m.syncBatch(ctx, false))
+			arm(m.syncBatch(ctx, queue, false))
 		case <-timer.C():
-			arm(m.syncBatch(ctx, true))
+			arm(m.syncBatch(ctx, queue, true))
 			timer.Reset(m.syncPeriod)
 		}
 	}
 }
 
-type podSync struct {
-	uid    types.UID
-	status *versionedStatus
-}
-
-// syncBatch writes the statuses not written yet; with all, also those that
-// differ from the API server's or belong to a pod to delete. Up to
-// m.writers pods are written at once; it returns when all are done. A first
-// status held back (see Options.PendingWriteDelay) is not written; the
-// earliest time one is due is returned, zero when none is held back.
-func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
-	var todo []podSync
+// syncBatch queues for the writers the pods whose status is not written
+// yet; with all, also those that differ from the API server's or belong to
+// a pod to delete. It does not wait for the writes. A first status held
+// back (see Options.PendingWriteDelay) is not queued; the earliest time one
+// is due is returned, zero when none is held back.
+func (m *Manager) syncBatch(ctx context.Context, queue *writeQueue, all bool) (due time.Time) {
 	now := m.clock.Now()
 	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
 	m.mu.RLock()
+	defer m.mu.RUnlock()
 	if all {
 		for uid := range m.synced {
 			if _, ok := m.statuses[uid]; !ok {
@@ -462,28 +465,112 @@ func (m *Manager) syncBatch(ctx context.Context, all bool) (due time.Time) {
 				due = at
 			}
 		case !ok || written < e.version:
-			todo = append(todo, podSync{uid, e})
+			queue.add(uid)
 		case !all:
 		case m.needsDeletion(uid, e):
-			todo = append(todo, podSync{uid, e})
+			m.force[uid] = true
+			queue.add(uid)
 		case m.needsReconcile(ctx, uid, e):
 			delete(m.synced, uid)
-			todo = append(todo, podSync{uid, e})
+			queue.add(uid)
 		}
 	}
-	m.mu.RUnlock()
-	m.writeMu.Unlock()
-	workqueue.ParallelizeUntil(ctx, m.writers, len(todo), func(i int) {
-		// A pod removed since the batch began has no object left to
-		// write to (and the Node authorizer refuses reading it).
-		m.mu.RLock()
-		_, tracked := m.statuses[todo[i].uid]
-		m.mu.RUnlock()
-		if tracked {
-			m.syncPod(ctx, todo[i].uid, todo[i].status)
-		}
-	})
 	return due
+}
+
+// writeQueue hands queued pods to up to limit writers, started when there is
+// work and gone when there is none (an idle node keeps no writer
+// goroutine): a status set while other pods are being written goes out as
+// soon as a writer is free, not after the slowest write of a batch. One
+// pod is never written by two writers at once; a pod queued while being
+// written is written again after that write. Pods are taken in the order
+// they were queued. Safe for concurrent use.
+type writeQueue struct {
+	ctx   context.Context
+	limit int
+	write func(context.Context, types.UID)
+
+	mu sync.Mutex
+	// order are the queued pods, oldest first; queued is its set.
+	order  []types.UID
+	queued map[types.UID]bool
+	// busy are the pods being written, again those queued meanwhile.
+	busy, again map[types.UID]bool
+	active      int
+	writers     sync.WaitGroup
+}
+
+func newWriteQueue(ctx context.Context, limit int, write func(context.Context, types.UID)) *writeQueue {
+	return &writeQueue{ctx: ctx, limit: limit, write: write, queued: map[types.UID]bool{}, busy: map[types.UID]bool{}, again: map[types.UID]bool{}}
+}
+
+// add queues the pod and starts a writer if one is free. It does not
+// block.
+func (q *writeQueue) add(uid types.UID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.busy[uid]:
+		q.again[uid] = true
+		return
+	case q.queued[uid]:
+		return
+	}
+	q.queued[uid] = true
+	q.order = append(q.order, uid)
+	if q.active < q.limit {
+		q.active++
+		q.writers.Add(1)
+		go q.run()
+	}
+}
+
+// run writes queued pods until there are none left or ctx is done.
+func (q *writeQueue) run() {
+	defer q.writers.Done()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) > 0 && q.ctx.Err() == nil {
+		uid := q.order[0]
+		q.order = q.order[1:]
+		delete(q.queued, uid)
+		q.busy[uid] = true
+		q.mu.Unlock()
+		q.write(q.ctx, uid)
+		q.mu.Lock()
+		delete(q.busy, uid)
+		if q.again[uid] {
+			delete(q.again, uid)
+			q.queued[uid] = true
+			q.order = append(q.order, uid)
+		}
+	}
+	q.active--
+}
+
+// wait blocks until every writer has returned; after ctx is done, none
+// starts another write.
+func (q *writeQueue) wait() { q.writers.Wait() }
+
+// write writes the pod's latest status if it still needs writing: it
+// changed since the last write (and is not a first status held back), or
+// the periodic sync asked for it. A pod removed since it was queued has no
+// object left to write to (and the Node authorizer refuses reading it).
+func (m *Manager) write(ctx context.Context, uid types.UID) {
+	m.mu.RLock()
+	e, tracked := m.statuses[uid]
+	m.mu.RUnlock()
+	m.writeMu.Lock()
+	written, ok := m.synced[uid]
+	force := m.force[uid]
+	delete(m.force, uid)
+	m.writeMu.Unlock()
+	switch {
+	case !tracked:
+	case !ok && m.holdFirst(e, m.clock.Now()):
+	case !ok || written < e.version || force:
+		m.syncPod(ctx, uid, e)
+	}
 }
 
 // holdFirst reports whether a pod's first status, never written, waits
@@ -687,6 +774,7 @@ func (m *Manager) forget(uid types.UID, version uint64) {
 	delete(m.synced, uid)
 	delete(m.written, uid)
 	delete(m.writtenFrom, uid)
+	delete(m.force, uid)
 	m.writeMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -570,8 +570,10 @@ func TestRemovedPodIsNotWrittenByABatchUnderWay(t *testing.T) {
 	a := testPod(v1.RestartPolicyAlways, "a")
 	b := a.DeepCopy()
 	b.Name, b.UID = "db", "uid-2"
+	c := a.DeepCopy()
+	c.Name, c.UID = "later", "uid-3"
 	// One writer: the batch writes its pods one after the other.
-	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: -1, Writers: 1}, a.DeepCopy(), b.DeepCopy())
+	e := newEnvWith(t, podstatus.Options{PendingWriteDelay: -1, Writers: 1}, a.DeepCopy(), b.DeepCopy(), c.DeepCopy())
 	var mu sync.Mutex
 	failPatches, removed := true, types.UID("")
 	gets := map[string]int{}
@@ -608,8 +610,11 @@ func TestRemovedPodIsNotWrittenByABatchUnderWay(t *testing.T) {
 	clear(gets)
 	mu.Unlock()
 	e.resync(t)
-	// The resync timer is set again once the batch is done.
-	e.waitFor(t, "the batch done", func() bool { return e.clock.HasWaiters() })
+	e.waitFor(t, "the pod left written", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 1 })
+	// One writer takes pods in the order they were queued: once a pod
+	// queued after the batch is written, the removed pod was dealt with.
+	e.m.SetPodStatus(c, podstatus.Generate(c, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "a later pod written", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	name := a.Name
@@ -840,4 +845,48 @@ func describe(actions []k8stesting.Action) []string {
 		out = append(out, r)
 	}
 	return out
+}
+
+// hangingGetter is the sources' view where reading one pod hangs until
+// released, as a write that hangs on its way to the API server.
+type hangingGetter struct {
+	getter
+	hang             types.UID
+	reached, release chan struct{}
+}
+
+func (g *hangingGetter) GetPodByUID(uid types.UID) (*v1.Pod, bool) {
+	if uid == g.hang {
+		select {
+		case g.reached <- struct{}{}:
+		default:
+		}
+		<-g.release
+	}
+	return g.getter.GetPodByUID(uid)
+}
+
+// TestStatusIsWrittenWhileAnotherPodsWriteIsSlow: a status set while
+// another pod's write hangs goes out on a free writer at once, not after
+// the slow write (a burst of pods does not queue behind its slowest round
+// trip).
+func TestStatusIsWrittenWhileAnotherPodsWriteIsSlow(t *testing.T) {
+	a := testPod(v1.RestartPolicyAlways, "a")
+	b := a.DeepCopy()
+	b.Name, b.UID = "db", "uid-2"
+	g := &hangingGetter{getter: getter{pods: map[types.UID]*v1.Pod{}}, hang: a.UID, reached: make(chan struct{}, 1), release: make(chan struct{})}
+	g.set(a.DeepCopy())
+	g.set(b.DeepCopy())
+	e := newEnvWith(t, podstatus.Options{Pods: g, PendingWriteDelay: -1, Writers: 2}, a.DeepCopy(), b.DeepCopy())
+	defer close(g.release)
+	e.m.SetPodStatus(a, podstatus.Generate(a, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	select {
+	case <-g.reached:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("pod a's write did not begin")
+	}
+	e.m.SetPodStatus(b, podstatus.Generate(b, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "pod db's status written while pod a's write hangs", func() bool {
+		return e.apiPod(t, b.Name).Status.Phase == v1.PodRunning
+	})
 }
