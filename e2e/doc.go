@@ -56,7 +56,11 @@
 // from the apiserver's audit log (privilege_test.go): every request of a
 // node identity (system:node:<name>) must be one the kubelet makes, on its
 // own Node, Lease, pods and objects of its pods, with none refused except
-// those a test provokes on purpose (excuseDenials); the apiserver must run
+// those a test provokes on purpose (excuseDenials, which also covers a
+// test's own kubectl with a node's credentials) and a refusal of an object
+// the same node is granted within seconds (the Node authorizer's graph
+// learns a just-bound pod's secrets and configmaps from its own informer;
+// the kubelet meets the same race); the apiserver must run
 // --authorization-mode=Node,RBAC and NodeRestriction (read from its command
 // line, and proved by a probe identity refused reading and patching
 // another node), and every node CSR must ask for its own identity. It
