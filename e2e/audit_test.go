@@ -21,13 +21,7 @@ type auditRecord struct {
 		Username string   `json:"username"`
 		Groups   []string `json:"groups"`
 	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		APIGroup    string `json:"apiGroup"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-		Subresource string `json:"subresource"`
-	} `json:"objectRef"`
+	ObjectRef      *auditObjectRef `json:"objectRef"`
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
@@ -50,6 +44,15 @@ func (r auditRecord) String() string {
 		what += " " + o.Namespace + "/" + o.Name
 	}
 	return fmt.Sprintf("%s %s → %d at %s", r.Verb, what, r.Code, r.RequestReceived.Format("15:04:05.000"))
+}
+
+// auditObjectRef is the object an audited request is for.
+type auditObjectRef struct {
+	Resource    string `json:"resource"`
+	APIGroup    string `json:"apiGroup"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	Subresource string `json:"subresource"`
 }
 
 // readAuditFile returns the completed requests of an audit log.

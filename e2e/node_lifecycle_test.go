@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"os"
 	goruntime "runtime"
 	"strings"
@@ -317,7 +315,7 @@ func TestAgentWritesOnlyAsItsNode(t *testing.T) {
 	// What the agent did, from the apiserver's audit log.
 	user := "system:node:" + name
 	var registered, statusPatched, leaseWritten bool
-	for _, ev := range readAudit(t) {
+	for _, ev := range readAuditRecords(t) {
 		ref := ev.ObjectRef
 		own := ref != nil && ((ref.Resource == "nodes" || ref.Resource == "leases") && ref.Name == name)
 		write := ev.Verb == "create" || ev.Verb == "update" || ev.Verb == "patch"
@@ -374,55 +372,6 @@ func TestStoppedAgentMakesNodeUnreachable(t *testing.T) {
 	waitForNode(t, name, "Ready with the unreachable taints gone", lifecycleTimeout, func(n *v1.Node) bool {
 		return isReady(n) && !hasTaint(n, unreachable, v1.TaintEffectNoExecute) && !hasTaint(n, unreachable, v1.TaintEffectNoSchedule)
 	})
-}
-
-// auditEvent is the part of an audit.k8s.io/v1 Event the tests read.
-type auditEvent struct {
-	Stage      string `json:"stage"`
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
-	UserAgent  string `json:"userAgent"`
-	User       struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-		Subresource string `json:"subresource"`
-	} `json:"objectRef"`
-	ResponseStatus *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	Code int `json:"-"`
-}
-
-// readAudit returns the completed requests in the apiserver's audit log.
-func readAudit(t *testing.T) []auditEvent {
-	t.Helper()
-	f, err := os.Open(env.cp.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var events []auditEvent
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 16<<20)
-	for s.Scan() {
-		var ev auditEvent
-		if err := json.Unmarshal(s.Bytes(), &ev); err != nil {
-			t.Fatalf("audit log %s: %v", env.cp.AuditLog, err)
-		}
-		if ev.Stage != "ResponseComplete" || ev.ResponseStatus == nil {
-			continue
-		}
-		ev.Code = ev.ResponseStatus.Code
-		events = append(events, ev)
-	}
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return events
 }
 
 func internalIP(n *v1.Node) string {

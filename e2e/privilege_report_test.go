@@ -19,13 +19,7 @@ func TestAuditNodeRequests(t *testing.T) {
 		r.User.Username = "system:node:" + user
 		r.UserAgent, r.Verb, r.Code = ua, verb, code
 		r.RequestURI = "/api/v1/namespaces/" + ns + "/" + resource + "?fieldSelector=metadata.name%3D" + name
-		r.ObjectRef = &struct {
-			Resource    string `json:"resource"`
-			APIGroup    string `json:"apiGroup"`
-			Namespace   string `json:"namespace"`
-			Name        string `json:"name"`
-			Subresource string `json:"subresource"`
-		}{Resource: resource, Namespace: ns, Name: name}
+		r.ObjectRef = &auditObjectRef{Resource: resource, Namespace: ns, Name: name}
 		r.RequestReceived = at.Add(off)
 		return r
 	}
