@@ -488,15 +488,8 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 // nothing until every source has reported, then runs the runtime's with the
 // Controller's pods kept.
 func TestGarbageCollectWaitsForSources(t *testing.T) {
-	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
-	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); c.workers.wait() }()
+	c, sources, ctx := newIdleController(t, rt)
 	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 0 {
 		t.Fatalf("GarbageCollect before the sources reported: err %v, %d runtime runs; want none", err, len(rt.gcKeep))
 	}
@@ -508,6 +501,22 @@ func TestGarbageCollectWaitsForSources(t *testing.T) {
 	if keep := rt.gcKeep[0]; !keep("uid-web") || keep("uid-other") {
 		t.Error("the runtime's garbage collection does not keep exactly the pods the Controller knows")
 	}
+}
+
+// newIdleController builds a Controller on rt, knowing its node, whose Run
+// is not started: the test calls its methods directly. Its workers are
+// waited for when the test ends.
+func newIdleController(t *testing.T, rt Runtime) (*Controller, *fakeSources, context.Context) {
+	t.Helper()
+	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); c.workers.wait() })
+	return c, sources, ctx
 }
 
 // knownNode is an Options.Node that knows the node at once: the loop admits
@@ -536,15 +545,8 @@ func (r *deleterRuntime) DeleteAllUnusedContainers(_ context.Context, keep, acti
 // (a finished pod it knows is not); a runtime without it gets the ordinary
 // garbage collection.
 func TestDeleteAllUnusedContainers(t *testing.T) {
-	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := &deleterRuntime{fakeRuntime: newFakeRuntime()}
-	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); c.workers.wait() }()
+	c, sources, ctx := newIdleController(t, rt)
 	if err := c.DeleteAllUnusedContainers(ctx); err != nil || len(rt.keep) != 0 {
 		t.Fatalf("DeleteAllUnusedContainers before the sources reported: err %v, %d runtime runs; want none", err, len(rt.keep))
 	}
@@ -572,10 +574,8 @@ func TestDeleteAllUnusedContainers(t *testing.T) {
 	}
 
 	plain := newFakeRuntime()
-	c2, err := New(Options{Sources: sources, Runtime: plain, Statuses: statuses, Node: knownNode})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2, sources2, _ := newIdleController(t, plain)
+	sources2.ready.Store(true)
 	if err := c2.DeleteAllUnusedContainers(ctx); err != nil || plain.gcs.Load() != 1 {
 		t.Errorf("DeleteAllUnusedContainers on a runtime without it: err %v, %d garbage collections; want 1", err, plain.gcs.Load())
 	}
