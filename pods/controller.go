@@ -30,7 +30,9 @@ type Options struct {
 	Sources Sources
 	// Runtime runs them.
 	Runtime Runtime
-	// Statuses keeps and writes the pods' API status.
+	// Statuses keeps and writes the pods' API status. When it is a
+	// podstatus.StartObserver too (*podstatus.Manager is), it is told when
+	// each pod that had not started was first seen.
 	Statuses podstatus.Interface
 	// Store receives the active pods; nil makes a Store of the
 	// Controller's own (see Controller.Store).
@@ -306,6 +308,9 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 	}
 	r := &podRecord{pod: pod, firstSeen: c.clock.Now(), trackStart: pod.Status.StartTime == nil && !isUnschedulable(pod)}
 	c.pods[pod.UID] = r
+	if o, ok := c.opts.Statuses.(podstatus.StartObserver); ok && r.trackStart {
+		o.PodSeen(pod.UID, r.firstSeen)
+	}
 	// A finished or deleted pod is not admitted: its worker only makes sure
 	// it is stopped.
 	terminate := pod.DeletionTimestamp != nil || isTerminal(pod.Status.Phase)
@@ -519,17 +524,7 @@ func (c *Controller) observeStartLocked(r *podRecord) {
 // allContainersStarted reports whether the pod's status shows every
 // regular container running with a start time (the kubelet's
 // hasPodStartedSLO), and at least one.
-func allContainersStarted(pod *v1.Pod) bool {
-	if isTerminal(pod.Status.Phase) || len(pod.Status.ContainerStatuses) == 0 {
-		return false
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Running == nil || cs.State.Running.StartedAt.IsZero() {
-			return false
-		}
-	}
-	return true
-}
+func allContainersStarted(pod *v1.Pod) bool { return podstatus.AllContainersStarted(&pod.Status) }
 
 // initContainersRunTime sums how long the pod's init containers ran, as
 // its status shows them (finished ones; a running sidecar from its start).

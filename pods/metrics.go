@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodekit/nodekit/status/podstatus"
 )
 
 // The operation_type values of kubelet_pod_worker_duration_seconds, as the
@@ -22,10 +24,6 @@ const (
 
 // podStartBuckets are the kubelet's pod startup duration buckets (seconds).
 var podStartBuckets = []float64{0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600}
-
-// agentStartBuckets resolve the agent's own share of a pod's start, from
-// a millisecond up (seconds).
-var agentStartBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 1, 2, 5, 10, 30, 60}
 
 // controllerMetrics are the kubelet's pod lifecycle metrics. A nil
 // *controllerMetrics records nothing.
@@ -65,7 +63,7 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 		agent: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nodekit_pod_start_agent_duration_seconds",
 			Help:    "Duration in seconds from the agent first seeing a pod to its pod source showing all the pod's containers started (the status write and its watch round trip included), excluding image pulls: the agent's own share of a pod's start, the runtime's calls included. Finer buckets than kubelet_pod_start_duration_seconds.",
-			Buckets: agentStartBuckets,
+			Buckets: podstatus.StartLatencyBuckets,
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.start, m.worker, m.sli, m.total, m.agent} {

@@ -88,7 +88,10 @@
 //   - nodekit_pod_status_patches_total{result} (counter): status writes,
 //     result patched, unchanged (no request needed) or failed;
 //   - nodekit_pod_deletions_total{result} (counter): deletions of finished
-//     pods, deleted or failed.
+//     pods, deleted or failed;
+//   - nodekit_pod_start_internal_duration_seconds (histogram, buckets from
+//     1 ms): from the agent first seeing a pod (PodSeen, see StartObserver)
+//     to sending the first status that shows all its containers started.
 //
 // # Swapping pieces
 //

@@ -129,6 +129,9 @@ type Manager struct {
 	deleted map[types.UID]struct{}
 	// signal has a pending write when it holds a value.
 	signal chan struct{}
+	// seen is, per pod, when the agent first saw it (PodSeen), until its
+	// first status showing every container started is sent.
+	seen map[types.UID]time.Time
 
 	// writeMu guards synced, written and writtenFrom, which only Run and
 	// the writers it waits for touch.
@@ -207,6 +210,7 @@ func NewManager(opts Options) (*Manager, error) {
 		metrics:     m,
 		statuses:    make(map[types.UID]*versionedStatus),
 		deleted:     make(map[types.UID]struct{}),
+		seen:        make(map[types.UID]time.Time),
 		signal:      make(chan struct{}, 1),
 		synced:      make(map[types.UID]uint64),
 		written:     make(map[types.UID]*v1.Pod),
@@ -305,6 +309,62 @@ func (m *Manager) RemovePod(uid types.UID) {
 	defer m.mu.Unlock()
 	delete(m.statuses, uid)
 	delete(m.deleted, uid)
+	delete(m.seen, uid)
+}
+
+// StartObserver is implemented by a status manager that measures pod
+// starts from when the agent first saw a pod; *Manager does. The pod
+// loop calls PodSeen once for every pod that had not started when it was
+// first seen.
+type StartObserver interface {
+	PodSeen(uid types.UID, at time.Time)
+}
+
+var _ StartObserver = (*Manager)(nil)
+
+// PodSeen records when the agent first saw the pod uid, which had not
+// started yet: when the first status write showing every regular
+// container started (AllContainersStarted) is sent, the time since then
+// goes into nodekit_pod_start_internal_duration_seconds, the agent's
+// internal share of the pod's start (admission, runtime calls, status
+// generation, waiting for a writer and the client's rate limit; image
+// pulls included). RemovePod forgets it. It does not block.
+func (m *Manager) PodSeen(uid types.UID, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[uid]; !ok {
+		m.seen[uid] = at
+	}
+}
+
+// observeSent records the start of a pod whose first status showing every
+// container started is about to be sent.
+func (m *Manager) observeSent(uid types.UID, status *v1.PodStatus) {
+	if !AllContainersStarted(status) {
+		return
+	}
+	m.mu.Lock()
+	seen, ok := m.seen[uid]
+	delete(m.seen, uid)
+	m.mu.Unlock()
+	if ok {
+		m.metrics.started(m.clock.Since(seen))
+	}
+}
+
+// AllContainersStarted reports whether status shows the pod not finished
+// and every regular container (at least one) running with a start time:
+// the kubelet's definition of a started pod (hasPodStartedSLO).
+func AllContainersStarted(status *v1.PodStatus) bool {
+	if isTerminal(status.Phase) || len(status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range status.ContainerStatuses {
+		if cs.State.Running == nil || cs.State.Running.StartedAt.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // updateLocked caches status for pod, the kubelet's updateStatusInternal.
@@ -653,6 +713,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		m.metrics.patch(resultUnchanged)
 		logger.V(4).Info("Pod status is up to date", "version", e.version)
 	} else {
+		m.observeSent(uid, &merged)
 		updated, err := pods.Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if apierrors.IsNotFound(err) {
 			logger.V(3).Info("Pod does not exist on the API server")

@@ -890,3 +890,45 @@ func TestStatusIsWrittenWhileAnotherPodsWriteIsSlow(t *testing.T) {
 		return e.apiPod(t, b.Name).Status.Phase == v1.PodRunning
 	})
 }
+
+// TestInternalStartIsMeasuredFromSeenToTheStartedStatusSent: the time from
+// PodSeen to sending the first status that shows every container started
+// goes into nodekit_pod_start_internal_duration_seconds, once; a Pending
+// status sent before does not end it, and a pod never seen is not counted.
+func TestInternalStartIsMeasuredFromSeenToTheStartedStatusSent(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	other := testPod(v1.RestartPolicyAlways, "a")
+	other.Name, other.UID = "other", "uid-2"
+	e := newEnv(t, nil, p.DeepCopy(), other.DeepCopy())
+	e.m.PodSeen(p.UID, t0)
+	e.clock.Step(3 * time.Millisecond)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Pending", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodPending })
+	e.clock.Step(4 * time.Millisecond)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.m.SetPodStatus(other, podstatus.Generate(other, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Running", func() bool {
+		return e.apiPod(t, "web").Status.Phase == v1.PodRunning && e.apiPod(t, "other").Status.Phase == v1.PodRunning
+	})
+	// A later write of the started pod does not count again.
+	e.clock.Step(time.Second)
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 1)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the exit", func() bool { return e.apiPod(t, "web").Status.ContainerStatuses[0].State.Running == nil })
+
+	families, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *dto.Histogram
+	for _, f := range families {
+		if f.GetName() == "nodekit_pod_start_internal_duration_seconds" {
+			h = f.GetMetric()[0].GetHistogram()
+		}
+	}
+	if h == nil {
+		t.Fatal("nodekit_pod_start_internal_duration_seconds is not registered")
+	}
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.007 {
+		t.Errorf("nodekit_pod_start_internal_duration_seconds has %d samples summing to %vs, want 1 of 0.007s", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
