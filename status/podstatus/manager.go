@@ -327,8 +327,9 @@ var _ StartObserver = (*Manager)(nil)
 // container started (AllContainersStarted) is sent, the time since then
 // goes into nodekit_pod_start_internal_duration_seconds, the agent's
 // internal share of the pod's start (admission, runtime calls, status
-// generation, waiting for a writer and the client's rate limit; image
-// pulls included). RemovePod forgets it. It does not block.
+// generation, waiting for a free writer; image pulls included; not the
+// client's rate limiter, which client-go applies inside the request).
+// RemovePod forgets it. It does not block.
 func (m *Manager) PodSeen(uid types.UID, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
