@@ -62,11 +62,13 @@ func TestChurn(t *testing.T) {
 	})
 }
 
-// agentFigures are what churn compares before and after.
-type agentFigures struct{ goroutines, fds, heap float64 }
+// agentFigures are what churn compares before and after: heap is the
+// heap's spans in use (go_memstats_heap_inuse_bytes), live its objects
+// (go_memstats_heap_alloc_bytes; live only right after a collection).
+type agentFigures struct{ goroutines, fds, heap, live float64 }
 
 func (f agentFigures) String() string {
-	return fmt.Sprintf("%.0f goroutines, %.0f fds, heap %s", f.goroutines, f.fds, mibytes(f.heap))
+	return fmt.Sprintf("%.0f goroutines, %.0f fds, heap %s (objects %s)", f.goroutines, f.fds, mibytes(f.heap), mibytes(f.live))
 }
 
 func churn(t *testing.T, o relOptions, count, rounds int) {
@@ -82,7 +84,7 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return agentFigures{m.Sum("go_goroutines", nil), m.Sum("process_open_fds", nil), m.Sum("go_memstats_heap_inuse_bytes", nil)}
+		return agentFigures{m.Sum("go_goroutines", nil), m.Sum("process_open_fds", nil), m.Sum("go_memstats_heap_inuse_bytes", nil), m.Sum("go_memstats_heap_alloc_bytes", nil)}
 	}
 	time.Sleep(5 * time.Second)
 	idle := figures()
@@ -132,6 +134,18 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 	// the heap within 16 MiB (the event correlator's caches, bounded at
 	// 4,096 entries, and lazily built type caches), once the Go runtime's
 	// periodic GC (at most two minutes apart) has run.
+	// A heap profile taken with gc=1 collects first, so the figures read
+	// next show the live heap; it stays in the run's directory.
+	profile := filepath.Join(env.dir, name+".heap.pprof")
+	if f, err := os.Create(profile); err != nil {
+		t.Error(err)
+	} else {
+		if err := n.agent.Profile(ctx, env.cp.PKI, "heap?gc=1", f); err != nil {
+			t.Errorf("heap profile of the agent: %v", err)
+		}
+		f.Close()
+		t.Logf("heap profile of the agent after the churn: %s", profile)
+	}
 	var after agentFigures
 	err = wait.PollUntilContextTimeout(ctx, 5*time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
 		after = figures()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -291,6 +292,41 @@ func (a *Agent) Metrics(ctx context.Context) (Metrics, error) {
 		return nil, fmt.Errorf("scrape agent %s: %s", a.Name, resp.Status)
 	}
 	return ParseMetrics(resp.Body)
+}
+
+// Profile writes the agent's /debug/pprof/<what> (what: "heap", or
+// "profile?seconds=N" for N seconds of CPU, which it blocks for) to w,
+// fetched through its node API as a cluster admin (a client certificate
+// of pki's CA in system:masters; the agent's serving certificate, often
+// self-signed, is not verified).
+func (a *Agent) Profile(ctx context.Context, pki *PKI, what string, w io.Writer) error {
+	pair, err := pki.ClientCert("nodekit-e2e-profiler", "nodekit-e2e:profiler", "system:masters")
+	if err != nil {
+		return err
+	}
+	cert, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, //nolint:gosec // the agent's self-signed certificate
+	}}}
+	url := a.APIURL + "/debug/pprof/" + what
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // Metrics are parsed Prometheus metric families by name.

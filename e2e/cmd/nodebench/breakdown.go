@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -117,10 +114,9 @@ func (b *breakdown) String() string {
 }
 
 // profileAgent fetches a profile of n's agent through its node API's
-// /debug/pprof/<what> (what: "profile?seconds=N" for CPU, "heap"), as a
-// cluster admin (a client certificate of the cluster CA in system:masters;
-// the agent's serving certificate is its self-signed one, not verified),
-// and writes it to path. The returned channel gets the outcome.
+// /debug/pprof/<what> (what: "profile?seconds=N" for CPU, "heap"; see
+// cluster.Agent.Profile) and writes it to path. The returned channel gets
+// the outcome.
 func (b *benchmark) profileAgent(ctx context.Context, n *node, what, path string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
@@ -128,36 +124,11 @@ func (b *benchmark) profileAgent(ctx context.Context, n *node, what, path string
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return err
 			}
-			pair, err := b.cp.PKI.ClientCert("nodebench-profiler", "nodebench:profiler", "system:masters")
-			if err != nil {
-				return err
-			}
-			cert, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
-			if err != nil {
-				return err
-			}
-			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
-				Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, //nolint:gosec // the agent's self-signed certificate
-			}}}
-			url := n.agent.APIURL + "/debug/pprof/" + what
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-				return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
-			}
 			f, err := os.Create(path)
 			if err != nil {
 				return err
 			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
+			if err := n.agent.Profile(ctx, b.cp.PKI, what, f); err != nil {
 				f.Close()
 				return err
 			}
