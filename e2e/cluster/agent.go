@@ -147,6 +147,12 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 		"authentication": map[string]any{
 			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
 		},
+		// No image garbage collection by disk usage: the harness
+		// side-loads its images, which no registry serves, and a host
+		// disk that looks 85 % full by the kubelet's measure (reserved
+		// blocks count as used) would have them removed between a test's
+		// pods. TestImageGCOnContainerd sets its own threshold.
+		"imageGCHighThresholdPercent": 100,
 	}
 	if opts.NodeStatusUpdateFrequency > 0 {
 		cfg["nodeStatusUpdateFrequency"] = opts.NodeStatusUpdateFrequency.String()
