@@ -91,7 +91,8 @@
 //     pods, deleted or failed;
 //   - nodekit_pod_start_internal_duration_seconds (histogram, buckets from
 //     1 ms): from the agent first seeing a pod (PodSeen, see StartObserver)
-//     to sending the first status that shows all its containers started.
+//     to the API server accepting the first status that shows all its
+//     containers started.
 //
 // # Swapping pieces
 //

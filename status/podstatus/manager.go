@@ -130,7 +130,7 @@ type Manager struct {
 	// signal has a pending write when it holds a value.
 	signal chan struct{}
 	// seen is, per pod, when the agent first saw it (PodSeen), until its
-	// first status showing every container started is sent.
+	// first status showing every container started is written.
 	seen map[types.UID]time.Time
 
 	// writeMu guards synced, written and writtenFrom, which only Run and
@@ -323,13 +323,14 @@ type StartObserver interface {
 var _ StartObserver = (*Manager)(nil)
 
 // PodSeen records when the agent first saw the pod uid, which had not
-// started yet: when the first status write showing every regular
-// container started (AllContainersStarted) is sent, the time since then
-// goes into nodekit_pod_start_internal_duration_seconds, the agent's
-// internal share of the pod's start (admission, runtime calls, status
-// generation, waiting for a free writer; image pulls included; not the
-// client's rate limiter, which client-go applies inside the request).
-// RemovePod forgets it. It does not block.
+// started yet: when the API server accepts the first status write that
+// shows every regular container started (AllContainersStarted), the time
+// since then goes into nodekit_pod_start_internal_duration_seconds, the
+// agent's internal share of the pod's start: admission, volumes, runtime
+// calls, status generation, waiting for a free writer and the client's
+// rate limit, and the PATCH's round trip (image pulls included, the
+// watch that shows the write to others not). RemovePod forgets it. It
+// does not block.
 func (m *Manager) PodSeen(uid types.UID, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -338,9 +339,9 @@ func (m *Manager) PodSeen(uid types.UID, at time.Time) {
 	}
 }
 
-// observeSent records the start of a pod whose first status showing every
-// container started is about to be sent.
-func (m *Manager) observeSent(uid types.UID, status *v1.PodStatus) {
+// observeWritten records the start of a pod whose first status showing
+// every container started the API server just accepted.
+func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus) {
 	if !AllContainersStarted(status) {
 		return
 	}
@@ -714,7 +715,6 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		m.metrics.patch(resultUnchanged)
 		logger.V(4).Info("Pod status is up to date", "version", e.version)
 	} else {
-		m.observeSent(uid, &merged)
 		updated, err := pods.Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if apierrors.IsNotFound(err) {
 			logger.V(3).Info("Pod does not exist on the API server")
@@ -726,6 +726,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 			return
 		}
 		m.metrics.patch(resultPatched)
+		m.observeWritten(uid, &updated.Status)
 		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
 		pod = updated
 	}

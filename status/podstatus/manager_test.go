@@ -891,11 +891,11 @@ func TestStatusIsWrittenWhileAnotherPodsWriteIsSlow(t *testing.T) {
 	})
 }
 
-// TestInternalStartIsMeasuredFromSeenToTheStartedStatusSent: the time from
-// PodSeen to sending the first status that shows every container started
+// TestInternalStartIsMeasuredFromSeenToTheStartedStatusWritten: the time from
+// PodSeen to the API server accepting the first status that shows every container started
 // goes into nodekit_pod_start_internal_duration_seconds, once; a Pending
-// status sent before does not end it, and a pod never seen is not counted.
-func TestInternalStartIsMeasuredFromSeenToTheStartedStatusSent(t *testing.T) {
+// status written before does not end it, and a pod never seen is not counted.
+func TestInternalStartIsMeasuredFromSeenToTheStartedStatusWritten(t *testing.T) {
 	p := testPod(v1.RestartPolicyAlways, "a")
 	other := testPod(v1.RestartPolicyAlways, "a")
 	other.Name, other.UID = "other", "uid-2"

@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		start: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    metricStart,
-			Help:    "Duration in seconds from the agent first seeing a pod that had not started to sending the first status write that shows all its containers started: the agent's internal share of the pod's start, image pulls included.",
+			Help:    "Duration in seconds from the agent first seeing a pod that had not started to the API server accepting the first status write that shows all its containers started: the agent's internal share of the pod's start, image pulls included.",
 			Buckets: StartLatencyBuckets,
 		}),
 	}

@@ -21,7 +21,7 @@ type breakdown struct {
 	// seeing a pod → its watch showing the pod's containers started.
 	agent bench.Histogram
 	// internal is nodekit_pod_start_internal_duration_seconds: the agent
-	// first seeing a pod → it sends the status showing the pod's
+	// first seeing a pod → the API server accepts the status showing the pod's
 	// containers started.
 	internal bench.Histogram
 	// sli is kubelet_pod_start_sli_duration_seconds (creation → watch shows
@@ -72,7 +72,7 @@ func (b *breakdown) statusWritesPerPod() float64 { return b.patches / float64(b.
 // String is the breakdown as one line for the notes.
 func (b *breakdown) String() string {
 	var parts []string
-	parts = append(parts, fmt.Sprintf("agent's internal latency (seen → started status sent, %d pods) p50/p90/p99 %s / %s / %s, mean %s",
+	parts = append(parts, fmt.Sprintf("agent's internal latency (seen → started status written, %d pods) p50/p90/p99 %s / %s / %s, mean %s",
 		b.internal.Count, bench.FormatDuration(b.internal.Quantile(0.5)), bench.FormatDuration(b.internal.Quantile(0.9)),
 		bench.FormatDuration(b.internal.Quantile(0.99)), bench.FormatDuration(b.internal.Mean())))
 	parts = append(parts, fmt.Sprintf("agent's share (seen → watch shows started, %d pods) p50/p99 %s / %s, mean %s",
