@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"testing"
 	"time"
 
@@ -45,6 +47,30 @@ func TestCPURates(t *testing.T) {
 	c.prune(t0.Add(rateRetention + 31*time.Second))
 	if len(c.series) != 0 {
 		t.Fatalf("series after prune = %v, want none", c.series)
+	}
+}
+
+// TestRatesOfGoneContainersArePrunedAtOnce: a round that does not sample a
+// pod's or container's series (the runtime no longer lists it) drops it;
+// a cgroup's series stays until rateRetention.
+func TestRatesOfGoneContainersArePrunedAtOnce(t *testing.T) {
+	var c cpuRates
+	t0 := time.Unix(1000, 0)
+	c.begin()
+	for _, k := range []string{"pod:a", "container:b", "container:c", cgroupSeries + "/kubepods"} {
+		c.update(k, t0, 1e9)
+	}
+	c.prune(t0)
+	c.begin()
+	c.update("container:c", t0.Add(10*time.Second), 2e9)
+	c.prune(t0.Add(10 * time.Second))
+	var keys []string
+	for k := range c.series {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if want := []string{cgroupSeries + "/kubepods", "container:c"}; !slices.Equal(keys, want) {
+		t.Fatalf("series after a round without pod:a and container:b = %v, want %v", keys, want)
 	}
 }
 

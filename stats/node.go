@@ -106,7 +106,7 @@ func fsStats(info fsInfo, t time.Time) *statsapi.FsStats {
 // limit is set.
 func (r *round) cgroupStats(literal string, s cgroupSample) statsapi.ContainerStats {
 	t := metaTime(s.time)
-	rate, _ := r.p.rates.update("cgroup:"+literal, s.time, s.cpu)
+	rate, _ := r.p.rates.update(cgroupSeries+literal, s.time, s.cpu)
 	mem := &statsapi.MemoryStats{
 		Time:            t,
 		UsageBytes:      u64(s.usage),

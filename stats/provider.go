@@ -213,6 +213,7 @@ func (p *Provider) compute(ctx context.Context, full bool) (*snapshot, error) {
 	if err := p.readHost(); err != nil {
 		return nil, err
 	}
+	p.rates.begin()
 	r := &round{p: p, ctx: ctx, now: now, full: full, fs: map[string]*fsResult{}, podsSeen: map[types.UID]bool{}}
 	node, err := r.node()
 	if err != nil {
