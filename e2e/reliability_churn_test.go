@@ -84,8 +84,16 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 	}
 	o.extraArgs = append(o.extraArgs, fmt.Sprintf("--max-pods=%d", count+10))
 	n := newRelNode(t, name, o)
-	// figures collects the agent's garbage (a heap profile with gc=1, kept
-	// in the run's directory as file) and reads its figures right after.
+	// read reads the agent's figures as they are; figures first collects
+	// its garbage (a heap profile with gc=1, kept in the run's directory
+	// as file), so live is what it keeps.
+	read := func() agentFigures {
+		m, err := n.agent.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return agentFigures{m.Sum("go_goroutines", nil), m.Sum("process_open_fds", nil), m.Sum("go_memstats_heap_alloc_bytes", nil), m.Sum("go_memstats_heap_inuse_bytes", nil)}
+	}
 	figures := func(file string) agentFigures {
 		path := filepath.Join(env.dir, name+"."+file+".heap.pprof")
 		f, err := os.Create(path)
@@ -97,11 +105,7 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 		if err != nil {
 			t.Fatalf("heap profile of the agent: %v", err)
 		}
-		m, err := n.agent.Metrics(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return agentFigures{m.Sum("go_goroutines", nil), m.Sum("process_open_fds", nil), m.Sum("go_memstats_heap_alloc_bytes", nil), m.Sum("go_memstats_heap_inuse_bytes", nil)}
+		return read()
 	}
 	time.Sleep(5 * time.Second)
 	idle := figures("idle")
@@ -154,14 +158,15 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 	// The agent back to idle: goroutines and fds within a few of the
 	// baseline (the API and runtime connections may have been redialled)
 	// once its last pods' workers are gone, the live heap as above.
-	var after agentFigures
+	var settled agentFigures
 	err = wait.PollUntilContextTimeout(ctx, 5*time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
-		after = figures("after")
-		return after.goroutines <= idle.goroutines+10 && after.fds <= idle.fds+10, nil
+		settled = read()
+		return settled.goroutines <= idle.goroutines+10 && settled.fds <= idle.fds+10, nil
 	})
 	if err != nil {
-		t.Errorf("after %d × %d pods the agent holds %s, idle it held %s", rounds, count, after, idle)
+		t.Errorf("after %d × %d pods the agent holds %s, idle it held %s", rounds, count, settled, idle)
 	}
+	after := figures("after")
 	if rounds > 1 && after.live > first.live+4<<20 {
 		t.Errorf("the agent's live heap grew from %s after the first round to %s after the last: something is kept per pod", mibytes(first.live), mibytes(after.live))
 	}

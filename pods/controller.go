@@ -508,7 +508,7 @@ func (c *Controller) setStatus(pod *v1.Pod, st v1.PodStatus) {
 // controller first saw it less image pulls. c.mu is held.
 func (c *Controller) observeStartLocked(r *podRecord) {
 	pod := r.pod
-	if c.metrics == nil || !r.trackStart || r.startObserved || r.rejected || !allContainersStarted(pod) {
+	if c.metrics == nil || !r.trackStart || r.startObserved || r.rejected || !podstatus.AllContainersStarted(&pod.Status) {
 		return
 	}
 	r.startObserved = true
@@ -520,11 +520,6 @@ func (c *Controller) observeStartLocked(r *podRecord) {
 	total := now.Sub(pod.CreationTimestamp.Time)
 	c.metrics.observeStarted(total, total-pulls-initContainersRunTime(pod), now.Sub(r.firstSeen)-pulls, isStateless(pod))
 }
-
-// allContainersStarted reports whether the pod's status shows every
-// regular container running with a start time (the kubelet's
-// hasPodStartedSLO), and at least one.
-func allContainersStarted(pod *v1.Pod) bool { return podstatus.AllContainersStarted(&pod.Status) }
 
 // initContainersRunTime sums how long the pod's init containers ran, as
 // its status shows them (finished ones; a running sidecar from its start).
