@@ -264,8 +264,12 @@ func handoverPods(node, ns string) []*v1.Pod {
 		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("50m"), v1.ResourceMemory: resource.MustParse("32Mi")},
 	}
 	c.VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
-	c.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"test", "-f", "/data/ready"}}}, PeriodSeconds: 2}
-	c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 5}
+	// runc's exec init runs inside the container's cgroup, 50m of CPU: on
+	// a loaded CI machine it has taken more than the default 1 s three times
+	// in a row, and the liveness probe restarted the container (as the
+	// kubelet would). The probes are here to be adopted, not timed.
+	c.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"test", "-f", "/data/ready"}}}, PeriodSeconds: 2, TimeoutSeconds: 10}
+	c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 5, TimeoutSeconds: 10}
 	c.Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "echo started > /data/poststart"}}}}
 	c.SecurityContext = &v1.SecurityContext{RunAsUser: ptr.To[int64](1000), AllowPrivilegeEscalation: ptr.To(false)}
 	c.TerminationMessagePolicy = v1.TerminationMessageFallbackToLogsOnError
