@@ -22,6 +22,10 @@ type PodCache struct {
 	// at: the start of the PLEG's last complete relist.
 	timestamp time.Time
 	waiters   map[types.UID][]*cacheWaiter
+	// waiting receives a value, without blocking (one at most is queued),
+	// when a GetNewerThan call starts to wait: the PLEG, which marks the
+	// cache fresh only while someone waits for it, then wakes up.
+	waiting chan struct{}
 }
 
 type cacheEntry struct {
@@ -37,7 +41,7 @@ type cacheWaiter struct {
 
 // NewPodCache returns an empty cache.
 func NewPodCache() *PodCache {
-	return &PodCache{pods: map[types.UID]cacheEntry{}, waiters: map[types.UID][]*cacheWaiter{}}
+	return &PodCache{pods: map[types.UID]cacheEntry{}, waiters: map[types.UID][]*cacheWaiter{}, waiting: make(chan struct{}, 1)}
 }
 
 // Get returns the latest status of pod uid and the error of the last
@@ -78,6 +82,10 @@ func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time)
 	c.waiters[uid] = append(c.waiters[uid], w)
 	c.mu.Unlock()
 	select {
+	case c.waiting <- struct{}{}:
+	default:
+	}
+	select {
 	case e := <-w.ch:
 		return e.status, e.err
 	case <-ctx.Done():
@@ -100,6 +108,13 @@ func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time)
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// hasWaiters reports whether a GetNewerThan call is waiting.
+func (c *PodCache) hasWaiters() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) > 0
 }
 
 // Set stores the status of pod uid read at modified (err: the read failed,

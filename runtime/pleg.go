@@ -72,9 +72,11 @@ type PLEGOptions struct {
 	// EventedRelistPeriod is the pause between relists while the event
 	// stream is up, the safety net of the stream (default
 	// DefaultEventedRelistPeriod; the kubelet's evented PLEG uses 5
-	// minutes). Meanwhile, every RelistPeriod, the cache is marked fresh
+	// minutes). Meanwhile, while a pod worker waits for a fresher status
+	// (PodCache.GetNewerThan), the cache is marked fresh every RelistPeriod
 	// without a CRI call, once the events received are read: the stream
-	// reports every change. The stream (re)connecting, or an event that did
+	// reports every change. While nobody waits, the PLEG sleeps (up to
+	// RelistThreshold/2). The stream (re)connecting, or an event that did
 	// not fit the queue, brings a relist at once.
 	EventedRelistPeriod time.Duration
 	// RelistThreshold is how long relisting may stall before Healthy
@@ -228,32 +230,89 @@ func (p *PLEG) Run(ctx context.Context) error {
 	for {
 		p.relist(ctx)
 		lastRelist := p.clock.Now()
-		for relist := false; !relist; {
-			timer := p.clock.NewTimer(p.opts.RelistPeriod)
-		wait:
-			for {
-				select {
-				case <-ctx.Done():
-					timer.Stop()
-					return nil
-				case <-timer.C():
-					break wait
-				case <-p.resync:
-					timer.Stop()
-					relist = true
-					break wait
-				case h := <-p.hints:
-					p.relistPods(ctx, h)
-				case st := <-p.observed:
-					p.observe(ctx, st)
-				}
+		lastFresh := lastRelist
+		for {
+			relist, ok := p.wait(ctx, lastRelist, lastFresh)
+			if !ok {
+				return nil
 			}
-			if relist || !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod {
+			if relist {
 				break
 			}
 			p.markFresh(ctx)
+			lastFresh = p.clock.Now()
 		}
 	}
+}
+
+// wait serves the pods the event stream names and the statuses the agent
+// observed until the next relist (true) or the next time to mark the cache
+// fresh (false) has come; ok is false once ctx is done. Without the event
+// stream it relists every RelistPeriod. With it, the cache is marked fresh
+// every RelistPeriod, counted from lastFresh, only while a pod worker
+// waits for a fresher status than it holds: an idle node does not wake up
+// each second for nobody. It still does every RelistThreshold/2, so
+// Healthy and kubelet_pleg_last_seen_seconds stay current, and relists
+// every EventedRelistPeriod after lastRelist.
+func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relist, ok bool) {
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var idle <-chan struct{}
+		next := lastFresh.Add(p.opts.RelistPeriod)
+		if p.streaming.Load() {
+			if now := p.clock.Now(); now.After(next) {
+				// Back to the grid of lastFresh: a waiter that just came
+				// waits as long as it would have had the ticks gone on.
+				next = next.Add((now.Sub(next)/p.opts.RelistPeriod + 1) * p.opts.RelistPeriod)
+			}
+			if !p.cache.hasWaiters() {
+				next = minTime(lastRelist.Add(p.opts.EventedRelistPeriod), lastFresh.Add(p.opts.RelistThreshold/2))
+				idle = p.cache.waiting
+			}
+		}
+		if timer == nil {
+			timer = p.clock.NewTimer(next.Sub(p.clock.Now()))
+		} else {
+			if !timer.Stop() {
+				select {
+				case <-timer.C():
+				default:
+				}
+			}
+			timer.Reset(next.Sub(p.clock.Now()))
+		}
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-timer.C():
+			if !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod {
+				return true, true
+			}
+			return false, true
+		case <-p.resync:
+			return true, true
+		case h := <-p.hints:
+			p.relistPods(ctx, h)
+			p.observeSnapshot()
+		case st := <-p.observed:
+			p.observe(ctx, st)
+			p.observeSnapshot()
+		case <-idle:
+			// A pod worker waits: the timer moves to the grid.
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // markFresh reads the pods of the events received so far, then marks the
@@ -268,7 +327,12 @@ func (p *PLEG) markFresh(ctx context.Context) {
 	now := p.clock.Now()
 	p.relistTime.Store(&now)
 	p.cache.UpdateTime(now)
-	// The running pods and containers gauges, as a relist sets them.
+	p.observeSnapshot()
+}
+
+// observeSnapshot sets the running pods and containers gauges from the
+// latest records, as a relist sets them.
+func (p *PLEG) observeSnapshot() {
 	p.snapshotMu.Lock()
 	all := make([]podstate.RunningPod, 0, len(p.snapshot))
 	for _, rp := range p.snapshot {

@@ -288,6 +288,61 @@ func TestPLEGRelistsRarelyWhileEventsStream(t *testing.T) {
 	})
 }
 
+// TestPLEGSleepsWhileNobodyWaits: with the event stream up and no pod
+// worker waiting on the cache, the PLEG does not wake up every relist
+// period; a waiter is served on a later period without a relist, and the
+// cache is still marked fresh every RelistThreshold/2.
+func TestPLEGSleepsWhileNobodyWaits(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	reg := prometheus.NewRegistry()
+	p := startPLEG(t, h, reg)
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })
+	lists := h.cri.Calls("ListPodSandbox")
+	lastSeen := func() float64 { return gaugeValue(t, reg, "kubelet_pleg_last_seen_seconds", "") }
+	poll(t, h.clk.HasWaiters)
+	seen := lastSeen()
+	for range 5 {
+		h.clk.Step(runtime.DefaultRelistPeriod)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if got := lastSeen(); got != seen {
+		t.Errorf("the cache was marked fresh (last seen %v → %v) while nobody waited", seen, got)
+	}
+
+	at := h.clk.Now()
+	served := make(chan error, 1)
+	go func() { _, err := p.Cache().GetNewerThan(h.ctx, "no-such-pod", at); served <- err }()
+	poll(t, func() bool {
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Fatalf("GetNewerThan = %v", err)
+			}
+			return true
+		default:
+			h.clk.Step(runtime.DefaultRelistPeriod / 4)
+			return false
+		}
+	})
+	if got := lastSeen(); got <= seen {
+		t.Errorf("last seen %v after serving a waiter, want later than %v", got, seen)
+	}
+	if n := h.cri.Calls("ListPodSandbox"); n != lists {
+		t.Errorf("%d relists to serve a waiter, want none", n-lists)
+	}
+
+	// Nobody waits: the threshold's half still marks the cache fresh.
+	seen = lastSeen()
+	poll(t, func() bool {
+		h.clk.Step(runtime.DefaultRelistThreshold / 8)
+		return lastSeen() > seen
+	})
+	if n := h.cri.Calls("ListPodSandbox"); n > lists+1 {
+		t.Errorf("%d relists, want at most one (the evented relist period passed)", n-lists)
+	}
+}
+
 // TestPLEGWithObservedSyncs: a PLEG whose syncs are observed (the Backend
 // hands it what each sync found) reads no pod on the runtime's created and
 // started events, yet reports the start from the sync's own status; a
