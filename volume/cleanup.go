@@ -87,23 +87,36 @@ func volumesOnDisk(podDir string) ([]diskVolume, error) {
 // cleanupOrphans tears down the volumes of every pod on disk that the
 // Manager does not mount and PodKnown does not know, once the sources are
 // ready, and removes the pod's directory.
-func (m *Manager) cleanupOrphans(ctx context.Context) {
-	if m.opts.PodKnown == nil || (m.opts.SourcesReady != nil && !m.opts.SourcesReady()) {
-		return
+//
+// It reports whether another look is due within CleanupPeriod: the sources
+// are not ready yet, the directory could not be read, or a pod directory
+// is not one the Manager mounts (an orphan not cleaned up yet, or a pod
+// that may become one without the Manager hearing of it).
+func (m *Manager) cleanupOrphans(ctx context.Context) (pending bool) {
+	if m.opts.PodKnown == nil {
+		return false
+	}
+	if m.opts.SourcesReady != nil && !m.opts.SourcesReady() {
+		return true
 	}
 	entries, err := os.ReadDir(m.podsDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			klog.FromContext(ctx).Error(err, "Failed to list pod directories")
+			return true
 		}
-		return
+		return false
 	}
 	for _, e := range entries {
 		uid := types.UID(e.Name())
 		m.mu.Lock()
 		_, mounted := m.pods[uid]
 		m.mu.Unlock()
-		if !e.IsDir() || mounted || m.opts.PodKnown(uid) {
+		if !e.IsDir() || mounted {
+			continue
+		}
+		pending = true
+		if m.opts.PodKnown(uid) {
 			continue
 		}
 		err := m.cleanupOrphan(ctx, uid)
@@ -132,6 +145,7 @@ func (m *Manager) cleanupOrphans(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
+	return pending
 }
 
 // cleanupOrphan tears down the volumes of an orphaned pod and removes its

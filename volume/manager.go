@@ -34,6 +34,12 @@ const (
 	// DefaultCleanupPeriod is how often volumes of pods nobody knows are
 	// looked for on disk (the kubelet's housekeeping period).
 	DefaultCleanupPeriod = 2 * time.Second
+	// settledCleanupPeriod is how often the disk is looked at once a look
+	// found nothing that may become an orphan (every pod directory belongs
+	// to a pod the Manager mounts): a pod the Manager forgets brings the
+	// next look within CleanupPeriod, so this is only a safety net, and an
+	// idle node does not read its pods directory every two seconds.
+	settledCleanupPeriod = time.Minute
 	// podAttachAndMountTimeout is how long the kubelet waits for a pod's
 	// volumes before reporting "Unable to attach or mount volumes".
 	podAttachAndMountTimeout = 2*time.Minute + 3*time.Second
@@ -89,7 +95,10 @@ type Options struct {
 	// ready.
 	SourcesReady func() bool
 	// ResyncPeriod (default DefaultResyncPeriod) and CleanupPeriod
-	// (default DefaultCleanupPeriod) pace Run.
+	// (default DefaultCleanupPeriod) pace Run. The cleanup runs every
+	// CleanupPeriod while a pod directory on disk is not one the Manager
+	// mounts, and within CleanupPeriod of the Manager forgetting a pod
+	// (UnmountPod); otherwise once a minute.
 	ResyncPeriod  time.Duration
 	CleanupPeriod time.Duration
 	// TmpfsNoswap says whether tmpfs volumes are mounted with noswap; nil
@@ -118,7 +127,10 @@ type Manager struct {
 	metrics  *metrics
 	recorder record.EventRecorder
 	kick     chan struct{}
-	synced   atomic.Bool
+	// forgot wakes Run when a pod is forgotten: its directory is to be
+	// cleaned up within CleanupPeriod.
+	forgot chan struct{}
+	synced atomic.Bool
 
 	mu sync.Mutex
 	// pods is the desired state: the pods MountPod was called for and
@@ -190,6 +202,7 @@ func New(opts Options) (*Manager, error) {
 		tokens:   newTokenManager(opts.Client, opts.Clock),
 		recorder: opts.Recorder,
 		kick:     make(chan struct{}, 1),
+		forgot:   make(chan struct{}, 1),
 		pods:     map[types.UID]*podState{},
 		found:    map[types.UID]map[string]string{},
 		dirty:    map[types.UID]bool{},
@@ -426,6 +439,10 @@ func (m *Manager) forgetPod(uid types.UID, ps *podState) {
 	delete(m.found, uid)
 	delete(m.dirty, uid)
 	m.mu.Unlock()
+	select {
+	case m.forgot <- struct{}{}:
+	default:
+	}
 	for _, k := range refs {
 		m.objects.deleteReference(k, uid)
 	}
@@ -515,11 +532,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.opts.PodKnown == nil {
 		logger.Info("Volumes of pods the agent does not know are not cleaned up: no PodKnown function")
 	}
-	m.cleanupOrphans(ctx)
+	cleanupPeriod := func(pending bool) time.Duration {
+		if pending {
+			return m.opts.CleanupPeriod
+		}
+		return max(settledCleanupPeriod, m.opts.CleanupPeriod)
+	}
+	period := cleanupPeriod(m.cleanupOrphans(ctx))
 
 	resync := m.clock.NewTimer(m.opts.ResyncPeriod)
 	defer resync.Stop()
-	cleanup := m.clock.NewTimer(m.opts.CleanupPeriod)
+	cleanup := m.clock.NewTimer(period)
 	defer cleanup.Stop()
 	tokenGC := m.clock.NewTimer(tokenGCPeriod)
 	defer tokenGC.Stop()
@@ -537,9 +560,20 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.mu.Unlock()
 			m.remountDirty(ctx)
 			resync.Reset(m.opts.ResyncPeriod)
+		case <-m.forgot:
+			if period != m.opts.CleanupPeriod {
+				period = m.opts.CleanupPeriod
+				if !cleanup.Stop() {
+					select {
+					case <-cleanup.C():
+					default:
+					}
+				}
+				cleanup.Reset(period)
+			}
 		case <-cleanup.C():
-			m.cleanupOrphans(ctx)
-			cleanup.Reset(m.opts.CleanupPeriod)
+			period = cleanupPeriod(m.cleanupOrphans(ctx))
+			cleanup.Reset(period)
 		case <-tokenGC.C():
 			m.tokens.cleanup()
 			tokenGC.Reset(tokenGCPeriod)

@@ -448,6 +448,42 @@ func TestOrphanCleanup(t *testing.T) {
 	})
 }
 
+// TestCleanupSettles: once every pod directory is one the Manager mounts,
+// the disk is not read every CleanupPeriod; forgetting a pod brings the
+// next look within CleanupPeriod, and its directory goes.
+func TestCleanupSettles(t *testing.T) {
+	var known atomic.Bool
+	known.Store(true)
+	var passes atomic.Int64
+	f := newFixture(t, nil, func(o *Options) {
+		o.PodKnown = func(types.UID) bool { return known.Load() }
+		o.SourcesReady = func() bool { passes.Add(1); return true }
+	})
+	f.run()
+	f.mountPod(testPod("mine", v1.Volume{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}))
+	f.eventually("the reconciler to wait", f.clock.HasWaiters)
+	before := passes.Load()
+	for range 5 {
+		f.clock.Step(DefaultCleanupPeriod)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := passes.Load() - before; n != 0 {
+		t.Errorf("%d cleanup passes over 5 cleanup periods with every pod directory mounted, want 0", n)
+	}
+	known.Store(false)
+	if err := f.m.UnmountPod(f.ctx, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("the forgotten pod's directory to go", func() bool {
+		f.clock.Step(DefaultCleanupPeriod)
+		_, err := os.Stat(f.podDir("mine"))
+		return os.IsNotExist(err)
+	})
+	if n := passes.Load() - before; n > 2 {
+		t.Errorf("%d cleanup passes to remove one directory, want at most 2", n)
+	}
+}
+
 func TestOrphansNeedPodKnown(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	ed, _, _ := orphanDisk(t, f, "orphan")
