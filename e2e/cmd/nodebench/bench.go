@@ -467,6 +467,17 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			return err
 		}
 	}
+	// With -profile, a CPU profile of each nodekit agent over the window
+	// says what wakes it (the profiler adds a request of its own).
+	idleProfiles := map[*node]<-chan error{}
+	if b.opts.profileDir != "" {
+		for _, n := range nodes {
+			if n.nodekit {
+				idleProfiles[n] = b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.idle.Seconds())),
+					filepath.Join(b.opts.profileDir, n.agent.Name+".idle.cpu.pprof"))
+			}
+		}
+	}
 	if err := sleep(ctx, b.opts.idle); err != nil {
 		return err
 	}
@@ -478,6 +489,11 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			return err
 		}
 	}
+	for n, done := range idleProfiles {
+		if err := <-done; err != nil {
+			b.logf("idle CPU profile of %s: %v", n.agent.Name, err)
+		}
+	}
 	// The audit log is written as requests complete: give the window's
 	// last ones a moment.
 	if err := sleep(ctx, time.Second); err != nil {
@@ -485,10 +501,6 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 	}
 	for i, n := range nodes {
 		after := afters[i]
-		var err error
-		if err != nil {
-			return err
-		}
 		f := &idleFigures{window: to.Sub(from), rss: after.stats.RSS, cpu: after.stats.CPU - before[i].stats.CPU}
 		if n.nodekit {
 			delta := func(name string, labels map[string]string) float64 {
@@ -498,6 +510,7 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			f.nodeStatusPatches = delta("nodekit_node_status_patches_total", nil)
 			f.podStatusPatches = delta("nodekit_pod_status_patches_total", map[string]string{"result": "patched"})
 		}
+		var err error
 		if f.requests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
 			return err
 		}
