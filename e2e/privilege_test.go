@@ -234,7 +234,10 @@ type privilegeReport struct {
 // a pod's secrets, configmaps and volumes from its own informer, so the
 // first read of them right after the pod reaches the node can be refused
 // (the kubelet meets the same race), and client-go's retry is granted.
-const graphLag = 10 * time.Second
+// Retries back off: a projected service account token refused this way
+// was granted 11.5 s later, its volume's retry having waited for the
+// kube-root-ca.crt configMap, whose watch the same lag had refused.
+const graphLag = 30 * time.Second
 
 // objectKey names the object a request is for, whatever its verb (a
 // refused watch is retried as a list and a watch): node identity,
