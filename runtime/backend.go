@@ -145,7 +145,8 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 // unless the sync found nothing to do, refreshes the cache. When the
 // volumes cannot be mounted nothing is started (the pod stays
 // ContainerCreating; the volume manager recorded FailedMount) and the error
-// makes the loop retry after its back-off.
+// makes the loop retry after its back-off, or when the volume manager says
+// it tries the volumes again (VolumeManager.MountPod), if sooner.
 func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	rs, err := b.cache.Get(pod.UID)
 	if err != nil {
@@ -155,7 +156,12 @@ func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	if v := b.opts.Volumes; v != nil {
 		mounted, err := v.MountPod(ctx, pod)
 		if err != nil {
-			return pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
+			res := pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
+			var retry interface{ RetryAt() time.Time }
+			if errors.As(err, &retry) {
+				res.RetryAt = retry.RetryAt()
+			}
+			return res
 		}
 		in.Volumes = PodVolumes{Mounted: mounted, SubPath: v.SubPath}
 	}

@@ -57,6 +57,15 @@ func (f *fakeVolumes) SubPath(_ context.Context, s runtime.SubPathSpec) (string,
 	return filepath.Join(s.VolumePath, s.SubPath), nil
 }
 
+// retryError is a MountPod error that says when the volumes are tried
+// again.
+type retryError struct {
+	error
+	at time.Time
+}
+
+func (e retryError) RetryAt() time.Time { return e.at }
+
 func (f *fakeVolumes) history() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -74,7 +83,8 @@ func TestBackendVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vols := &fakeVolumes{dir: t.TempDir(), err: errors.New("unmounted volumes=[config]")}
+	retryAt := h.clk.Now().Add(500 * time.Millisecond)
+	vols := &fakeVolumes{dir: t.TempDir(), err: retryError{errors.New("unmounted volumes=[config]"), retryAt}}
 	b, err := runtime.NewBackend(runtime.BackendOptions{Pods: h.pm, PLEG: pleg, Volumes: vols, Clock: h.clk})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +99,9 @@ func TestBackendVolumes(t *testing.T) {
 	res := b.SyncPod(h.ctx, pod)
 	if res.Err == nil || h.cri.Calls("RunPodSandbox") != 0 {
 		t.Fatalf("sync with failing volumes: %v, %d sandboxes; want an error and nothing started", res.Err, h.cri.Calls("RunPodSandbox"))
+	}
+	if !res.RetryAt.Equal(retryAt) {
+		t.Errorf("sync with failing volumes: RetryAt %v, want the volume manager's %v", res.RetryAt, retryAt)
 	}
 	vols.mu.Lock()
 	vols.err = nil

@@ -52,7 +52,9 @@ type VolumeManager interface {
 	// them by name. It is called before every SyncPod of a pod that should
 	// run, so it must be cheap once the volumes are set up. On error the
 	// pod's containers are not started; MountPod records the pod's
-	// FailedMount events itself.
+	// FailedMount events itself. An error with a method RetryAt()
+	// time.Time (non-zero) says when the volumes are tried again: the pod
+	// is synced again then, instead of after the loop's error back-off.
 	MountPod(ctx context.Context, pod *v1.Pod) (map[string]Volume, error)
 	// UnmountPod tears down the volumes of pod uid once none of its
 	// containers runs. It is idempotent.

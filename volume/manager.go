@@ -261,8 +261,8 @@ func New(opts Options) (*Manager, error) {
 // doubling to 2m2s, reset when a configMap or secret it uses changes);
 // until then MountPod returns its last error at once.
 //
-// On failure it returns nil and an error in the kubelet's words naming
-// every volume not mounted and why, e.g.
+// On failure it returns nil and a *MountError in the kubelet's words
+// naming every volume not mounted and why, e.g.
 //
 //	unmounted volumes=[config data], unattached volumes=[], failed to process volumes=[data]:
 //	MountVolume.SetUp failed for volume "config" : configmap "app" not found; failed to get
@@ -296,6 +296,13 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 
 	result := map[string]Mounted{}
 	var unmounted, unprocessed, causes []string
+	// retryAt is the earliest back-off end of the failed volumes.
+	var retryAt time.Time
+	retryBy := func(t time.Time) {
+		if retryAt.IsZero() || t.Before(retryAt) {
+			retryAt = t
+		}
+	}
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
 		if !used[vol.Name] {
@@ -327,6 +334,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		if vs.err != nil && m.clock.Now().Before(vs.notBefore) {
 			unmounted = append(unmounted, vol.Name)
 			causes = append(causes, vs.err.Error())
+			retryBy(vs.notBefore)
 			m.mu.Unlock()
 			continue
 		}
@@ -344,6 +352,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 			vs.err = errors.New(msg)
 			vs.delay = min(max(2*vs.delay, initialRetryDelay), maxRetryDelay)
 			vs.notBefore = m.clock.Now().Add(vs.delay)
+			retryBy(vs.notBefore)
 			m.mu.Unlock()
 			logger.Error(err, "MountVolume.SetUp failed", "pod", klog.KObj(pod), "volume", vol.Name)
 			m.event(pod, msg)
@@ -368,8 +377,8 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 	slices.Sort(unmounted)
 	slices.Sort(unprocessed)
-	err := fmt.Errorf("unmounted volumes=%v, unattached volumes=%v, failed to process volumes=%v: %s",
-		unmounted, []string{}, unprocessed, strings.Join(causes, "; "))
+	err := &MountError{retryAt: retryAt, msg: fmt.Sprintf("unmounted volumes=%v, unattached volumes=%v, failed to process volumes=%v: %s",
+		unmounted, []string{}, unprocessed, strings.Join(causes, "; "))}
 	now := m.clock.Now()
 	m.mu.Lock()
 	if ps.failingSince.IsZero() {
@@ -390,6 +399,23 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 	return nil, err
 }
+
+// MountError is MountPod's error: which volumes are not mounted and why,
+// and when the next try may succeed.
+type MountError struct {
+	msg     string
+	retryAt time.Time
+}
+
+// Error returns the kubelet's message.
+func (e *MountError) Error() string { return e.msg }
+
+// RetryAt returns the earliest time a failed volume is set up again (its
+// back-off ends): a caller syncing the pod sooner gets the same error, one
+// syncing later may succeed, as the kubelet's reconciler retries each
+// volume on its own back-off. It is zero when no volume will be retried
+// by itself (a volume without a plugin).
+func (e *MountError) RetryAt() time.Time { return e.retryAt }
 
 // UnmountPod tears down every volume of pod uid, which must have no
 // container left running: subPath bind mounts are unmounted, tmpfs

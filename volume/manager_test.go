@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,6 +230,12 @@ func TestOptionalAndMissingObjects(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("error\n %v\nwant\n %s", err, want)
 	}
+	// The error says when the volumes are tried again, for the caller to
+	// sync the pod then.
+	var mountErr *MountError
+	if !errors.As(err, &mountErr) || !mountErr.RetryAt().Equal(f.clock.Now().Add(initialRetryDelay)) {
+		t.Errorf("error %#v, want a *MountError retrying in %v", err, initialRetryDelay)
+	}
 	events := f.events()
 	for _, e := range []string{
 		`Warning FailedMount MountVolume.SetUp failed for volume "c" : configmap "later" not found`,
@@ -274,6 +281,10 @@ func TestUnsupportedVolumes(t *testing.T) {
 		`failed to get Plugin from volumeSpec for volume "iscsi" err=no volume plugin matched: iscsi volumes are not supported by this node agent`
 	if got != nil || err == nil || err.Error() != want {
 		t.Fatalf("MountPod = %v,\n %v\nwant\n %s", got, err, want)
+	}
+	var mountErr *MountError
+	if !errors.As(err, &mountErr) || !mountErr.RetryAt().IsZero() {
+		t.Errorf("error %#v, want a *MountError without a retry time (no plugin will ever mount these)", err)
 	}
 	events := f.events()
 	if len(events) != 1 || events[0] != "Warning FailedMount Unable to attach or mount volumes: "+want {
