@@ -110,20 +110,28 @@ func (p *StatusPoller) every(ctx context.Context, period time.Duration, poll fun
 
 func (p *StatusPoller) pollStatus(ctx context.Context) {
 	h := p.client.Health(ctx)
+	answered := p.clock.Now()
 	p.mu.Lock()
 	needVersion := p.verErr != nil
+	p.mu.Unlock()
+	var name, ver string
+	var verErr error
+	if needVersion {
+		name, ver, verErr = p.client.Version(ctx)
+	}
+	// The health and the version are published together: a node status
+	// computed in between would show a Ready runtime of version
+	// "Unknown://Unknown".
+	p.mu.Lock()
+	if needVersion {
+		p.name, p.ver, p.verErr = name, ver, verErr
+	}
 	// A call that got no answer changes nothing: the last answer stands
 	// until DownThreshold passes, as the kubelet's runtime state.
 	if !errors.Is(h.RuntimeErr, errRuntimeUnreachable) {
-		p.health, p.lastHealthy = h, p.clock.Now()
+		p.health, p.lastHealthy = h, answered
 	}
 	p.mu.Unlock()
-	if needVersion {
-		name, ver, err := p.client.Version(ctx)
-		p.mu.Lock()
-		p.name, p.ver, p.verErr = name, ver, err
-		p.mu.Unlock()
-	}
 	if h.RuntimeErr != nil && ctx.Err() == nil {
 		klog.FromContext(ctx).V(2).Info("Container runtime is not ready", "err", h.RuntimeErr)
 	}
