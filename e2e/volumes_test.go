@@ -424,9 +424,12 @@ func testMissingObjects(t *testing.T, n *podNode) {
 	vol = n.createPod(t, vol)
 	envPod = n.createPod(t, envPod)
 
-	ev := waitForPodEvent(t, n.ns, vol.Name, "FailedMount")
+	// Under load the first attempt may time out syncing the configMap's
+	// watch ("failed to sync configmap cache", the kubelet's words too):
+	// wait for the event naming the missing configMap.
+	ev := waitForEventText(t, vol, "FailedMount", `configmap "late-config" not found`)
 	t.Logf("missing configMap: FailedMount %v after create: %s", time.Since(start).Round(time.Millisecond), ev.Message)
-	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, `volume "cfg"`) || !strings.Contains(ev.Message, `configmap "late-config" not found`) {
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, `volume "cfg"`) {
 		t.Errorf("FailedMount event %s %q, want a warning naming volume cfg and the missing configMap", ev.Type, ev.Message)
 	}
 	waitForPod(t, n.ns, vol.Name, "ContainerCreating", func(p *v1.Pod) bool {
