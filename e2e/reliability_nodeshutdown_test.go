@@ -31,8 +31,10 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		grace    = 16 * time.Second
 		critical = 6 * time.Second
 		// slack is what a loaded machine adds: containerd's stop after the
-		// SIGKILL, and finishedAt's whole seconds.
-		slack = 4 * time.Second
+		// SIGKILL, and finishedAt's whole seconds. Under CI load a
+		// container SIGKILLed at 16.3 s was reported finished at 24.2 s
+		// (the agent had ended the shutdown at 16.1 s, on time).
+		slack = 10 * time.Second
 	)
 	n := newRelNode(t, "nodeshutdown", relOptions{kubeletConfig: map[string]any{
 		"shutdownGracePeriod":             grace.String(),
