@@ -650,10 +650,19 @@ func (c *Containerd) removeSandboxes(ctx context.Context) ([]string, error) {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			var err error
-			if _, err = client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-				err = fmt.Errorf("stop pod sandbox %s: %w", id, err)
-			} else if _, err = client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
-				err = fmt.Errorf("remove pod sandbox %s: %w", id, err)
+			// A container the stopped agent was starting cannot be removed
+			// until its start ends ("container is in starting state"):
+			// stop and remove again, a second apart, within the deadline.
+			for {
+				if _, err = client.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+					err = fmt.Errorf("stop pod sandbox %s: %w", id, err)
+				} else if _, err = client.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+					err = fmt.Errorf("remove pod sandbox %s: %w", id, err)
+				}
+				if err == nil || !strings.Contains(err.Error(), "in starting state") || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(time.Second)
 			}
 			if err != nil {
 				mu.Lock()
