@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/timers"
 )
 
 // schedulerResolution is how late the scheduler lets a probe run so it can
@@ -69,8 +71,8 @@ func (m *Manager) schedule(ctx context.Context) {
 		// Runs held up by slow ones are looked at again when the next
 		// fast run turns slow; surplus parked goroutines are retired
 		// bit by bit.
-		next = earliest(next, m.pool.check(now))
-		next = earliest(next, m.pool.trim(now))
+		next = timers.Earliest(next, m.pool.check(now))
+		next = timers.Earliest(next, m.pool.trim(now))
 
 		var fired <-chan time.Time
 		if !next.IsZero() {
@@ -84,7 +86,7 @@ func (m *Manager) schedule(ctx context.Context) {
 			// clock moved past next since now was read (a fake clock's
 			// step), it would fire too late. Look again instead.
 			if !m.clock.Now().Before(next) {
-				stopTimer(timer)
+				timers.Stop(timer)
 				continue
 			}
 			fired = timer.C()
@@ -95,27 +97,8 @@ func (m *Manager) schedule(ctx context.Context) {
 		case <-fired:
 		case <-m.wake:
 			if timer != nil {
-				stopTimer(timer)
+				timers.Stop(timer)
 			}
-		}
-	}
-}
-
-// earliest returns the earlier of two times, a zero time meaning none.
-func earliest(a, b time.Time) time.Time {
-	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
-		return b
-	}
-	return a
-}
-
-// stopTimer stops t and drains a value it fired meanwhile (fake clocks keep
-// it), so its next Reset starts clean.
-func stopTimer(t clock.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C():
-		default:
 		}
 	}
 }

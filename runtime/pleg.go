@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nodekit/nodekit/internal/timers"
 	"github.com/nodekit/nodekit/podstate"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -271,19 +272,14 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 				next = next.Add((now.Sub(next)/p.opts.RelistPeriod + 1) * p.opts.RelistPeriod)
 			}
 			if !p.cache.hasWaiters() {
-				next = minTime(lastRelist.Add(p.opts.EventedRelistPeriod), lastFresh.Add(p.opts.RelistThreshold/2))
+				next = timers.Earliest(lastRelist.Add(p.opts.EventedRelistPeriod), lastFresh.Add(p.opts.RelistThreshold/2))
 				idle = p.cache.waiting
 			}
 		}
 		if timer == nil {
 			timer = p.clock.NewTimer(next.Sub(p.clock.Now()))
 		} else {
-			if !timer.Stop() {
-				select {
-				case <-timer.C():
-				default:
-				}
-			}
+			timers.Stop(timer)
 			timer.Reset(next.Sub(p.clock.Now()))
 		}
 		select {
@@ -306,13 +302,6 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 			// A pod worker waits: the timer moves to the grid.
 		}
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // markFresh reads the pods of the events received so far, then marks the

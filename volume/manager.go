@@ -23,6 +23,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/timers"
 )
 
 // Defaults and constants of the Manager, the kubelet's where it has them.
@@ -298,11 +300,6 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	var unmounted, unprocessed, causes []string
 	// retryAt is the earliest back-off end of the failed volumes.
 	var retryAt time.Time
-	retryBy := func(t time.Time) {
-		if retryAt.IsZero() || t.Before(retryAt) {
-			retryAt = t
-		}
-	}
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
 		if !used[vol.Name] {
@@ -334,7 +331,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		if vs.err != nil && m.clock.Now().Before(vs.notBefore) {
 			unmounted = append(unmounted, vol.Name)
 			causes = append(causes, vs.err.Error())
-			retryBy(vs.notBefore)
+			retryAt = timers.Earliest(retryAt, vs.notBefore)
 			m.mu.Unlock()
 			continue
 		}
@@ -352,7 +349,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 			vs.err = errors.New(msg)
 			vs.delay = min(max(2*vs.delay, initialRetryDelay), maxRetryDelay)
 			vs.notBefore = m.clock.Now().Add(vs.delay)
-			retryBy(vs.notBefore)
+			retryAt = timers.Earliest(retryAt, vs.notBefore)
 			m.mu.Unlock()
 			logger.Error(err, "MountVolume.SetUp failed", "pod", klog.KObj(pod), "volume", vol.Name)
 			m.event(pod, msg)
@@ -589,12 +586,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-m.forgot:
 			if period != m.opts.CleanupPeriod {
 				period = m.opts.CleanupPeriod
-				if !cleanup.Stop() {
-					select {
-					case <-cleanup.C():
-					default:
-					}
-				}
+				timers.Stop(cleanup)
 				cleanup.Reset(period)
 			}
 		case <-cleanup.C():
