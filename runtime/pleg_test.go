@@ -114,7 +114,19 @@ func TestPLEGRelist(t *testing.T) {
 	}()
 	h.exitNow(pod, "app", 2)
 	collect(t, p, step, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
-	if st := <-got; st == nil {
+	// The relist that saw the exit may have started at the clock's "now"
+	// (its timestamp is taken before it lists), which is not newer than
+	// now: the waiter is woken by the next one.
+	poll(t, func() bool {
+		select {
+		case st = <-got:
+			return true
+		default:
+			step()
+			return false
+		}
+	})
+	if st == nil {
 		t.FailNow()
 	} else if st.Container("app").State != podstate.ContainerStateExited || st.Container("app").ExitCode != 2 {
 		t.Fatalf("GetNewerThan after the exit = %+v", st.Container("app"))
