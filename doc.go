@@ -2,7 +2,7 @@
 // kubelet, reimplemented as composable Go modules wired by go.uber.org/fx.
 //
 // Each concern lives in its own package with a small interface, a plain
-// constructor and an fx.Module:
+// constructor and an fx option (Module):
 //
 //   - lease: the node Lease heartbeat (kube-node-lease/<node>).
 //   - status: node registration, node status setters and the reporter.

@@ -37,7 +37,7 @@ import (
 // services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
-var CRI = fx.Module("cri",
+var CRI = fx.Options(
 	fx.Provide(
 		func(cfg *Config) runtime.Options { return cfg.RuntimeOptions() },
 		provideStatusPoller,

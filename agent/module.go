@@ -54,7 +54,7 @@ import (
 //
 // Core needs an API server (cfg.KubeconfigPath); Standalone is its variant
 // without one, and CoreFor picks between them.
-var Core = fx.Module("agent",
+var Core = fx.Options(
 	fx.Provide(
 		NewClients,
 		func(c *Clients) kubernetes.Interface { return c.Client },
@@ -92,7 +92,7 @@ var Core = fx.Module("agent",
 // what Core gives but *Clients, kubernetes.Interface, lease.Options and
 // apiserver.Options; a piece an embedder adds that needs them cannot run
 // standalone (fx reports the missing type when the agent is built).
-var Standalone = fx.Module("agent",
+var Standalone = fx.Options(
 	fx.Provide(
 		provideLocalRecorder,
 		func(cfg *Config) status.Options { return cfg.StatusOptions(nil) },

@@ -45,7 +45,7 @@ const backendPingPeriod = 5 * time.Second
 //
 //	os.Exit(agent.RunWith(os.Args[1:], agent.PodBackend(newMyBackend)))
 func PodBackend(constructor any) fx.Option {
-	return fx.Module("podbackend",
+	return fx.Options(
 		fx.Provide(
 			fx.Annotate(constructor, fx.As(new(pods.PodBackend))),
 			provideBackendRuntime,

@@ -40,7 +40,7 @@ import (
 //
 // It is runtime-neutral: Core includes it. Replace a probe kind's handler by
 // adding a prober.Handler of that kind to the prober.HandlerGroup group.
-var Probes = fx.Module("probes",
+var Probes = fx.Options(
 	fx.Provide(
 		func(m *podstatus.Manager) prober.PodStatusFunc { return m.GetPodStatus },
 		func(m *prober.Manager) pods.Prober { return m },

@@ -62,7 +62,7 @@ import (
 //
 // Change the server's inputs with fx.Decorate on server.Options, add or
 // replace endpoints in the server.RouteGroup value group.
-var NodeAPI = fx.Module("nodeapi",
+var NodeAPI = fx.Options(
 	fx.Provide(
 		provideServerOptions,
 	),

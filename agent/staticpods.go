@@ -25,7 +25,7 @@ import (
 // empty path or URL adds no source. A bad manifest is logged and recorded
 // as a Warning event on the Node. Core and Standalone include it; change a
 // source with fx.Decorate on file.Options or url.Options.
-var StaticPods = fx.Module("staticpods",
+var StaticPods = fx.Options(
 	fx.Provide(
 		// The node watch, not the Reporter's NodeAnyWay: the events need
 		// only the registered Node's UID, and the Reporter depends on the
@@ -41,7 +41,7 @@ var StaticPods = fx.Module("staticpods",
 // pods (podsource/mirror), through the pod loop (pods.MirrorClient): Core
 // includes it, Standalone does not. Change it with fx.Decorate on
 // mirror.Options, or on pods.MirrorClient to wrap the client.
-var MirrorPods = fx.Module("mirrorpods",
+var MirrorPods = fx.Options(
 	fx.Provide(
 		func(cfg *Config, w *status.NodeWatch) mirror.Options { return cfg.MirrorOptions(w.Node) },
 		func(c *mirror.Client) pods.MirrorClient { return c },

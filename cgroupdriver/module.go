@@ -20,7 +20,7 @@ import (
 //
 // Swap or wrap the driver with fx.Decorate(func(d cgroupdriver.Driver)
 // cgroupdriver.Driver { ... }): the Manager uses the decorated one.
-var Module = fx.Module("cgroupdriver",
+var Module = fx.Options(
 	fx.Provide(NewDriver, provideManager),
 	fx.Invoke(func(*Manager) {}),
 )

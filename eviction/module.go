@@ -22,7 +22,7 @@ const SignalGroup = "eviction_signals"
 // clock.Clock and prometheus.Registerer. Signals in the SignalGroup value
 // group are appended to Options.Signals. The manager logs with the optional
 // logr.Logger (klog's by default) under the name "eviction".
-var Module = fx.Module("eviction",
+var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Manager) {}),
 )

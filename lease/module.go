@@ -16,7 +16,7 @@ import (
 // graph: Client from kubernetes.Interface, Clock and Registerer from the
 // optional clock.Clock and prometheus.Registerer. The controller logs with
 // the optional logr.Logger (klog's by default) under the name "lease".
-var Module = fx.Module("lease",
+var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Controller) {}),
 )

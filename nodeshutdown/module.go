@@ -21,7 +21,7 @@ const SourceGroup = "node_shutdown_sources"
 // the SourceGroup value group are appended to Options.Sources (when both
 // are empty, the Manager watches DefaultSignal). The manager logs with the
 // optional logr.Logger (klog's by default) under the name "nodeshutdown".
-var Module = fx.Module("nodeshutdown",
+var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Manager) {}),
 )

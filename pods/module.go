@@ -29,7 +29,7 @@ type NodeGetter interface {
 // the record.EventRecorder, clock.Clock, the prometheus.Registerer for the
 // Controller's metrics and logr.Logger. Admission runs the
 // handlers of the AdmitHandlerGroup by Order, GeneralPredicates among them.
-var Module = fx.Module("pods",
+var Module = fx.Options(
 	fx.Provide(
 		NewStore,
 		provide,

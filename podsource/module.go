@@ -16,7 +16,7 @@ import (
 // its zero Clock and Recorder are filled from the graph's optional
 // clock.Clock and record.EventRecorder. The Config logs with the optional
 // logr.Logger (klog's by default).
-var Module = fx.Module("podsource",
+var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Config) {}),
 )

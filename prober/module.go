@@ -22,7 +22,7 @@ const MetricsRegistererName = "probe_metrics"
 
 // Module provides a *Manager and runs it from the application's start to
 // its stop. See Params for what it takes from the graph.
-var Module = fx.Module("prober", fx.Provide(provide))
+var Module = fx.Options(fx.Provide(provide))
 
 // Params are the dependencies of Module. Fields of Options left zero are
 // filled from the graph: PodStatus from a PodStatusFunc; Exec from an

@@ -15,7 +15,7 @@ import (
 // Module provides a *Client built from the Options in the graph, and its
 // cri.RuntimeService and cri.ImageManagerService. The Client is closed when
 // the application stops.
-var Module = fx.Module("runtime", fx.Provide(provide))
+var Module = fx.Options(fx.Provide(provide))
 
 // Params are the dependencies of Module. Options.Registerer and
 // Options.Clock, when zero, are taken from the graph's Registerer and Clock.
@@ -66,7 +66,7 @@ func provide(p Params) (Result, error) {
 // (without a VolumeManager only pods that mount no volume start). To swap the
 // runtime side of pod syncing, leave PodsModule out and provide a
 // pods.Runtime yourself.
-var PodsModule = fx.Module("runtime-pods", fx.Provide(
+var PodsModule = fx.Options(fx.Provide(
 	providePods,
 	fx.Annotate(func(b *Backend) *Backend { return b }, fx.As(new(pods.Runtime))),
 ))

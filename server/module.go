@@ -22,7 +22,7 @@ const RouteGroup = "node_api_routes"
 // clock.Clock (when it has tickers), Registerer from the optional
 // prometheus.Registerer. The server logs with the optional logr.Logger
 // (klog's by default) under the name "server".
-var Module = fx.Module("server",
+var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Server) {}),
 )

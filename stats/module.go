@@ -20,7 +20,7 @@ import (
 // func(o stats.Options) stats.Options { o.MaxAge = 5 * time.Second; return o }),
 // or consume *Provider through the small interfaces of its users
 // (CPUAndMemorySource, or a Summary method set of one's own).
-var Module = fx.Module("stats", fx.Provide(provide))
+var Module = fx.Options(fx.Provide(provide))
 
 // Params are Module's dependencies.
 type Params struct {

@@ -26,7 +26,7 @@ const HealthCheckGroup = "node_health_checks"
 // *NodeWatch, or none) the Reporter is standalone (see Options.Client); an
 // optional VolumesInUseFuncs adds the VolumesInUse setter.
 // See the package documentation for what an embedder can add or replace.
-var Module = fx.Module("status",
+var Module = fx.Options(
 	fx.Provide(
 		fx.Annotate(provideDefaultSetters, fx.ResultTags(`group:"`+SetterGroup+`,flatten"`)),
 		provideReporter,

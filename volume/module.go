@@ -19,7 +19,7 @@ import (
 // group PluginGroup ("volume_plugins") are added to Options.Plugins. The
 // Manager logs with the optional logr.Logger (klog's by default) under the
 // name "volume".
-var Module = fx.Module("volume",
+var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Manager) {}),
 )

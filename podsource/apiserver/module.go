@@ -12,7 +12,7 @@ import (
 // podsource.SourceGroup value group, where podsource.Module merges it. A
 // zero Options.Client is filled from the graph's kubernetes.Interface and a
 // zero Clock from the optional clock.Clock.
-var Module = fx.Module("podsource.apiserver",
+var Module = fx.Options(
 	fx.Provide(fx.Annotate(provide, fx.ResultTags(`group:"`+podsource.SourceGroup+`"`))),
 )
 

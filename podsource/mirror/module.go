@@ -7,7 +7,7 @@ import (
 
 // Module provides the *Client, built from the graph's Options; a zero
 // Options.Client is filled from the graph's kubernetes.Interface.
-var Module = fx.Module("podsource.mirror",
+var Module = fx.Options(
 	fx.Provide(provide),
 )
 

@@ -13,7 +13,7 @@ import (
 // Options without URL (no staticPodURL configured) adds nothing. A zero
 // Recorder and Clock are filled from the graph's optional
 // record.EventRecorder and clock.Clock.
-var Module = fx.Module("podsource.url",
+var Module = fx.Options(
 	fx.Provide(fx.Annotate(provide, fx.ResultTags(`group:"`+podsource.SourceGroup+`"`))),
 )
 

@@ -30,7 +30,7 @@ var _ Interface = (*Manager)(nil)
 // statuses locally: a standalone node), Clock, Registerer and Logger from the optional
 // clock.Clock, prometheus.Registerer and logr.Logger, and Pods from an
 // optional PodGetter (the agent provides its pod source's).
-var Module = fx.Module("podstatus",
+var Module = fx.Options(
 	fx.Provide(fx.Annotate(provide, fx.As(fx.Self()), fx.As(new(Interface)))),
 	fx.Invoke(func(*Manager) {}),
 )
