@@ -333,7 +333,7 @@ func TestAgentHTTPProbeWarningAndMetrics(t *testing.T) {
 // containers "run" from when the runtime was made, with IDs of their own
 // and no way to run commands in them.
 type inProcessRuntime struct {
-	events  chan podstate.PodLifecycleEvent
+	events  chan *podstate.PodLifecycleEvent
 	started time.Time
 }
 
@@ -351,9 +351,9 @@ func (inProcessRuntime) SyncPod(context.Context, *v1.Pod) pods.SyncResult { retu
 func (inProcessRuntime) KillPod(context.Context, *v1.Pod, *int64) error   { return nil }
 func (inProcessRuntime) RemovePod(context.Context, types.UID) error       { return nil }
 func (inProcessRuntime) RunningPods(context.Context) ([]*v1.Pod, error)   { return nil, nil }
-func (r inProcessRuntime) Events() <-chan podstate.PodLifecycleEvent      { return r.events }
+func (r inProcessRuntime) Events() <-chan *podstate.PodLifecycleEvent     { return r.events }
 func newInProcessRuntime() pods.Runtime {
-	return inProcessRuntime{events: make(chan podstate.PodLifecycleEvent), started: time.Now()}
+	return inProcessRuntime{events: make(chan *podstate.PodLifecycleEvent), started: time.Now()}
 }
 
 // TestAgentWithoutCRIFailsExecProbes: on a node whose runtime runs no

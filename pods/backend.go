@@ -82,7 +82,7 @@ type BackendRuntimeOptions struct {
 type BackendRuntime struct {
 	b      PodBackend
 	opts   BackendRuntimeOptions
-	events chan podstate.PodLifecycleEvent
+	events chan *podstate.PodLifecycleEvent
 
 	mu sync.Mutex
 	// pods are the pods the backend was asked to run, with the status last
@@ -108,7 +108,7 @@ func NewBackendRuntime(b PodBackend, opts BackendRuntimeOptions) (*BackendRuntim
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &BackendRuntime{b: b, opts: opts, events: make(chan podstate.PodLifecycleEvent, 1000), pods: map[types.UID]*backendPod{}}, nil
+	return &BackendRuntime{b: b, opts: opts, events: make(chan *podstate.PodLifecycleEvent, 1000), pods: map[types.UID]*backendPod{}}, nil
 }
 
 // Run registers for the backend's notifications, or polls the status of
@@ -136,7 +136,7 @@ func (r *BackendRuntime) Run(ctx context.Context) error {
 // behind (it resyncs every pod periodically anyway).
 func (r *BackendRuntime) emit(uid types.UID) {
 	select {
-	case r.events <- podstate.PodLifecycleEvent{ID: uid, Type: podstate.PodSync}:
+	case r.events <- &podstate.PodLifecycleEvent{ID: uid, Type: podstate.PodSync}:
 	default:
 	}
 }
@@ -251,4 +251,4 @@ func (r *BackendRuntime) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
 
 // Events delivers a PodSync event for every status change the backend
 // notified or polling found.
-func (r *BackendRuntime) Events() <-chan podstate.PodLifecycleEvent { return r.events }
+func (r *BackendRuntime) Events() <-chan *podstate.PodLifecycleEvent { return r.events }

@@ -33,11 +33,11 @@ type fakeRuntime struct {
 	gcs      atomic.Int32
 	gcKeep   []func(types.UID) bool
 	killGate chan struct{}
-	events   chan podstate.PodLifecycleEvent
+	events   chan *podstate.PodLifecycleEvent
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{running: map[types.UID]bool{}, removed: map[types.UID]int{}, events: make(chan podstate.PodLifecycleEvent)}
+	return &fakeRuntime{running: map[types.UID]bool{}, removed: map[types.UID]int{}, events: make(chan *podstate.PodLifecycleEvent)}
 }
 
 func (r *fakeRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
@@ -90,7 +90,7 @@ func (r *fakeRuntime) RunningPods(context.Context) ([]*v1.Pod, error) {
 	return append([]*v1.Pod(nil), r.orphans...), nil
 }
 
-func (r *fakeRuntime) Events() <-chan podstate.PodLifecycleEvent { return r.events }
+func (r *fakeRuntime) Events() <-chan *podstate.PodLifecycleEvent { return r.events }
 
 func (r *fakeRuntime) GarbageCollect(_ context.Context, keep func(types.UID) bool) error {
 	r.gcs.Add(1)

@@ -82,7 +82,7 @@ func (loggedSources) AllReady() bool                     { return true }
 // runtime ID "c-<pod uid>" and remembers the status options it was given.
 type loggedRuntime struct {
 	log    *callLog
-	events chan podstate.PodLifecycleEvent
+	events chan *podstate.PodLifecycleEvent
 
 	mu   sync.Mutex
 	opts podstatus.GenerateOptions
@@ -116,7 +116,7 @@ func (r *loggedRuntime) RemovePod(context.Context, types.UID) error {
 
 func (r *loggedRuntime) RunningPods(context.Context) ([]*v1.Pod, error) { return nil, nil }
 
-func (r *loggedRuntime) Events() <-chan podstate.PodLifecycleEvent { return r.events }
+func (r *loggedRuntime) Events() <-chan *podstate.PodLifecycleEvent { return r.events }
 
 func (r *loggedRuntime) statusOptions() podstatus.GenerateOptions {
 	r.mu.Lock()
@@ -216,7 +216,7 @@ func startProberHarness(t *testing.T) *proberHarness {
 	h := &proberHarness{
 		log:     log,
 		sources: loggedSources{ch: make(chan podsource.Update)},
-		runtime: &loggedRuntime{log: log, events: make(chan podstate.PodLifecycleEvent)},
+		runtime: &loggedRuntime{log: log, events: make(chan *podstate.PodLifecycleEvent)},
 		prober:  &loggedProber{log: log, updates: make(chan types.UID), ready: map[string]verdict{}, started: map[string]verdict{}},
 		clock:   testclock.NewFakeClock(time.Now()),
 	}

@@ -266,7 +266,7 @@ func (b *Backend) RunningPods(context.Context) ([]*v1.Pod, error) {
 }
 
 // Events are the PLEG's.
-func (b *Backend) Events() <-chan podstate.PodLifecycleEvent { return b.opts.PLEG.Events() }
+func (b *Backend) Events() <-chan *podstate.PodLifecycleEvent { return b.opts.PLEG.Events() }
 
 // GarbageCollect removes dead containers beyond the kubelet's limits and
 // everything of stopped pods keep does not know (PodManager.GarbageCollect).

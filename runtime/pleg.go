@@ -103,7 +103,7 @@ type PLEGOptions struct {
 // changes.
 type PLEG struct {
 	opts    PLEGOptions
-	events  chan podstate.PodLifecycleEvent
+	events  chan *podstate.PodLifecycleEvent
 	cache   *PodCache
 	clock   clock.Clock
 	metrics *plegMetrics
@@ -168,7 +168,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 	}
 	p := &PLEG{
 		opts:      opts,
-		events:    make(chan podstate.PodLifecycleEvent, opts.Capacity),
+		events:    make(chan *podstate.PodLifecycleEvent, opts.Capacity),
 		cache:     opts.Cache,
 		clock:     opts.Clock,
 		records:   map[types.UID]*podRecord{},
@@ -189,7 +189,7 @@ func NewPLEG(opts PLEGOptions) (*PLEG, error) {
 // Events returns the channel of pod lifecycle events. It is never closed;
 // a consumer that falls behind loses events (counted in
 // kubelet_pleg_discard_events), which the next status it reads covers.
-func (p *PLEG) Events() <-chan podstate.PodLifecycleEvent { return p.events }
+func (p *PLEG) Events() <-chan *podstate.PodLifecycleEvent { return p.events }
 
 // Cache returns the cache the PLEG keeps up to date.
 func (p *PLEG) Cache() *PodCache { return p.cache }
@@ -540,7 +540,7 @@ func (p *PLEG) reconcile(ctx context.Context, uid types.UID, ts time.Time, st *p
 			continue
 		}
 		select {
-		case p.events <- ev:
+		case p.events <- &ev:
 		default:
 			p.metrics.discard()
 			logger.Error(nil, "PLEG: event channel is full, dropping an event", "podUID", uid, "event", ev.Type)
