@@ -38,8 +38,10 @@ type Clients struct {
 	Heartbeat kubernetes.Interface
 	// Events writes events, rate limited by eventRecordQPS/eventBurst on
 	// its own so that a burst of events never delays pod status writes, as
-	// the kubelet's event client. Nil means Client.
-	Events kubernetes.Interface
+	// the kubelet's event client. Nil means Client.CoreV1(). It is a core/v1
+	// client only, not a clientset: a clientset builds a REST client for
+	// every API group (about 38 KiB), paid once per agent for nothing.
+	Events typedcorev1.EventsGetter
 
 	tracker *connrotation.ConnectionTracker
 }
@@ -108,7 +110,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	if ev.QPS == 0 {
 		ev.QPS = -1 // eventRecordQPS 0 means no limit
 	}
-	events, err := forConfig(ev)
+	events, err := typedcorev1.NewForConfigAndClient(ev, &http.Client{Transport: rt, Timeout: ev.Timeout})
 	if err != nil {
 		return nil, fmt.Errorf("build event client: %w", err)
 	}
@@ -141,12 +143,12 @@ func (c *Clients) CloseConnections() {
 // the broadcaster, StartStructuredLogging: its queue of 1,000 events is
 // allocated up front, a sizeable share of an agent's heap where many run
 // in one process).
-func newRecorder(cfg *Config, logger logr.Logger, client kubernetes.Interface, scheme *runtime.Scheme) (record.EventRecorder, func()) {
+func newRecorder(cfg *Config, logger logr.Logger, client typedcorev1.EventsGetter, scheme *runtime.Scheme) (record.EventRecorder, func()) {
 	// The rate limit is the event client's; the broadcaster's spam filter
 	// and aggregation keep client-go's defaults, as the kubelet's.
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(loggingSink{
-		EventSink: &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")},
+		EventSink: &typedcorev1.EventSinkImpl{Interface: client.Events("")},
 		logger:    logger.V(4),
 	})
 	return b.NewRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), b.Shutdown

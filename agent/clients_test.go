@@ -72,7 +72,7 @@ func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
 		}{
 			{"main", func() error { _, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
 			{"heartbeat", func() error { _, err := c.Heartbeat.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
-			{"events", func() error { _, err := c.Events.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+			{"events", func() error { _, err := c.Events.Events("").List(ctx, metav1.ListOptions{}); return err }},
 		} {
 			if err := client.list(); err != nil {
 				t.Fatalf("%s client: %v", client.name, err)

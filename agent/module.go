@@ -184,7 +184,7 @@ func newRegistry() (prometheus.Registerer, prometheus.Gatherer) {
 func provideRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger, c *Clients) record.EventRecorder {
 	events := c.Events
 	if events == nil {
-		events = c.Client
+		events = c.Client.CoreV1()
 	}
 	rec, stop := newRecorder(cfg, logger, events, scheme.Scheme)
 	lc.Append(fx.StopHook(stop))
