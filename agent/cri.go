@@ -47,6 +47,7 @@ var CRI = fx.Options(
 		fx.Annotate(plegHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
 		func(cfg *Config) stats.Options { return cfg.StatsOptions() },
 	),
+	fx.Invoke(syncStatusOnRuntimeChanges),
 	runtime.Module,
 	runtime.PodsModule,
 	stats.Module,
@@ -67,6 +68,25 @@ type RuntimeFuncs struct {
 	Images   status.ListImagesFunc
 	Handlers status.RuntimeHandlersFunc
 	Features status.RuntimeFeaturesFunc
+}
+
+// syncStatusOnRuntimeChanges makes a node status cycle at once whenever the
+// runtime's health changes (runtime.StatusPoller.Changes): the Ready
+// condition follows a runtime that went down, hung or came back without
+// waiting for the next status period, so a frozen runtime turns the node
+// NotReady DownThreshold (30 s) after its last answer rather than up to a
+// status period later.
+func syncStatusOnRuntimeChanges(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, p *runtime.StatusPoller, r *status.Reporter) {
+	runner.Hook(lc, sd, logger, "runtimestatus-sync", func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-p.Changes():
+				r.SyncNow()
+			}
+		}
+	})
 }
 
 func provideStatusPoller(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, c *runtime.Client, clk clock.Clock) RuntimeFuncs {

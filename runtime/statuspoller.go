@@ -9,6 +9,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/timers"
 )
 
 // Defaults of the StatusPoller, the kubelet's.
@@ -38,6 +40,9 @@ type StatusPoller struct {
 	client *Client
 	clock  clock.Clock
 	opts   StatusPollerOptions
+
+	changes chan struct{} // Changes; one slot
+	poke    chan struct{} // pollStatus → watchHealth: Health's answer changed; one slot
 
 	mu          sync.Mutex
 	health      Health
@@ -76,9 +81,23 @@ func NewStatusPoller(client *Client, opts StatusPollerOptions) *StatusPoller {
 	}
 	return &StatusPoller{
 		client: client, clock: opts.Clock, opts: opts,
+		changes: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		verErr: errNotAsked, imagesErr: errNotAsked,
 	}
 }
+
+// Changes receives a value when what Health answers changes after the
+// runtime's first answer: a Status answer that differs from the last (the
+// runtime or its network turned ready or not), DownThreshold passing
+// without an answer (a hung runtime is "down" from then on), and the first
+// answer after that. Changes that come while a value waits are one value.
+// The agent kicks a node status cycle with it (status.Reporter.SyncNow), so
+// the node's Ready condition follows the runtime at once rather than at the
+// next status period: a frozen runtime turns the node NotReady DownThreshold
+// after its last answer. The runtime's first answer is not a change: a
+// restarted agent's startup hold decides when the node's status is first
+// written. The channel is never closed.
+func (p *StatusPoller) Changes() <-chan struct{} { return p.changes }
 
 // Run polls until ctx is done: Status (and, until it succeeds, Version)
 // every StatusPeriod, ListImages every ImagesPeriod. It blocks and returns
@@ -88,6 +107,7 @@ func (p *StatusPoller) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { p.every(ctx, p.opts.StatusPeriod, p.pollStatus) })
 	wg.Go(func() { p.every(ctx, p.opts.ImagesPeriod, p.pollImages) })
+	wg.Go(func() { p.watchHealth(ctx) })
 	<-ctx.Done()
 	return nil
 }
@@ -126,14 +146,64 @@ func (p *StatusPoller) pollStatus(ctx context.Context) {
 	if needVersion {
 		p.name, p.ver, p.verErr = name, ver, verErr
 	}
+	before, _ := p.healthKeyLocked()
 	// A call that got no answer changes nothing: the last answer stands
 	// until DownThreshold passes, as the kubelet's runtime state.
 	if !errors.Is(h.RuntimeErr, errRuntimeUnreachable) {
 		p.health, p.lastHealthy = h, answered
 	}
+	after, _ := p.healthKeyLocked()
 	p.mu.Unlock()
+	if after != before {
+		signal(p.poke)
+	}
 	if h.RuntimeErr != nil && ctx.Err() == nil {
 		klog.FromContext(ctx).V(2).Info("Container runtime is not ready", "err", h.RuntimeErr)
+	}
+}
+
+// watchHealth sends on changes what Changes documents. It wakes when
+// pollStatus saw Health's answer change, and DownThreshold after the last
+// answer (while answers come every StatusPeriod that is once per
+// DownThreshold, to look again).
+func (p *StatusPoller) watchHealth(ctx context.Context) {
+	t := p.clock.NewTimer(p.opts.DownThreshold)
+	defer t.Stop()
+	var last string
+	seen := false
+	for {
+		p.mu.Lock()
+		key, answered := p.healthKeyLocked()
+		downAt := p.lastHealthy.Add(p.opts.DownThreshold)
+		p.mu.Unlock()
+		var wake <-chan time.Time
+		if answered {
+			if seen && key != last {
+				signal(p.changes)
+			}
+			last, seen = key, true
+			// Health counts the runtime down once more than
+			// DownThreshold has passed: look just after.
+			if d := downAt.Sub(p.clock.Now()); d >= 0 {
+				timers.Stop(t)
+				t.Reset(d + time.Millisecond)
+				wake = t.C()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.poke:
+		case <-wake:
+		}
+	}
+}
+
+// signal sends on ch, a channel of one slot, unless a value waits there.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -160,6 +230,10 @@ func (p *StatusPoller) Version(context.Context) (string, string, error) {
 func (p *StatusPoller) Health(context.Context) (runtimeErr, networkErr error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.healthLocked()
+}
+
+func (p *StatusPoller) healthLocked() (runtimeErr, networkErr error) {
 	switch {
 	case p.lastHealthy.IsZero():
 		return errNotAsked, nil
@@ -167,6 +241,19 @@ func (p *StatusPoller) Health(context.Context) (runtimeErr, networkErr error) {
 		return errRuntimeUnreachable, nil
 	}
 	return p.health.RuntimeErr, p.health.NetworkErr
+}
+
+// healthKeyLocked is what Health answers, comparable; answered is false
+// before the runtime's first answer.
+func (p *StatusPoller) healthKeyLocked() (key string, answered bool) {
+	runtimeErr, networkErr := p.healthLocked()
+	text := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	return text(runtimeErr) + "\x00" + text(networkErr), !p.lastHealthy.IsZero()
 }
 
 // Handlers returns the runtime handlers as last heard

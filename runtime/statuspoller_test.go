@@ -2,12 +2,16 @@ package runtime_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -64,5 +68,67 @@ func TestStatusPollerPublishesHealthWithVersion(t *testing.T) {
 	poll(t, func() bool { runtimeErr, _ := p.Health(ctx); return runtimeErr == nil })
 	if name, ver, err := p.Version(ctx); err != nil || name != "containerd" || ver != "1.6.20" {
 		t.Errorf("Version = %q, %q, %v once healthy; want containerd 1.6.20", name, ver, err)
+	}
+}
+
+// TestStatusPollerChanges: Changes fires when the runtime's health changes
+// after its first answer (which is not a change): DownThreshold after the
+// last answer of a runtime that stopped answering, and again when it
+// answers.
+func TestStatusPollerChanges(t *testing.T) {
+	srv := fakecri.New(fakecri.Options{})
+	var down atomic.Bool
+	srv.SetReplyRewriter(func(method string, _ any, reply proto.Message) (proto.Message, error) {
+		if method == "Status" && down.Load() {
+			return nil, status.Error(codes.Unavailable, "frozen")
+		}
+		return reply, nil
+	})
+	endpoint, _ := serve(t, srv, socketPath(t))
+	client := newClient(t, runtime.Options{Endpoint: endpoint})
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := runtime.NewStatusPoller(client, runtime.StatusPollerOptions{Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	healthy := func() bool { runtimeErr, _ := p.Health(ctx); return runtimeErr == nil }
+	noChange := func(when string) {
+		t.Helper()
+		select {
+		case <-p.Changes():
+			t.Fatalf("Changes fired %s", when)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+
+	poll(t, func() bool { clk.Step(0); return healthy() })
+	noChange("at the runtime's first answer")
+
+	// The runtime stops answering: nothing changes until DownThreshold
+	// has passed since its last answer.
+	down.Store(true)
+	answeredAt := clk.Now()
+	clk.Step(runtime.DefaultStatusPeriod)
+	noChange("while the runtime has missed one status call")
+	clk.SetTime(answeredAt.Add(runtime.DefaultDownThreshold))
+	noChange("at DownThreshold exactly")
+	clk.Step(time.Millisecond)
+	select {
+	case <-p.Changes():
+	case <-time.After(20 * time.Second):
+		t.Fatal("Changes did not fire once DownThreshold passed without an answer")
+	}
+	if runtimeErr, _ := p.Health(ctx); runtimeErr == nil || !strings.Contains(runtimeErr.Error(), "container runtime is down") {
+		t.Fatalf("Health = %v once DownThreshold passed, want container runtime is down", runtimeErr)
+	}
+
+	// It answers again at the next status call.
+	down.Store(false)
+	poll(t, func() bool { clk.Step(runtime.DefaultStatusPeriod); return healthy() })
+	select {
+	case <-p.Changes():
+	case <-time.After(20 * time.Second):
+		t.Fatal("Changes did not fire when the runtime answered again")
 	}
 }
