@@ -316,10 +316,11 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	}()
 	node = waitForNode(t, n.name, "NotReady with containerd frozen", readyTimeout, runtimeDown)
 	notReadyAfter = time.Since(frozen)
-	// The kubelet's threshold: 30 s without an answer, noticed at the next
-	// runtime status poll (5 s) and reported at the next status update
-	// (10 s).
-	if limit := 30*time.Second + 5*time.Second + 10*time.Second + 5*time.Second; notReadyAfter > limit {
+	// The kubelet's threshold: 30 s without an answer, counted from the
+	// last answer (at or before the freeze). The agent reports it at once
+	// (runtime.StatusPoller.Changes), not at the next status period as the
+	// kubelet: allow 10 s for the PATCH and the watch under CI load.
+	if limit := 30*time.Second + 10*time.Second; notReadyAfter > limit {
 		t.Errorf("NotReady %s after containerd froze, want within %s", notReadyAfter, limit)
 	}
 	// The Lease keeps flowing while the runtime hangs: two renewals in a
