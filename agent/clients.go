@@ -22,9 +22,9 @@ import (
 )
 
 // Clients are the agent's connections to the apiserver, authenticated with
-// the node's kubeconfig. The three clientsets share one HTTP transport (one
+// the node's kubeconfig. The three clients share one HTTP transport (one
 // HTTP/2 connection carries the watches, the heartbeats and the events;
-// each clientset keeps its own rate limit and timeout) and its connection
+// each client keeps its own rate limit and timeout) and its connection
 // tracker, so that CloseConnections drops every connection when heartbeats
 // keep failing (a half-open TCP connection otherwise keeps a node NotReady
 // for the kernel's retransmission timeout, as the kubelet learned).

@@ -82,7 +82,7 @@ func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
 	list()
 	conns, gzip := srv.counts()
 	if conns != 1 {
-		t.Errorf("the three clientsets opened %d connections, want 1 shared", conns)
+		t.Errorf("the three clients opened %d connections, want 1 shared", conns)
 	}
 	if gzip {
 		t.Error("a request asked for a compressed response")

@@ -81,10 +81,7 @@ func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time)
 	w := &cacheWaiter{after: t, ch: make(chan cacheEntry, 1)}
 	c.waiters[uid] = append(c.waiters[uid], w)
 	c.mu.Unlock()
-	select {
-	case c.waiting <- struct{}{}:
-	default:
-	}
+	signal(c.waiting)
 	select {
 	case e := <-w.ch:
 		return e.status, e.err

@@ -397,12 +397,7 @@ func (p *PLEG) observe(ctx context.Context, st *podstate.PodStatus) {
 }
 
 // requestRelist asks Run for a relist at once.
-func (p *PLEG) requestRelist() {
-	select {
-	case p.resync <- struct{}{}:
-	default:
-	}
-}
+func (p *PLEG) requestRelist() { signal(p.resync) }
 
 // relist reads all pods and reconciles every record.
 func (p *PLEG) relist(ctx context.Context) {

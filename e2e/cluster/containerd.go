@@ -664,7 +664,7 @@ func (c *Containerd) removeSandboxes(ctx context.Context) ([]string, error) {
 				}
 				time.Sleep(time.Second)
 			}
-			if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// A sandbox with many containers on a loaded machine (the
 				// hostile input test's 100) may take containerd longer
 				// than the deadline to stop; Close kills its shims and
