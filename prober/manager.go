@@ -167,9 +167,7 @@ func probedContainers(pod *v1.Pod) []*v1.Container {
 	return out
 }
 
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
+func isSidecar(c *v1.Container) bool { return podstate.IsRestartableInitContainer(c) }
 
 func probeOf(c *v1.Container, t ProbeType) *v1.Probe {
 	switch t {

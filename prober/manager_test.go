@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/podstate"
 )
 
 func TestInitialResults(t *testing.T) {
@@ -300,10 +302,10 @@ func TestContainerRestartRules(t *testing.T) {
 		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}},
 	}}}
 	spec := &v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways}
-	if !containerShouldRestart(c, spec, 42) {
+	if !podstate.ContainerShouldRestart(c, spec, 42) {
 		t.Error("exit 42 matches a Restart rule")
 	}
-	if containerShouldRestart(c, spec, 1) {
+	if podstate.ContainerShouldRestart(c, spec, 1) {
 		t.Error("exit 1 falls back to the container's policy Never")
 	}
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", RestartPolicy: &never,

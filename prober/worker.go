@@ -101,7 +101,7 @@ func (m *Manager) doProbe(ctx context.Context, w *worker) bool {
 		if c.State.Terminated == nil {
 			return true
 		}
-		return containerShouldRestart(&w.container, &pod.Spec, c.State.Terminated.ExitCode) ||
+		return podstate.ContainerShouldRestart(&w.container, &pod.Spec, c.State.Terminated.ExitCode) ||
 			allContainersRestarting(pod, &status)
 	}
 
@@ -285,64 +285,6 @@ func containerStatus(statuses []v1.ContainerStatus, name string) (*v1.ContainerS
 	return nil, false
 }
 
-// containerShouldRestart reports whether a container that exited with
-// exitCode is restarted: its restart rules, then its own restart policy,
-// then the pod's (the kubelet's podutil.ContainerShouldRestart with
-// ContainerRestartRules and RestartAllContainersOnContainerExits on, their
-// v1.37 defaults).
-func containerShouldRestart(c *v1.Container, spec *v1.PodSpec, exitCode int32) bool {
-	if c.RestartPolicy != nil {
-		if rule, ok := matchingRestartRule(c, exitCode); ok {
-			switch rule.Action {
-			case v1.ContainerRestartRuleActionRestart, v1.ContainerRestartRuleActionRestartAllContainers:
-				return true
-			}
-		}
-		switch *c.RestartPolicy {
-		case v1.ContainerRestartPolicyAlways:
-			return true
-		case v1.ContainerRestartPolicyOnFailure:
-			return exitCode != 0
-		case v1.ContainerRestartPolicyNever:
-			return false
-		}
-	}
-	switch spec.RestartPolicy {
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
-	case v1.RestartPolicyNever:
-		return false
-	default:
-		return true
-	}
-}
-
-// matchingRestartRule returns c's first restart rule that matches exitCode.
-func matchingRestartRule(c *v1.Container, exitCode int32) (v1.ContainerRestartRule, bool) {
-	for _, rule := range c.RestartPolicyRules {
-		if rule.ExitCodes == nil {
-			continue
-		}
-		matched := false
-		for _, code := range rule.ExitCodes.Values {
-			if code == exitCode {
-				matched = true
-			}
-		}
-		switch rule.ExitCodes.Operator {
-		case v1.ContainerRestartRuleOnExitCodesOpIn:
-			if matched {
-				return rule, true
-			}
-		case v1.ContainerRestartRuleOnExitCodesOpNotIn:
-			if !matched {
-				return rule, true
-			}
-		}
-	}
-	return v1.ContainerRestartRule{}, false
-}
-
 // allContainersRestarting reports whether the pod restarts all its
 // containers: its AllContainersRestarting condition is True, or a
 // terminated container's exit matched a RestartAllContainers rule (the
@@ -366,7 +308,7 @@ func allContainersRestarting(pod *v1.Pod, status *v1.PodStatus) bool {
 			if !ok || st.State.Terminated == nil {
 				continue
 			}
-			if rule, ok := matchingRestartRule(&cs[i], st.State.Terminated.ExitCode); ok &&
+			if rule, ok := podstate.FindMatchingContainerRestartRule(&cs[i], st.State.Terminated.ExitCode); ok &&
 				rule.Action == v1.ContainerRestartRuleActionRestartAllContainers {
 				return true
 			}

@@ -52,9 +52,7 @@ type podActions struct {
 }
 
 // isSidecar reports whether c is a restartable init container.
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
+func isSidecar(c *v1.Container) bool { return podstate.IsRestartableInitContainer(c) }
 
 // sandboxChanged reports whether pod needs a new sandbox (see
 // podstate.PodStatus.SandboxChange). It returns the attempt number for a
@@ -95,28 +93,9 @@ func activeContainer(st *podstate.PodStatus, name string) *podstate.ContainerSta
 }
 
 // shouldRestart reports whether a container that is not running must be
-// (re)started by the pod's restart policy.
+// (re)started: podstate.ShouldContainerBeRestarted on its newest instance.
 func shouldRestart(pod *v1.Pod, c *v1.Container, st *podstate.PodStatus) bool {
-	if pod.DeletionTimestamp != nil {
-		return false
-	}
-	cs := st.Container(c.Name)
-	if cs == nil {
-		return true
-	}
-	switch cs.State {
-	case podstate.ContainerStateRunning:
-		return false
-	case podstate.ContainerStateUnknown, podstate.ContainerStateCreated:
-		return true
-	}
-	switch pod.Spec.RestartPolicy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return cs.ExitCode != 0
-	}
-	return true
+	return podstate.ShouldContainerBeRestarted(pod, c, st.Container(c.Name))
 }
 
 func succeeded(c *v1.Container, st *podstate.PodStatus) bool {
@@ -160,7 +139,7 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus,
 		var toStart []int
 		for i := range pod.Spec.Containers {
 			c := &pod.Spec.Containers[i]
-			if pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure && succeeded(c, st) {
+			if podstate.RunsOnce(c, &pod.Spec) && succeeded(c, st) {
 				continue
 			}
 			toStart = append(toStart, i)
@@ -207,7 +186,9 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus,
 			}
 			continue
 		}
-		restart := pod.Spec.RestartPolicy != v1.RestartPolicyNever
+		// A probe kill has no exit code for restart rules: the container's
+		// restartPolicy, else the pod's, decides.
+		restart := podstate.ContainerRestartsWithoutExitCode(c, &pod.Spec)
 		var (
 			message string
 			reason  killReason
@@ -269,7 +250,6 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 		}
 	}
 	previouslyInitialized := initialized
-	restartOnFailure := pod.Spec.RestartPolicy != v1.RestartPolicyNever
 	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
 		c := &pod.Spec.InitContainers[i]
 		cs := activeContainer(st, c.Name)
@@ -323,7 +303,7 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 				break
 			}
 			if cs.ExitCode != 0 {
-				if !restartOnFailure {
+				if !shouldRestart(pod, c, st) {
 					a.killPod = true
 					a.initToStart = nil
 					return false
@@ -337,7 +317,7 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 				a.initToStart = append(a.initToStart, i+1)
 			}
 		default: // unknown
-			if !isSidecar(c) && !restartOnFailure {
+			if !isSidecar(c) && !podstate.ContainerRestartsWithoutExitCode(c, &pod.Spec) {
 				a.killPod = true
 				a.initToStart = nil
 				return false

@@ -796,3 +796,87 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestContainerRestartPolicyAndRules: the runtime restarts by the
+// container's restartPolicy and restartPolicyRules (ContainerRestartRules,
+// on since 1.35), not the pod's policy alone: a Never pod whose rule
+// restarts exit 42 restarts the container, an OnFailure pod whose container
+// says Never leaves it exited, and a probe kill follows the container's
+// policy.
+func TestContainerRestartPolicyAndRules(t *testing.T) {
+	never, always := v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyAlways
+	rule42 := []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	for _, tc := range []struct {
+		name      string
+		podPolicy v1.RestartPolicy
+		policy    *v1.ContainerRestartPolicy
+		rules     []v1.ContainerRestartRule
+		exitCode  int32
+		restart   bool
+	}{
+		{"never-pod-rule-42", v1.RestartPolicyNever, &never, rule42, 42, true},
+		{"never-pod-rule-other-code", v1.RestartPolicyNever, &never, rule42, 1, false},
+		{"onfailure-pod-container-never", v1.RestartPolicyOnFailure, &never, nil, 1, false},
+		{"never-pod-container-always", v1.RestartPolicyNever, &always, nil, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, fakecri.Options{}, nil)
+			app := ctr("app")
+			app.RestartPolicy, app.RestartPolicyRules = tc.policy, tc.rules
+			pod := newPod("p", app)
+			pod.Spec.RestartPolicy = tc.podPolicy
+			if res := h.sync(pod, nil); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			h.exitNow(pod, "app", tc.exitCode)
+			if res := h.sync(pod, nil); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			c := h.status(pod).Container("app")
+			if tc.restart {
+				if c.State != podstate.ContainerStateRunning || c.RestartCount != 1 {
+					t.Fatalf("container %v restarts %d, want running again with restart count 1", c.State, c.RestartCount)
+				}
+				return
+			}
+			if c.State != podstate.ContainerStateExited || c.RestartCount != 0 {
+				t.Fatalf("container %+v, want exited without restart", c)
+			}
+		})
+	}
+
+	t.Run("liveness-kill-container-never", func(t *testing.T) {
+		h := newHarness(t, fakecri.Options{}, nil)
+		probes := newFakeProbes()
+		app := ctr("app")
+		app.RestartPolicy = &never
+		app.LivenessProbe = &v1.Probe{}
+		pod := newPod("probe", app)
+		h.sync(pod, probes)
+		first := h.container(pod, "app")
+		probes.set(probes.liveness, first.ID, podstate.ProbeFailure)
+		h.events()
+		h.sync(pod, probes)
+		if c := h.container(pod, "app"); c.ID != first.ID || c.State != podstate.ContainerStateExited {
+			t.Fatalf("after a liveness failure of a Never container: %+v, want the first instance exited", c)
+		}
+		// Nothing left to run: the whole pod stops, as the kubelet's
+		// computePodActions decides.
+		wantEvents(t, h.events(), "Normal Killing Stopping container app")
+	})
+
+	t.Run("init-container-never-in-always-pod", func(t *testing.T) {
+		h := newHarness(t, fakecri.Options{}, nil)
+		pod := newPod("initnever", ctr("app"))
+		setup := ctr("setup", "false")
+		setup.RestartPolicy = &never
+		pod.Spec.InitContainers = []v1.Container{setup}
+		h.sync(pod, nil)
+		h.sync(pod, nil)
+		st := h.status(pod)
+		if st.Container("app") != nil || st.Sandboxes[0].Ready || st.Container("setup").RestartCount != 0 {
+			t.Fatalf("failed init container with restartPolicy Never: %+v", st)
+		}
+	})
+}

@@ -595,23 +595,10 @@ func findSpec(specs []v1.Container, name string) *v1.Container {
 	return nil
 }
 
-// shouldRestart reports whether the agent will (re)start c: the kubelet's
-// ShouldContainerBeRestarted.
+// shouldRestart reports whether the agent will (re)start c: the decision
+// the runtime takes, podstate.ShouldContainerBeRestarted.
 func (g *generator) shouldRestart(c *v1.Container) bool {
-	if g.pod.DeletionTimestamp != nil {
-		return false
-	}
-	cs := g.latest(c.Name)
-	switch {
-	case cs == nil:
-		return true
-	case cs.State == podstate.ContainerStateRunning:
-		return false
-	case cs.State == podstate.ContainerStateExited:
-		return containerShouldRestart(c, &g.pod.Spec, int32(cs.ExitCode))
-	default:
-		return true
-	}
+	return podstate.ShouldContainerBeRestarted(g.pod, c, g.latest(c.Name))
 }
 
 // anyActiveRegularContainer reports whether a regular container exists in

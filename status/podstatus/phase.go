@@ -4,6 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podstate"
 )
 
 // phase is the pod's phase from its container statuses, the kubelet's
@@ -119,64 +120,10 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, terminal, initialized boo
 }
 
 // isSidecar reports whether c is a restartable init container.
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
+func isSidecar(c *v1.Container) bool { return podstate.IsRestartableInitContainer(c) }
 
-// containerShouldRestart reports whether c is restarted after exiting with
-// code: its first matching restart rule, else its own restart policy, else
-// the pod's (default Always). A RestartAllContainers rule counts as a
-// restart.
+// containerShouldRestart is podstate.ContainerShouldRestart, the one
+// restart decision the runtime and the prober also use.
 func containerShouldRestart(c *v1.Container, spec *v1.PodSpec, code int32) bool {
-	if c.RestartPolicy != nil {
-		if rule, ok := matchingRestartRule(c, code); ok {
-			switch rule.Action {
-			case v1.ContainerRestartRuleActionRestart, v1.ContainerRestartRuleActionRestartAllContainers:
-				return true
-			}
-		}
-		switch *c.RestartPolicy {
-		case v1.ContainerRestartPolicyAlways:
-			return true
-		case v1.ContainerRestartPolicyOnFailure:
-			return code != 0
-		case v1.ContainerRestartPolicyNever:
-			return false
-		}
-	}
-	switch spec.RestartPolicy {
-	case v1.RestartPolicyOnFailure:
-		return code != 0
-	case v1.RestartPolicyNever:
-		return false
-	default:
-		return true
-	}
-}
-
-// matchingRestartRule returns c's first restart rule matching code.
-func matchingRestartRule(c *v1.Container, code int32) (v1.ContainerRestartRule, bool) {
-	for _, rule := range c.RestartPolicyRules {
-		if rule.ExitCodes == nil {
-			continue
-		}
-		in := false
-		for _, v := range rule.ExitCodes.Values {
-			if v == code {
-				in = true
-				break
-			}
-		}
-		switch rule.ExitCodes.Operator {
-		case v1.ContainerRestartRuleOnExitCodesOpIn:
-			if in {
-				return rule, true
-			}
-		case v1.ContainerRestartRuleOnExitCodesOpNotIn:
-			if !in {
-				return rule, true
-			}
-		}
-	}
-	return v1.ContainerRestartRule{}, false
+	return podstate.ContainerShouldRestart(c, spec, code)
 }
