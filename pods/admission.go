@@ -8,6 +8,7 @@ import (
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -140,7 +141,7 @@ func fitsResources(pod *v1.Pod, others []*v1.Pod, node *v1.Node) (AdmitResult, b
 	if maxPods := alloc.Pods().Value(); int64(len(others))+1 > maxPods {
 		return insufficient(v1.ResourcePods, 1, int64(len(others)), maxPods), false
 	}
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	requests := resourcehelper.PodRequests(withoutMissingExtendedResources(pod, alloc), resourcehelper.PodResourcesOptions{})
 	if len(requests) == 0 {
 		return AdmitResult{}, true
 	}
@@ -177,6 +178,69 @@ func fitsResources(pod *v1.Pod, others []*v1.Pod, node *v1.Node) (AdmitResult, b
 		}
 	}
 	return AdmitResult{}, true
+}
+
+// withoutMissingExtendedResources returns pod, or a copy of it whose
+// containers no longer request extended resources alloc does not list nor
+// the scheduler mapped to a DRA claim, as the kubelet's
+// removeMissingExtendedResources: such requests are the business of
+// another allocator (or of none), not of the node's allocatable, so a pod
+// bound to the node with them is admitted rather than failed OutOf<name>.
+// Only requests are filtered; the fit check reads nothing else.
+func withoutMissingExtendedResources(pod *v1.Pod, alloc v1.ResourceList) *v1.Pod {
+	drop := func(c *v1.Container, name v1.ResourceName) bool {
+		if backedByDRA(pod, c.Name, name) {
+			return true
+		}
+		_, listed := alloc[name]
+		return isExtendedResource(name) && !listed
+	}
+	var out *v1.Pod
+	filter := func(containers func(*v1.Pod) []v1.Container) {
+		for i := range containers(pod) {
+			c := &containers(pod)[i]
+			for name := range c.Resources.Requests {
+				if !drop(c, name) {
+					continue
+				}
+				if out == nil {
+					out = pod.DeepCopy()
+				}
+				delete(containers(out)[i].Resources.Requests, name)
+			}
+		}
+	}
+	filter(func(p *v1.Pod) []v1.Container { return p.Spec.InitContainers })
+	filter(func(p *v1.Pod) []v1.Container { return p.Spec.Containers })
+	if out == nil {
+		return pod
+	}
+	return out
+}
+
+// isExtendedResource reports whether name is an extended resource: one
+// outside the kubernetes.io domain with a domain of its own and no
+// "requests." prefix (v1helper.IsExtendedResourceName).
+func isExtendedResource(name v1.ResourceName) bool {
+	if isNativeResource(name) || strings.HasPrefix(string(name), v1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+string(name))) == 0
+}
+
+// backedByDRA reports whether the scheduler mapped container's request for
+// name to a DRA resource claim (pod.status.extendedResourceClaimStatus).
+func backedByDRA(pod *v1.Pod, container string, name v1.ResourceName) bool {
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		return false
+	}
+	for _, m := range st.RequestMappings {
+		if v1.ResourceName(m.ResourceName) == name && m.ContainerName == container {
+			return true
+		}
+	}
+	return false
 }
 
 // resourceValue is q in the unit the kubelet reports: millicores for cpu,

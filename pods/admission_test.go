@@ -63,11 +63,30 @@ func TestGeneralPredicates(t *testing.T) {
 		{name: "cpu reported before memory", pod: podRequesting("a", "3", "5Gi"), wantReason: "OutOfcpu"},
 		{name: "out of pods", pod: podRequesting("a", "", ""), others: []*v1.Pod{podRequesting("b", "", ""), podRequesting("c", "", ""), podRequesting("d", "", "")},
 			wantReason: "OutOfpods", wantMsg: "resource: pods, requested: 1, used: 3, capacity: 3"},
-		{name: "extended resource absent", pod: func() *v1.Pod {
+		// An extended resource the node does not advertise is dropped
+		// before the fit check (the kubelet's removeMissingExtendedResources),
+		// in init containers too; one it advertises is checked.
+		{name: "extended resource not advertised", pod: func() *v1.Pod {
 			p := podRequesting("a", "", "")
 			p.Spec.Containers[0].Resources.Requests["example.com/gpu"] = resource.MustParse("1")
+			p.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{
+				Requests: v1.ResourceList{"example.com/fpga": resource.MustParse("2")}}}}
 			return p
-		}(), wantReason: "OutOfexample.com/gpu"},
+		}()},
+		{name: "extended resource advertised and short", pod: func() *v1.Pod {
+			p := podRequesting("a", "", "")
+			p.Spec.Containers[0].Resources.Requests["example.com/gpu"] = resource.MustParse("2")
+			return p
+		}(), node: func() *v1.Node {
+			n := admitNode()
+			n.Status.Allocatable["example.com/gpu"] = resource.MustParse("1")
+			return n
+		}(), wantReason: "OutOfexample.com/gpu", wantMsg: "resource: example.com/gpu, requested: 2, used: 0, capacity: 1"},
+		{name: "native resource in the kubernetes.io domain not dropped", pod: func() *v1.Pod {
+			p := podRequesting("a", "", "")
+			p.Spec.Containers[0].Resources.Requests["hugepages-2Mi"] = resource.MustParse("2Mi")
+			return p
+		}()},
 		{name: "node selector", pod: func() *v1.Pod {
 			p := podRequesting("a", "", "")
 			p.Spec.NodeSelector = map[string]string{"zone": "b"}
