@@ -112,9 +112,10 @@ func (cfg *Config) APIServerSourceOptions(nodeSynced func() bool) apiserver.Opti
 // graph (pods.Module) or the caller.
 func (cfg *Config) PodsOptions(node pods.NodeGetter) pods.Options {
 	return pods.Options{
-		SyncFrequency: cfg.Kubelet.SyncFrequency.Duration,
-		QOSClass:      cgroupdriver.PodQOS,
-		HostIPs:       func() []net.IP { return cfg.hostIPs(node) },
+		SyncFrequency:        cfg.Kubelet.SyncFrequency.Duration,
+		QOSClass:             cgroupdriver.PodQOS,
+		HostIPs:              func() []net.IP { return cfg.hostIPs(node) },
+		AllowedUnsafeSysctls: cfg.Kubelet.AllowedUnsafeSysctls,
 	}
 }
 
@@ -232,6 +233,8 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		RegistryPullQPS:       float32(*kc.RegistryPullQPS),
 		RegistryBurst:         int(kc.RegistryBurst),
 		ContainerGC:           cfg.ContainerGCPolicy(),
+		SeccompDefault:        kc.SeccompDefault != nil && *kc.SeccompDefault,
+		SeccompProfileRoot:    filepath.Join(cfg.RootDir, "seccomp"),
 	}, nil
 }
 

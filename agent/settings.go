@@ -119,6 +119,10 @@ var implementedSettings = map[string]string{
 	"--maximum-dead-containers-per-container": "",
 	"--maximum-dead-containers":               "",
 	"--pod-infra-container-image":             "",
+	"seccompDefault":                          "",
+
+	// Pod admission (pods/podspec.go): the Sysctls admit handler.
+	"allowedUnsafeSysctls": "",
 
 	// The volume manager (volume/): configMap and secret contents always
 	// follow watches.

@@ -318,7 +318,8 @@ func hostPortsFree(pod *v1.Pod, others []*v1.Pod) bool {
 
 // defaultAdmitNames are the names of default admit handlers in some
 // configuration: removing one that is absent is a no-op.
-var defaultAdmitNames = map[string]bool{AdmitEviction: true, AdmitGeneralPredicates: true}
+var defaultAdmitNames = map[string]bool{AdmitEviction: true, AdmitGeneralPredicates: true, AdmitSysctls: true,
+	AdmitAppArmor: true, AdmitPodFeatures: true, AdmitDeclaredFeatures: true}
 
 // DefaultAdmitHandler marks h as one of the package's defaults, which an
 // embedder's handler of the same Name replaces. It is for the modules that

@@ -48,6 +48,10 @@ type Options struct {
 	// rejects is failed and never started. GeneralPredicates is the
 	// kubelet's first one; see AdmitHandlerGroup for the fx way.
 	Admit []AdmitHandler
+	// AllowedUnsafeSysctls are the unsafe sysctls (names, or prefixes
+	// ending in *) the Module's Sysctls admit handler lets pods set
+	// (kubelet allowedUnsafeSysctls); New ignores it.
+	AllowedUnsafeSysctls []string
 	// Prober, when set, probes the pods' containers; its readiness and
 	// startup results go into the pods' statuses and its changes sync the
 	// pod. nil means no probes: running containers are ready.

@@ -1,6 +1,10 @@
 package pods
 
 import (
+	"fmt"
+	"os"
+	"strings"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
@@ -9,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/status/podstatus"
@@ -28,12 +33,14 @@ type NodeGetter interface {
 // MirrorClient (mirror pods for static pods; none on a standalone node),
 // the record.EventRecorder, clock.Clock, the prometheus.Registerer for the
 // Controller's metrics and logr.Logger. Admission runs the
-// handlers of the AdmitHandlerGroup by Order, GeneralPredicates among them.
+// handlers of the AdmitHandlerGroup by Order: Sysctls, GeneralPredicates,
+// AppArmor, PodFeatures and DeclaredFeatures among them.
 var Module = fx.Options(
 	fx.Provide(
 		NewStore,
 		provide,
 		fx.Annotate(generalPredicates, fx.ResultTags(`group:"`+AdmitHandlerGroup+`"`)),
+		fx.Annotate(podSpecHandlers, fx.ResultTags(`group:"`+AdmitHandlerGroup+`,flatten"`)),
 	),
 	fx.Invoke(func(*Controller) {}),
 )
@@ -103,6 +110,43 @@ func provide(p Params) (*Controller, error) {
 	}
 	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pods", c.Run)
 	return c, nil
+}
+
+// podSpecParams are podSpecHandlers' dependencies.
+type podSpecParams struct {
+	fx.In
+
+	Options Options `optional:"true"`
+}
+
+// podSpecHandlers are the default admit handlers that refuse a pod whose
+// spec asks for what the node cannot do: Sysctls (with the Options'
+// AllowedUnsafeSysctls), AppArmor, PodFeatures and DeclaredFeatures.
+func podSpecHandlers(p podSpecParams) ([]OrderedAdmitHandler, error) {
+	sysctls, err := Sysctls(kernelRelease(), p.Options.AllowedUnsafeSysctls)
+	if err != nil {
+		return nil, fmt.Errorf("allowedUnsafeSysctls: %w", err)
+	}
+	declared, err := DeclaredFeatures(nodekit.KubeletVersion())
+	if err != nil {
+		return nil, err
+	}
+	return []OrderedAdmitHandler{
+		DefaultAdmitHandler(AdmitSysctls, OrderSysctls, sysctls),
+		DefaultAdmitHandler(AdmitAppArmor, OrderAppArmor, AppArmor(HostAppArmorEnabled())),
+		DefaultAdmitHandler(AdmitPodFeatures, OrderPodFeatures, PodFeatures()),
+		DefaultAdmitHandler(AdmitDeclaredFeatures, OrderDeclaredFeatures, declared),
+	}, nil
+}
+
+// kernelRelease is the running kernel's release (uname -r), "" when it
+// cannot be read.
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func generalPredicates(logger logr.Logger) OrderedAdmitHandler {

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodekit/nodekit/podstate"
 )
 
 // CPU share and quota bounds of the Linux CFS, as the kubelet's.
@@ -249,7 +251,34 @@ func (m *PodManager) securityContext(pod *v1.Pod, c *v1.Container) (*runtimeapi.
 		return nil, err
 	}
 	sc.Seccomp = profile
+	if sc.Apparmor, sc.ApparmorProfile, err = appArmorProfile(pod, c); err != nil {
+		return nil, err
+	}
 	return sc, nil
+}
+
+// appArmorProfile returns c's AppArmor profile for the runtime, in the CRI
+// field and in the deprecated string form older runtimes (containerd 1.6)
+// read; nil and "" leave the runtime's default. Pod admission refused the
+// pods that ask for one on a host without AppArmor.
+func appArmorProfile(pod *v1.Pod, c *v1.Container) (*runtimeapi.SecurityProfile, string, error) {
+	p := podstate.AppArmorProfile(pod, c)
+	if p == nil {
+		return nil, "", nil
+	}
+	switch p.Type {
+	case v1.AppArmorProfileTypeRuntimeDefault:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, v1.DeprecatedAppArmorBetaProfileRuntimeDefault, nil
+	case v1.AppArmorProfileTypeUnconfined:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, v1.DeprecatedAppArmorBetaProfileNameUnconfined, nil
+	case v1.AppArmorProfileTypeLocalhost:
+		if p.LocalhostProfile == nil {
+			return nil, "", errors.New("missing localhost apparmor profile name")
+		}
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: *p.LocalhostProfile},
+			v1.DeprecatedAppArmorBetaProfileNamePrefix + *p.LocalhostProfile, nil
+	}
+	return nil, "", fmt.Errorf("unknown apparmor profile type: %q", p.Type)
 }
 
 func firstNonNil[T any](a, b *T) *T {

@@ -73,8 +73,12 @@
 // file (at most 4 KiB) or, with FallbackToLogsOnError after a failure, from
 // the last 80 lines (at most 2 KiB) of its log, as the kubelet.
 //
-// Left out: in-place resize, user namespaces, AppArmor, devices and image
-// volumes are not handled; recursive read-only mounts are never asked of
+// AppArmor profiles (field or annotation, podstate.AppArmorProfile) are
+// passed to the runtime in the CRI field and the deprecated string form;
+// pod admission (pods.AppArmor) refuses pods that ask for one on a host
+// without AppArmor. Left out: in-place resize and devices are not handled;
+// user namespaces (hostUsers: false) and image volumes are refused at
+// admission (pods.PodFeatures); recursive read-only mounts are never asked of
 // the runtime (recursiveReadOnly IfPossible mounts read-only, Enabled fails
 // the container with the kubelet's error for a runtime without them).
 //

@@ -880,3 +880,39 @@ func TestContainerRestartPolicyAndRules(t *testing.T) {
 		}
 	})
 }
+
+// TestAppArmorProfiles: a container's AppArmor profile (field, deprecated
+// annotation, pod field) reaches the runtime in the CRI field and in the
+// deprecated string containerd 1.6 reads; none leaves the runtime's
+// default.
+func TestAppArmorProfiles(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	local := "k8s-deny-write"
+	field := ctr("field")
+	field.SecurityContext = &v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: &local}}
+	pod := newPod("aa", field, ctr("annotated"), ctr("podlevel"))
+	pod.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "annotated": "unconfined"}
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	for name, want := range map[string]struct {
+		typ runtimeapi.SecurityProfile_ProfileType
+		ref string
+		old string
+	}{
+		"field":     {runtimeapi.SecurityProfile_Localhost, local, "localhost/" + local},
+		"annotated": {runtimeapi.SecurityProfile_Unconfined, "", "unconfined"},
+		"podlevel":  {runtimeapi.SecurityProfile_RuntimeDefault, "", "runtime/default"},
+	} {
+		sc := h.cri.ContainerConfig(h.container(pod, name).ID).Linux.SecurityContext
+		if sc.Apparmor.GetProfileType() != want.typ || sc.Apparmor.GetLocalhostRef() != want.ref || sc.ApparmorProfile != want.old {
+			t.Errorf("%s: apparmor %v / %q, want %v %q / %q", name, sc.Apparmor, sc.ApparmorProfile, want.typ, want.ref, want.old)
+		}
+	}
+	plain := newPod("plain", ctr("app"))
+	h.sync(plain, nil)
+	if sc := h.cri.ContainerConfig(h.container(plain, "app").ID).Linux.SecurityContext; sc.Apparmor != nil || sc.ApparmorProfile != "" {
+		t.Errorf("no profile asked: apparmor %v / %q, want the runtime's default", sc.Apparmor, sc.ApparmorProfile)
+	}
+}

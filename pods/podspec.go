@@ -1,0 +1,271 @@
+package pods
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
+	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
+	ndffeatures "k8s.io/component-helpers/nodedeclaredfeatures/features"
+
+	"github.com/nodekit/nodekit/podstate"
+)
+
+// Names and orders of the admit handlers that refuse pods whose spec asks
+// for what the node cannot do, in the kubelet's order around
+// GeneralPredicates: sysctls before it; AppArmor, pod features and declared
+// features after it.
+const (
+	AdmitSysctls          = "Sysctls"
+	AdmitAppArmor         = "AppArmor"
+	AdmitPodFeatures      = "PodFeatures"
+	AdmitDeclaredFeatures = "DeclaredFeatures"
+
+	OrderSysctls          = 150
+	OrderAppArmor         = 300
+	OrderPodFeatures      = 400
+	OrderDeclaredFeatures = 500
+)
+
+// Admission failure reasons of the pod-spec handlers, as the kubelet
+// writes them.
+const (
+	ReasonSysctlForbidden       = "SysctlForbidden"
+	ReasonAppArmor              = "AppArmor"
+	ReasonPodFeatureUnsupported = "PodFeatureUnsupported"
+)
+
+// safeSysctl is a sysctl the kubelet allows every pod, on kernels from
+// kernel on ("" any) where it is namespaced.
+type safeSysctl struct {
+	name, kernel string
+}
+
+// safeSysctls is the kubelet's safe sysctl list (pkg/kubelet/sysctl).
+var safeSysctls = []safeSysctl{
+	{name: "kernel.shm_rmid_forced"},
+	{name: "net.ipv4.ip_local_port_range"},
+	{name: "net.ipv4.tcp_syncookies"},
+	{name: "net.ipv4.ping_group_range"},
+	{name: "net.ipv4.ip_unprivileged_port_start"},
+	{name: "net.ipv4.ip_local_reserved_ports", kernel: "3.16"},
+	{name: "net.ipv4.tcp_keepalive_time", kernel: "4.5"},
+	{name: "net.ipv4.tcp_fin_timeout", kernel: "4.6"},
+	{name: "net.ipv4.tcp_keepalive_intvl", kernel: "4.5"},
+	{name: "net.ipv4.tcp_keepalive_probes", kernel: "4.5"},
+	{name: "net.ipv4.tcp_rmem", kernel: "4.15"},
+	{name: "net.ipv4.tcp_wmem", kernel: "4.15"},
+	{name: "net.ipv4.tcp_slow_start_after_idle", kernel: "4.15"},
+	{name: "net.ipv4.tcp_notsent_lowat", kernel: "4.6"},
+}
+
+// SafeSysctls returns the kubelet's safe sysctls on a kernel of release
+// kernel (uname -r; "" or unparsable: only those safe on every kernel).
+func SafeSysctls(kernel string) []string {
+	kv, _ := version.ParseGeneric(kernel)
+	var out []string
+	for _, s := range safeSysctls {
+		if s.kernel == "" || (kv != nil && kv.AtLeast(version.MustParseGeneric(s.kernel))) {
+			out = append(out, s.name)
+		}
+	}
+	return out
+}
+
+// sysctlPattern is the API's sysctl pattern syntax (a trailing * allowed).
+var sysctlPattern = regexp.MustCompile(`^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]$`)
+
+// Sysctls is the kubelet's sysctl admit handler: a pod may set the safe
+// sysctls of kernel (see SafeSysctls) and those allowedUnsafe lists
+// (allowedUnsafeSysctls: names, or prefixes ending in *); any other is
+// refused with SysctlForbidden, as is a net.* sysctl with hostNetwork, an
+// IPC one with hostIPC and a user one without a user namespace. It fails
+// for a pattern that is invalid or not known to be namespaced, as the
+// kubelet fails to start.
+func Sysctls(kernel string, allowedUnsafe []string) (AdmitHandler, error) {
+	names := map[string]utilsysctl.Namespace{}
+	prefixes := map[string]utilsysctl.Namespace{}
+	for _, s := range append(SafeSysctls(kernel), allowedUnsafe...) {
+		if len(s) > 253 || !sysctlPattern.MatchString(s) {
+			return nil, fmt.Errorf("sysctl %q must have at most 253 characters and match regex %s", s, sysctlPattern)
+		}
+		ns, nameOrPrefix, prefixed := utilsysctl.GetNamespace(s)
+		if ns == utilsysctl.UnknownNamespace {
+			return nil, fmt.Errorf("the sysctls %q are not known to be namespaced", nameOrPrefix)
+		}
+		if prefixed {
+			prefixes[nameOrPrefix] = ns
+		} else {
+			names[nameOrPrefix] = ns
+		}
+	}
+	check := func(name string, hostNet, hostIPC, hostUsers bool) error {
+		name = utilsysctl.NormalizeName(name)
+		ns, ok := names[name]
+		if !ok {
+			for p, pns := range prefixes {
+				if strings.HasPrefix(name, p) {
+					ns, ok = pns, true
+					break
+				}
+			}
+		}
+		if !ok {
+			return fmt.Errorf("%q not allowlisted", name)
+		}
+		if (ns == utilsysctl.IPCNamespace && hostIPC) || (ns == utilsysctl.NetNamespace && hostNet) ||
+			(ns == utilsysctl.UserNamespace && hostUsers) {
+			return fmt.Errorf("%q not allowed with host %s enabled", name, ns)
+		}
+		return nil
+	}
+	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
+		sc := a.Pod.Spec.SecurityContext
+		if sc == nil || len(sc.Sysctls) == 0 {
+			return AdmitResult{Admit: true}
+		}
+		hostUsers := a.Pod.Spec.HostUsers == nil || *a.Pod.Spec.HostUsers
+		for _, s := range sc.Sysctls {
+			if err := check(s.Name, a.Pod.Spec.HostNetwork, a.Pod.Spec.HostIPC, hostUsers); err != nil {
+				return AdmitResult{Reason: ReasonSysctlForbidden, Message: fmt.Sprintf("forbidden sysctl: %v", err)}
+			}
+		}
+		return AdmitResult{Admit: true}
+	}), nil
+}
+
+// appArmorRequired reports whether pod asks for an AppArmor profile other
+// than unconfined, in a field or an annotation (apparmor.isRequired).
+func appArmorRequired(pod *v1.Pod) bool {
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.AppArmorProfile != nil && sc.AppArmorProfile.Type != v1.AppArmorProfileTypeUnconfined {
+		return true
+	}
+	required := false
+	visitContainers(&pod.Spec, func(c *v1.Container) {
+		if c.SecurityContext != nil && c.SecurityContext.AppArmorProfile != nil &&
+			c.SecurityContext.AppArmorProfile.Type != v1.AppArmorProfileTypeUnconfined {
+			required = true
+		}
+	})
+	if required {
+		return true
+	}
+	for key, value := range pod.Annotations {
+		if strings.HasPrefix(key, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && value != v1.DeprecatedAppArmorBetaProfileNameUnconfined {
+			return true
+		}
+	}
+	return false
+}
+
+// visitContainers calls f on every init, regular and ephemeral container of
+// spec (ephemeral ones as their common fields).
+func visitContainers(spec *v1.PodSpec, f func(*v1.Container)) {
+	for i := range spec.InitContainers {
+		f(&spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		f(&spec.Containers[i])
+	}
+	for i := range spec.EphemeralContainers {
+		c := v1.Container(spec.EphemeralContainers[i].EphemeralContainerCommon)
+		f(&c)
+	}
+}
+
+// HostAppArmorEnabled reports whether the kernel enforces AppArmor
+// (/sys/module/apparmor/parameters/enabled is Y), what the kubelet checks
+// at start.
+func HostAppArmorEnabled() bool {
+	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
+	return err == nil && len(b) > 0 && b[0] == 'Y'
+}
+
+// AppArmor is the kubelet's AppArmor admit handler: a pending pod that
+// asks for an AppArmor profile (field or annotation, anything but
+// unconfined) is refused with reason AppArmor when the host does not
+// enforce AppArmor (hostEnabled false), or when a localhost profile has no
+// name. The runtime applies the profiles of the pods admitted.
+func AppArmor(hostEnabled bool) AdmitHandler {
+	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
+		pod := a.Pod
+		if pod.Status.Phase != v1.PodPending || !appArmorRequired(pod) {
+			return AdmitResult{Admit: true}
+		}
+		if !hostEnabled {
+			return AdmitResult{Reason: ReasonAppArmor, Message: "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+		}
+		var err error
+		visitContainers(&pod.Spec, func(c *v1.Container) {
+			p := podstate.AppArmorProfile(pod, c)
+			if err == nil && p != nil && p.Type == v1.AppArmorProfileTypeLocalhost &&
+				(p.LocalhostProfile == nil || strings.TrimSpace(*p.LocalhostProfile) == "") {
+				err = fmt.Errorf("invalid empty AppArmor profile name: %q", p)
+			}
+		})
+		if err != nil {
+			return AdmitResult{Reason: ReasonAppArmor, Message: fmt.Sprintf("Cannot enforce AppArmor: %v", err)}
+		}
+		return AdmitResult{Admit: true}
+	})
+}
+
+// PodFeatures refuses, with reason PodFeatureUnsupported, a pod that asks
+// for what nodekit does not implement, so it never runs without it: user
+// namespaces (hostUsers: false) and image volumes.
+func PodFeatures() AdmitHandler {
+	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
+		spec := &a.Pod.Spec
+		if spec.HostUsers != nil && !*spec.HostUsers {
+			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
+				Message: "can't set `spec.hostUsers: false`, this node does not support user namespaces"}
+		}
+		for _, vol := range spec.Volumes {
+			if vol.Image != nil {
+				return AdmitResult{Reason: ReasonPodFeatureUnsupported,
+					Message: fmt.Sprintf("image volume %q: image volumes are not supported by this node", vol.Name)}
+			}
+		}
+		return AdmitResult{Admit: true}
+	})
+}
+
+// DeclaredFeatures is the kubelet's declared-features admit handler: a pod
+// that needs a node feature (k8s.io/component-helpers/nodedeclaredfeatures,
+// e.g. RestartAllContainersOnContainerExits for a RestartAllContainers
+// restart rule) the node's status.declaredFeatures does not list is
+// refused with PodFeatureUnsupported, as on a kubelet without that
+// feature. kubeletVersion is the version the node reports.
+func DeclaredFeatures(kubeletVersion string) (AdmitHandler, error) {
+	v, err := version.ParseSemantic(kubeletVersion)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet version %q: %w", kubeletVersion, err)
+	}
+	fw := ndf.New(ndffeatures.AllFeatures)
+	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
+		reqs, err := fw.InferForPodScheduling(&ndf.PodInfo{Spec: &a.Pod.Spec, Status: &a.Pod.Status}, v)
+		if err != nil {
+			return AdmitResult{Reason: ReasonPodFeatureUnsupported, Message: fmt.Sprintf("Failed to infer pod's feature requirements: %v", err)}
+		}
+		if reqs.IsEmpty() {
+			return AdmitResult{Admit: true}
+		}
+		node := a.Node
+		if node == nil {
+			node = &v1.Node{}
+		}
+		match, err := fw.MatchNode(reqs, node)
+		if err != nil {
+			return AdmitResult{Reason: ReasonPodFeatureUnsupported, Message: fmt.Sprintf("Failed to match pod's feature requirements against the node: %v", err)}
+		}
+		if !match.IsMatch {
+			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
+				Message: fmt.Sprintf("Pod requires node features that are not available: %s", strings.Join(match.UnsatisfiedRequirements, ", "))}
+		}
+		return AdmitResult{Admit: true}
+	}), nil
+}

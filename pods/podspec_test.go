@@ -1,0 +1,135 @@
+package pods
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+func sysctlPod(hostNet, hostIPC bool, names ...string) *v1.Pod {
+	p := &v1.Pod{Spec: v1.PodSpec{HostNetwork: hostNet, HostIPC: hostIPC, SecurityContext: &v1.PodSecurityContext{}}}
+	for _, n := range names {
+		p.Spec.SecurityContext.Sysctls = append(p.Spec.SecurityContext.Sysctls, v1.Sysctl{Name: n, Value: "1"})
+	}
+	return p
+}
+
+func TestSafeSysctlsByKernel(t *testing.T) {
+	if got := SafeSysctls("4.4.0"); slices.Contains(got, "net.ipv4.tcp_keepalive_time") || !slices.Contains(got, "net.ipv4.ip_local_reserved_ports") {
+		t.Errorf("4.4 kernel: %v", got)
+	}
+	if got := SafeSysctls("6.18.44-fc-v1272"); len(got) != len(safeSysctls) {
+		t.Errorf("6.18 kernel: %d of %d safe sysctls", len(got), len(safeSysctls))
+	}
+	if got := SafeSysctls(""); len(got) != 5 {
+		t.Errorf("unknown kernel: %v, want the 5 safe on every kernel", got)
+	}
+}
+
+func TestSysctls(t *testing.T) {
+	h, err := Sysctls("6.1.0", []string{"kernel.msg*", "net.core.somaxconn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		pod     *v1.Pod
+		wantMsg string
+	}{
+		{"none", &v1.Pod{}, ""},
+		{"safe", sysctlPod(false, false, "kernel.shm_rmid_forced", "net.ipv4.tcp_keepalive_time"), ""},
+		{"safe with slashes", sysctlPod(false, false, "net/ipv4/ip_local_port_range"), ""},
+		{"allowed unsafe by prefix", sysctlPod(false, false, "kernel.msgmax"), ""},
+		{"allowed unsafe by name", sysctlPod(false, false, "net.core.somaxconn"), ""},
+		{"unsafe", sysctlPod(false, false, "kernel.sem"), `forbidden sysctl: "kernel.sem" not allowlisted`},
+		{"net with hostNetwork", sysctlPod(true, false, "net.ipv4.tcp_syncookies"), `forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with host Net enabled`},
+		{"ipc with hostIPC", sysctlPod(false, true, "kernel.shm_rmid_forced"), `forbidden sysctl: "kernel.shm_rmid_forced" not allowed with host IPC enabled`},
+	} {
+		r := h.Admit(AdmitAttributes{Pod: tc.pod})
+		if tc.wantMsg == "" {
+			if !r.Admit {
+				t.Errorf("%s: rejected: %s", tc.name, r.Message)
+			}
+			continue
+		}
+		if r.Admit || r.Reason != "SysctlForbidden" || r.Message != tc.wantMsg {
+			t.Errorf("%s: %+v, want SysctlForbidden %q", tc.name, r, tc.wantMsg)
+		}
+	}
+	for _, bad := range []string{"kernel.msg**", "vm.swappiness", "Kernel.sem"} {
+		if _, err := Sysctls("6.1.0", []string{bad}); err == nil {
+			t.Errorf("allowedUnsafeSysctls %q accepted", bad)
+		}
+	}
+}
+
+func TestAppArmorAdmission(t *testing.T) {
+	runtimeDefault := &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}
+	withField := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a",
+		SecurityContext: &v1.SecurityContext{AppArmorProfile: runtimeDefault}}}}}
+	withAnnotation := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}
+	withAnnotation.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "a": "localhost/p"}
+	unconfined := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending}, Spec: v1.PodSpec{SecurityContext: &v1.PodSecurityContext{
+		AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined}}, Containers: []v1.Container{{Name: "a"}}}}
+	emptyLocal := &v1.Pod{Status: v1.PodStatus{Phase: v1.PodPending}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a",
+		SecurityContext: &v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr.To(" ")}}}}}}
+
+	disabled := AppArmor(false)
+	for _, p := range []*v1.Pod{withField, withAnnotation} {
+		r := disabled.Admit(AdmitAttributes{Pod: p})
+		if r.Admit || r.Reason != "AppArmor" || r.Message != "Cannot enforce AppArmor: AppArmor is not enabled on the host" {
+			t.Errorf("host without AppArmor: %+v", r)
+		}
+	}
+	if r := disabled.Admit(AdmitAttributes{Pod: unconfined}); !r.Admit {
+		t.Errorf("unconfined needs no AppArmor: %+v", r)
+	}
+	enabled := AppArmor(true)
+	if r := enabled.Admit(AdmitAttributes{Pod: withField}); !r.Admit {
+		t.Errorf("host with AppArmor: %+v", r)
+	}
+	if r := enabled.Admit(AdmitAttributes{Pod: emptyLocal}); r.Admit || !strings.Contains(r.Message, "invalid empty AppArmor profile name") {
+		t.Errorf("empty localhost profile: %+v", r)
+	}
+}
+
+func TestPodFeatures(t *testing.T) {
+	h := PodFeatures()
+	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(true)}}}); !r.Admit {
+		t.Errorf("hostUsers true: %+v", r)
+	}
+	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false)}}}); r.Admit || r.Reason != "PodFeatureUnsupported" {
+		t.Errorf("hostUsers false: %+v", r)
+	}
+	img := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "tools", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "busybox"}}}}}}
+	if r := h.Admit(AdmitAttributes{Pod: img}); r.Admit || r.Reason != "PodFeatureUnsupported" || !strings.Contains(r.Message, `"tools"`) {
+		t.Errorf("image volume: %+v", r)
+	}
+}
+
+func TestDeclaredFeaturesRefusesRestartAllContainers(t *testing.T) {
+	h, err := DeclaredFeatures("v1.37.2+nodekit.0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := v1.ContainerRestartPolicyNever
+	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", RestartPolicy: &never,
+		RestartPolicyRules: []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
+			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}}}}
+	node := admitNode()
+	r := h.Admit(AdmitAttributes{Pod: pod, Node: node})
+	if r.Admit || r.Reason != "PodFeatureUnsupported" ||
+		r.Message != "Pod requires node features that are not available: RestartAllContainersOnContainerExits" {
+		t.Errorf("RestartAllContainers on a node not declaring it: %+v", r)
+	}
+	node.Status.DeclaredFeatures = []string{"RestartAllContainersOnContainerExits"}
+	if r := h.Admit(AdmitAttributes{Pod: pod, Node: node}); !r.Admit {
+		t.Errorf("declared: %+v", r)
+	}
+	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}, Node: admitNode()}); !r.Admit {
+		t.Errorf("plain pod: %+v", r)
+	}
+}
