@@ -2,6 +2,7 @@ package pods
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"strings"
 
@@ -92,9 +93,15 @@ const (
 	ReasonNodePorts             = "NodePorts"
 	ReasonTaintToleration       = "TaintToleration"
 	ReasonInvalidNodeInfo       = "InvalidNodeInfo"
+
+	ReasonPodOSSelectorNodeLabelDoesNotMatch   = "PodOSSelectorNodeLabelDoesNotMatch"
+	ReasonPodOSNotSupported                    = "PodOSNotSupported"
+	ReasonSupplementalGroupsPolicyNotSupported = "SupplementalGroupsPolicyNotSupported"
 )
 
 // GeneralPredicates is the kubelet's predicate admit handler: the pod's
+// OS (label and spec.os) is the node's and its supplementalGroupsPolicy
+// Strict is supported by the runtime; the pod's
 // requests fit the node's allocatable beside the other pods (cpu, memory,
 // ephemeral-storage, extended resources, pod count), its node selector and
 // required node affinity match, its nodeName is this node, its host ports
@@ -106,6 +113,9 @@ func GeneralPredicates(logger klog.Logger) AdmitHandler {
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		if a.Node == nil {
 			return AdmitResult{Reason: ReasonInvalidNodeInfo, Message: "Kubelet cannot get node info."}
+		}
+		if r, ok := osAndGroupsPolicy(a.Pod, a.Node); !ok {
+			return r
 		}
 		if r, ok := fitsResources(a.Pod, a.OtherPods, a.Node); !ok {
 			return r
@@ -128,6 +138,32 @@ func GeneralPredicates(logger klog.Logger) AdmitHandler {
 		}
 		return AdmitResult{Admit: true}
 	})
+}
+
+// osAndGroupsPolicy is the kubelet's first predicate checks: a pod whose
+// kubernetes.io/os label or spec.os names another OS than the node's, or
+// that asks for supplementalGroupsPolicy Strict on a node whose runtime
+// does not support it (status.features.supplementalGroupsPolicy), is
+// refused.
+func osAndGroupsPolicy(pod *v1.Pod, node *v1.Node) (AdmitResult, bool) {
+	nodeOS := node.Labels[v1.LabelOSStable]
+	if nodeOS == "" || nodeOS != goruntime.GOOS {
+		nodeOS = goruntime.GOOS
+	}
+	if podOS, ok := pod.Labels[v1.LabelOSStable]; ok && podOS != nodeOS {
+		return AdmitResult{Reason: ReasonPodOSSelectorNodeLabelDoesNotMatch,
+			Message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}, false
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != goruntime.GOOS {
+		return AdmitResult{Reason: ReasonPodOSNotSupported, Message: "Failed to admit pod as the OS field doesn't match node OS"}, false
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.SupplementalGroupsPolicy != nil &&
+		*sc.SupplementalGroupsPolicy == v1.SupplementalGroupsPolicyStrict &&
+		(node.Status.Features == nil || node.Status.Features.SupplementalGroupsPolicy == nil || !*node.Status.Features.SupplementalGroupsPolicy) {
+		return AdmitResult{Reason: ReasonSupplementalGroupsPolicyNotSupported,
+			Message: fmt.Sprintf("SupplementalGroupsPolicy=%s is not supported in this node", v1.SupplementalGroupsPolicyStrict)}, false
+	}
+	return AdmitResult{}, true
 }
 
 func predicateFailure(name, desc string) AdmitResult {

@@ -216,13 +216,17 @@ func AppArmor(hostEnabled bool) AdmitHandler {
 
 // PodFeatures refuses, with reason PodFeatureUnsupported, a pod that asks
 // for what nodekit does not implement, so it never runs without it: user
-// namespaces (hostUsers: false) and image volumes.
+// namespaces (hostUsers: false), resource claims (DRA) and image volumes.
 func PodFeatures() AdmitHandler {
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		spec := &a.Pod.Spec
 		if spec.HostUsers != nil && !*spec.HostUsers {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
 				Message: "can't set `spec.hostUsers: false`, this node does not support user namespaces"}
+		}
+		if len(spec.ResourceClaims) > 0 {
+			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
+				Message: "resource claims (dynamic resource allocation) are not supported by this node"}
 		}
 		for _, vol := range spec.Volumes {
 			if vol.Image != nil {

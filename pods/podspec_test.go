@@ -1,11 +1,13 @@
 package pods
 
 import (
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -104,6 +106,9 @@ func TestPodFeatures(t *testing.T) {
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false)}}}); r.Admit || r.Reason != "PodFeatureUnsupported" {
 		t.Errorf("hostUsers false: %+v", r)
 	}
+	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}}); r.Admit || r.Reason != "PodFeatureUnsupported" {
+		t.Errorf("resource claims: %+v", r)
+	}
 	img := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "tools", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "busybox"}}}}}}
 	if r := h.Admit(AdmitAttributes{Pod: img}); r.Admit || r.Reason != "PodFeatureUnsupported" || !strings.Contains(r.Message, `"tools"`) {
 		t.Errorf("image volume: %+v", r)
@@ -131,5 +136,36 @@ func TestDeclaredFeaturesRefusesRestartAllContainers(t *testing.T) {
 	}
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}, Node: admitNode()}); !r.Admit {
 		t.Errorf("plain pod: %+v", r)
+	}
+}
+
+func TestGeneralPredicatesOSAndGroupsPolicy(t *testing.T) {
+	admit := GeneralPredicates(klog.Background())
+	strict := v1.SupplementalGroupsPolicyStrict
+	for _, tc := range []struct {
+		name       string
+		pod        func(*v1.Pod)
+		node       func(*v1.Node)
+		wantReason string
+	}{
+		{"os label of another OS", func(p *v1.Pod) { p.Labels = map[string]string{v1.LabelOSStable: "windows"} }, nil, "PodOSSelectorNodeLabelDoesNotMatch"},
+		{"os label of this OS", func(p *v1.Pod) { p.Labels = map[string]string{v1.LabelOSStable: goruntime.GOOS} }, nil, ""},
+		{"spec.os of another OS", func(p *v1.Pod) { p.Spec.OS = &v1.PodOS{Name: "windows"} }, nil, "PodOSNotSupported"},
+		{"Strict groups policy unsupported", func(p *v1.Pod) {
+			p.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroupsPolicy: &strict}
+		}, nil, "SupplementalGroupsPolicyNotSupported"},
+		{"Strict groups policy supported", func(p *v1.Pod) {
+			p.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroupsPolicy: &strict}
+		}, func(n *v1.Node) { n.Status.Features = &v1.NodeFeatures{SupplementalGroupsPolicy: ptr.To(true)} }, ""},
+	} {
+		pod, node := podRequesting("a", "", ""), admitNode()
+		tc.pod(pod)
+		if tc.node != nil {
+			tc.node(node)
+		}
+		r := admit.Admit(AdmitAttributes{Pod: pod, Node: node})
+		if r.Admit != (tc.wantReason == "") || r.Reason != tc.wantReason {
+			t.Errorf("%s: %+v, want reason %q", tc.name, r, tc.wantReason)
+		}
 	}
 }

@@ -213,11 +213,12 @@ func (m *PodManager) securityContext(pod *v1.Pod, c *v1.Container) (*runtimeapi.
 		csc = &v1.SecurityContext{}
 	}
 	sc := &runtimeapi.LinuxContainerSecurityContext{
-		NamespaceOptions:   namespaceOptions(pod),
-		SupplementalGroups: supplementalGroups(psc),
-		SelinuxOptions:     selinuxOptions(firstNonNil(csc.SELinuxOptions, psc.SELinuxOptions)),
-		MaskedPaths:        defaultMaskedPaths,
-		ReadonlyPaths:      defaultReadonlyPaths,
+		NamespaceOptions:         namespaceOptions(pod),
+		SupplementalGroups:       supplementalGroups(psc),
+		SupplementalGroupsPolicy: supplementalGroupsPolicy(psc),
+		SelinuxOptions:           selinuxOptions(firstNonNil(csc.SELinuxOptions, psc.SELinuxOptions)),
+		MaskedPaths:              defaultMaskedPaths,
+		ReadonlyPaths:            defaultReadonlyPaths,
 	}
 	if u := firstNonNil(csc.RunAsUser, psc.RunAsUser); u != nil {
 		sc.RunAsUser = &runtimeapi.Int64Value{Value: *u}

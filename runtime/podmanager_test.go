@@ -916,3 +916,23 @@ func TestAppArmorProfiles(t *testing.T) {
 		t.Errorf("no profile asked: apparmor %v / %q, want the runtime's default", sc.Apparmor, sc.ApparmorProfile)
 	}
 }
+
+// TestSupplementalGroupsPolicy: the pod's supplementalGroupsPolicy reaches
+// the runtime in the sandbox's and the containers' security contexts
+// (Merge when unset).
+func TestSupplementalGroupsPolicy(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	strict := v1.SupplementalGroupsPolicyStrict
+	pod := newPod("sgp", ctr("app"))
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{SupplementalGroupsPolicy: &strict}
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	st := h.status(pod)
+	if p := h.cri.SandboxConfig(st.Sandboxes[0].ID).Linux.SecurityContext.SupplementalGroupsPolicy; p != runtimeapi.SupplementalGroupsPolicy_Strict {
+		t.Errorf("sandbox policy %v, want Strict", p)
+	}
+	if p := h.cri.ContainerConfig(h.container(pod, "app").ID).Linux.SecurityContext.SupplementalGroupsPolicy; p != runtimeapi.SupplementalGroupsPolicy_Strict {
+		t.Errorf("container policy %v, want Strict", p)
+	}
+}

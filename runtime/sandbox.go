@@ -87,6 +87,7 @@ func (m *PodManager) sandboxConfig(ctx context.Context, pod *v1.Pod, attempt uin
 			linux.SecurityContext.RunAsGroup = &runtimeapi.Int64Value{Value: *sc.RunAsGroup}
 		}
 		linux.SecurityContext.SupplementalGroups = supplementalGroups(sc)
+		linux.SecurityContext.SupplementalGroupsPolicy = supplementalGroupsPolicy(sc)
 		linux.SecurityContext.SelinuxOptions = selinuxOptions(sc.SELinuxOptions)
 	}
 	cfg.Linux = linux
@@ -150,6 +151,16 @@ func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
 		ns.Pid = runtimeapi.NamespaceMode_POD
 	}
 	return ns
+}
+
+// supplementalGroupsPolicy is sc's supplementalGroupsPolicy for the
+// runtime (Merge when unset). Admission refused Strict on a runtime that
+// does not support it.
+func supplementalGroupsPolicy(sc *v1.PodSecurityContext) runtimeapi.SupplementalGroupsPolicy {
+	if sc.SupplementalGroupsPolicy != nil && *sc.SupplementalGroupsPolicy == v1.SupplementalGroupsPolicyStrict {
+		return runtimeapi.SupplementalGroupsPolicy_Strict
+	}
+	return runtimeapi.SupplementalGroupsPolicy_Merge
 }
 
 func supplementalGroups(sc *v1.PodSecurityContext) []int64 {
