@@ -226,10 +226,19 @@ func (m *PodManager) fitDNSLimits(pod *v1.Pod, cfg *runtimeapi.DNSConfig) {
 }
 
 // podHostname returns the sandbox hostname of a pod not in the host
-// network: spec.hostname or the pod name, cut to 63 characters, as the FQDN
+// network: spec.hostnameOverride when set, else spec.hostname or the pod
+// name, cut to 63 characters, as the FQDN
 // <hostname>.<subdomain>.<ns>.svc.<domain> when setHostnameAsFQDN is true
 // and the pod has a subdomain.
 func (m *PodManager) podHostname(pod *v1.Pod) (string, error) {
+	if o := pod.Spec.HostnameOverride; o != nil {
+		// hostnameOverride (GA in 1.37) replaces hostname, subdomain and
+		// setHostnameAsFQDN.
+		if msgs := validation.IsDNS1123Subdomain(*o); len(msgs) != 0 {
+			return "", fmt.Errorf("pod HostnameOverride %q is not a valid DNS subdomain: %s", *o, strings.Join(msgs, ";"))
+		}
+		return truncateHostname(pod, *o)
+	}
 	hostname := pod.Name
 	if pod.Spec.Hostname != "" {
 		if msgs := validation.IsDNS1123Label(pod.Spec.Hostname); len(msgs) != 0 {
@@ -237,11 +246,9 @@ func (m *PodManager) podHostname(pod *v1.Pod) (string, error) {
 		}
 		hostname = pod.Spec.Hostname
 	}
-	if len(hostname) > 63 {
-		hostname = strings.TrimRight(hostname[:63], "-.")
-		if hostname == "" {
-			return "", fmt.Errorf("hostname for pod %q was invalid", pod.Name)
-		}
+	hostname, err := truncateHostname(pod, hostname)
+	if err != nil {
+		return "", err
 	}
 	if pod.Spec.Subdomain == "" || pod.Spec.SetHostnameAsFQDN == nil || !*pod.Spec.SetHostnameAsFQDN {
 		return hostname, nil
@@ -254,4 +261,17 @@ func (m *PodManager) podHostname(pod *v1.Pod) (string, error) {
 		return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (64 characters is the max, %d characters requested)", fqdn, len(fqdn))
 	}
 	return fqdn, nil
+}
+
+// truncateHostname caps hostname at 63 characters, without a trailing
+// '-' or '.', as the kubelet's truncatePodHostnameIfNeeded.
+func truncateHostname(pod *v1.Pod, hostname string) (string, error) {
+	if len(hostname) <= 63 {
+		return hostname, nil
+	}
+	hostname = strings.TrimRight(hostname[:63], "-.")
+	if hostname == "" {
+		return "", fmt.Errorf("hostname for pod %q was invalid", pod.Name)
+	}
+	return hostname, nil
 }

@@ -936,3 +936,35 @@ func TestSupplementalGroupsPolicy(t *testing.T) {
 		t.Errorf("container policy %v, want Strict", p)
 	}
 }
+
+// TestHostnameOverride: spec.hostnameOverride (GA in 1.37) is the
+// sandbox's hostname and the pod's /etc/hosts name, ahead of hostname and
+// subdomain.
+func TestHostnameOverride(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pod := newPod("ho", ctr("app"))
+	pod.Spec.Hostname, pod.Spec.Subdomain = "short", "sub"
+	pod.Spec.HostnameOverride = ptr.To("my.host-name")
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	st := h.status(pod)
+	if hn := h.cri.SandboxConfig(st.Sandboxes[0].ID).Hostname; hn != "my.host-name" {
+		t.Errorf("sandbox hostname %q, want the override", hn)
+	}
+	var hostsPath string
+	for _, m := range h.cri.ContainerConfig(h.container(pod, "app").ID).Mounts {
+		if m.ContainerPath == "/etc/hosts" {
+			hostsPath = m.HostPath
+		}
+	}
+	hosts, err := os.ReadFile(hostsPath)
+	if err != nil || !strings.Contains(string(hosts), st.IPs[0]+"\tmy.host-name\n") {
+		t.Errorf("/etc/hosts = %q, %v; want %s\tmy.host-name", hosts, err, st.IPs[0])
+	}
+	bad := newPod("bad", ctr("app"))
+	bad.Spec.HostnameOverride = ptr.To("Not_Valid")
+	if res := h.sync(bad, nil); res.Err == nil || !strings.Contains(res.Err.Error(), "not a valid DNS subdomain") {
+		t.Errorf("invalid override: %v", res.Err)
+	}
+}

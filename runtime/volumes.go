@@ -206,9 +206,12 @@ func (m *PodManager) writeEtcHosts(pod *v1.Pod, podIPs []string) (string, error)
 		if err != nil {
 			return "", err
 		}
-		hostname, _, _ = strings.Cut(hostname, ".")
 		names := hostname
-		if pod.Spec.Subdomain != "" && m.opts.ClusterDomain != "" {
+		if pod.Spec.HostnameOverride == nil {
+			hostname, _, _ = strings.Cut(hostname, ".")
+			names = hostname
+		}
+		if pod.Spec.HostnameOverride == nil && pod.Spec.Subdomain != "" && m.opts.ClusterDomain != "" {
 			names = fmt.Sprintf("%s.%s.%s.svc.%s\t%s", hostname, pod.Spec.Subdomain, pod.Namespace, m.opts.ClusterDomain, hostname)
 		}
 		for _, ip := range podIPs {
