@@ -430,6 +430,15 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	if w.Terminate || (hasPrev && isTerminal(prev.Phase)) {
 		return c.terminate(ctx, w)
 	}
+	var prevStatus *v1.PodStatus
+	if hasPrev {
+		prevStatus = &prev
+	}
+	deadlineLeft, hasDeadline := activeDeadlineLeft(pod, prevStatus, c.clock.Now())
+	if hasDeadline && deadlineLeft <= 0 {
+		c.killForDeadline(ctx, pod)
+		return 0, false
+	}
 	if !c.mayStart(ctx, pod) {
 		return c.retryAfterError(), false
 	}
@@ -472,6 +481,14 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	}
 	if !res.RetryAt.IsZero() {
 		requeue = min(requeue, max(res.RetryAt.Sub(c.clock.Now()), time.Millisecond))
+	}
+	if hasDeadline {
+		// Sync again when the active deadline passes (counted from the
+		// start time this sync may just have set).
+		if st, ok := c.opts.Statuses.GetPodStatus(pod.UID); ok {
+			deadlineLeft, _ = activeDeadlineLeft(pod, &st, c.clock.Now())
+		}
+		requeue = min(requeue, max(deadlineLeft, time.Millisecond))
 	}
 	return requeue, false
 }
