@@ -29,6 +29,17 @@
 //     whose static pod is gone and stopped. Without Mirrors (a standalone
 //     node) no mirror pod is made.
 //
+// # The pod spec, field by field
+//
+// pods/fields.go says what the node does with every field of the pod spec,
+// its containers and their security contexts: acted on (and where), refused
+// at admission (and with which reason), or the business of the API server
+// or the scheduler. A test walks the API types and fails for a field in no
+// table. The admit handlers that refuse are the kubelet's: Sysctls
+// (SysctlForbidden), GeneralPredicates, AppArmor, PodFeatures and
+// DeclaredFeatures (PodFeatureUnsupported); spec.activeDeadlineSeconds
+// fails a pod that runs past it (DeadlineExceeded).
+//
 // # Swapping pieces
 //
 // Without fx, build a Controller with New and call Run. With fx, Module

@@ -216,7 +216,8 @@ func AppArmor(hostEnabled bool) AdmitHandler {
 
 // PodFeatures refuses, with reason PodFeatureUnsupported, a pod that asks
 // for what nodekit does not implement, so it never runs without it: user
-// namespaces (hostUsers: false), resource claims (DRA) and image volumes.
+// namespaces (hostUsers: false), resource claims (DRA), raw block volumes
+// (volumeDevices) and image volumes.
 func PodFeatures() AdmitHandler {
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		spec := &a.Pod.Spec
@@ -227,6 +228,16 @@ func PodFeatures() AdmitHandler {
 		if len(spec.ResourceClaims) > 0 {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
 				Message: "resource claims (dynamic resource allocation) are not supported by this node"}
+		}
+		var device string
+		visitContainers(spec, func(c *v1.Container) {
+			if len(c.VolumeDevices) > 0 && device == "" {
+				device = c.VolumeDevices[0].Name
+			}
+		})
+		if device != "" {
+			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
+				Message: fmt.Sprintf("volume device %q: raw block volumes are not supported by this node", device)}
 		}
 		for _, vol := range spec.Volumes {
 			if vol.Image != nil {

@@ -109,6 +109,10 @@ func TestPodFeatures(t *testing.T) {
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}}); r.Admit || r.Reason != "PodFeatureUnsupported" {
 		t.Errorf("resource claims: %+v", r)
 	}
+	dev := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", VolumeDevices: []v1.VolumeDevice{{Name: "raw", DevicePath: "/dev/xvda"}}}}}}
+	if r := h.Admit(AdmitAttributes{Pod: dev}); r.Admit || r.Reason != "PodFeatureUnsupported" || !strings.Contains(r.Message, `"raw"`) {
+		t.Errorf("volume devices: %+v", r)
+	}
 	img := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "tools", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "busybox"}}}}}}
 	if r := h.Admit(AdmitAttributes{Pod: img}); r.Admit || r.Reason != "PodFeatureUnsupported" || !strings.Contains(r.Message, `"tools"`) {
 		t.Errorf("image volume: %+v", r)
