@@ -66,7 +66,7 @@ var fieldsActedOn = map[string]string{
 	"Container.readinessProbe":           "prober/",
 	"Container.startupProbe":             "prober/; runtime/actions.go (the kill)",
 	"Container.lifecycle":                "runtime/hooks.go (postStart, preStop; stopSignal is alpha, off, dropped by the API server)",
-	"Container.resizePolicy":             "status/podstatus (resizes are not done in place: see PodResizePending there)",
+	"Container.resizePolicy":             "status/podstatus/generate.go resizeAsked: no resize is done in place, whatever the policy; PodResizePending Infeasible",
 	"Container.terminationMessagePath":   "runtime/container.go",
 	"Container.terminationMessagePolicy": "runtime/container.go (FallbackToLogsOnError)",
 	"Container.imagePullPolicy":          "runtime/images.go",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -148,6 +149,11 @@ type ContainerStatus struct {
 	Reason, Message string
 	// SandboxID is the sandbox the container runs in.
 	SandboxID string
+	// Resources are the requests and limits the container was created
+	// with, as the agent recorded them; nil when unknown (a container the
+	// agent did not create). Containers are not resized in place, so
+	// these are what it runs with.
+	Resources *v1.ResourceRequirements
 }
 
 // Errors that explain why a container is waiting. The pod status generator

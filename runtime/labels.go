@@ -31,6 +31,12 @@ const (
 	AnnotationContainerPorts           = "io.kubernetes.container.ports"
 	AnnotationDeletionGracePeriod      = "io.kubernetes.pod.deletionGracePeriod"
 	AnnotationTerminationGracePeriod   = "io.kubernetes.pod.terminationGracePeriod"
+
+	// AnnotationContainerResources records the requests and limits a
+	// container was created with (JSON), nodekit's own: the node does not
+	// resize containers in place, so these are what the container runs
+	// with whatever the pod spec says later, and its status reports them.
+	AnnotationContainerResources = "io.nodekit.container.resources"
 )
 
 // HashContainer returns the hash of the fields of c whose change makes the
@@ -86,8 +92,8 @@ func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
 
 // containerAnnotations records what the agent needs to know about a
 // container later, even without its pod: the spec hash, the restart count,
-// the termination message settings, the grace periods, the preStop hook and
-// the ports.
+// the termination message settings, the grace periods, the preStop hook,
+// the ports and the resources it was created with.
 func containerAnnotations(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int) map[string]string {
 	a := map[string]string{
 		AnnotationContainerHash:            strconv.FormatUint(HashContainer(c), 16),
@@ -108,6 +114,12 @@ func containerAnnotations(ctx context.Context, pod *v1.Pod, c *v1.Container, res
 		} else {
 			a[AnnotationPreStopHandler] = string(raw)
 		}
+	}
+	applied := v1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}
+	if raw, err := json.Marshal(applied); err != nil {
+		logger.Error(err, "Cannot record the resources of a container", "pod", klog.KObj(pod), "container", c.Name)
+	} else {
+		a[AnnotationContainerResources] = string(raw)
 	}
 	if len(c.Ports) > 0 {
 		if raw, err := json.Marshal(c.Ports); err != nil {
@@ -133,6 +145,7 @@ type recordedContainer struct {
 	terminationGracePeriod   *int64
 	preStop                  *v1.LifecycleHandler
 	ports                    []v1.ContainerPort
+	resources                *v1.ResourceRequirements
 }
 
 // readRecorded parses what containerAnnotations and containerLabels wrote.
@@ -189,6 +202,14 @@ func readRecorded(ctx context.Context, labels, annotations map[string]string) re
 		if err := json.Unmarshal([]byte(v), &r.ports); err != nil {
 			bad(AnnotationContainerPorts, err)
 			r.ports = nil
+		}
+	}
+	if v, ok := annotations[AnnotationContainerResources]; ok {
+		res := &v1.ResourceRequirements{}
+		if err := json.Unmarshal([]byte(v), res); err != nil {
+			bad(AnnotationContainerResources, err)
+		} else {
+			r.resources = res
 		}
 	}
 	return r

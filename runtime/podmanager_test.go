@@ -968,3 +968,24 @@ func TestHostnameOverride(t *testing.T) {
 		t.Errorf("invalid override: %v", res.Err)
 	}
 }
+
+// TestContainerResourcesRecorded: the runtime records the requests and
+// limits a container was created with, and reports them in its status
+// whatever the spec says later (no in-place resize).
+func TestContainerResourcesRecorded(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	app := ctr("app")
+	app.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
+	pod := newPod("res", app)
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("128Mi")
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	c := h.container(pod, "app")
+	if c.RestartCount != 0 || c.Resources == nil || !c.Resources.Limits.Memory().Equal(resource.MustParse("64Mi")) {
+		t.Fatalf("container %+v, want the first instance reporting the 64Mi it was created with", c)
+	}
+}

@@ -135,6 +135,7 @@ func (m *PodManager) containerStatus(ctx context.Context, cs *runtimeapi.Contain
 		Hash:         rec.hash,
 		RestartCount: rec.restartCount,
 		SandboxID:    sandboxID,
+		Resources:    rec.resources,
 	}
 	if out.Name == "" {
 		out.Name = cs.GetMetadata().GetName()

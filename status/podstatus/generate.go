@@ -8,6 +8,7 @@ import (
 	"github.com/nodekit/nodekit/podstate"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	netutils "k8s.io/utils/net"
@@ -98,13 +99,74 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	}
 	g.applyProbes(s.ContainerStatuses, pod.Spec.Containers, false)
 	g.applyProbes(s.InitContainerStatuses, pod.Spec.InitContainers, true)
-	s.Resources, s.AllocatedResources = podResources(pod)
+	s.Resources, s.AllocatedResources = podResources(g.appliedPod())
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
 	finish(pod, &s, old, readyToStartContainersCondition(pod, rs))
+	if !isTerminal(s.Phase) && g.resizeAsked() {
+		s.Conditions = append(s.Conditions, condition(pod, v1.PodResizePending, v1.ConditionTrue, v1.PodReasonInfeasible, resizeInfeasibleMessage))
+	}
 	g.setHostIPs(&s)
 	return s
+}
+
+// resizeInfeasibleMessage is the kubelet's PodResizePending message on a
+// node that does not resize pods in place.
+const resizeInfeasibleMessage = "In-place pod resize is not supported on this node"
+
+// appliedResources are the resources container instance cs runs with: those
+// it was created with, or spec's when the runtime did not record them.
+func appliedResources(cs *podstate.ContainerStatus, spec *v1.Container) *v1.ResourceRequirements {
+	if cs != nil && cs.Resources != nil {
+		return cs.Resources
+	}
+	return &spec.Resources
+}
+
+// appliedPod is the pod with each container's resources those its newest
+// instance runs with, for the pod-level resources of the status.
+func (g *generator) appliedPod() *v1.Pod {
+	var out *v1.Pod
+	replace := func(list func(*v1.Pod) []v1.Container) {
+		for i := range list(g.pod) {
+			c := &list(g.pod)[i]
+			cs := g.latest(c.Name)
+			if cs == nil || cs.Resources == nil || resourcesEqual(cs.Resources, &c.Resources) {
+				continue
+			}
+			if out == nil {
+				out = g.pod.DeepCopy()
+			}
+			list(out)[i].Resources = *cs.Resources.DeepCopy()
+		}
+	}
+	replace(func(p *v1.Pod) []v1.Container { return p.Spec.InitContainers })
+	replace(func(p *v1.Pod) []v1.Container { return p.Spec.Containers })
+	if out == nil {
+		return g.pod
+	}
+	return out
+}
+
+// resizeAsked reports whether the spec asks a running container for other
+// requests or limits than it was created with: a resize, which this node
+// does not do in place (PodResizePending, Infeasible).
+func (g *generator) resizeAsked() bool {
+	for _, list := range [][]v1.Container{g.pod.Spec.InitContainers, g.pod.Spec.Containers} {
+		for i := range list {
+			cs := g.latest(list[i].Name)
+			if cs != nil && cs.State == podstate.ContainerStateRunning && cs.Resources != nil && !resourcesEqual(cs.Resources, &list[i].Resources) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resourcesEqual compares requests and limits by value.
+func resourcesEqual(a, b *v1.ResourceRequirements) bool {
+	return equality.Semantic.DeepEqual(a.Requests, b.Requests) && equality.Semantic.DeepEqual(a.Limits, b.Limits)
 }
 
 // Normalize returns the API status of pod from the status a pod-level
@@ -443,10 +505,11 @@ func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatu
 		Image:        image,
 		ImageID:      imageID,
 		ContainerID:  cid,
-		// Without in-place resize, what runs is what was allocated: the
-		// spec.
-		Resources:          spec.Resources.DeepCopy(),
-		AllocatedResources: spec.Resources.Requests.DeepCopy(),
+		// Without in-place resize, what runs is what the container was
+		// created with (recorded by the runtime); the spec only when that
+		// is unknown.
+		Resources:          appliedResources(cs, spec).DeepCopy(),
+		AllocatedResources: appliedResources(cs, spec).Requests.DeepCopy(),
 	}
 	switch {
 	case cs.State == podstate.ContainerStateRunning:

@@ -574,3 +574,42 @@ func TestNeedsReadinessSync(t *testing.T) {
 		t.Error("nil pod")
 	}
 }
+
+// TestResizeIsNotClaimed: the node does not resize containers in place, so
+// after the spec's resources change (a resize) the status reports what the
+// running container was created with, not the spec, and PodResizePending
+// says the resize is Infeasible with the kubelet's message for a node
+// without in-place resize.
+func TestResizeIsNotClaimed(t *testing.T) {
+	created := v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("200m")},
+	}
+	p := testPod(v1.RestartPolicyAlways, "a")
+	p.Spec.Containers[0].Resources = *created.DeepCopy()
+	c := running("a", t0)
+	c.Resources = created.DeepCopy()
+
+	s := podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{})
+	if cond := findCond(s, v1.PodResizePending); cond != nil {
+		t.Errorf("no resize asked, yet %+v", cond)
+	}
+
+	p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("500m")
+	p.Spec.Containers[0].Resources.Limits[v1.ResourceCPU] = resource.MustParse("1")
+	s = podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{})
+	cs := s.ContainerStatuses[0]
+	if got := cs.Resources.Requests[v1.ResourceCPU]; got.Cmp(resource.MustParse("100m")) != 0 {
+		t.Errorf("status resources request cpu %s, want the 100m the container runs with", got.String())
+	}
+	if got := cs.AllocatedResources[v1.ResourceCPU]; got.Cmp(resource.MustParse("100m")) != 0 {
+		t.Errorf("allocated cpu %s, want 100m", got.String())
+	}
+	if got := s.Resources.Limits[v1.ResourceCPU]; got.Cmp(resource.MustParse("200m")) != 0 {
+		t.Errorf("pod-level cpu limit %s, want the 200m applied", got.String())
+	}
+	cond := findCond(s, v1.PodResizePending)
+	if cond == nil || cond.Status != v1.ConditionTrue || cond.Reason != "Infeasible" || cond.Message != "In-place pod resize is not supported on this node" {
+		t.Errorf("PodResizePending = %+v, want True, Infeasible", cond)
+	}
+}
