@@ -193,7 +193,9 @@ func HostAppArmorEnabled() bool {
 func AppArmor(hostEnabled bool) AdmitHandler {
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		pod := a.Pod
-		if pod.Status.Phase != v1.PodPending || !appArmorRequired(pod) {
+		// A static pod has no phase yet (the kubelet's sources set
+		// Pending): it is checked too.
+		if (pod.Status.Phase != v1.PodPending && pod.Status.Phase != "") || !appArmorRequired(pod) {
 			return AdmitResult{Admit: true}
 		}
 		if !hostEnabled {

@@ -86,6 +86,16 @@ func TestAppArmorAdmission(t *testing.T) {
 			t.Errorf("host without AppArmor: %+v", r)
 		}
 	}
+	static := withField.DeepCopy()
+	static.Status.Phase = ""
+	if r := disabled.Admit(AdmitAttributes{Pod: static}); r.Admit {
+		t.Errorf("a static pod (no phase) asking for AppArmor was admitted on a host without it")
+	}
+	running := withField.DeepCopy()
+	running.Status.Phase = v1.PodRunning
+	if r := disabled.Admit(AdmitAttributes{Pod: running}); !r.Admit {
+		t.Errorf("a running pod is not checked again: %+v", r)
+	}
 	if r := disabled.Admit(AdmitAttributes{Pod: unconfined}); !r.Admit {
 		t.Errorf("unconfined needs no AppArmor: %+v", r)
 	}
