@@ -82,6 +82,10 @@ var podTests = []podTest{
 	{name: "pod that does not fit is rejected", run: testRejectedPods},
 	{name: "idle pods are not written", run: testIdlePods},
 	{name: "limits land in the cgroup files", containerdOnly: true, run: testCgroupLimits},
+	{name: "container restart rules", containerdOnly: true, run: testContainerRestartRules},
+	{name: "sysctls admitted by the allowlist", run: testSysctls},
+	{name: "safe sysctl applied", containerdOnly: true, run: testSafeSysctlApplied},
+	{name: "active deadline fails the pod", run: testActiveDeadline},
 }
 
 // TestPodsOnContainerd runs the pod tests and the node status tests that

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+// testContainerRestartRules: a container's restartPolicy and
+// restartPolicyRules (ContainerRestartRules, on since 1.35) decide its
+// restarts. A Job-like pod (restartPolicy Never) whose container restarts
+// on exit code 42 restarts it and stays Running with it running; an
+// OnFailure pod whose container says Never is not restarted and ends
+// Failed.
+func testContainerRestartRules(t *testing.T, n *podNode) {
+	t.Run("rule restarts exit 42", func(t *testing.T) {
+		t.Parallel()
+		pod := n.pod("restart-rule-42", "sh", "-c", "if [ -f /data/ran ]; then exec sleep 3600; fi; touch /data/ran; exit 42")
+		pod.Spec.RestartPolicy = v1.RestartPolicyNever
+		pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+		c.RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+		pod = n.createPod(t, pod)
+		pod = waitForPod(t, pod.Namespace, pod.Name, "Running with the container restarted once", func(p *v1.Pod) bool {
+			cs, ok := mainStatus(p)
+			return p.Status.Phase == v1.PodRunning && ok && cs.State.Running != nil && cs.RestartCount == 1
+		})
+		cs, _ := mainStatus(pod)
+		if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 42 {
+			t.Errorf("last termination %+v, want exit code 42", cs.LastTerminationState)
+		}
+	})
+	t.Run("container Never in an OnFailure pod", func(t *testing.T) {
+		t.Parallel()
+		pod := n.pod("restart-container-never", "sh", "-c", "exit 3")
+		pod.Spec.RestartPolicy = v1.RestartPolicyOnFailure
+		pod.Spec.Containers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+		pod = n.createPod(t, pod)
+		pod = waitForPod(t, pod.Namespace, pod.Name, "Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+		cs, _ := mainStatus(pod)
+		if cs.RestartCount != 0 || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 3 {
+			t.Errorf("container %s restarted %d times, want terminated with exit code 3 and never restarted", stateString(cs.State), cs.RestartCount)
+		}
+	})
+}
+
+// testSysctls: a safe sysctl is set in the pod's sandbox; an unsafe one
+// the node does not allow fails the pod at admission with SysctlForbidden
+// and a warning event, as the kubelet.
+func testSysctls(t *testing.T, n *podNode) {
+	t.Run("unsafe refused", func(t *testing.T) {
+		t.Parallel()
+		pod := n.pod("sysctl-unsafe", "sleep", "3600")
+		pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "kernel.msgmax", Value: "10000"}}}
+		pod = n.createPod(t, pod)
+		pod = waitForPod(t, pod.Namespace, pod.Name, "Failed by admission", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+		const want = `Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted`
+		if pod.Status.Reason != "SysctlForbidden" || pod.Status.Message != want {
+			t.Errorf("status %q: %q, want SysctlForbidden: %q", pod.Status.Reason, pod.Status.Message, want)
+		}
+		if ev := waitForPodEvent(t, pod.Namespace, pod.Name, "SysctlForbidden"); ev.Type != v1.EventTypeWarning {
+			t.Errorf("SysctlForbidden event of type %s, want Warning", ev.Type)
+		}
+	})
+}
+
+// testSafeSysctlApplied: a safe sysctl reaches the pod's network namespace.
+func testSafeSysctlApplied(t *testing.T, n *podNode) {
+	pod := n.pod("sysctl-safe", "sh", "-c", "cat /proc/sys/net/ipv4/ip_local_port_range > /dev/termination-log")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net.ipv4.ip_local_port_range", Value: "20000 21000"}}}
+	pod = n.createPod(t, pod)
+	pod = waitForPod(t, pod.Namespace, pod.Name, "Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
+	cs, _ := mainStatus(pod)
+	if got := strings.Join(strings.Fields(cs.State.Terminated.Message), " "); got != "20000 21000" {
+		t.Errorf("net.ipv4.ip_local_port_range in the pod = %q, want 20000 21000", got)
+	}
+}
+
+// testActiveDeadline: a pod that runs past its activeDeadlineSeconds is
+// stopped and Failed with reason DeadlineExceeded, as the kubelet.
+func testActiveDeadline(t *testing.T, n *podNode) {
+	pod := n.pod("active-deadline", "sleep", "3600")
+	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](3)
+	pod = n.createPod(t, pod)
+	pod = waitForPod(t, pod.Namespace, pod.Name, "Failed for its deadline", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if pod.Status.Reason != "DeadlineExceeded" || pod.Status.Message != "Pod was active on the node longer than the specified deadline" {
+		t.Errorf("status %q: %q, want DeadlineExceeded", pod.Status.Reason, pod.Status.Message)
+	}
+	waitForPodEvent(t, pod.Namespace, pod.Name, "DeadlineExceeded")
+}
