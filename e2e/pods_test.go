@@ -86,6 +86,8 @@ var podTests = []podTest{
 	{name: "sysctls admitted by the allowlist", run: testSysctls},
 	{name: "safe sysctl applied", containerdOnly: true, run: testSafeSysctlApplied},
 	{name: "active deadline fails the pod", run: testActiveDeadline},
+	{name: "pod spec admission", run: testPodSpecAdmission},
+	{name: "hostname override", containerdOnly: true, run: testHostnameOverride},
 }
 
 // TestPodsOnContainerd runs the pod tests and the node status tests that

@@ -5,7 +5,10 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/pods"
 )
 
 // testContainerRestartRules: a container's restartPolicy and
@@ -93,4 +96,70 @@ func testActiveDeadline(t *testing.T, n *podNode) {
 		t.Errorf("status %q: %q, want DeadlineExceeded", pod.Status.Reason, pod.Status.Message)
 	}
 	waitForPodEvent(t, pod.Namespace, pod.Name, "DeadlineExceeded")
+}
+
+// testPodSpecAdmission: what the node does not do is refused at admission
+// with the kubelet's reason and a warning event, never run without it
+// (user namespaces; AppArmor on a host without it, while on a host with
+// it the pod runs); a request for an extended resource the node does not
+// advertise is dropped before the fit check, as the kubelet does, and the
+// pod runs.
+func testPodSpecAdmission(t *testing.T, n *podNode) {
+	refused := func(t *testing.T, pod *v1.Pod, reason, message string) {
+		t.Helper()
+		pod = n.createPod(t, pod)
+		pod = waitForPod(t, pod.Namespace, pod.Name, "Failed by admission", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+		if pod.Status.Reason != reason || pod.Status.Message != "Pod was rejected: "+message {
+			t.Errorf("status %q: %q, want %s: %q", pod.Status.Reason, pod.Status.Message, reason, message)
+		}
+		if ev := waitForPodEvent(t, pod.Namespace, pod.Name, reason); ev.Type != v1.EventTypeWarning {
+			t.Errorf("%s event of type %s, want Warning", reason, ev.Type)
+		}
+		if got := n.criSandboxes(t, pod.UID); len(got) != 0 {
+			t.Errorf("a refused pod got sandboxes: %v", got)
+		}
+	}
+	t.Run("hostUsers false", func(t *testing.T) {
+		t.Parallel()
+		pod := n.pod("no-userns", "sleep", "3600")
+		pod.Spec.HostUsers = ptr.To(false)
+		refused(t, pod, "PodFeatureUnsupported", "can't set `spec.hostUsers: false`, this node does not support user namespaces")
+	})
+	t.Run("AppArmor", func(t *testing.T) {
+		t.Parallel()
+		pod := n.pod("apparmor", "sleep", "3600")
+		pod.Spec.SecurityContext = &v1.PodSecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}
+		if pods.HostAppArmorEnabled() {
+			pod = n.createPod(t, pod)
+			waitForPod(t, pod.Namespace, pod.Name, "Running on a host with AppArmor", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+			return
+		}
+		refused(t, pod, "AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
+	})
+	t.Run("extended resource not advertised", func(t *testing.T) {
+		t.Parallel()
+		pod := n.pod("extended-missing", "sleep", "3600")
+		pod.Spec.NodeSelector = nil
+		pod.Spec.NodeName = n.name // the scheduler would not place it
+		pod.Spec.Containers[0].Resources = v1.ResourceRequirements{
+			Requests: v1.ResourceList{"example.com/widget": resource.MustParse("1")},
+			Limits:   v1.ResourceList{"example.com/widget": resource.MustParse("1")},
+		}
+		pod = n.createPod(t, pod)
+		waitForPod(t, pod.Namespace, pod.Name, "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+	})
+}
+
+// testHostnameOverride: spec.hostnameOverride is the hostname the pod's
+// containers see.
+func testHostnameOverride(t *testing.T, n *podNode) {
+	pod := n.pod("hostname-override", "sh", "-c", "hostname > /dev/termination-log")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	pod.Spec.HostnameOverride = ptr.To("custom.host-name")
+	pod = n.createPod(t, pod)
+	pod = waitForPod(t, pod.Namespace, pod.Name, "Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
+	cs, _ := mainStatus(pod)
+	if got := strings.TrimSpace(cs.State.Terminated.Message); got != "custom.host-name" {
+		t.Errorf("hostname in the pod = %q, want custom.host-name", got)
+	}
 }
