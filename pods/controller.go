@@ -123,6 +123,11 @@ type Controller struct {
 	mirrorSources MirrorSources
 	// orphanMirrors is set while orphaned mirror pods are being deleted.
 	orphanMirrors atomic.Bool
+	// handledSources are the sources whose first update the loop has
+	// handled; only the loop's goroutine touches it. sourcesReady is set
+	// once it holds every one of Sources.Names.
+	handledSources map[string]bool
+	sourcesReady   atomic.Bool
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
@@ -191,6 +196,10 @@ func New(opts Options) (*Controller, error) {
 	}
 	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
 	c.static = newStaticStarts()
+	c.handledSources = map[string]bool{}
+	if len(opts.Sources.Names()) == 0 {
+		c.sourcesReady.Store(true)
+	}
 	if opts.Mirrors != nil {
 		ms, ok := opts.Sources.(MirrorSources)
 		if !ok {
@@ -246,6 +255,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				return errors.New("pod controller: the pod sources stopped")
 			}
 			c.handle(ctx, u)
+			c.sourceHandled(u.Source)
 		case ev := <-events:
 			if ev.Type != podstate.ContainerChanged {
 				c.workers.poke(ev.ID)
@@ -255,6 +265,31 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// sourceHandled records that the loop handled an update of source: once
+// it has handled one of every source, SourcesReady turns true. Called by
+// the loop only, after handle returned.
+func (c *Controller) sourceHandled(source string) {
+	if c.sourcesReady.Load() || c.handledSources[source] {
+		return
+	}
+	c.handledSources[source] = true
+	for _, name := range c.opts.Sources.Names() {
+		if !c.handledSources[name] {
+			return
+		}
+	}
+	c.sourcesReady.Store(true)
+}
+
+// SourcesReady reports whether the loop has handled the first update of
+// every pod source (admitted its pods, started their workers): from then
+// on a pod the loop does not know is one no source wants, and its
+// containers, volumes and directories may be removed. Housekeeping,
+// container garbage collection and the volume manager's orphan cleanup wait
+// for it, as the kubelet's sourcesReady. It never turns false; it does not
+// block.
+func (c *Controller) SourcesReady() bool { return c.sourcesReady.Load() }
 
 func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 	logger := klog.FromContext(ctx)
@@ -717,7 +752,7 @@ func (c *Controller) PodTerminated(uid types.UID) bool {
 // The eviction manager calls it to reclaim disk before evicting pods.
 func (c *Controller) GarbageCollect(ctx context.Context) error {
 	gc, ok := c.opts.Runtime.(GarbageCollector)
-	if !ok || !c.opts.Sources.AllReady() {
+	if !ok || !c.SourcesReady() {
 		return nil
 	}
 	c.gcMu.Lock()
@@ -738,7 +773,7 @@ func (c *Controller) DeleteAllUnusedContainers(ctx context.Context) error {
 	if !ok {
 		return c.GarbageCollect(ctx)
 	}
-	if !c.opts.Sources.AllReady() {
+	if !c.SourcesReady() {
 		return nil
 	}
 	c.gcMu.Lock()
@@ -824,7 +859,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			if c.opts.Sources.AllReady() {
+			if c.SourcesReady() {
 				c.gcMu.Lock()
 				err := gc.GarbageCollect(ctx, c.known)
 				c.gcMu.Unlock()
@@ -843,7 +878,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 // holds up nothing else.
 func (c *Controller) housekeeping(ctx context.Context) {
 	c.cleanupProbes()
-	if !c.opts.Sources.AllReady() {
+	if !c.SourcesReady() {
 		return
 	}
 	c.deleteOrphanedMirrorPods(ctx)

@@ -100,14 +100,13 @@ func (r *fakeRuntime) GarbageCollect(_ context.Context, keep func(types.UID) boo
 	return nil
 }
 
-// fakeSources feeds updates by hand.
+// fakeSources feeds updates by hand, as the one source "api".
 type fakeSources struct {
 	updates chan podsource.Update
-	ready   atomic.Bool
 }
 
 func (s *fakeSources) Updates() <-chan podsource.Update { return s.updates }
-func (s *fakeSources) AllReady() bool                   { return s.ready.Load() }
+func (s *fakeSources) Names() []string                  { return []string{podsource.APIServerSource} }
 
 // fakeStatuses is a pod status sink in memory.
 type fakeStatuses struct {
@@ -280,7 +279,7 @@ func TestNothingIsRemovedBeforeEverySourceReported(t *testing.T) {
 	if kills != 0 || h.rt.gcs.Load() != 0 {
 		t.Fatalf("before the sources reported: %d kills, %d garbage collections", kills, h.rt.gcs.Load())
 	}
-	h.sources.ready.Store(true)
+	h.send(podsource.OpAdd)
 	// Housekeeping finds the orphan again every period (the fake runtime
 	// keeps listing it), so it may be removed more than once.
 	h.waitFor("the orphan stopped and removed", func() bool {
@@ -489,11 +488,11 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 // Controller's pods kept.
 func TestGarbageCollectWaitsForSources(t *testing.T) {
 	rt := newFakeRuntime()
-	c, sources, ctx := newIdleController(t, rt)
+	c, _, ctx := newIdleController(t, rt)
 	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 0 {
 		t.Fatalf("GarbageCollect before the sources reported: err %v, %d runtime runs; want none", err, len(rt.gcKeep))
 	}
-	sources.ready.Store(true)
+	c.sourceHandled(podsource.APIServerSource)
 	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}})
 	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 1 {
 		t.Fatalf("GarbageCollect: err %v, %d runtime runs; want 1", err, len(rt.gcKeep))
@@ -546,11 +545,11 @@ func (r *deleterRuntime) DeleteAllUnusedContainers(_ context.Context, keep, acti
 // garbage collection.
 func TestDeleteAllUnusedContainers(t *testing.T) {
 	rt := &deleterRuntime{fakeRuntime: newFakeRuntime()}
-	c, sources, ctx := newIdleController(t, rt)
+	c, _, ctx := newIdleController(t, rt)
 	if err := c.DeleteAllUnusedContainers(ctx); err != nil || len(rt.keep) != 0 {
 		t.Fatalf("DeleteAllUnusedContainers before the sources reported: err %v, %d runtime runs; want none", err, len(rt.keep))
 	}
-	sources.ready.Store(true)
+	c.sourceHandled(podsource.APIServerSource)
 	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}})
 	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "default", UID: "uid-done"},
 		Status: v1.PodStatus{Phase: v1.PodSucceeded}})
@@ -574,8 +573,8 @@ func TestDeleteAllUnusedContainers(t *testing.T) {
 	}
 
 	plain := newFakeRuntime()
-	c2, sources2, _ := newIdleController(t, plain)
-	sources2.ready.Store(true)
+	c2, _, _ := newIdleController(t, plain)
+	c2.sourceHandled(podsource.APIServerSource)
 	if err := c2.DeleteAllUnusedContainers(ctx); err != nil || plain.gcs.Load() != 1 {
 		t.Errorf("DeleteAllUnusedContainers on a runtime without it: err %v, %d garbage collections; want 1", err, plain.gcs.Load())
 	}

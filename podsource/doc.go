@@ -21,8 +21,10 @@
 // Updates of one snapshot are delivered in the order REMOVE, ADD, UPDATE,
 // DELETE, RECONCILE, MIRROR, and a source's first snapshot always yields an
 // OpAdd (empty when the source has no pods). AllReady reports whether the consumer
-// has received the first update of every source, the kubelet's
-// SeenAllSources gate: until then it must not remove pods it does not know.
+// has received the first update of every source; the gate for removing pods
+// nobody knows (the kubelet's SeenAllSources) is the consumer's own, set once
+// it has handled those updates (pods.Controller.SourcesReady), since a pod
+// received but not yet admitted is not gone.
 // GetPodByUID returns the latest version of a pod, including its status as
 // the source last saw it.
 //

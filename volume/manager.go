@@ -92,9 +92,9 @@ type Options struct {
 	// know. nil disables that cleanup (the Manager cannot tell an orphan
 	// from a running pod not synced yet after a restart).
 	PodKnown func(uid types.UID) bool
-	// SourcesReady reports whether every pod source has delivered its
-	// pods at least once; until then no orphan is removed. nil means
-	// ready.
+	// SourcesReady reports whether the pod lifecycle loop has handled the
+	// first update of every pod source (pods.Controller.SourcesReady);
+	// until then no orphan is removed. nil means ready.
 	SourcesReady func() bool
 	// ResyncPeriod (default DefaultResyncPeriod) and CleanupPeriod
 	// (default DefaultCleanupPeriod) pace Run. The cleanup runs every
