@@ -133,8 +133,12 @@ type Controller struct {
 	pods map[types.UID]*podRecord
 	// orphans are the pods no source knows that are being stopped.
 	orphans map[types.UID]bool
-	// stopped are KillPod's waiters, by pod, told once the pod stopped.
+	// stopped are KillPod's waiters, by pod, told once the pod stopped; a
+	// waiter that gives up removes itself.
 	stopped map[types.UID][]chan struct{}
+	// terminateRetries are the back-offs of pods whose stop or removal
+	// failed; a pod's goes once it stopped or was removed.
+	terminateRetries map[types.UID]*terminateRetry
 	// static orders the starts of static pods of one name.
 	static staticStarts
 	// background tracks housekeeping's goroutines.
@@ -194,7 +198,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, terminateRetries: map[types.UID]*terminateRetry{}, runCtx: context.Background(), metrics: m}
 	c.static = newStaticStarts()
 	c.handledSources = map[string]bool{}
 	if len(opts.Sources.Names()) == 0 {
@@ -632,10 +636,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		c.opts.Statuses.RemovePod(pod.UID)
 	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
-		if ctx.Err() == nil {
-			logger.Error(err, "Cannot stop the pod; will retry")
-		}
-		return time.Second, false
+		return c.retryTerminate(ctx, pod.UID, "Cannot stop the pod or tear down its volumes; will retry", err), false
 	}
 	// A removed pod is gone from its source (its API object deleted): it
 	// has no status left to write, and writing one would only be refused.
@@ -643,8 +644,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	if !w.Removed {
 		var err error
 		if st, err = c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true)); err != nil {
-			logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
-			return time.Second, false
+			return c.retryTerminate(ctx, pod.UID, "Cannot read the stopped pod's runtime status; will retry", err), false
 		}
 	}
 	c.mu.Lock()
@@ -656,6 +656,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	}
 	waiters := c.stopped[pod.UID]
 	delete(c.stopped, pod.UID)
+	delete(c.terminateRetries, pod.UID)
 	c.mu.Unlock()
 	if !w.Removed {
 		c.opts.Statuses.SetPodStatus(pod, st)
@@ -673,14 +674,56 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		return 0, false
 	}
 	if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
-		logger.Error(err, "Cannot remove the pod's leftovers; will retry")
-		return time.Second, false
+		return c.retryTerminate(ctx, pod.UID, "Cannot remove the pod's leftovers; will retry", err), false
 	}
 	c.mu.Lock()
 	delete(c.pods, pod.UID)
+	delete(c.terminateRetries, pod.UID)
 	c.mu.Unlock()
 	logger.V(2).Info("Pod removed")
 	return 0, true
+}
+
+// Back-off of a pod whose stop or removal fails: the first retry after
+// minTerminateBackOff, each next one twice later, up to
+// maxTerminateBackOff.
+const (
+	minTerminateBackOff = time.Second
+	maxTerminateBackOff = time.Minute
+)
+
+// terminateRetry is the back-off of one pod's failing stop or removal.
+type terminateRetry struct {
+	delay time.Duration
+	// last is the error message last logged at error level.
+	last string
+}
+
+// retryTerminate returns when a pod whose stop or removal failed with err
+// is tried again, backing off exponentially, and logs the failure: at
+// error level the first time and whenever the error changes, at V(2)
+// otherwise, so a pod that cannot be torn down does not fill the log.
+func (c *Controller) retryTerminate(ctx context.Context, uid types.UID, msg string, err error) time.Duration {
+	if ctx.Err() != nil {
+		return minTerminateBackOff
+	}
+	c.mu.Lock()
+	r := c.terminateRetries[uid]
+	if r == nil {
+		r = &terminateRetry{}
+		c.terminateRetries[uid] = r
+	}
+	r.delay = min(max(2*r.delay, minTerminateBackOff), maxTerminateBackOff)
+	delay, repeated := r.delay, r.last == err.Error()
+	r.last = err.Error()
+	c.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if repeated {
+		logger.V(2).Info(msg, "err", err, "retryIn", delay)
+	} else {
+		logger.Error(err, msg, "retryIn", delay)
+	}
+	return delay
 }
 
 // minKillTimeout is the shortest KillPod waits for a pod to stop.
@@ -723,9 +766,24 @@ func (c *Controller) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverri
 	case <-done:
 		return nil
 	case <-t.C():
+		c.dropKillWaiter(pod.UID, done)
 		return fmt.Errorf("kill pod %s/%s: not stopped within %v", pod.Namespace, pod.Name, timeout)
 	case <-ctx.Done():
+		c.dropKillWaiter(pod.UID, done)
 		return fmt.Errorf("kill pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
+	}
+}
+
+// dropKillWaiter forgets the KillPod waiter done of pod uid, which gave up
+// (a pod that never stops must not collect one per eviction attempt).
+func (c *Controller) dropKillWaiter(uid types.UID, done chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	waiters := slices.DeleteFunc(c.stopped[uid], func(ch chan struct{}) bool { return ch == done })
+	if len(waiters) == 0 {
+		delete(c.stopped, uid)
+	} else {
+		c.stopped[uid] = waiters
 	}
 }
 
@@ -908,13 +966,26 @@ func (c *Controller) housekeeping(ctx context.Context) {
 				c.mu.Unlock()
 			}()
 			log := logger.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+			logCtx := klog.NewContext(ctx, log)
 			log.Info("Stopping a pod no source knows")
-			if err := c.opts.Runtime.KillPod(ctx, pod, nil); err != nil {
-				log.Error(err, "Cannot stop an orphaned pod")
+			err := c.opts.Runtime.KillPod(ctx, pod, nil)
+			if err == nil {
+				if err = c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
+					err = fmt.Errorf("remove: %w", err)
+				}
+			}
+			if err == nil {
+				c.mu.Lock()
+				delete(c.terminateRetries, pod.UID)
+				c.mu.Unlock()
 				return
 			}
-			if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
-				log.Error(err, "Cannot remove an orphaned pod")
+			// Housekeeping finds it again once its back-off passed.
+			t := c.clock.NewTimer(c.retryTerminate(logCtx, pod.UID, "Cannot stop or remove a pod no source knows; will retry", err))
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C():
 			}
 		})
 	}

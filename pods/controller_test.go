@@ -2,7 +2,9 @@ package pods
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +35,10 @@ type fakeRuntime struct {
 	gcs      atomic.Int32
 	gcKeep   []func(types.UID) bool
 	killGate chan struct{}
-	events   chan *podstate.PodLifecycleEvent
+	// killErr, when set, fails every KillPod once the pod is stopped (a
+	// volume that cannot be torn down).
+	killErr error
+	events  chan *podstate.PodLifecycleEvent
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -73,8 +78,9 @@ func (r *fakeRuntime) KillPod(ctx context.Context, pod *v1.Pod, grace *int64) er
 	}
 	r.mu.Lock()
 	delete(r.running, pod.UID)
+	err := r.killErr
 	r.mu.Unlock()
-	return nil
+	return err
 }
 
 func (r *fakeRuntime) RemovePod(_ context.Context, uid types.UID) error {
@@ -222,13 +228,13 @@ func (h *controllerHarness) waitFor(what string, cond func() bool) {
 func (h *controllerHarness) sizes() string {
 	c := h.c
 	c.mu.Lock()
-	pods, orphans, stopped := len(c.pods), len(c.orphans), len(c.stopped)
+	pods, orphans, stopped, retries := len(c.pods), len(c.orphans), len(c.stopped), len(c.terminateRetries)
 	c.mu.Unlock()
 	c.workers.mu.Lock()
 	workers := len(c.workers.workers)
 	c.workers.mu.Unlock()
-	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d workers=%d active=%d statuses=%d",
-		pods, orphans, stopped, workers, c.store.Len(), h.statuses.len())
+	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d terminateRetries=%d workers=%d active=%d statuses=%d",
+		pods, orphans, stopped, retries, workers, c.store.Len(), h.statuses.len())
 }
 
 func churnPod(i int) *v1.Pod {
@@ -643,5 +649,64 @@ func TestPodStartIsObservedOnTheSourcesUpdate(t *testing.T) {
 	}
 	if n, sum := h.histogram("nodekit_pod_start_agent_duration_seconds"); n != 2 || sum < 0.19 || sum > 0.21 {
 		t.Errorf("agent: %d samples summing to %.3f s, want 2 of 0.1 s", n, sum)
+	}
+}
+
+// TestFailingTeardownBacksOff: a pod whose teardown keeps failing (its
+// volumes stay mounted) is tried again 1 s, 2 s, 4 s ... later, up to a
+// minute, with one error line per distinct error; KillPod callers that give
+// up leave no waiter behind; once the teardown works the pod terminates
+// and its back-off is forgotten.
+func TestFailingTeardownBacksOff(t *testing.T) {
+	h := newControllerHarness(t)
+	var delays []time.Duration
+	for range 9 {
+		delays = append(delays, h.c.retryTerminate(h.ctx, "uid-x", "teardown failed", errors.New("device busy")))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute, time.Minute}
+	if !slices.Equal(delays, want) {
+		t.Errorf("retry delays %v, want %v", delays, want)
+	}
+	h.c.mu.Lock()
+	delete(h.c.terminateRetries, "uid-x")
+	h.c.mu.Unlock()
+
+	pod := churnPod(1)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	})
+	h.rt.mu.Lock()
+	h.rt.killErr = errors.New("device busy")
+	h.rt.mu.Unlock()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(h.ctx, 20*time.Millisecond)
+		if err := h.c.KillPod(ctx, pod, nil, nil); err == nil {
+			t.Fatal("KillPod returned nil for a pod whose teardown fails")
+		}
+		cancel()
+	}
+	h.c.mu.Lock()
+	waiters, retry := len(h.c.stopped), h.c.terminateRetries[pod.UID]
+	h.c.mu.Unlock()
+	if waiters != 0 {
+		t.Errorf("%d KillPod waiters left after every caller gave up, want 0", waiters)
+	}
+	if retry == nil {
+		t.Fatal("no back-off recorded for the failing teardown")
+	}
+	h.rt.mu.Lock()
+	h.rt.killErr = nil
+	h.rt.mu.Unlock()
+	h.waitFor("the pod terminated", func() bool {
+		h.clock.Step(time.Minute)
+		return h.c.PodTerminated(pod.UID)
+	})
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	if n := len(h.c.terminateRetries); n != 0 {
+		t.Errorf("%d back-offs left once the pod terminated, want 0", n)
 	}
 }
