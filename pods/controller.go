@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -211,7 +212,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.mirrorSources = ms
 	}
-	c.workers = newPodWorkers(c.syncPod, opts.Clock, m.observeWorker)
+	c.workers = newPodWorkers(c.syncPodRecovering, opts.Clock, m.observeWorker)
 	return c, nil
 }
 
@@ -376,12 +377,30 @@ func (c *Controller) admit(pod *v1.Pod) AdmitResult {
 	}
 	others := slices.DeleteFunc(c.store.Active(), func(p *v1.Pod) bool { return p.UID == pod.UID })
 	attrs := AdmitAttributes{Pod: pod, OtherPods: others, Node: node}
-	for _, h := range c.opts.Admit {
-		if res := h.Admit(attrs); !res.Admit {
+	for i, h := range c.opts.Admit {
+		if res := c.callAdmit(i, h, attrs); !res.Admit {
 			return res
 		}
 	}
 	return AdmitResult{Admit: true}
+}
+
+// unexpectedAdmissionError is the kubelet's rejection reason for an
+// admission that failed rather than decided.
+const unexpectedAdmissionError = "UnexpectedAdmissionError"
+
+// callAdmit asks admit handler i; a handler that panics rejects the pod
+// with UnexpectedAdmissionError, logged at error level with the handler and
+// its stack, and the loop goes on.
+func (c *Controller) callAdmit(i int, h AdmitHandler, attrs AdmitAttributes) (res AdmitResult) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("admit handler %d (%T) panicked: %v", i, h, r)
+			klog.FromContext(c.runCtx).Error(err, "Admit handler failed; rejecting the pod", "pod", klog.KObj(attrs.Pod), "stack", string(debug.Stack()))
+			res = AdmitResult{Admit: false, Reason: unexpectedAdmissionError, Message: "Unexpected error while attempting to admit the pod: " + err.Error()}
+		}
+	}()
+	return h.Admit(attrs)
 }
 
 // reject fails a pod admission refused, as the kubelet's rejectPod: a
@@ -453,6 +472,24 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 		opts.Startup = p.Started
 	}
 	return opts
+}
+
+// syncPodRecovering is syncPod, a panic of which (in the Runtime, a
+// pod-level backend, a prober) is logged at error level with its stack and
+// recorded as a FailedSync warning event on the pod, and the pod synced
+// again after the error back-off, instead of taking the agent down.
+func (c *Controller) syncPodRecovering(ctx context.Context, w podWork) (requeue time.Duration, done bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("pod sync panicked: %v", r)
+			klog.FromContext(ctx).Error(err, "Pod sync failed; will retry", "pod", klog.KObj(w.Pod), "podUID", w.Pod.UID, "stack", string(debug.Stack()))
+			if c.opts.Recorder != nil {
+				c.opts.Recorder.Event(w.Pod, v1.EventTypeWarning, "FailedSync", "Error syncing pod: "+err.Error())
+			}
+			requeue, done = c.retryAfterError(), false
+		}
+	}()
+	return c.syncPod(ctx, w)
 }
 
 // syncPod is one pod worker sync: report the status the runtime shows,

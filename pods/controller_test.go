@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/client-go/tools/record"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -708,5 +710,77 @@ func TestFailingTeardownBacksOff(t *testing.T) {
 	defer h.c.mu.Unlock()
 	if n := len(h.c.terminateRetries); n != 0 {
 		t.Errorf("%d back-offs left once the pod terminated, want 0", n)
+	}
+}
+
+// TestPanickingAdmitHandlerRejectsThePod: an admit handler that panics (a
+// nil AdmitFunc among them) rejects the pod it was asked about with
+// UnexpectedAdmissionError and a warning event; the loop goes on admitting
+// the next pods.
+func TestPanickingAdmitHandlerRejectsThePod(t *testing.T) {
+	for name, h := range map[string]AdmitHandler{
+		"panics":        AdmitFunc(func(a AdmitAttributes) AdmitResult { panic("handler bug") }),
+		"nil AdmitFunc": AdmitFunc(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			sources := &fakeSources{updates: make(chan podsource.Update)}
+			statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+			rec := record.NewFakeRecorder(10)
+			bad := AdmitFunc(func(a AdmitAttributes) AdmitResult {
+				if a.Pod.Name == "bad" {
+					return h.Admit(a)
+				}
+				return AdmitResult{Admit: true}
+			})
+			c, err := New(Options{Sources: sources, Runtime: newFakeRuntime(), Statuses: statuses, Node: knownNode, Recorder: rec, Admit: []AdmitHandler{bad}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = c.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			badPod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "default", UID: "uid-bad"}}
+			good := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: "default", UID: "uid-good"}}
+			for _, p := range []*v1.Pod{badPod, good} {
+				select {
+				case sources.updates <- podsource.Update{Op: podsource.OpAdd, Source: podsource.APIServerSource, Pods: []*v1.Pod{p}}:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("the loop did not take pod %s: it is stuck", p.Name)
+				}
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				st, ok := statuses.GetPodStatus(good.UID)
+				return ok && st.Phase == v1.PodRunning, nil
+			}); err != nil {
+				t.Fatalf("the pod after the panicking admission did not run: %v", err)
+			}
+			st, _ := statuses.GetPodStatus(badPod.UID)
+			if st.Phase != v1.PodFailed || st.Reason != "UnexpectedAdmissionError" {
+				t.Errorf("status of the pod whose admission panicked: %s/%s, want Failed/UnexpectedAdmissionError", st.Phase, st.Reason)
+			}
+			select {
+			case ev := <-rec.Events:
+				if !strings.HasPrefix(ev, "Warning UnexpectedAdmissionError") {
+					t.Errorf("event %q, want a UnexpectedAdmissionError warning", ev)
+				}
+			default:
+				t.Error("no event for the rejected pod")
+			}
+		})
+	}
+}
+
+// TestNilAdmitFuncRemovesItsDefault: a nil AdmitFunc under a default's
+// name removes the default, as a nil handler does; under another name it is
+// an error.
+func TestNilAdmitFuncRemovesItsDefault(t *testing.T) {
+	def := DefaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, AdmitFunc(func(AdmitAttributes) AdmitResult { return AdmitResult{Admit: true} }))
+	got, err := ResolveAdmitHandlers([]OrderedAdmitHandler{def, {Name: AdmitGeneralPredicates, Handler: AdmitFunc(nil)}})
+	if err != nil || len(got) != 0 {
+		t.Errorf("nil AdmitFunc under the default's name: %d handlers, %v; want none", len(got), err)
+	}
+	if _, err := ResolveAdmitHandlers([]OrderedAdmitHandler{def, {Name: "GeneralPredicate", Handler: AdmitFunc(nil)}}); err == nil {
+		t.Error("a nil AdmitFunc under a misspelt name was accepted")
 	}
 }

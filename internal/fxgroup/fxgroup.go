@@ -18,11 +18,18 @@ var errorType = reflect.TypeFor[error]()
 // Provide returns an fx option that calls constructor (a func with any fx
 // parameters, returning a V, or a V and an error; a V value instead of a
 // func is supplied as is) and adds wrap of its result to the value group
-// named group. It panics when constructor has another shape: a programming
-// error, found when the program is built.
+// named group. A plain nil constructor adds wrap of the zero V (the
+// helpers' "remove the default of this name"). It panics when constructor
+// has another shape: a programming error, found when the program is built.
 func Provide[V, T any](group string, constructor any, wrap func(V) T) fx.Option {
 	want := reflect.TypeFor[V]()
 	out := reflect.TypeFor[T]()
+	if constructor == nil {
+		// A plain nil: the zero V, which the helpers' groups read as
+		// "remove the default of this name".
+		var zero V
+		return fx.Provide(fx.Annotate(func() T { return wrap(zero) }, fx.ResultTags(`group:"`+group+`"`)))
+	}
 	ctor := reflect.ValueOf(constructor)
 	ct := ctor.Type()
 	if ct.Kind() != reflect.Func || ct.AssignableTo(want) {

@@ -75,3 +75,15 @@ func TestProvideRejectsWrongShapes(t *testing.T) {
 		}()
 	}
 }
+
+// TestProvideNil: a plain nil (the helpers' "remove the default of this
+// name") adds the zero value instead of panicking.
+func TestProvideNil(t *testing.T) {
+	got, err := collect(t, Provide("things", nil, wrapAs("removal")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].label != "removal" || got[0].h != nil {
+		t.Errorf("group = %+v, want one entry with a nil handler", got)
+	}
+}

@@ -6,6 +6,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -23,7 +25,9 @@ import (
 // not nil, shuts the application down with exit code 1: a component that
 // cannot do its job must not leave a half-working agent behind. When sd is
 // a *Failures, the component's name and error are recorded in it first, so
-// the application can say why it stopped. Hook does not block.
+// the application can say why it stopped. A run that panics is stopped the
+// same way, the panic and its stack in the error, even while the
+// application stops. Hook does not block.
 func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, run func(ctx context.Context) error) {
 	var (
 		cancel context.CancelFunc
@@ -40,8 +44,9 @@ func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, ru
 			done = make(chan struct{})
 			go func() {
 				defer close(done)
-				err := run(ctx)
-				if err == nil || errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				err := runRecovering(ctx, run)
+				var panicked *panicError
+				if err == nil || ((errors.Is(err, context.Canceled) || ctx.Err() != nil) && !errors.As(err, &panicked)) {
 					return
 				}
 				logger.Error(err, "Component stopped unexpectedly")
@@ -97,3 +102,21 @@ func (f *Failures) First() (component string, err error) {
 	defer f.mu.Unlock()
 	return f.component, f.err
 }
+
+// runRecovering calls run, turning a panic into an error that carries the
+// panic's value and stack: the component stops the application (exit code
+// 1) with a log line naming it, rather than the process dying without the
+// component's name, or a goroutine dying with a lock held.
+func runRecovering(ctx context.Context, run func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{fmt.Sprintf("panic: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return run(ctx)
+}
+
+// panicError is a run's panic, reported even while the application stops.
+type panicError struct{ msg string }
+
+func (e *panicError) Error() string { return e.msg }

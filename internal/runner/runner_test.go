@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,37 @@ func TestFailuresEmptyAfterCleanStop(t *testing.T) {
 	f := NewFailures(nil)
 	if c, err := f.First(); c != "" || err != nil {
 		t.Errorf("First() = %q, %v; want nothing", c, err)
+	}
+}
+
+// TestHookStopsOnPanic: a component that panics stops the application
+// with exit code 1 and is named with the panic in Failures, instead of
+// killing the process without a word about which component it was.
+func TestHookStopsOnPanic(t *testing.T) {
+	var failures *Failures
+	app := fxtest.New(t,
+		fx.Decorate(func(sd fx.Shutdowner) fx.Shutdowner {
+			failures = NewFailures(sd)
+			return failures
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, sd fx.Shutdowner) {
+			Hook(lc, sd, logr.Discard(), "panicky", func(context.Context) error {
+				var m map[string]int
+				m["x"] = 1 // a nil map write
+				return nil
+			})
+		}))
+	app.RequireStart()
+	select {
+	case sig := <-app.Wait():
+		if sig.ExitCode != 1 {
+			t.Fatalf("exit code = %d, want 1", sig.ExitCode)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("application was not shut down after run panicked")
+	}
+	app.RequireStop()
+	if c, err := failures.First(); c != "panicky" || err == nil || !strings.Contains(err.Error(), "assignment to entry in nil map") {
+		t.Errorf("First() = %q, %v; want panicky and the panic", c, err)
 	}
 }
