@@ -332,7 +332,11 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 			}
 		}
 	case podsource.OpMirror:
-		// Their mirror pods changed or went: the sync puts them back.
+		// Their mirror pods changed or went: the sync puts them back. A
+		// status that waited for its mirror pod is written now.
+		if o, ok := c.opts.Statuses.(podstatus.MirrorObserver); ok {
+			o.MirrorPodsChanged()
+		}
 		for _, pod := range u.Pods {
 			c.workers.poke(pod.UID)
 		}
