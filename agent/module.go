@@ -253,10 +253,13 @@ func setterOptions(cfg *Config, _ dataDirs) (status.SetterOptions, error) {
 }
 
 func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, cfg *Config, g prometheus.Gatherer) *HealthServer {
-	if *cfg.Kubelet.HealthzPort == 0 {
+	if *cfg.Kubelet.HealthzPort == 0 && cfg.HealthzListener == nil {
 		return nil
 	}
 	s := NewHealthServer(healthzAddress(cfg), g)
+	if cfg.HealthzListener != nil {
+		s = newHealthServerOn(cfg.HealthzListener, g)
+	}
 	runner.Hook(lc, sd, logger, "healthz", s.Run)
 	return s
 }
