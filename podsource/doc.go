@@ -51,9 +51,9 @@
 // Options.Sources to New, call Run and consume Updates. With fx, Module
 // provides the *Config and runs it; it merges every Source in the
 // "pod_sources" value group (SourceGroup), so an embedder adds a source of
-// its own next to the defaults:
+// its own next to the defaults with AsSource:
 //
-//	fx.Provide(fx.Annotate(newMySource, fx.ResultTags(`group:"pod_sources"`)))
+//	podsource.AsSource(newMySource)
 //
 // where newMySource returns a podsource.Source with a unique Name. Leaving
 // podsource/apiserver.Module out of the graph removes the API server source
