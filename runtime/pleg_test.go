@@ -3,8 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
 
 	"github.com/nodekit/nodekit/podstate"
 
@@ -401,5 +406,36 @@ func TestPLEGWithObservedSyncs(t *testing.T) {
 	collect(t, p, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
 	if st, _ := p.Cache().Get(pod.UID); st.Container("app") == nil || st.Container("app").State != podstate.ContainerStateExited {
 		t.Error("the cache does not show the container exited after its event")
+	}
+}
+
+// TestPLEGStopLogsNoError: stopping the PLEG ends the CRI event stream,
+// which the CRI client reports at error level; the agent's own stop is no
+// error, so no error line is logged.
+func TestPLEGStopLogsNoError(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var errs []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(args, `"error"`) {
+			errs = append(errs, args)
+		}
+	}, funcr.Options{})
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan error)
+	go func() { done <- pleg.Run(ctx) }()
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 0 {
+		t.Errorf("error lines on a clean stop: %q", errs)
 	}
 }
