@@ -222,7 +222,10 @@ func (n nodeAnyWay) Node() (*v1.Node, bool) { return n.r.NodeAnyWay() }
 func provideLocalRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger) record.EventRecorder {
 	logger.Info("No API server: events are only logged")
 	b := record.NewBroadcaster()
-	b.StartStructuredLogging(0)
+	// Logged with the agent's logger (its node on every line), not klog's
+	// global one as StartStructuredLogging would.
+	sink := loggingSink{logger: logger}
+	b.StartEventWatcher(sink.log)
 	lc.Append(fx.StopHook(b.Shutdown))
 	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 }
