@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/go-logr/logr"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -631,13 +630,7 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 		done := make(chan error, 1)
 		connected := false
 		go func() {
-			// The CRI client logs the stream's end at error level, the
-			// agent's own stop included: not an error then.
-			streamCtx := ctx
-			if sink := logger.GetSink(); sink != nil {
-				streamCtx = klog.NewContext(ctx, logr.New(quietOnceDone{LogSink: sink, ctx: ctx}))
-			}
-			done <- p.opts.Runtime.GetContainerEvents(streamCtx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) {
+			done <- p.opts.Runtime.GetContainerEvents(ctx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) {
 				p.metrics.streamConnected()
 				// Changes before the stream was up came without events.
 				p.streaming.Store(true)
@@ -694,26 +687,4 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 // (PLEG.Observe).
 func readsPod(t runtimeapi.ContainerEventType) bool {
 	return t == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT || t == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT
-}
-
-// quietOnceDone is a log sink that drops error lines once ctx is done (the
-// component stops): what a canceled call reports then is the stop itself.
-type quietOnceDone struct {
-	logr.LogSink
-	ctx context.Context
-}
-
-func (q quietOnceDone) Error(err error, msg string, kv ...any) {
-	if q.ctx.Err() != nil {
-		return
-	}
-	q.LogSink.Error(err, msg, kv...)
-}
-
-func (q quietOnceDone) WithValues(kv ...any) logr.LogSink {
-	return quietOnceDone{LogSink: q.LogSink.WithValues(kv...), ctx: q.ctx}
-}
-
-func (q quietOnceDone) WithName(name string) logr.LogSink {
-	return quietOnceDone{LogSink: q.LogSink.WithName(name), ctx: q.ctx}
 }

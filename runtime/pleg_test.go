@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	"k8s.io/klog/v2"
+	"go.uber.org/fx/fxtest"
 
 	"github.com/nodekit/nodekit/podstate"
 
@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
@@ -409,9 +410,10 @@ func TestPLEGWithObservedSyncs(t *testing.T) {
 	}
 }
 
-// TestPLEGStopLogsNoError: stopping the PLEG ends the CRI event stream,
-// which the CRI client reports at error level; the agent's own stop is no
-// error, so no error line is logged.
+// TestPLEGStopLogsNoError: stopping the PLEG as the agent runs it (a
+// runner.Hook component) cuts its relist and event stream short, which the
+// CRI client reports at error level; the agent's own stop is no error, so
+// no error line is logged.
 func TestPLEGStopLogsNoError(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
 	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk})
@@ -427,12 +429,11 @@ func TestPLEGStopLogsNoError(t *testing.T) {
 			errs = append(errs, args)
 		}
 	}, funcr.Options{})
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	done := make(chan error)
-	go func() { done <- pleg.Run(ctx) }()
+	lc := fxtest.NewLifecycle(t)
+	runner.Hook(lc, nil, logger, "pleg", pleg.Run)
+	lc.RequireStart()
 	poll(t, func() bool { return h.cri.EventStreams() == 1 })
-	cancel()
-	<-done
+	lc.RequireStop()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(errs) != 0 {

@@ -3,7 +3,11 @@ package runner
 import (
 	"context"
 	"errors"
+	"github.com/go-logr/logr/funcr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +130,38 @@ func TestHookStopsOnPanic(t *testing.T) {
 	app.RequireStop()
 	if c, err := failures.First(); c != "panicky" || err == nil || !strings.Contains(err.Error(), "assignment to entry in nil map") {
 		t.Errorf("First() = %q, %v; want panicky and the panic", c, err)
+	}
+}
+
+// TestHookQuietOnlyAboutTheStop: once a component stops, its error lines
+// about cancelled calls are dropped; other errors, and cancellations
+// before the stop, are logged.
+func TestHookQuietOnlyAboutTheStop(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{})
+	stopped := make(chan struct{})
+	lc := fxtest.NewLifecycle(t)
+	Hook(lc, nil, logger, "c", func(ctx context.Context) error {
+		log := logr.FromContextOrDiscard(ctx)
+		log.Error(context.Canceled, "before the stop")
+		<-ctx.Done()
+		log.Error(status.Error(codes.Canceled, "context canceled"), "cancelled by the stop")
+		log.WithValues("k", "v").Error(errors.New("disk full"), "a real error while stopping")
+		close(stopped)
+		return nil
+	})
+	lc.RequireStart()
+	lc.RequireStop()
+	<-stopped
+	mu.Lock()
+	defer mu.Unlock()
+	got := strings.Join(lines, "\n")
+	if !strings.Contains(got, "before the stop") || !strings.Contains(got, "a real error while stopping") || strings.Contains(got, "cancelled by the stop") {
+		t.Errorf("log lines:\n%s\nwant the error before the stop and the real one, not the cancellation", got)
 	}
 }
