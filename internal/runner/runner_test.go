@@ -144,11 +144,12 @@ func TestHookQuietOnlyAboutTheStop(t *testing.T) {
 		defer mu.Unlock()
 		lines = append(lines, args)
 	}, funcr.Options{})
-	stopped := make(chan struct{})
+	logged, stopped := make(chan struct{}), make(chan struct{})
 	lc := fxtest.NewLifecycle(t)
 	Hook(lc, nil, logger, "c", func(ctx context.Context) error {
 		log := logr.FromContextOrDiscard(ctx)
 		log.Error(context.Canceled, "before the stop")
+		close(logged)
 		<-ctx.Done()
 		log.Error(status.Error(codes.Canceled, "context canceled"), "cancelled by the stop")
 		log.WithValues("k", "v").Error(errors.New("disk full"), "a real error while stopping")
@@ -156,6 +157,7 @@ func TestHookQuietOnlyAboutTheStop(t *testing.T) {
 		return nil
 	})
 	lc.RequireStart()
+	<-logged
 	lc.RequireStop()
 	<-stopped
 	mu.Lock()
