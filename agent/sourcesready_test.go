@@ -36,7 +36,7 @@ func TestRestartKillsNoRunningPod(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts an agent over 110 pods several times")
 	}
-	const nPods, restarts = 110, 5
+	const nPods, restarts = 110, 3
 	srv, endpoint := agenttest.StartFakeCRI(t, fakecri.Options{PullAny: true})
 	client := fake.NewClientset()
 	cfg := agenttest.Config(t, "node-a", endpoint)
