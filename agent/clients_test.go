@@ -2,11 +2,16 @@ package agent
 
 import (
 	"context"
+	"github.com/go-logr/logr/funcr"
+	"go.uber.org/fx/fxtest"
+	v1 "k8s.io/api/core/v1"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -91,5 +96,27 @@ func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
 	list()
 	if conns, _ := srv.counts(); conns != 2 {
 		t.Errorf("after CloseConnections the clientsets opened %d connections in all, want 2 (one more, shared)", conns)
+	}
+}
+
+// TestStandaloneEventsNameTheNode: a standalone agent logs its events with
+// its own logger, so each line names the node as every other line does.
+func TestStandaloneEventsNameTheNode(t *testing.T) {
+	lines := make(chan string, 10)
+	logger := funcr.New(func(prefix, args string) { lines <- args }, funcr.Options{}).WithValues("node", "node-s")
+	cfg := &Config{NodeName: "node-s"}
+	lc := fxtest.NewLifecycle(t)
+	rec := provideLocalRecorder(lc, cfg, logger)
+	lc.RequireStart()
+	defer lc.RequireStop()
+	<-lines // "No API server: events are only logged"
+	rec.Event(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}, v1.EventTypeNormal, "Started", "Started container app")
+	select {
+	case l := <-lines:
+		if !strings.Contains(l, `"node"="node-s"`) || !strings.Contains(l, `"reason"="Started"`) {
+			t.Errorf("event line %s, want the node and the event", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the event was not logged")
 	}
 }

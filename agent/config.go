@@ -62,6 +62,14 @@ type Config struct {
 	// image itself is the runtime's setting.
 	PodInfraContainerImage string
 
+	// HealthzListener and NodeAPIListener, when set, are where the healthz
+	// and metrics server and the node API (server.Options.Listener) serve
+	// instead of listening on healthzBindAddress:healthzPort and
+	// address:port themselves: sockets the caller bound (socket activation,
+	// or a test that binds port 0 and reads it back). The servers close
+	// them when they stop, so a Config with them starts one agent.
+	HealthzListener, NodeAPIListener net.Listener
+
 	// NodeName is the Node's name, derived by Complete: HostnameOverride or
 	// the machine's hostname, lower-cased.
 	NodeName string

@@ -20,6 +20,7 @@ import (
 // to loopback, as the kubelet's healthz port is.
 type HealthServer struct {
 	addr     string
+	ln       net.Listener
 	gatherer prometheus.Gatherer
 	ready    chan struct{}
 	bound    net.Addr
@@ -29,6 +30,13 @@ type HealthServer struct {
 // one) exposing gatherer's metrics. It does not listen until Run.
 func NewHealthServer(addr string, gatherer prometheus.Gatherer) *HealthServer {
 	return &HealthServer{addr: addr, gatherer: gatherer, ready: make(chan struct{})}
+}
+
+// newHealthServerOn returns a server that serves on ln, already bound.
+func newHealthServerOn(ln net.Listener, gatherer prometheus.Gatherer) *HealthServer {
+	s := NewHealthServer(ln.Addr().String(), gatherer)
+	s.ln = ln
+	return s
 }
 
 // Handler returns the server's routes.
@@ -45,9 +53,12 @@ func (s *HealthServer) Handler() http.Handler {
 // Run listens and serves until ctx is done. It returns an error when the
 // address cannot be bound.
 func (s *HealthServer) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("healthz server: listen on %s: %w", s.addr, err)
+	ln := s.ln
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.addr); err != nil {
+			return fmt.Errorf("healthz server: listen on %s: %w", s.addr, err)
+		}
 	}
 	s.bound = ln.Addr()
 	close(s.ready)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,13 +19,19 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/eviction"
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/lease"
+	"github.com/nodekit/nodekit/nodeshutdown"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podsource/apiserver"
+	"github.com/nodekit/nodekit/prober"
+	"github.com/nodekit/nodekit/server"
 	"github.com/nodekit/nodekit/status"
 	"github.com/nodekit/nodekit/status/podstatus"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // Core is everything of a node agent but the runtime that runs its pods:
@@ -104,6 +111,18 @@ var Standalone = fx.Options(
 
 // shared is what Core and Standalone have alike.
 var shared = fx.Options(
+	// A value of the wrong type in one of nodekit's groups fails the start.
+	fxgroup.Check(map[string]reflect.Type{
+		status.SetterGroup:       reflect.TypeFor[status.OrderedSetter](),
+		status.HealthCheckGroup:  reflect.TypeFor[status.HealthCheck](),
+		pods.AdmitHandlerGroup:   reflect.TypeFor[pods.OrderedAdmitHandler](),
+		podsource.SourceGroup:    reflect.TypeFor[podsource.Source](),
+		prober.HandlerGroup:      reflect.TypeFor[prober.Handler](),
+		volume.PluginGroup:       reflect.TypeFor[volume.Plugin](),
+		eviction.SignalGroup:     reflect.TypeFor[eviction.Signal](),
+		nodeshutdown.SourceGroup: reflect.TypeFor[nodeshutdown.Source](),
+		server.RouteGroup:        reflect.TypeFor[server.Route](),
+	}),
 	fx.Provide(
 		newRegistry,
 		func() clock.Clock { return clock.RealClock{} },
@@ -203,7 +222,10 @@ func (n nodeAnyWay) Node() (*v1.Node, bool) { return n.r.NodeAnyWay() }
 func provideLocalRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger) record.EventRecorder {
 	logger.Info("No API server: events are only logged")
 	b := record.NewBroadcaster()
-	b.StartStructuredLogging(0)
+	// Logged with the agent's logger (its node on every line), not klog's
+	// global one as StartStructuredLogging would.
+	sink := loggingSink{logger: logger}
+	b.StartEventWatcher(sink.log)
 	lc.Append(fx.StopHook(b.Shutdown))
 	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 }
@@ -253,10 +275,13 @@ func setterOptions(cfg *Config, _ dataDirs) (status.SetterOptions, error) {
 }
 
 func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, cfg *Config, g prometheus.Gatherer) *HealthServer {
-	if *cfg.Kubelet.HealthzPort == 0 {
+	if *cfg.Kubelet.HealthzPort == 0 && cfg.HealthzListener == nil {
 		return nil
 	}
 	s := NewHealthServer(healthzAddress(cfg), g)
+	if cfg.HealthzListener != nil {
+		s = newHealthServerOn(cfg.HealthzListener, g)
+	}
 	runner.Hook(lc, sd, logger, "healthz", s.Run)
 	return s
 }

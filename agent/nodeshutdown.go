@@ -44,8 +44,8 @@ var NodeShutdown = fx.Options(
 		func(s *pods.Store) nodeshutdown.ActivePodsFunc { return s.Active },
 		func(l *shutdownLoopRef) nodeshutdown.KillPodFunc { return l.killPod },
 		fx.Annotate(nodeShutdownAdmitHandler, fx.ResultTags(`group:"`+pods.AdmitHandlerGroup+`"`)),
-		fx.Annotate(nodeShutdownHealthCheck, fx.ResultTags(`group:"`+status.HealthCheckGroup+`"`)),
 	),
+	status.AsHealthCheck(nodeShutdownHealthCheck),
 	// The Controller admits pods through the manager, so the manager gets
 	// the Controller here, once both are built and before either runs.
 	// The status reporter is Ready only through the manager's health

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"k8s.io/client-go/tools/record"
 	"sync"
 	"time"
 
@@ -62,8 +63,8 @@ type BackendRuntimeResult struct {
 	Backend *pods.BackendRuntime
 }
 
-func provideBackendRuntime(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, b pods.PodBackend, clk clock.Clock) (BackendRuntimeResult, error) {
-	r, err := pods.NewBackendRuntime(b, pods.BackendRuntimeOptions{Clock: clk})
+func provideBackendRuntime(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, b pods.PodBackend, clk clock.Clock, rec record.EventRecorder) (BackendRuntimeResult, error) {
+	r, err := pods.NewBackendRuntime(b, pods.BackendRuntimeOptions{Clock: clk, Recorder: rec})
 	if err != nil {
 		return BackendRuntimeResult{}, err
 	}

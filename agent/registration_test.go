@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/agent/agenttest"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/status"
@@ -62,4 +63,20 @@ func setLabelCondition(_ context.Context, node *v1.Node) error {
 	node.Status.Conditions = append(node.Status.Conditions, v1.NodeCondition{
 		Type: "Flavor", Status: v1.ConditionTrue, Reason: "Vanilla", LastHeartbeatTime: now, LastTransitionTime: now})
 	return nil
+}
+
+// mySetter is an embedder's setter type, not a status.OrderedSetter.
+type mySetter struct{}
+
+// TestWronglyTypedGroupValueFailsTheStart: the README's old recipe,
+// fx.Annotate with the setter group's tag on a constructor returning a
+// concrete type, put the value in a group nobody reads; the agent now
+// refuses to start and says so.
+func TestWronglyTypedGroupValueFailsTheStart(t *testing.T) {
+	cfg := agenttest.Config(t, "node-a", "unix:///nonexistent.sock")
+	app := fx.New(fx.NopLogger, fx.Supply(cfg), agent.Standalone, agent.CRI,
+		fx.Provide(fx.Annotate(func() *mySetter { return &mySetter{} }, fx.ResultTags(`group:"`+status.SetterGroup+`"`))))
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), `*agent_test.mySetter was provided to the value group "node_status_setters"`) {
+		t.Fatalf("agent with a wrongly typed setter: %v, want a start error naming it", err)
+	}
 }

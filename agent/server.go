@@ -154,7 +154,7 @@ func withoutAPIServer(o server.Options, logger logr.Logger) server.Options {
 		logger.Info("No API server: serverTLSBootstrap cannot request a serving certificate; the certificate files or a self-signed pair are used")
 	}
 	if o.Authorizer == nil && o.Authorization.Mode != server.AuthorizationModeAlwaysAllow {
-		o.Port = -1
+		o.Port, o.Listener = -1, nil
 		// Nothing is served to authorize; the Server still wants an
 		// authorizer without a client.
 		o.Authorizer = denyAll{}
@@ -193,6 +193,9 @@ func (cfg *Config) ServerOptions(node func() (*v1.Node, bool)) server.Options {
 		o.Port, o.ReadOnlyPort = -1, 0
 	}
 	o.NodeName = cfg.NodeName
+	if cfg.ServerEnabled() {
+		o.Listener = cfg.NodeAPIListener
+	}
 	o.TLS.CertDirectory = cfg.CertDir
 	o.CheckpointDir = filepath.Join(cfg.RootDir, "checkpoints")
 	o.NodeAddresses = func() []v1.NodeAddress {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodekit/nodekit/pods"
-	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/status"
 	"github.com/nodekit/nodekit/volume"
@@ -39,31 +38,47 @@ var Volumes = fx.Options(
 	),
 	volume.Module,
 	fx.Invoke(func(k *podKnown, c *pods.Controller, b *runtime.Backend) {
-		k.set(func(uid types.UID) bool { return c.PodKnown(uid) || b.HasPod(uid) })
+		k.set(c, func(uid types.UID) bool { return c.PodKnown(uid) || b.HasPod(uid) })
 	}),
 )
 
-// podKnown is Options.PodKnown of the volume manager, resolved once the
-// pod lifecycle loop exists (the loop depends on the backend, which
-// depends on the volume manager). Until then every pod counts as known, so
-// nothing is cleaned up.
+// podKnown is Options.PodKnown and Options.SourcesReady of the volume
+// manager, resolved once the pod lifecycle loop exists (the loop depends
+// on the backend, which depends on the volume manager). Until then every
+// pod counts as known and the sources as not ready, so nothing is cleaned
+// up.
 type podKnown struct {
-	f atomic.Pointer[func(types.UID) bool]
+	f atomic.Pointer[podLoop]
+}
+
+// podLoop is what the volume manager asks the pod lifecycle loop.
+type podLoop struct {
+	loop  *pods.Controller
+	known func(types.UID) bool
 }
 
 func newPodKnown() *podKnown { return &podKnown{} }
 
-func (k *podKnown) set(f func(types.UID) bool) { k.f.Store(&f) }
+func (k *podKnown) set(c *pods.Controller, known func(types.UID) bool) {
+	k.f.Store(&podLoop{loop: c, known: known})
+}
 
 func (k *podKnown) known(uid types.UID) bool {
 	f := k.f.Load()
-	return f == nil || (*f)(uid)
+	return f == nil || f.known(uid)
 }
 
-func volumeOptions(cfg *Config, node *status.NodeWatch, sources *podsource.Config, known *podKnown, _ dataDirs) volume.Options {
+// sourcesReady is the loop's: every source's first update handled, not
+// only received.
+func (k *podKnown) sourcesReady() bool {
+	f := k.f.Load()
+	return f != nil && f.loop.SourcesReady()
+}
+
+func volumeOptions(cfg *Config, node *status.NodeWatch, known *podKnown, _ dataDirs) volume.Options {
 	o := cfg.VolumeOptions()
 	o.NodeAllocatable = node.Allocatable
-	o.SourcesReady = sources.AllReady
+	o.SourcesReady = known.sourcesReady
 	o.PodKnown = known.known
 	return o
 }

@@ -364,6 +364,29 @@ func (n *apiNode) startPods(t *testing.T) apiPods {
 	return p
 }
 
+// podsStartedAt returns a time after every running container of the
+// test's pods started (their start times are whole seconds, so one second
+// after the latest).
+func (n *apiNode) podsStartedAt(t *testing.T) time.Time {
+	t.Helper()
+	list, err := env.cp.Client().CoreV1().Pods(n.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var latest time.Time
+	for _, p := range list.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(latest) {
+				latest = r.StartedAt.Time
+			}
+		}
+	}
+	if latest.IsZero() {
+		t.Fatalf("no running container in namespace %s", n.ns)
+	}
+	return latest.Add(time.Second)
+}
+
 // kubectl runs kubectl as the cluster admin and returns its stdout and
 // stderr; err is its exit error.
 func kubectl(ctx context.Context, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
@@ -515,16 +538,33 @@ func (n *apiNode) testNodesProxy(t *testing.T) {
 		t.Errorf("configz = %+v, want the agent's v1beta1 KubeletConfiguration", k)
 	}
 
+	// The summary may come from the agent's cache (up to 10 s old): one
+	// computed before the test's pods ran (for the eviction manager, say)
+	// does not show them. Wait for one sampled after the last of them
+	// started.
+	started := n.podsStartedAt(t)
 	var summary statsapi.Summary
-	out = mustKubectl(t, "get", "--raw", base+"/stats/summary")
-	if err := json.Unmarshal([]byte(out), &summary); err != nil {
-		t.Fatalf("stats/summary: %v", err)
-	}
 	var podNames []string
-	for _, ps := range summary.Pods {
-		if ps.PodRef.Namespace == n.ns {
-			podNames = append(podNames, ps.PodRef.Name)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		summary = statsapi.Summary{}
+		out = mustKubectl(t, "get", "--raw", base+"/stats/summary")
+		if err := json.Unmarshal([]byte(out), &summary); err != nil {
+			t.Fatalf("stats/summary: %v", err)
 		}
+		podNames = podNames[:0]
+		for _, ps := range summary.Pods {
+			if ps.PodRef.Namespace == n.ns {
+				podNames = append(podNames, ps.PodRef.Name)
+			}
+		}
+		if cpu := summary.Node.CPU; cpu != nil && cpu.Time.After(started) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stats summary sampled after the test's pods started (%v) within a minute", started)
+		}
+		time.Sleep(time.Second)
 	}
 	slices.Sort(podNames)
 	node := summary.Node

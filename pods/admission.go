@@ -373,7 +373,7 @@ func ResolveAdmitHandlers(in []OrderedAdmitHandler) ([]AdmitHandler, error) {
 		entries[i] = ordered.Entry[AdmitHandler]{Name: h.Name, Order: h.Order, Value: h.Handler, Default: h.isDefault}
 	}
 	resolved, err := ordered.Resolve("pod admit handler", entries,
-		func(h AdmitHandler) bool { return h == nil }, func(name string) bool { return defaultAdmitNames[name] })
+		isNilAdmitHandler, func(name string) bool { return defaultAdmitNames[name] })
 	if err != nil {
 		return nil, err
 	}
@@ -384,11 +384,22 @@ func ResolveAdmitHandlers(in []OrderedAdmitHandler) ([]AdmitHandler, error) {
 	return out, nil
 }
 
+// isNilAdmitHandler reports whether h is nil, or a nil AdmitFunc (which
+// would panic when called): both remove the default of their name.
+func isNilAdmitHandler(h AdmitHandler) bool {
+	f, ok := h.(AdmitFunc)
+	return h == nil || (ok && f == nil)
+}
+
 // AsAdmitHandler returns an fx option that adds an admit handler to the
 // AdmitHandlerGroup under name and order: handler is an AdmitHandler (an
 // AdmitFunc, say), or an fx constructor returning one (and optionally an
 // error). A name of a default handler replaces it; see OrderEviction and
-// OrderGeneralPredicates to place it.
+// OrderGeneralPredicates to place it. A nil handler (nil, or a nil
+// AdmitFunc) removes the default of that name; with a name no default has,
+// the agent fails to start. A handler that panics rejects the pod it was
+// asked about (reason UnexpectedAdmissionError, a warning event and an
+// error line naming the handler); the loop goes on.
 func AsAdmitHandler(name string, order int, handler any) fx.Option {
 	return fxgroup.Provide(AdmitHandlerGroup, handler, func(h AdmitHandler) OrderedAdmitHandler {
 		return OrderedAdmitHandler{Name: name, Order: order, Handler: h}

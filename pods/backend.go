@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -75,7 +76,20 @@ type BackendRuntimeOptions struct {
 	PollInterval time.Duration
 	// Clock paces polling (default clock.RealClock{}).
 	Clock clock.Clock
+	// Recorder, when set, receives a ProviderCreateFailed or
+	// ProviderUpdateFailed warning event for each failed CreatePod or
+	// UpdatePod, as virtual-kubelet records.
+	Recorder record.EventRecorder
 }
+
+// Provider failure reasons, virtual-kubelet's.
+const (
+	// ReasonProviderFailed is the pod status reason of a pod the backend
+	// failed to create or update.
+	ReasonProviderFailed      = "ProviderFailed"
+	eventProviderCreateFailed = "ProviderCreateFailed"
+	eventProviderUpdateFailed = "ProviderUpdateFailed"
+)
 
 // BackendRuntime is the Runtime of a node whose pods a PodBackend runs. Run
 // must run for its events (notifications or polling) to flow.
@@ -88,6 +102,9 @@ type BackendRuntime struct {
 	// pods are the pods the backend was asked to run, with the status last
 	// seen (for polling) and the spec last applied.
 	pods map[types.UID]*backendPod
+	// failed are the pods whose last CreatePod or UpdatePod failed, with
+	// the error.
+	failed map[types.UID]error
 }
 
 type backendPod struct {
@@ -108,7 +125,7 @@ func NewBackendRuntime(b PodBackend, opts BackendRuntimeOptions) (*BackendRuntim
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &BackendRuntime{b: b, opts: opts, events: make(chan *podstate.PodLifecycleEvent, 1000), pods: map[types.UID]*backendPod{}}, nil
+	return &BackendRuntime{b: b, opts: opts, events: make(chan *podstate.PodLifecycleEvent, 1000), pods: map[types.UID]*backendPod{}, failed: map[types.UID]error{}}, nil
 }
 
 // Run registers for the backend's notifications, or polls the status of
@@ -187,7 +204,39 @@ func (r *BackendRuntime) PodStatus(ctx context.Context, pod *v1.Pod, opts podsta
 		return v1.PodStatus{}, fmt.Errorf("status of pod %s/%s from the backend: %w", pod.Namespace, pod.Name, err)
 	}
 	r.remember(pod.UID, st)
-	return podstatus.Normalize(pod, st, opts), nil
+	out := podstatus.Normalize(pod, st, opts)
+	r.mu.Lock()
+	failure := r.failed[pod.UID]
+	r.mu.Unlock()
+	if failure != nil && !isTerminal(out.Phase) {
+		// As virtual-kubelet: the provider's error in the status; a pod
+		// that must not restart has failed for good.
+		out.Reason, out.Message = ReasonProviderFailed, failure.Error()
+		if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+			out.Phase = v1.PodFailed
+		}
+	}
+	return out, nil
+}
+
+// providerResult records the outcome of a CreatePod or UpdatePod: an error
+// is kept for the pod's status, logged at error level and recorded as the
+// event reason; success clears it.
+func (r *BackendRuntime) providerResult(ctx context.Context, pod *v1.Pod, reason string, err error) {
+	r.mu.Lock()
+	if err == nil {
+		delete(r.failed, pod.UID)
+	} else {
+		r.failed[pod.UID] = err
+	}
+	r.mu.Unlock()
+	if err == nil {
+		return
+	}
+	klog.FromContext(ctx).Error(err, "The pod backend failed", "pod", klog.KObj(pod), "reason", reason)
+	if r.opts.Recorder != nil {
+		r.opts.Recorder.Event(pod, v1.EventTypeWarning, reason, err.Error())
+	}
 }
 
 // SyncPod creates the pod in the backend the first time (unless the backend
@@ -201,7 +250,9 @@ func (r *BackendRuntime) SyncPod(ctx context.Context, pod *v1.Pod) SyncResult {
 		_, err := r.b.GetPodStatus(ctx, pod.Namespace, pod.Name)
 		switch {
 		case errors.Is(err, ErrPodNotFound):
-			if err := r.b.CreatePod(ctx, pod); err != nil {
+			err := r.b.CreatePod(ctx, pod)
+			r.providerResult(ctx, pod, eventProviderCreateFailed, err)
+			if err != nil {
 				return SyncResult{Err: fmt.Errorf("create pod %s/%s in the backend: %w", pod.Namespace, pod.Name, err)}
 			}
 		case err != nil:
@@ -215,7 +266,9 @@ func (r *BackendRuntime) SyncPod(ctx context.Context, pod *v1.Pod) SyncResult {
 	if equality.Semantic.DeepEqual(known.pod.Spec, pod.Spec) {
 		return SyncResult{}
 	}
-	if err := r.b.UpdatePod(ctx, pod); err != nil {
+	err := r.b.UpdatePod(ctx, pod)
+	r.providerResult(ctx, pod, eventProviderUpdateFailed, err)
+	if err != nil {
 		return SyncResult{Err: fmt.Errorf("update pod %s/%s in the backend: %w", pod.Namespace, pod.Name, err)}
 	}
 	r.mu.Lock()
@@ -240,6 +293,7 @@ func (r *BackendRuntime) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOv
 func (r *BackendRuntime) RemovePod(_ context.Context, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.pods, uid)
+	delete(r.failed, uid)
 	r.mu.Unlock()
 	return nil
 }

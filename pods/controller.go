@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -127,13 +128,22 @@ type Controller struct {
 	mirrorSources MirrorSources
 	// orphanMirrors is set while orphaned mirror pods are being deleted.
 	orphanMirrors atomic.Bool
+	// handledSources are the sources whose first update the loop has
+	// handled; only the loop's goroutine touches it. sourcesReady is set
+	// once it holds every one of Sources.Names.
+	handledSources map[string]bool
+	sourcesReady   atomic.Bool
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
 	// orphans are the pods no source knows that are being stopped.
 	orphans map[types.UID]bool
-	// stopped are KillPod's waiters, by pod, told once the pod stopped.
+	// stopped are KillPod's waiters, by pod, told once the pod stopped; a
+	// waiter that gives up removes itself.
 	stopped map[types.UID][]chan struct{}
+	// terminateRetries are the back-offs of pods whose stop or removal
+	// failed; a pod's goes once it stopped or was removed.
+	terminateRetries map[types.UID]*terminateRetry
 	// static orders the starts of static pods of one name.
 	static staticStarts
 	// background tracks housekeeping's goroutines.
@@ -193,8 +203,12 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, runCtx: context.Background(), metrics: m}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, terminateRetries: map[types.UID]*terminateRetry{}, runCtx: context.Background(), metrics: m}
 	c.static = newStaticStarts()
+	c.handledSources = map[string]bool{}
+	if len(opts.Sources.Names()) == 0 {
+		c.sourcesReady.Store(true)
+	}
 	if opts.Mirrors != nil {
 		ms, ok := opts.Sources.(MirrorSources)
 		if !ok {
@@ -202,7 +216,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.mirrorSources = ms
 	}
-	c.workers = newPodWorkers(c.syncPod, opts.Clock, m.observeWorker)
+	c.workers = newPodWorkers(c.syncPodRecovering, opts.Clock, m.observeWorker)
 	return c, nil
 }
 
@@ -250,6 +264,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				return errors.New("pod controller: the pod sources stopped")
 			}
 			c.handle(ctx, u)
+			c.sourceHandled(u.Source)
 		case ev := <-events:
 			if ev.Type != podstate.ContainerChanged {
 				c.workers.poke(ev.ID)
@@ -259,6 +274,31 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// sourceHandled records that the loop handled an update of source: once
+// it has handled one of every source, SourcesReady turns true. Called by
+// the loop only, after handle returned.
+func (c *Controller) sourceHandled(source string) {
+	if c.sourcesReady.Load() || c.handledSources[source] {
+		return
+	}
+	c.handledSources[source] = true
+	for _, name := range c.opts.Sources.Names() {
+		if !c.handledSources[name] {
+			return
+		}
+	}
+	c.sourcesReady.Store(true)
+}
+
+// SourcesReady reports whether the loop has handled the first update of
+// every pod source (admitted its pods, started their workers): from then
+// on a pod the loop does not know is one no source wants, and its
+// containers, volumes and directories may be removed. Housekeeping,
+// container garbage collection and the volume manager's orphan cleanup wait
+// for it, as the kubelet's sourcesReady. It never turns false; it does not
+// block.
+func (c *Controller) SourcesReady() bool { return c.sourcesReady.Load() }
 
 func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 	logger := klog.FromContext(ctx)
@@ -296,7 +336,11 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 			}
 		}
 	case podsource.OpMirror:
-		// Their mirror pods changed or went: the sync puts them back.
+		// Their mirror pods changed or went: the sync puts them back. A
+		// status that waited for its mirror pod is written now.
+		if o, ok := c.opts.Statuses.(podstatus.MirrorObserver); ok {
+			o.MirrorPodsChanged()
+		}
 		for _, pod := range u.Pods {
 			c.workers.poke(pod.UID)
 		}
@@ -341,12 +385,30 @@ func (c *Controller) admit(pod *v1.Pod) AdmitResult {
 	}
 	others := slices.DeleteFunc(c.store.Active(), func(p *v1.Pod) bool { return p.UID == pod.UID })
 	attrs := AdmitAttributes{Pod: pod, OtherPods: others, Node: node}
-	for _, h := range c.opts.Admit {
-		if res := h.Admit(attrs); !res.Admit {
+	for i, h := range c.opts.Admit {
+		if res := c.callAdmit(i, h, attrs); !res.Admit {
 			return res
 		}
 	}
 	return AdmitResult{Admit: true}
+}
+
+// unexpectedAdmissionError is the kubelet's rejection reason for an
+// admission that failed rather than decided.
+const unexpectedAdmissionError = "UnexpectedAdmissionError"
+
+// callAdmit asks admit handler i; a handler that panics rejects the pod
+// with UnexpectedAdmissionError, logged at error level with the handler and
+// its stack, and the loop goes on.
+func (c *Controller) callAdmit(i int, h AdmitHandler, attrs AdmitAttributes) (res AdmitResult) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("admit handler %d (%T) panicked: %v", i, h, r)
+			klog.FromContext(c.runCtx).Error(err, "Admit handler failed; rejecting the pod", "pod", klog.KObj(attrs.Pod), "stack", string(debug.Stack()))
+			res = AdmitResult{Admit: false, Reason: unexpectedAdmissionError, Message: "Unexpected error while attempting to admit the pod: " + err.Error()}
+		}
+	}()
+	return h.Admit(attrs)
 }
 
 // reject fails a pod admission refused, as the kubelet's rejectPod: a
@@ -418,6 +480,24 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 		opts.Startup = p.Started
 	}
 	return opts
+}
+
+// syncPodRecovering is syncPod, a panic of which (in the Runtime, a
+// pod-level backend, a prober) is logged at error level with its stack and
+// recorded as a FailedSync warning event on the pod, and the pod synced
+// again after the error back-off, instead of taking the agent down.
+func (c *Controller) syncPodRecovering(ctx context.Context, w podWork) (requeue time.Duration, done bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("pod sync panicked: %v", r)
+			klog.FromContext(ctx).Error(err, "Pod sync failed; will retry", "pod", klog.KObj(w.Pod), "podUID", w.Pod.UID, "stack", string(debug.Stack()))
+			if c.opts.Recorder != nil {
+				c.opts.Recorder.Event(w.Pod, v1.EventTypeWarning, "FailedSync", "Error syncing pod: "+err.Error())
+			}
+			requeue, done = c.retryAfterError(), false
+		}
+	}()
+	return c.syncPod(ctx, w)
 }
 
 // syncPod is one pod worker sync: report the status the runtime shows,
@@ -618,10 +698,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		c.opts.Statuses.RemovePod(pod.UID)
 	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
-		if ctx.Err() == nil {
-			logger.Error(err, "Cannot stop the pod; will retry")
-		}
-		return time.Second, false
+		return c.retryTerminate(ctx, pod.UID, "Cannot stop the pod or tear down its volumes; will retry", err), false
 	}
 	// A removed pod is gone from its source (its API object deleted): it
 	// has no status left to write, and writing one would only be refused.
@@ -629,8 +706,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	if !w.Removed {
 		var err error
 		if st, err = c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true)); err != nil {
-			logger.Error(err, "Cannot read the stopped pod's runtime status; will retry")
-			return time.Second, false
+			return c.retryTerminate(ctx, pod.UID, "Cannot read the stopped pod's runtime status; will retry", err), false
 		}
 	}
 	c.mu.Lock()
@@ -642,6 +718,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	}
 	waiters := c.stopped[pod.UID]
 	delete(c.stopped, pod.UID)
+	delete(c.terminateRetries, pod.UID)
 	c.mu.Unlock()
 	if !w.Removed {
 		c.opts.Statuses.SetPodStatus(pod, st)
@@ -659,14 +736,56 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		return 0, false
 	}
 	if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
-		logger.Error(err, "Cannot remove the pod's leftovers; will retry")
-		return time.Second, false
+		return c.retryTerminate(ctx, pod.UID, "Cannot remove the pod's leftovers; will retry", err), false
 	}
 	c.mu.Lock()
 	delete(c.pods, pod.UID)
+	delete(c.terminateRetries, pod.UID)
 	c.mu.Unlock()
 	logger.V(2).Info("Pod removed")
 	return 0, true
+}
+
+// Back-off of a pod whose stop or removal fails: the first retry after
+// minTerminateBackOff, each next one twice later, up to
+// maxTerminateBackOff.
+const (
+	minTerminateBackOff = time.Second
+	maxTerminateBackOff = time.Minute
+)
+
+// terminateRetry is the back-off of one pod's failing stop or removal.
+type terminateRetry struct {
+	delay time.Duration
+	// last is the error message last logged at error level.
+	last string
+}
+
+// retryTerminate returns when a pod whose stop or removal failed with err
+// is tried again, backing off exponentially, and logs the failure: at
+// error level the first time and whenever the error changes, at V(2)
+// otherwise, so a pod that cannot be torn down does not fill the log.
+func (c *Controller) retryTerminate(ctx context.Context, uid types.UID, msg string, err error) time.Duration {
+	if ctx.Err() != nil {
+		return minTerminateBackOff
+	}
+	c.mu.Lock()
+	r := c.terminateRetries[uid]
+	if r == nil {
+		r = &terminateRetry{}
+		c.terminateRetries[uid] = r
+	}
+	r.delay = min(max(2*r.delay, minTerminateBackOff), maxTerminateBackOff)
+	delay, repeated := r.delay, r.last == err.Error()
+	r.last = err.Error()
+	c.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if repeated {
+		logger.V(2).Info(msg, "err", err, "retryIn", delay)
+	} else {
+		logger.Error(err, msg, "retryIn", delay)
+	}
+	return delay
 }
 
 // minKillTimeout is the shortest KillPod waits for a pod to stop.
@@ -709,9 +828,24 @@ func (c *Controller) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverri
 	case <-done:
 		return nil
 	case <-t.C():
+		c.dropKillWaiter(pod.UID, done)
 		return fmt.Errorf("kill pod %s/%s: not stopped within %v", pod.Namespace, pod.Name, timeout)
 	case <-ctx.Done():
+		c.dropKillWaiter(pod.UID, done)
 		return fmt.Errorf("kill pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
+	}
+}
+
+// dropKillWaiter forgets the KillPod waiter done of pod uid, which gave up
+// (a pod that never stops must not collect one per eviction attempt).
+func (c *Controller) dropKillWaiter(uid types.UID, done chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	waiters := slices.DeleteFunc(c.stopped[uid], func(ch chan struct{}) bool { return ch == done })
+	if len(waiters) == 0 {
+		delete(c.stopped, uid)
+	} else {
+		c.stopped[uid] = waiters
 	}
 }
 
@@ -738,7 +872,7 @@ func (c *Controller) PodTerminated(uid types.UID) bool {
 // The eviction manager calls it to reclaim disk before evicting pods.
 func (c *Controller) GarbageCollect(ctx context.Context) error {
 	gc, ok := c.opts.Runtime.(GarbageCollector)
-	if !ok || !c.opts.Sources.AllReady() {
+	if !ok || !c.SourcesReady() {
 		return nil
 	}
 	c.gcMu.Lock()
@@ -759,7 +893,7 @@ func (c *Controller) DeleteAllUnusedContainers(ctx context.Context) error {
 	if !ok {
 		return c.GarbageCollect(ctx)
 	}
-	if !c.opts.Sources.AllReady() {
+	if !c.SourcesReady() {
 		return nil
 	}
 	c.gcMu.Lock()
@@ -845,7 +979,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			if c.opts.Sources.AllReady() {
+			if c.SourcesReady() {
 				c.gcMu.Lock()
 				err := gc.GarbageCollect(ctx, c.known)
 				c.gcMu.Unlock()
@@ -864,7 +998,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 // holds up nothing else.
 func (c *Controller) housekeeping(ctx context.Context) {
 	c.cleanupProbes()
-	if !c.opts.Sources.AllReady() {
+	if !c.SourcesReady() {
 		return
 	}
 	c.deleteOrphanedMirrorPods(ctx)
@@ -894,13 +1028,26 @@ func (c *Controller) housekeeping(ctx context.Context) {
 				c.mu.Unlock()
 			}()
 			log := logger.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+			logCtx := klog.NewContext(ctx, log)
 			log.Info("Stopping a pod no source knows")
-			if err := c.opts.Runtime.KillPod(ctx, pod, nil); err != nil {
-				log.Error(err, "Cannot stop an orphaned pod")
+			err := c.opts.Runtime.KillPod(ctx, pod, nil)
+			if err == nil {
+				if err = c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
+					err = fmt.Errorf("remove: %w", err)
+				}
+			}
+			if err == nil {
+				c.mu.Lock()
+				delete(c.terminateRetries, pod.UID)
+				c.mu.Unlock()
 				return
 			}
-			if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
-				log.Error(err, "Cannot remove an orphaned pod")
+			// Housekeeping finds it again once its back-off passed.
+			t := c.clock.NewTimer(c.retryTerminate(logCtx, pod.UID, "Cannot stop or remove a pod no source knows; will retry", err))
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C():
 			}
 		})
 	}

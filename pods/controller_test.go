@@ -2,7 +2,11 @@ package pods
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"k8s.io/client-go/tools/record"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,7 +37,10 @@ type fakeRuntime struct {
 	gcs      atomic.Int32
 	gcKeep   []func(types.UID) bool
 	killGate chan struct{}
-	events   chan *podstate.PodLifecycleEvent
+	// killErr, when set, fails every KillPod once the pod is stopped (a
+	// volume that cannot be torn down).
+	killErr error
+	events  chan *podstate.PodLifecycleEvent
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -73,8 +80,9 @@ func (r *fakeRuntime) KillPod(ctx context.Context, pod *v1.Pod, grace *int64) er
 	}
 	r.mu.Lock()
 	delete(r.running, pod.UID)
+	err := r.killErr
 	r.mu.Unlock()
-	return nil
+	return err
 }
 
 func (r *fakeRuntime) RemovePod(_ context.Context, uid types.UID) error {
@@ -100,14 +108,13 @@ func (r *fakeRuntime) GarbageCollect(_ context.Context, keep func(types.UID) boo
 	return nil
 }
 
-// fakeSources feeds updates by hand.
+// fakeSources feeds updates by hand, as the one source "api".
 type fakeSources struct {
 	updates chan podsource.Update
-	ready   atomic.Bool
 }
 
 func (s *fakeSources) Updates() <-chan podsource.Update { return s.updates }
-func (s *fakeSources) AllReady() bool                   { return s.ready.Load() }
+func (s *fakeSources) Names() []string                  { return []string{podsource.APIServerSource} }
 
 // fakeStatuses is a pod status sink in memory.
 type fakeStatuses struct {
@@ -223,13 +230,13 @@ func (h *controllerHarness) waitFor(what string, cond func() bool) {
 func (h *controllerHarness) sizes() string {
 	c := h.c
 	c.mu.Lock()
-	pods, orphans, stopped := len(c.pods), len(c.orphans), len(c.stopped)
+	pods, orphans, stopped, retries := len(c.pods), len(c.orphans), len(c.stopped), len(c.terminateRetries)
 	c.mu.Unlock()
 	c.workers.mu.Lock()
 	workers := len(c.workers.workers)
 	c.workers.mu.Unlock()
-	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d workers=%d active=%d statuses=%d",
-		pods, orphans, stopped, workers, c.store.Len(), h.statuses.len())
+	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d terminateRetries=%d workers=%d active=%d statuses=%d",
+		pods, orphans, stopped, retries, workers, c.store.Len(), h.statuses.len())
 }
 
 func churnPod(i int) *v1.Pod {
@@ -280,7 +287,7 @@ func TestNothingIsRemovedBeforeEverySourceReported(t *testing.T) {
 	if kills != 0 || h.rt.gcs.Load() != 0 {
 		t.Fatalf("before the sources reported: %d kills, %d garbage collections", kills, h.rt.gcs.Load())
 	}
-	h.sources.ready.Store(true)
+	h.send(podsource.OpAdd)
 	// Housekeeping finds the orphan again every period (the fake runtime
 	// keeps listing it), so it may be removed more than once.
 	h.waitFor("the orphan stopped and removed", func() bool {
@@ -489,11 +496,11 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 // Controller's pods kept.
 func TestGarbageCollectWaitsForSources(t *testing.T) {
 	rt := newFakeRuntime()
-	c, sources, ctx := newIdleController(t, rt)
+	c, _, ctx := newIdleController(t, rt)
 	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 0 {
 		t.Fatalf("GarbageCollect before the sources reported: err %v, %d runtime runs; want none", err, len(rt.gcKeep))
 	}
-	sources.ready.Store(true)
+	c.sourceHandled(podsource.APIServerSource)
 	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}})
 	if err := c.GarbageCollect(ctx); err != nil || len(rt.gcKeep) != 1 {
 		t.Fatalf("GarbageCollect: err %v, %d runtime runs; want 1", err, len(rt.gcKeep))
@@ -546,11 +553,11 @@ func (r *deleterRuntime) DeleteAllUnusedContainers(_ context.Context, keep, acti
 // garbage collection.
 func TestDeleteAllUnusedContainers(t *testing.T) {
 	rt := &deleterRuntime{fakeRuntime: newFakeRuntime()}
-	c, sources, ctx := newIdleController(t, rt)
+	c, _, ctx := newIdleController(t, rt)
 	if err := c.DeleteAllUnusedContainers(ctx); err != nil || len(rt.keep) != 0 {
 		t.Fatalf("DeleteAllUnusedContainers before the sources reported: err %v, %d runtime runs; want none", err, len(rt.keep))
 	}
-	sources.ready.Store(true)
+	c.sourceHandled(podsource.APIServerSource)
 	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}})
 	c.add(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "default", UID: "uid-done"},
 		Status: v1.PodStatus{Phase: v1.PodSucceeded}})
@@ -574,8 +581,8 @@ func TestDeleteAllUnusedContainers(t *testing.T) {
 	}
 
 	plain := newFakeRuntime()
-	c2, sources2, _ := newIdleController(t, plain)
-	sources2.ready.Store(true)
+	c2, _, _ := newIdleController(t, plain)
+	c2.sourceHandled(podsource.APIServerSource)
 	if err := c2.DeleteAllUnusedContainers(ctx); err != nil || plain.gcs.Load() != 1 {
 		t.Errorf("DeleteAllUnusedContainers on a runtime without it: err %v, %d garbage collections; want 1", err, plain.gcs.Load())
 	}
@@ -644,5 +651,136 @@ func TestPodStartIsObservedOnTheSourcesUpdate(t *testing.T) {
 	}
 	if n, sum := h.histogram("nodekit_pod_start_agent_duration_seconds"); n != 2 || sum < 0.19 || sum > 0.21 {
 		t.Errorf("agent: %d samples summing to %.3f s, want 2 of 0.1 s", n, sum)
+	}
+}
+
+// TestFailingTeardownBacksOff: a pod whose teardown keeps failing (its
+// volumes stay mounted) is tried again 1 s, 2 s, 4 s ... later, up to a
+// minute, with one error line per distinct error; KillPod callers that give
+// up leave no waiter behind; once the teardown works the pod terminates
+// and its back-off is forgotten.
+func TestFailingTeardownBacksOff(t *testing.T) {
+	h := newControllerHarness(t)
+	var delays []time.Duration
+	for range 9 {
+		delays = append(delays, h.c.retryTerminate(h.ctx, "uid-x", "teardown failed", errors.New("device busy")))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute, time.Minute}
+	if !slices.Equal(delays, want) {
+		t.Errorf("retry delays %v, want %v", delays, want)
+	}
+	h.c.mu.Lock()
+	delete(h.c.terminateRetries, "uid-x")
+	h.c.mu.Unlock()
+
+	pod := churnPod(1)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	})
+	h.rt.mu.Lock()
+	h.rt.killErr = errors.New("device busy")
+	h.rt.mu.Unlock()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(h.ctx, 20*time.Millisecond)
+		if err := h.c.KillPod(ctx, pod, nil, nil); err == nil {
+			t.Fatal("KillPod returned nil for a pod whose teardown fails")
+		}
+		cancel()
+	}
+	h.c.mu.Lock()
+	waiters, retry := len(h.c.stopped), h.c.terminateRetries[pod.UID]
+	h.c.mu.Unlock()
+	if waiters != 0 {
+		t.Errorf("%d KillPod waiters left after every caller gave up, want 0", waiters)
+	}
+	if retry == nil {
+		t.Fatal("no back-off recorded for the failing teardown")
+	}
+	h.rt.mu.Lock()
+	h.rt.killErr = nil
+	h.rt.mu.Unlock()
+	h.waitFor("the pod terminated", func() bool {
+		h.clock.Step(time.Minute)
+		return h.c.PodTerminated(pod.UID)
+	})
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	if n := len(h.c.terminateRetries); n != 0 {
+		t.Errorf("%d back-offs left once the pod terminated, want 0", n)
+	}
+}
+
+// TestPanickingAdmitHandlerRejectsThePod: an admit handler that panics (a
+// nil AdmitFunc among them) rejects the pod it was asked about with
+// UnexpectedAdmissionError and a warning event; the loop goes on admitting
+// the next pods.
+func TestPanickingAdmitHandlerRejectsThePod(t *testing.T) {
+	for name, h := range map[string]AdmitHandler{
+		"panics":        AdmitFunc(func(a AdmitAttributes) AdmitResult { panic("handler bug") }),
+		"nil AdmitFunc": AdmitFunc(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			sources := &fakeSources{updates: make(chan podsource.Update)}
+			statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+			rec := record.NewFakeRecorder(10)
+			bad := AdmitFunc(func(a AdmitAttributes) AdmitResult {
+				if a.Pod.Name == "bad" {
+					return h.Admit(a)
+				}
+				return AdmitResult{Admit: true}
+			})
+			c, err := New(Options{Sources: sources, Runtime: newFakeRuntime(), Statuses: statuses, Node: knownNode, Recorder: rec, Admit: []AdmitHandler{bad}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = c.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			badPod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "default", UID: "uid-bad"}}
+			good := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: "default", UID: "uid-good"}}
+			for _, p := range []*v1.Pod{badPod, good} {
+				select {
+				case sources.updates <- podsource.Update{Op: podsource.OpAdd, Source: podsource.APIServerSource, Pods: []*v1.Pod{p}}:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("the loop did not take pod %s: it is stuck", p.Name)
+				}
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				st, ok := statuses.GetPodStatus(good.UID)
+				return ok && st.Phase == v1.PodRunning, nil
+			}); err != nil {
+				t.Fatalf("the pod after the panicking admission did not run: %v", err)
+			}
+			st, _ := statuses.GetPodStatus(badPod.UID)
+			if st.Phase != v1.PodFailed || st.Reason != "UnexpectedAdmissionError" {
+				t.Errorf("status of the pod whose admission panicked: %s/%s, want Failed/UnexpectedAdmissionError", st.Phase, st.Reason)
+			}
+			select {
+			case ev := <-rec.Events:
+				if !strings.HasPrefix(ev, "Warning UnexpectedAdmissionError") {
+					t.Errorf("event %q, want a UnexpectedAdmissionError warning", ev)
+				}
+			default:
+				t.Error("no event for the rejected pod")
+			}
+		})
+	}
+}
+
+// TestNilAdmitFuncRemovesItsDefault: a nil AdmitFunc under a default's
+// name removes the default, as a nil handler does; under another name it is
+// an error.
+func TestNilAdmitFuncRemovesItsDefault(t *testing.T) {
+	def := DefaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, AdmitFunc(func(AdmitAttributes) AdmitResult { return AdmitResult{Admit: true} }))
+	got, err := ResolveAdmitHandlers([]OrderedAdmitHandler{def, {Name: AdmitGeneralPredicates, Handler: AdmitFunc(nil)}})
+	if err != nil || len(got) != 0 {
+		t.Errorf("nil AdmitFunc under the default's name: %d handlers, %v; want none", len(got), err)
+	}
+	if _, err := ResolveAdmitHandlers([]OrderedAdmitHandler{def, {Name: "GeneralPredicate", Handler: AdmitFunc(nil)}}); err == nil {
+		t.Error("a nil AdmitFunc under a misspelt name was accepted")
 	}
 }

@@ -76,7 +76,7 @@ func indexes(calls []string, want ...string) []int {
 type loggedSources struct{ ch chan podsource.Update }
 
 func (s loggedSources) Updates() <-chan podsource.Update { return s.ch }
-func (loggedSources) AllReady() bool                     { return true }
+func (loggedSources) Names() []string                    { return nil }
 
 // loggedRuntime runs every pod as one running container "app" with the
 // runtime ID "c-<pod uid>" and remembers the status options it was given.

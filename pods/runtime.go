@@ -134,7 +134,10 @@ type Prober interface {
 type Sources interface {
 	// Updates delivers the merged pod updates of every source.
 	Updates() <-chan podsource.Update
-	// AllReady reports whether every source has reported at least once;
-	// until then no pod is treated as gone.
-	AllReady() bool
+	// Names returns the names of every source whose updates arrive on
+	// Updates. The Controller is ready (SourcesReady) once it has handled
+	// the first update of each; until then no pod is treated as gone. A
+	// source must send an update (an empty OpAdd will do) once it knows its
+	// pods, as *podsource.Config does for each source's first snapshot.
+	Names() []string
 }

@@ -111,11 +111,22 @@ func New(opts Options) (*Config, error) {
 // 50 updates wait. It is closed when Run returns.
 func (c *Config) Updates() <-chan Update { return c.updates }
 
+// Names returns the names of the Config's sources, in the order given.
+func (c *Config) Names() []string {
+	names := make([]string, len(c.sources))
+	for i, s := range c.sources {
+		names[i] = s.Name()
+	}
+	return names
+}
+
 // AllReady reports whether the consumer has taken from Updates the first
-// update of every source: from then on it knows every pod the sources want,
-// and may remove what is not among them. It turns true only after the
-// receive (a moment after it, so a consumer polling it may see false once
-// more: the safe side), never before. It does not block.
+// update of every source. It turns true only after the receive (a moment
+// after it, so a consumer polling it may see false once more), never
+// before; but the consumer may still be handling that update. What removes
+// pods, containers or data no source wants must therefore not read it: the
+// pod lifecycle loop's pods.Controller.SourcesReady turns true once the
+// loop has handled those updates. It does not block.
 func (c *Config) AllReady() bool {
 	c.readyMu.RLock()
 	defer c.readyMu.RUnlock()

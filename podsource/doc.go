@@ -21,8 +21,10 @@
 // Updates of one snapshot are delivered in the order REMOVE, ADD, UPDATE,
 // DELETE, RECONCILE, MIRROR, and a source's first snapshot always yields an
 // OpAdd (empty when the source has no pods). AllReady reports whether the consumer
-// has received the first update of every source, the kubelet's
-// SeenAllSources gate: until then it must not remove pods it does not know.
+// has received the first update of every source; the gate for removing pods
+// nobody knows (the kubelet's SeenAllSources) is the consumer's own, set once
+// it has handled those updates (pods.Controller.SourcesReady), since a pod
+// received but not yet admitted is not gone.
 // GetPodByUID returns the latest version of a pod, including its status as
 // the source last saw it.
 //
@@ -49,9 +51,9 @@
 // Options.Sources to New, call Run and consume Updates. With fx, Module
 // provides the *Config and runs it; it merges every Source in the
 // "pod_sources" value group (SourceGroup), so an embedder adds a source of
-// its own next to the defaults:
+// its own next to the defaults with AsSource:
 //
-//	fx.Provide(fx.Annotate(newMySource, fx.ResultTags(`group:"pod_sources"`)))
+//	podsource.AsSource(newMySource)
 //
 // where newMySource returns a podsource.Source with a unique Name. Leaving
 // podsource/apiserver.Module out of the graph removes the API server source

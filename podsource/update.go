@@ -126,9 +126,8 @@ type Source interface {
 	Run(ctx context.Context, out chan<- []*v1.Pod) error
 }
 
-// SourceGroup is the fx value group Module collects pod sources from:
-// provide a Source with fx.ResultTags(`group:"pod_sources"`) (see the
-// package documentation).
+// SourceGroup is the fx value group Module collects pod sources from: add
+// a Source to it with AsSource.
 const SourceGroup = "pod_sources"
 
 // AsSource returns an fx option that adds a Source, or what an fx

@@ -167,6 +167,5 @@
 // For example, a pod-level backend that runs its containers in-process
 // answers exec probes itself (see Example_module):
 //
-//	fx.Provide(fx.Annotate(newInProcessExec, fx.As(new(prober.Handler)),
-//		fx.ResultTags(`group:"probe_handlers"`)))
+//	prober.AsHandler(newInProcessExec)
 package prober

@@ -8,12 +8,20 @@ import (
 	cri "k8s.io/cri-api/pkg/apis"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 )
 
 // HandlerGroup is the fx value group of Handler: a handler in it replaces
 // the default handler of its Kind, or adds one.
 const HandlerGroup = "probe_handlers"
+
+// AsHandler returns an fx option that adds a Handler, or what an fx
+// constructor returns (a Handler, optionally with an error), to the
+// HandlerGroup.
+func AsHandler(handler any) fx.Option {
+	return fxgroup.Provide(HandlerGroup, handler, func(h Handler) Handler { return h })
+}
 
 // MetricsRegistererName names the prometheus.Registerer Module prefers for
 // the prober's metrics: the kubelet serves them on /metrics/probes, from a

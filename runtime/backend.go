@@ -182,10 +182,12 @@ func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 }
 
 // KillPod stops what runs of the pod, as read from the runtime now, then
-// tears down its volumes (VolumeManager.UnmountPod; a failure there is
-// logged and left to RemovePod). A pod without a spec
-// (an orphan from RunningPods) is stopped with the grace periods recorded
-// on its containers.
+// tears down its volumes (VolumeManager.UnmountPod) and returns that
+// error: the pod loop calls KillPod again (the containers are stopped by
+// then) and neither sets the pod's final status nor lets the API object go
+// before the volumes are unmounted, as the kubelet's SyncTerminatedPod
+// waits for the unmount. A pod without a spec (an orphan from RunningPods)
+// is stopped with the grace periods recorded on its containers.
 func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64) error {
 	rs, err := b.pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
@@ -194,8 +196,7 @@ func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride 
 	running := rs.RunningPod()
 	if !running.IsRunning() {
 		b.cache.Set(pod.UID, rs, nil, rs.TimeStamp)
-		b.unmountStopped(ctx, pod)
-		return nil
+		return b.unmountStopped(ctx, pod)
 	}
 	spec := pod
 	if len(pod.Spec.Containers) == 0 {
@@ -205,19 +206,15 @@ func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride 
 		return err
 	}
 	b.refresh(ctx, pod)
-	b.unmountStopped(ctx, pod)
-	return nil
+	return b.unmountStopped(ctx, pod)
 }
 
-// unmountStopped tears down the volumes of a pod KillPod stopped. A
-// failure is logged, not returned: the pod's final status does not wait
-// for it; RemovePod tries again and fails until it works, so the pod is
-// not forgotten with volumes mounted (as the kubelet waits for the
-// unmount before it lets the pod go).
-func (b *Backend) unmountStopped(ctx context.Context, pod *v1.Pod) {
-	if err := b.unmount(ctx, pod.UID); err != nil && ctx.Err() == nil {
-		klog.FromContext(ctx).Error(err, "Cannot tear down the stopped pod's volumes; will retry when removing it", "pod", klog.KObj(pod))
+// unmountStopped tears down the volumes of a pod KillPod stopped.
+func (b *Backend) unmountStopped(ctx context.Context, pod *v1.Pod) error {
+	if err := b.unmount(ctx, pod.UID); err != nil {
+		return fmt.Errorf("pod %s/%s stopped, but its volumes are not torn down: %w", pod.Namespace, pod.Name, err)
 	}
+	return nil
 }
 
 // unmount tears down the volumes of a pod whose containers are stopped.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +26,9 @@ type fakeVolumes struct {
 	mu    sync.Mutex
 	calls []string
 	err   error
-	dir   string
+	// unmountErr is UnmountPod's answer.
+	unmountErr error
+	dir        string
 }
 
 func (f *fakeVolumes) record(call string) {
@@ -50,7 +53,9 @@ func (f *fakeVolumes) MountPod(_ context.Context, pod *v1.Pod) (map[string]runti
 
 func (f *fakeVolumes) UnmountPod(_ context.Context, uid types.UID) error {
 	f.record("unmount " + string(uid))
-	return nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unmountErr
 }
 
 func (f *fakeVolumes) SubPath(_ context.Context, s runtime.SubPathSpec) (string, error) {
@@ -129,18 +134,29 @@ func TestBackendVolumes(t *testing.T) {
 	cancel()
 	<-done
 
+	// A volume that cannot be torn down fails KillPod once the containers
+	// are stopped: the pod's final status waits for the unmount.
+	vols.mu.Lock()
+	vols.unmountErr = errors.New("device busy")
+	vols.mu.Unlock()
 	h.inBackground(time.Second, func() {
-		if err := b.KillPod(h.ctx, pod, nil); err != nil {
-			t.Error(err)
+		if err := b.KillPod(h.ctx, pod, nil); err == nil || !strings.Contains(err.Error(), "device busy") {
+			t.Errorf("KillPod with a failing unmount: %v, want its error", err)
 		}
 	})
 	if c := h.container(pod, "app"); c.State != podstate.ContainerStateExited {
 		t.Fatalf("after KillPod the container is %s", c.State)
 	}
+	vols.mu.Lock()
+	vols.unmountErr = nil
+	vols.mu.Unlock()
+	if err := b.KillPod(h.ctx, pod, nil); err != nil {
+		t.Fatalf("KillPod of the stopped pod once the unmount works: %v", err)
+	}
 	if err := b.RemovePod(h.ctx, pod.UID); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"mount vols", "mount vols", "unmount uid-vols", "unmount uid-vols"}
+	want := []string{"mount vols", "mount vols", "unmount uid-vols", "unmount uid-vols", "unmount uid-vols"}
 	if got := vols.history(); !slices.Equal(got, want) {
 		t.Errorf("volume manager calls %q, want %q", got, want)
 	}

@@ -3,8 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"go.uber.org/fx/fxtest"
 
 	"github.com/nodekit/nodekit/podstate"
 
@@ -15,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
@@ -401,5 +407,36 @@ func TestPLEGWithObservedSyncs(t *testing.T) {
 	collect(t, p, nil, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerDied, Data: app.ID})
 	if st, _ := p.Cache().Get(pod.UID); st.Container("app") == nil || st.Container("app").State != podstate.ContainerStateExited {
 		t.Error("the cache does not show the container exited after its event")
+	}
+}
+
+// TestPLEGStopLogsNoError: stopping the PLEG as the agent runs it (a
+// runner.Hook component) cuts its relist and event stream short, which the
+// CRI client reports at error level; the agent's own stop is no error, so
+// no error line is logged.
+func TestPLEGStopLogsNoError(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var errs []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(args, `"error"`) {
+			errs = append(errs, args)
+		}
+	}, funcr.Options{})
+	lc := fxtest.NewLifecycle(t)
+	runner.Hook(lc, nil, logger, "pleg", pleg.Run)
+	lc.RequireStart()
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	lc.RequireStop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 0 {
+		t.Errorf("error lines on a clean stop: %q", errs)
 	}
 }

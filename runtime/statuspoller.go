@@ -57,7 +57,11 @@ type StatusPoller struct {
 // defaults.
 type StatusPollerOptions struct {
 	StatusPeriod, ImagesPeriod, DownThreshold time.Duration
-	// Timeout bounds each CRI call (default StatusPeriod).
+	// Timeout, when set, bounds each CRI call below the Client's own
+	// request timeout (Options.ConnectionTimeout, the kubelet's
+	// runtimeRequestTimeout, 2 minutes by default), which bounds them
+	// otherwise, as the kubelet's. A shorter one turns a runtime that is
+	// only slow under load into a runtime that is down.
 	Timeout time.Duration
 	Clock   clock.Clock
 }
@@ -72,9 +76,6 @@ func NewStatusPoller(client *Client, opts StatusPollerOptions) *StatusPoller {
 	}
 	if opts.DownThreshold <= 0 {
 		opts.DownThreshold = DefaultDownThreshold
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = opts.StatusPeriod
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -120,9 +121,13 @@ func (p *StatusPoller) every(ctx context.Context, period time.Duration, poll fun
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-			poll(callCtx)
-			cancel()
+			if p.opts.Timeout > 0 {
+				callCtx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+				poll(callCtx)
+				cancel()
+			} else {
+				poll(ctx)
+			}
 			t.Reset(period)
 		}
 	}

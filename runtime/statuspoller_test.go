@@ -132,3 +132,40 @@ func TestStatusPollerChanges(t *testing.T) {
 		t.Fatal("Changes did not fire when the runtime answered again")
 	}
 }
+
+// TestStatusPollerWaitsForASlowRuntime: a Status answer that takes longer
+// than the status period (a runtime slow under load) is waited for, up to
+// the client's request timeout (runtimeRequestTimeout), as the kubelet's:
+// the runtime is healthy, not down.
+func TestStatusPollerWaitsForASlowRuntime(t *testing.T) {
+	srv := fakecri.New(fakecri.Options{})
+	var slow atomic.Bool
+	srv.SetReplyRewriter(func(method string, _ any, reply proto.Message) (proto.Message, error) {
+		if method == "Status" && slow.Load() {
+			time.Sleep(runtime.DefaultStatusPeriod + 500*time.Millisecond)
+		}
+		return reply, nil
+	})
+	endpoint, _ := serve(t, srv, socketPath(t))
+	client := newClient(t, runtime.Options{Endpoint: endpoint})
+	ctx, cancel := context.WithCancel(context.Background())
+	if h := client.Health(ctx); h.RuntimeErr != nil {
+		t.Fatal(h.RuntimeErr)
+	}
+	slow.Store(true)
+	p := runtime.NewStatusPoller(client, runtime.StatusPollerOptions{})
+	done := make(chan struct{})
+	go func() { _ = p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	var runtimeErr error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if runtimeErr, _ = p.Health(ctx); runtimeErr == nil || runtimeErr.Error() != "container runtime status check may not have completed yet" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if runtimeErr != nil {
+		t.Fatalf("Health = %v after a Status answer that took longer than the status period, want healthy", runtimeErr)
+	}
+}

@@ -103,10 +103,16 @@ func pathUsage(path string) (bytes, inodes uint64, err error) {
 // treeUsage returns the disk usage of dir and everything below it, as du
 // (and the kubelet's volume metrics) measure it: allocated blocks × 512 of
 // every file and directory, hard links counted once, and the number of
-// inodes. Entries that vanish during the walk are skipped.
+// inodes. Like the kubelet's DiskUsage it stays on dir's device: what is
+// mounted below dir (a subPath bind mount, a nested volume) is not
+// counted and not walked. Entries that vanish during the walk are skipped.
 func treeUsage(dir string) (bytes, inodes uint64, err error) {
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]bool{}
+	var root unix.Stat_t
+	if err := unix.Lstat(dir, &root); err != nil {
+		return 0, 0, &os.PathError{Op: "lstat", Path: dir, Err: err}
+	}
 	err = filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) && path != dir {
@@ -120,6 +126,13 @@ func treeUsage(dir string) (bytes, inodes uint64, err error) {
 				return nil
 			}
 			return &os.PathError{Op: "lstat", Path: path, Err: err}
+		}
+		if st.Dev != root.Dev {
+			// Another filesystem mounted here.
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			key := inode{uint64(st.Dev), st.Ino}

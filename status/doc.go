@@ -72,21 +72,20 @@
 // The default ones are built by DefaultSetters and named by the Setter*
 // constants; everything else in the group is the embedder's.
 //
-// To add a setter, provide an OrderedSetter into the group with a new Name
+// To add a setter, add it to the group with AsSetter under a new Name
 // and an Order that places it (custom conditions usually below OrderReady,
 // which runs last):
 //
-//	fx.Provide(fx.Annotate(func() status.OrderedSetter {
-//		return status.OrderedSetter{Name: "GPUHealthy", Order: status.OrderPIDPressure + 50, Set: mySetter}
-//	}, fx.ResultTags(`group:"node_status_setters"`)))
+//	status.AsSetter("GPUHealthy", status.OrderPIDPressure+50, mySetter)
 //
-// To replace a default setter, provide one with the default's Name (for
+// To replace a default setter, add one with the default's Name (for
 // example status.SetterNodeAddress): it takes the default's place and runs
-// at its own Order. To remove a default setter, provide an OrderedSetter
-// with its Name and a nil Set. To change only what a default setter sees,
+// at its own Order. To remove a default setter, add nil under its Name
+// (status.AsSetter(status.SetterNodeAddress, 0, nil)); a Name no default
+// has fails the agent's start. To change only what a default setter sees,
 // fx.Decorate its input (the RuntimeHealthFunc, the PressureFuncs, or
 // SetterOptions, e.g. SetterOptions.Machine for a simulated node), or add a
-// HealthCheck to the group "node_health_checks". The package example shows
+// HealthCheck with AsHealthCheck. The package example shows
 // an addition and a replacement.
 //
 // Without fx, pass DefaultSetters(...) plus your own OrderedSetters in

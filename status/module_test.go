@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,34 +63,22 @@ func TestModuleAddsReplacesAndRemovesSetters(t *testing.T) {
 	client := fake.NewClientset()
 	var reporter *status.Reporter
 	app := fxtest.New(t, status.Module, graph(client),
-		fx.Provide(
-			// Add a condition.
-			fx.Annotate(func() status.OrderedSetter {
-				return status.OrderedSetter{Name: "GPUHealthy", Order: status.OrderPIDPressure + 50,
-					Set: func(_ context.Context, n *v1.Node) error {
-						n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: "GPUHealthy", Status: v1.ConditionTrue, Reason: "AllGood"})
-						return nil
-					}}
-			}, fx.ResultTags(`group:"node_status_setters"`)),
-			// Replace the default addresses.
-			fx.Annotate(func() status.OrderedSetter {
-				return status.OrderedSetter{Name: status.SetterNodeAddress, Order: status.OrderNodeAddress,
-					Set: func(_ context.Context, n *v1.Node) error {
-						n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeExternalDNS, Address: "node-m.example.com"}}
-						return nil
-					}}
-			}, fx.ResultTags(`group:"node_status_setters"`)),
-			// Remove the daemon endpoints.
-			fx.Annotate(func() status.OrderedSetter {
-				return status.OrderedSetter{Name: status.SetterDaemonEndpoints}
-			}, fx.ResultTags(`group:"node_status_setters"`)),
-			// One more health check gates Ready.
-			fx.Annotate(func() status.HealthCheck {
-				return status.HealthCheck{Name: "PLEG", Healthy: func() (bool, error) {
-					return false, errors.New("PLEG is not healthy: pleg was last seen active 4m ago")
-				}}
-			}, fx.ResultTags(`group:"node_health_checks"`)),
-		),
+		// Add a condition.
+		status.AsSetter("GPUHealthy", status.OrderPIDPressure+50, func(_ context.Context, n *v1.Node) error {
+			n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: "GPUHealthy", Status: v1.ConditionTrue, Reason: "AllGood"})
+			return nil
+		}),
+		// Replace the default addresses.
+		status.AsSetter(status.SetterNodeAddress, status.OrderNodeAddress, func(_ context.Context, n *v1.Node) error {
+			n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeExternalDNS, Address: "node-m.example.com"}}
+			return nil
+		}),
+		// Remove the daemon endpoints.
+		status.AsSetter(status.SetterDaemonEndpoints, 0, nil),
+		// One more health check gates Ready.
+		status.AsHealthCheck(status.HealthCheck{Name: "PLEG", Healthy: func() (bool, error) {
+			return false, errors.New("PLEG is not healthy: pleg was last seen active 4m ago")
+		}}),
 		fx.Populate(&reporter),
 	)
 	app.RequireStart()
@@ -127,5 +116,16 @@ func TestModuleAddsReplacesAndRemovesSetters(t *testing.T) {
 	}
 	if node.Status.NodeInfo.ContainerRuntimeVersion != "fakecri://1.0" || node.Labels["kubernetes.io/hostname"] != "node-m" {
 		t.Errorf("runtime version %q, labels %v", node.Status.NodeInfo.ContainerRuntimeVersion, node.Labels)
+	}
+}
+
+// TestModuleRefusesAMisspeltRemoval: removing a default setter under a
+// name no default has (a typo) fails the start instead of removing
+// nothing.
+func TestModuleRefusesAMisspeltRemoval(t *testing.T) {
+	app := fx.New(status.Module, graph(fake.NewClientset()), fx.NopLogger,
+		status.AsSetter("DaemonEndpoint", 0, nil))
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "DaemonEndpoint") {
+		t.Fatalf("start with a misspelt setter name: %v, want an error naming it", err)
 	}
 }

@@ -232,6 +232,26 @@ func (m *Manager) tearDownPod(ctx context.Context, uid types.UID, ps *podState) 
 			errs = append(errs, fmt.Errorf("volume %s of unknown plugin %s: %w", v.name, v.plugin, err))
 		}
 	}
+	// The subPath bind mounts of volumes that have no directory of their
+	// own under volumes/ (hostPath), or whose plugin is gone, are not
+	// among the jobs when the Manager did not mount the pod since it
+	// started: unmount them too, or volume-subpaths/ can never go.
+	jobNames := map[string]bool{}
+	for _, j := range jobs {
+		jobNames[j.vc.Name] = true
+	}
+	subPathVols, err := os.ReadDir(filepath.Join(podDir, subPathDirName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range subPathVols {
+		if !e.IsDir() || jobNames[e.Name()] {
+			continue
+		}
+		if err := cleanSubPaths(m.mounter, podDir, e.Name()); err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", e.Name(), err))
+		}
+	}
 	for _, j := range jobs {
 		if err := cleanSubPaths(m.mounter, podDir, j.vc.Name); err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: %w", j.vc.Name, err))

@@ -108,11 +108,10 @@
 // A volume kind is a Plugin: Name (the kubelet's qualified plugin name,
 // which names its directory), CanSupport, SetUp and TearDown, plus the
 // optional Remounter and InUseReporter. Exactly one plugin must support a
-// volume. Without fx, pass plugins in Options.Plugins; with fx, provide
-// them to the value group PluginGroup:
+// volume. Without fx, pass plugins in Options.Plugins; with fx, add them to
+// the value group PluginGroup with AsPlugin:
 //
-//	fx.Provide(fx.Annotate(newMyPlugin, fx.As(new(volume.Plugin)),
-//		fx.ResultTags(`group:"`+volume.PluginGroup+`"`)))
+//	volume.AsPlugin(newMyPlugin)
 //
 // A plugin whose Name is a built-in plugin's (PluginEmptyDir, ...)
 // replaces it. Plugins use the Manager's services through

@@ -92,9 +92,9 @@ type Options struct {
 	// know. nil disables that cleanup (the Manager cannot tell an orphan
 	// from a running pod not synced yet after a restart).
 	PodKnown func(uid types.UID) bool
-	// SourcesReady reports whether every pod source has delivered its
-	// pods at least once; until then no orphan is removed. nil means
-	// ready.
+	// SourcesReady reports whether the pod lifecycle loop has handled the
+	// first update of every pod source (pods.Controller.SourcesReady);
+	// until then no orphan is removed. nil means ready.
 	SourcesReady func() bool
 	// ResyncPeriod (default DefaultResyncPeriod) and CleanupPeriod
 	// (default DefaultCleanupPeriod) pace Run. The cleanup runs every
@@ -618,8 +618,12 @@ func (m *Manager) objectChanged(key objectKey) {
 		if ps == nil {
 			continue
 		}
+		// Only the volumes the object feeds are tried again at once; the
+		// others keep their back-off.
 		for _, vs := range ps.volumes {
-			vs.notBefore = time.Time{}
+			if volumeReads(&vs.spec.VolumeSource, key) {
+				vs.notBefore = time.Time{}
+			}
 		}
 		m.dirty[uid] = true
 	}
@@ -874,22 +878,7 @@ func podReferences(pod *v1.Pod) []objectKey {
 		add(kindSecret, s.Name)
 	}
 	for i := range pod.Spec.Volumes {
-		src := &pod.Spec.Volumes[i].VolumeSource
-		switch {
-		case src.ConfigMap != nil:
-			add(kindConfigMap, src.ConfigMap.Name)
-		case src.Secret != nil:
-			add(kindSecret, src.Secret.SecretName)
-		case src.Projected != nil:
-			for _, s := range src.Projected.Sources {
-				if s.ConfigMap != nil {
-					add(kindConfigMap, s.ConfigMap.Name)
-				}
-				if s.Secret != nil {
-					add(kindSecret, s.Secret.Name)
-				}
-			}
-		}
+		volumeObjects(&pod.Spec.Volumes[i].VolumeSource, add)
 	}
 	visitContainers(pod, func(c *v1.Container) bool {
 		for _, e := range c.EnvFrom {
@@ -918,6 +907,36 @@ func podReferences(pod *v1.Pod) []objectKey {
 		out = append(out, k)
 	}
 	return out
+}
+
+// volumeObjects calls add with the kind and name of every configMap and
+// secret the volume's content comes from.
+func volumeObjects(src *v1.VolumeSource, add func(kind objectKind, name string)) {
+	switch {
+	case src.ConfigMap != nil:
+		add(kindConfigMap, src.ConfigMap.Name)
+	case src.Secret != nil:
+		add(kindSecret, src.Secret.SecretName)
+	case src.Projected != nil:
+		for _, s := range src.Projected.Sources {
+			if s.ConfigMap != nil {
+				add(kindConfigMap, s.ConfigMap.Name)
+			}
+			if s.Secret != nil {
+				add(kindSecret, s.Secret.Name)
+			}
+		}
+	}
+}
+
+// volumeReads reports whether the volume's content comes from the object
+// key (of the volume's pod's namespace).
+func volumeReads(src *v1.VolumeSource, key objectKey) bool {
+	reads := false
+	volumeObjects(src, func(kind objectKind, name string) {
+		reads = reads || (kind == key.kind && name == key.name)
+	})
+	return reads
 }
 
 // samePodContent reports whether two versions of a pod have the same

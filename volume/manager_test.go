@@ -262,6 +262,31 @@ func TestOptionalAndMissingObjects(t *testing.T) {
 	})
 }
 
+// TestObjectChangeLiftsOnlyItsVolumesBackOff: a configMap that appears
+// lifts the back-off of the volume it feeds, not that of the pod's other
+// volumes, whose object is still missing: those are not tried again (no
+// new event) before their own back-off ends.
+func TestObjectChangeLiftsOnlyItsVolumesBackOff(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	f.run()
+	pod := testPod("u1", cmVolume("c", "later", nil),
+		v1.Volume{Name: "s", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "later"}}})
+	if _, err := f.m.MountPod(f.ctx, pod); err == nil {
+		t.Fatal("mounted with both objects missing")
+	}
+	f.events()
+	f.client.CoreV1().ConfigMaps("ns").Create(f.ctx, configMap("later", map[string]string{"k": "v"}), metav1.CreateOptions{})
+	want := `unmounted volumes=[s], unattached volumes=[], failed to process volumes=[]: ` +
+		`MountVolume.SetUp failed for volume "s" : secret "later" not found`
+	f.eventually("the configMap volume to mount", func() bool {
+		_, err := f.m.MountPod(f.ctx, pod)
+		return err != nil && err.Error() == want
+	})
+	if events := f.events(); len(events) != 0 {
+		t.Errorf("the secret volume was tried again within its back-off: events %q", events)
+	}
+}
+
 func TestUnsupportedVolumes(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	pod := testPod("u1",

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 )
 
@@ -23,6 +24,13 @@ var Module = fx.Options(
 	fx.Provide(provide),
 	fx.Invoke(func(*Manager) {}),
 )
+
+// AsPlugin returns an fx option that adds a Plugin, or what an fx
+// constructor returns (a Plugin, optionally with an error), to the
+// PluginGroup.
+func AsPlugin(plugin any) fx.Option {
+	return fxgroup.Provide(PluginGroup, plugin, func(p Plugin) Plugin { return p })
+}
 
 // Params are Module's dependencies.
 type Params struct {

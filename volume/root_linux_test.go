@@ -189,3 +189,41 @@ func TestRealOrphanCleanup(t *testing.T) {
 		t.Errorf("the bind mount point was removed: %v", err)
 	}
 }
+
+// TestRealSubPathOfAPodNotMountedSinceStart: a hostPath volume's subPath
+// bind mount (hostPath has no directory under volumes/) of a pod that a
+// restarted Manager never mounted is unmounted by UnmountPod, and nothing
+// behind it is deleted.
+func TestRealSubPathOfAPodNotMountedSinceStart(t *testing.T) {
+	requireRoot(t)
+	host := t.TempDir()
+	os.MkdirAll(filepath.Join(host, "sub"), 0o755)
+	os.WriteFile(filepath.Join(host, "sub", "keep"), []byte("x"), 0o644)
+	before := newFixture(t, nil, func(o *Options) { o.Mounter = nil })
+	t.Cleanup(func() { unmountAllUnder(t, before.root) })
+	pod := testPod("u1", v1.Volume{Name: "hp", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: host}}})
+	got := before.mountPod(pod)
+	target, err := before.m.SubPath(before.ctx, SubPathSpec{PodUID: "u1", VolumeName: "hp", VolumePath: got["hp"].Path, SubPath: "sub", ContainerName: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(mountsUnder(t, target)); n != 1 {
+		t.Fatalf("%d mounts on the subPath target, want 1", n)
+	}
+
+	// The agent restarts: a new Manager on the same root that never
+	// mounted the pod tears it down.
+	after := newFixture(t, nil, func(o *Options) { o.Mounter = nil; o.RootDir = before.root })
+	if err := after.m.UnmountPod(after.ctx, "u1"); err != nil {
+		t.Fatalf("UnmountPod of a pod with a hostPath subPath mounted before the restart: %v", err)
+	}
+	if left := mountsUnder(t, before.root); len(left) != 0 {
+		t.Errorf("left mounted: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(before.podDir("u1"), subPathDirName)); !os.IsNotExist(err) {
+		t.Errorf("%s left: %v", subPathDirName, err)
+	}
+	if readFile(t, filepath.Join(host, "sub", "keep")) != "x" {
+		t.Error("the hostPath's content was deleted through the bind mount")
+	}
+}

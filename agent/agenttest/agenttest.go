@@ -13,7 +13,8 @@
 // Nothing touches the host: the agent's directories live under the test's
 // temporary directory, cgroups per QoS are off, the volume manager's
 // mounter is k8s.io/mount-utils' fake (memory-backed volumes are plain
-// directories), ports are loopback ones picked at random.
+// directories), the healthz server and the node API listen on loopback
+// ports Start binds at port 0 and hands to the agent.
 package agenttest
 
 import (
@@ -79,6 +80,10 @@ type Options struct {
 	CRIEndpoint string
 	// Extra are the embedder's fx options, applied last.
 	Extra []fx.Option
+	// Configure, when set, changes the agent's Config after the flags
+	// were parsed: for the fields no flag sets (a KubeletConfiguration
+	// field the agent reads from its config file only, say).
+	Configure func(*agent.Config)
 }
 
 // Node is a running agent under test.
@@ -120,7 +125,26 @@ func Start(t testing.TB, opts Options) *Node {
 		n.CRI, endpoint = StartFakeCRI(t, criOpts)
 		runtime = agent.CRI
 	}
-	n.Config = Config(t, n.Name, endpoint, opts.Args...)
+	// The healthz server and the node API listen on loopback ports bound
+	// here, at port 0, and handed to the agent: no other test can take
+	// them between the choice and the agent's listen.
+	healthLn, apiLn := listenLoopback(t), listenLoopback(t)
+	healthPort, apiPort := portOf(healthLn), portOf(apiLn)
+	args := append([]string{"--healthz-port=" + strconv.Itoa(healthPort), "--port=" + strconv.Itoa(apiPort)}, opts.Args...)
+	n.Config = Config(t, n.Name, endpoint, args...)
+	if opts.Configure != nil {
+		opts.Configure(n.Config)
+	}
+	if kc := n.Config.Kubelet; kc.HealthzPort != nil && int(*kc.HealthzPort) == healthPort && kc.HealthzBindAddress == "127.0.0.1" {
+		n.Config.HealthzListener = healthLn
+	} else {
+		healthLn.Close()
+	}
+	if int(n.Config.Kubelet.Port) == apiPort && n.Config.Kubelet.Address == "127.0.0.1" {
+		n.Config.NodeAPIListener = apiLn
+	} else {
+		apiLn.Close()
+	}
 	all := []fx.Option{fx.Supply(n.Config), agent.Standalone, runtime}
 	if !opts.Standalone {
 		all = []fx.Option{
@@ -141,11 +165,28 @@ func Start(t testing.TB, opts Options) *Node {
 	n.App = fxtest.New(t, all...)
 	n.App.RequireStart()
 	t.Cleanup(func() {
+		// Stopped whatever happened, even when a component shut it down
+		// (which fails the test).
+		defer n.App.RequireStop()
 		RequireNoShutdown(t, n.App)
-		n.App.RequireStop()
 	})
 	return n
 }
+
+// listenLoopback binds a TCP port on 127.0.0.1 chosen by the kernel; it is
+// closed when the test ends unless the agent took it (closing twice is
+// harmless).
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func portOf(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
 
 // assignUID gives an object created without a UID one, as the API server
 // does (the fake clientset does not): mirror pods and the Node need theirs.

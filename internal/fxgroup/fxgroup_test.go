@@ -2,6 +2,7 @@ package fxgroup
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -73,5 +74,52 @@ func TestProvideRejectsWrongShapes(t *testing.T) {
 			}()
 			Provide("things", ctor, wrapAs("x"))
 		}()
+	}
+}
+
+// TestProvideNil: a plain nil (the helpers' "remove the default of this
+// name") adds the zero value instead of panicking.
+func TestProvideNil(t *testing.T) {
+	got, err := collect(t, Provide("things", nil, wrapAs("removal")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].label != "removal" || got[0].h != nil {
+		t.Errorf("group = %+v, want one entry with a nil handler", got)
+	}
+}
+
+// TestProvideNilInterfaceResult: a constructor that returns a nil value of
+// an interface group type (a source not configured) adds nil, without the
+// reflection panicking.
+func TestProvideNilInterfaceResult(t *testing.T) {
+	var got []handler
+	app := fx.New(fx.NopLogger,
+		Provide("handlers", func() (handler, error) { return nil, nil }, func(h handler) handler { return h }),
+		fx.Invoke(fx.Annotate(func(hs []handler) { got = hs }, fx.ParamTags(`group:"handlers"`))),
+	)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != nil {
+		t.Errorf("group = %v, want one nil", got)
+	}
+}
+
+// TestCheckRefusesAWronglyTypedGroupValue: a value of another type than
+// the group holds (a constructor returning a concrete type, annotated by
+// hand) fails the start, naming the group and both types; the right type
+// passes.
+func TestCheckRefusesAWronglyTypedGroupValue(t *testing.T) {
+	groups := map[string]reflect.Type{"things": reflect.TypeFor[entry]()}
+	app := fx.New(fx.NopLogger, Check(groups),
+		Provide("things", named("ok"), wrapAs("ok")),
+		fx.Provide(fx.Annotate(func() named { return "concrete" }, fx.ResultTags(`group:"things"`))))
+	err := app.Err()
+	if err == nil || !strings.Contains(err.Error(), `fxgroup.named was provided to the value group "things"`) {
+		t.Fatalf("start with a wrongly typed group value: %v", err)
+	}
+	if app := fx.New(fx.NopLogger, Check(groups), Provide("things", named("ok"), wrapAs("ok"))); app.Err() != nil {
+		t.Errorf("start with the group's own type: %v", app.Err())
 	}
 }

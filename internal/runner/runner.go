@@ -6,10 +6,15 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
 
@@ -23,7 +28,10 @@ import (
 // not nil, shuts the application down with exit code 1: a component that
 // cannot do its job must not leave a half-working agent behind. When sd is
 // a *Failures, the component's name and error are recorded in it first, so
-// the application can say why it stopped. Hook does not block.
+// the application can say why it stopped. Once the component is stopping,
+// its logger drops error lines about cancelled calls (the stop itself). A run that panics is stopped the
+// same way, the panic and its stack in the error, even while the
+// application stops. Hook does not block.
 func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, run func(ctx context.Context) error) {
 	var (
 		cancel context.CancelFunc
@@ -36,12 +44,14 @@ func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, ru
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			var ctx context.Context
-			ctx, cancel = context.WithCancel(klog.NewContext(context.Background(), logger))
+			ctx, cancel = context.WithCancel(context.Background())
+			ctx = klog.NewContext(ctx, quietOnStop(ctx, logger))
 			done = make(chan struct{})
 			go func() {
 				defer close(done)
-				err := run(ctx)
-				if err == nil || errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				err := runRecovering(ctx, run)
+				var panicked *panicError
+				if err == nil || ((errors.Is(err, context.Canceled) || ctx.Err() != nil) && !errors.As(err, &panicked)) {
 					return
 				}
 				logger.Error(err, "Component stopped unexpectedly")
@@ -96,4 +106,65 @@ func (f *Failures) First() (component string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.component, f.err
+}
+
+// runRecovering calls run, turning a panic into an error that carries the
+// panic's value and stack: the component stops the application (exit code
+// 1) with a log line naming it, rather than the process dying without the
+// component's name, or a goroutine dying with a lock held.
+func runRecovering(ctx context.Context, run func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{fmt.Sprintf("panic: %v\n%s", r, debug.Stack())}
+		}
+	}()
+	return run(ctx)
+}
+
+// panicError is a run's panic, reported even while the application stops.
+type panicError struct{ msg string }
+
+func (e *panicError) Error() string { return e.msg }
+
+// quietOnStop returns logger, except that once ctx is done (the component
+// stops) an error line whose error is a cancellation (the context's, or a
+// gRPC call's canceled with it) is dropped: what a call cut short by the
+// stop reports is the stop itself, not an error. Other error lines stay.
+func quietOnStop(ctx context.Context, logger logr.Logger) logr.Logger {
+	sink := logger.GetSink()
+	if sink == nil {
+		return logger
+	}
+	return logger.WithSink(quietSink{LogSink: sink, ctx: ctx})
+}
+
+type quietSink struct {
+	logr.LogSink
+	ctx context.Context
+}
+
+// Init does nothing: the wrapped sink, shared, was initialized with its
+// own logger (initializing it again would race with its users).
+func (quietSink) Init(logr.RuntimeInfo) {}
+
+func (q quietSink) Error(err error, msg string, kv ...any) {
+	if q.ctx.Err() != nil && isCancellation(err) {
+		return
+	}
+	q.LogSink.Error(err, msg, kv...)
+}
+
+func (q quietSink) WithValues(kv ...any) logr.LogSink {
+	return quietSink{LogSink: q.LogSink.WithValues(kv...), ctx: q.ctx}
+}
+
+func (q quietSink) WithName(name string) logr.LogSink {
+	return quietSink{LogSink: q.LogSink.WithName(name), ctx: q.ctx}
+}
+
+// isCancellation reports whether err is a context's cancellation, directly
+// or as a gRPC status (which does not wrap it).
+func isCancellation(err error) bool {
+	return err != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled ||
+		strings.Contains(err.Error(), context.Canceled.Error()))
 }

@@ -3,6 +3,11 @@ package runner
 import (
 	"context"
 	"errors"
+	"github.com/go-logr/logr/funcr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +98,72 @@ func TestFailuresEmptyAfterCleanStop(t *testing.T) {
 	f := NewFailures(nil)
 	if c, err := f.First(); c != "" || err != nil {
 		t.Errorf("First() = %q, %v; want nothing", c, err)
+	}
+}
+
+// TestHookStopsOnPanic: a component that panics stops the application
+// with exit code 1 and is named with the panic in Failures, instead of
+// killing the process without a word about which component it was.
+func TestHookStopsOnPanic(t *testing.T) {
+	var failures *Failures
+	app := fxtest.New(t,
+		fx.Decorate(func(sd fx.Shutdowner) fx.Shutdowner {
+			failures = NewFailures(sd)
+			return failures
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, sd fx.Shutdowner) {
+			Hook(lc, sd, logr.Discard(), "panicky", func(context.Context) error {
+				var m map[string]int
+				m["x"] = 1 // a nil map write
+				return nil
+			})
+		}))
+	app.RequireStart()
+	select {
+	case sig := <-app.Wait():
+		if sig.ExitCode != 1 {
+			t.Fatalf("exit code = %d, want 1", sig.ExitCode)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("application was not shut down after run panicked")
+	}
+	app.RequireStop()
+	if c, err := failures.First(); c != "panicky" || err == nil || !strings.Contains(err.Error(), "assignment to entry in nil map") {
+		t.Errorf("First() = %q, %v; want panicky and the panic", c, err)
+	}
+}
+
+// TestHookQuietOnlyAboutTheStop: once a component stops, its error lines
+// about cancelled calls are dropped; other errors, and cancellations
+// before the stop, are logged.
+func TestHookQuietOnlyAboutTheStop(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{})
+	logged, stopped := make(chan struct{}), make(chan struct{})
+	lc := fxtest.NewLifecycle(t)
+	Hook(lc, nil, logger, "c", func(ctx context.Context) error {
+		log := logr.FromContextOrDiscard(ctx)
+		log.Error(context.Canceled, "before the stop")
+		close(logged)
+		<-ctx.Done()
+		log.Error(status.Error(codes.Canceled, "context canceled"), "cancelled by the stop")
+		log.WithValues("k", "v").Error(errors.New("disk full"), "a real error while stopping")
+		close(stopped)
+		return nil
+	})
+	lc.RequireStart()
+	<-logged
+	lc.RequireStop()
+	<-stopped
+	mu.Lock()
+	defer mu.Unlock()
+	got := strings.Join(lines, "\n")
+	if !strings.Contains(got, "before the stop") || !strings.Contains(got, "a real error while stopping") || strings.Contains(got, "cancelled by the stop") {
+		t.Errorf("log lines:\n%s\nwant the error before the stop and the real one, not the cancellation", got)
 	}
 }

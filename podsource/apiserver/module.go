@@ -13,7 +13,7 @@ import (
 // zero Options.Client is filled from the graph's kubernetes.Interface and a
 // zero Clock from the optional clock.Clock.
 var Module = fx.Options(
-	fx.Provide(fx.Annotate(provide, fx.ResultTags(`group:"`+podsource.SourceGroup+`"`))),
+	podsource.AsSource(provide),
 )
 
 // Params are Module's dependencies.

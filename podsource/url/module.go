@@ -14,7 +14,7 @@ import (
 // Recorder and Clock are filled from the graph's optional
 // record.EventRecorder and clock.Clock.
 var Module = fx.Options(
-	fx.Provide(fx.Annotate(provide, fx.ResultTags(`group:"`+podsource.SourceGroup+`"`))),
+	podsource.AsSource(provide),
 )
 
 // Params are Module's dependencies.

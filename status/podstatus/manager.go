@@ -322,6 +322,26 @@ type StartObserver interface {
 
 var _ StartObserver = (*Manager)(nil)
 
+// MirrorObserver is implemented by a status manager that waits for the
+// mirror pod of a static pod before writing the static pod's status;
+// *Manager does. The pod loop calls MirrorPodsChanged when the sources
+// show a static pod's mirror pod appear or change (podsource.OpMirror).
+type MirrorObserver interface {
+	MirrorPodsChanged()
+}
+
+var _ MirrorObserver = (*Manager)(nil)
+
+// MirrorPodsChanged writes now the statuses not written yet, among them
+// those of static pods that waited for their mirror pod, instead of at the
+// next periodic sync (up to SyncPeriod later). It does not block.
+func (m *Manager) MirrorPodsChanged() {
+	select {
+	case m.signal <- struct{}{}:
+	default:
+	}
+}
+
 // PodSeen records when the agent first saw the pod uid, which had not
 // started yet: when the API server accepts the first status write that
 // shows every regular container started (AllContainersStarted), the time

@@ -683,6 +683,26 @@ func TestStaticPodStatusWaitsForItsMirrorPod(t *testing.T) {
 	}
 }
 
+// MirrorPodsChanged writes a static pod's status that waited for its
+// mirror pod at once, not at the next periodic sync.
+func TestMirrorPodsChangedWritesAWaitingStatus(t *testing.T) {
+	static, mirror := staticAndMirror("abc")
+	g := &getter{pods: map[types.UID]*v1.Pod{static.UID: static}}
+	e := newEnv(t, g)
+	e.m.SetPodStatus(static, podstatus.Generate(static, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.resync(t)
+	if n := len(e.client.Actions()); n != 0 {
+		t.Fatalf("%d API requests before a mirror pod exists, want none", n)
+	}
+	if err := e.client.Tracker().Add(mirror); err != nil {
+		t.Fatal(err)
+	}
+	g.set(mirror)
+	// The clock does not move: only MirrorPodsChanged can bring the write.
+	e.m.MirrorPodsChanged()
+	e.waitFor(t, "the mirror's status", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+}
+
 // The periodic sync compares a static pod's status with its mirror pod's
 // and writes it again when someone else changed it.
 func TestResyncRewritesAMirrorPodStatusSomeoneElseChanged(t *testing.T) {

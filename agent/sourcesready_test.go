@@ -1,0 +1,168 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/nodekit/nodekit/agent"
+	"github.com/nodekit/nodekit/agent/agenttest"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
+)
+
+// TestRestartKillsNoRunningPod: an agent restarted many times over 110
+// running pods stops none of them and deletes none of their emptyDir data.
+// On every restart an admit handler holds the loop halfway through the API
+// server's first update until the runtime's running pods are known and
+// housekeeping (every millisecond) had its chance: only the loop's own
+// readiness (every source's first update handled, not only received) keeps
+// housekeeping from taking the pods not admitted yet for orphans.
+func TestRestartKillsNoRunningPod(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts an agent over 110 pods several times")
+	}
+	const nPods, restarts = 110, 3
+	srv, endpoint := agenttest.StartFakeCRI(t, fakecri.Options{PullAny: true})
+	client := fake.NewClientset()
+	cfg := agenttest.Config(t, "node-a", endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n := &agenttest.Node{T: t, Name: "node-a", Client: client, Config: cfg}
+
+	var all []*v1.Pod
+	app, ctrl, rt := startRestartable(t, cfg, client, 0)
+	n.WaitReady(ctx)
+	for i := range nPods {
+		p := agenttest.Pod(fmt.Sprintf("p%03d", i), "busybox")
+		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		all = append(all, n.CreatePod(ctx, p))
+	}
+	for _, p := range all {
+		n.WaitForPod(ctx, p, agenttest.PodRunningAndReady)
+	}
+	// Every pod's emptyDir holds a file that must survive the restarts.
+	dataFile := func(uid types.UID) string {
+		return filepath.Join(cfg.RootDir, "pods", string(uid), "volumes", "kubernetes.io~empty-dir", "data", "keep")
+	}
+	for _, p := range all {
+		if err := os.WriteFile(dataFile(p.UID), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAdmitted(ctx, t, ctrl, rt, nPods)
+	app.RequireStop()
+	stops := srv.Calls("StopPodSandbox") + srv.Calls("StopContainer")
+
+	for i := range restarts {
+		app, ctrl, rt = startRestartable(t, cfg, client, nPods/2)
+		waitAdmitted(ctx, t, ctrl, rt, nPods)
+		app.RequireStop()
+		if kills, got := rt.kills.Load(), srv.Calls("StopPodSandbox")+srv.Calls("StopContainer"); kills != 0 || got != stops {
+			t.Fatalf("restart %d: %d pods killed, %d sandbox or container stops; want none: housekeeping took pods not admitted yet for orphans", i+1, kills, got-stops)
+		}
+	}
+	for _, p := range all {
+		if _, err := os.Stat(dataFile(p.UID)); err != nil {
+			t.Errorf("pod %s: emptyDir data lost: %v", p.Name, err)
+		}
+	}
+}
+
+// startRestartable starts an agent on cfg and client with housekeeping
+// every millisecond and returns it with its pod lifecycle loop and its
+// runtime, counted. With holdAt > 0, the holdAt-th pod's admission waits
+// until the runtime's running pods are known and housekeeping had 100
+// periods to run.
+func startRestartable(t *testing.T, cfg *agent.Config, client *fake.Clientset, holdAt int) (*fxtest.App, *pods.Controller, *countingRuntime) {
+	t.Helper()
+	var ctrl *pods.Controller
+	rt := &countingRuntime{}
+	var admitted atomic.Int64
+	hold := pods.AdmitFunc(func(pods.AdmitAttributes) pods.AdmitResult {
+		if admitted.Add(1) != int64(holdAt) {
+			return pods.AdmitResult{Admit: true}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			running, err := rt.Backend.RunningPods(ctx)
+			return err == nil && len(running) >= holdAt*2, nil
+		}); err != nil {
+			t.Errorf("the runtime's running pods are not known after a restart: %v", err)
+		}
+		lists := rt.lists.Load()
+		_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+			return rt.lists.Load() >= lists+2, nil
+		})
+		return pods.AdmitResult{Admit: true}
+	})
+	app := fxtest.New(t, fx.Supply(cfg), agent.Core, agent.CRI,
+		pods.AsAdmitHandler("HoldHalfway", pods.OrderGeneralPredicates+1, hold),
+		fx.Replace(&agent.Clients{Client: client, Heartbeat: client}),
+		fx.Decorate(func(o volume.Options) volume.Options {
+			o.Mounter = mount.NewFakeMounter(nil)
+			o.CleanupPeriod = time.Millisecond
+			return o
+		}),
+		fx.Decorate(func(o pods.Options) pods.Options {
+			o.HousekeepingPeriod = time.Millisecond
+			return o
+		}),
+		fx.Decorate(func(b *runtime.Backend) pods.Runtime {
+			rt.Backend = b
+			return rt
+		}),
+		fx.Populate(&ctrl))
+	app.RequireStart()
+	return app, ctrl, rt
+}
+
+// countingRuntime counts the loop's KillPod and RunningPods calls (the
+// latter are housekeeping rounds).
+type countingRuntime struct {
+	*runtime.Backend
+	kills, lists atomic.Int64
+}
+
+func (r *countingRuntime) KillPod(ctx context.Context, pod *v1.Pod, grace *int64) error {
+	r.kills.Add(1)
+	return r.Backend.KillPod(ctx, pod, grace)
+}
+
+func (r *countingRuntime) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
+	r.lists.Add(1)
+	return r.Backend.RunningPods(ctx)
+}
+
+// waitAdmitted waits until the loop runs want pods and housekeeping has
+// looked for orphans several times since.
+func waitAdmitted(ctx context.Context, t *testing.T, ctrl *pods.Controller, rt *countingRuntime, want int) {
+	t.Helper()
+	if err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+		return len(ctrl.ActivePods()) == want, nil
+	}); err != nil {
+		t.Fatalf("%d of %d pods admitted: %v", len(ctrl.ActivePods()), want, err)
+	}
+	lists := rt.lists.Load()
+	if err := wait.PollUntilContextCancel(ctx, 5*time.Millisecond, true, func(context.Context) (bool, error) {
+		return rt.lists.Load() >= lists+5, nil
+	}); err != nil {
+		t.Fatalf("housekeeping did not run: %v", err)
+	}
+}
