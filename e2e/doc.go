@@ -39,7 +39,7 @@
 // for two minutes through an API proxy of that node only
 // (TestAPIServerOutage), containerd stopped and frozen
 // (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
-// the modes of the agent's files), SIGPWR with shutdownGracePeriod set (a
+// the modes of the agent's files), SIGPWR with shutdownGracePeriod set and --node-shutdown-signal (a
 // graceful node shutdown: TestGracefulNodeShutdown), pods the node cannot or can barely run
 // (TestHostileInput), pods created and deleted in rounds (TestChurn: short
 // here, 2,000 × 5 on fakecri and 200 × 5 on containerd under NODEKIT_SOAK=1,

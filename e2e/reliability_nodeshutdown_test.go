@@ -36,7 +36,8 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		// (the agent had ended the shutdown at 16.1 s, on time).
 		slack = 10 * time.Second
 	)
-	n := newRelNode(t, "nodeshutdown", relOptions{kubeletConfig: map[string]any{
+	// The signal is opt-in (--node-shutdown-signal).
+	n := newRelNode(t, "nodeshutdown", relOptions{extraArgs: []string{"--node-shutdown-signal"}, kubeletConfig: map[string]any{
 		"shutdownGracePeriod":             grace.String(),
 		"shutdownGracePeriodCriticalPods": critical.String(),
 	}})
