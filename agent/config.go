@@ -61,6 +61,13 @@ type Config struct {
 	// by the image garbage collector, as with the kubelet; the sandbox
 	// image itself is the runtime's setting.
 	PodInfraContainerImage string
+	// NodeShutdownSignal makes the agent take nodeshutdown.DefaultSignal
+	// (SIGPWR on Linux) as a node shutdown when a shutdown grace period is
+	// set (--node-shutdown-signal, nodekit's own flag; off by default, as
+	// the kubelet catches no such signal): for machines without
+	// systemd-logind, whose init system or operator sends it before
+	// stopping the node. Off, SIGPWR keeps its default action.
+	NodeShutdownSignal bool
 
 	// HealthzListener and NodeAPIListener, when set, are where the healthz
 	// and metrics server and the node API (server.Options.Listener) serve

@@ -23,7 +23,8 @@
 // configz, with TLS, authentication and authorization), the /healthz and
 // /metrics server on the healthz port, and the graceful node shutdown
 // (NodeShutdown: with shutdownGracePeriod set, pods stopped by priority
-// when systemd-logind announces a shutdown or the agent receives SIGPWR). A
+// when systemd-logind announces a shutdown or, opted in with
+// --node-shutdown-signal, the agent receives SIGPWR). A
 // runtime module completes it: CRI
 // (containerd, CRI-O or runtime/fakecri: the CRI connection, cgroups, pod
 // manager, PLEG, stats with the pods' volume usage, the volume manager

@@ -114,6 +114,8 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.Int32Var(c.MaxPerPodContainerCount, "maximum-dead-containers-per-container", *c.MaxPerPodContainerCount, "Dead instances kept per container; negative for no limit.")
 	fs.Int32Var(c.MaxContainerCount, "maximum-dead-containers", *c.MaxContainerCount, "Dead containers kept on the node; negative for no limit.")
 	fs.StringVar(&c.PodInfraContainerImage, "pod-infra-container-image", c.PodInfraContainerImage, "Image the image garbage collector never removes (the runtime's sandbox image).")
+	// nodekit's own: the kubelet has no such flag.
+	fs.BoolVar(&c.NodeShutdownSignal, "node-shutdown-signal", c.NodeShutdownSignal, "With shutdownGracePeriod set, take SIGPWR sent to the agent as a node shutdown (for machines without systemd-logind). Off by default.")
 	b.discarded = make(map[string]any, len(discardedFlags))
 	for name, isBool := range discardedFlags {
 		usage := "Accepted for kubelet compatibility; nodekit does not implement it."

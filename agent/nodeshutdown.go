@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodekit/nodekit/nodeshutdown"
 	"github.com/nodekit/nodekit/pods"
@@ -31,7 +32,8 @@ const (
 // include it.
 //
 // The signal comes from systemd-logind (a delay inhibitor lock over D-Bus)
-// where systemd and the system bus run, and always from SIGPWR
+// where systemd and the system bus run and, when Config.NodeShutdownSignal
+// is set (--node-shutdown-signal; off by default), from SIGPWR
 // (nodeshutdown.DefaultSignal) sent to the agent: an init system or an
 // operator sends it before stopping the node. SIGTERM still only stops the
 // agent. Replace the sources with fx.Decorate of nodeshutdown.Options
@@ -83,7 +85,8 @@ type nodeShutdownParams struct {
 }
 
 // provideNodeShutdownOptions completes Config.NodeShutdownOptions from the
-// graph and picks the sources: logind where it runs, and SIGPWR.
+// graph and picks the sources: logind where it runs, and SIGPWR when
+// Config.NodeShutdownSignal is set.
 func provideNodeShutdownOptions(p nodeShutdownParams) (nodeshutdown.Options, error) {
 	o := p.Config.NodeShutdownOptions()
 	o.SyncNodeStatus = p.Reporter.syncNow
@@ -96,15 +99,35 @@ func provideNodeShutdownOptions(p nodeShutdownParams) (nodeshutdown.Options, err
 	if logger.GetSink() == nil {
 		logger = logr.Discard()
 	}
-	signal := nodeshutdown.NewSignalSource(nodeshutdown.DefaultSignal)
-	o.Sources = []nodeshutdown.Source{signal}
-	if nodeshutdown.LogindAvailable() {
-		o.Sources = append([]nodeshutdown.Source{nodeshutdown.NewLogindSource(nodeshutdown.LogindOptions{InhibitDelay: nodeshutdown.PeriodRequested(periods)})}, o.Sources...)
-		logger.Info("Graceful node shutdown: watching systemd-logind and the agent's signal", "signal", signal.String(), "shutdownGracePeriodByPodPriority", periods)
-	} else {
-		logger.Info("Graceful node shutdown: no systemd-logind on this machine (no /run/systemd/system or no D-Bus system bus); send the agent the signal before the node stops", "signal", signal.String(), "shutdownGracePeriodByPodPriority", periods)
-	}
+	o.Sources = nodeShutdownSources(logger, nodeshutdown.LogindAvailable(), p.Config.NodeShutdownSignal, periods)
 	return o, nil
+}
+
+// nodeShutdownSources returns the node shutdown sources: logind's when it
+// runs, then the agent's signal when opted in; it logs which, and says so
+// when there is none (the grace period is then accepted but no shutdown is
+// ever seen).
+func nodeShutdownSources(logger logr.Logger, logind, signal bool, periods []kubeletconfig.ShutdownGracePeriodByPodPriority) []nodeshutdown.Source {
+	var sources []nodeshutdown.Source
+	if logind {
+		sources = append(sources, nodeshutdown.NewLogindSource(nodeshutdown.LogindOptions{InhibitDelay: nodeshutdown.PeriodRequested(periods)}))
+	}
+	var sig *nodeshutdown.SignalSource
+	if signal {
+		sig = nodeshutdown.NewSignalSource(nodeshutdown.DefaultSignal)
+		sources = append(sources, sig)
+	}
+	switch {
+	case logind && sig != nil:
+		logger.Info("Graceful node shutdown: watching systemd-logind and the agent's signal", "signal", sig.String(), "shutdownGracePeriodByPodPriority", periods)
+	case logind:
+		logger.Info("Graceful node shutdown: watching systemd-logind", "shutdownGracePeriodByPodPriority", periods)
+	case sig != nil:
+		logger.Info("Graceful node shutdown: no systemd-logind on this machine (no /run/systemd/system or no D-Bus system bus); send the agent the signal before the node stops", "signal", sig.String(), "shutdownGracePeriodByPodPriority", periods)
+	default:
+		logger.Info("Graceful node shutdown is configured but not implemented on this machine: no systemd-logind (no /run/systemd/system or no D-Bus system bus) and the shutdown signal is off; start the agent with --node-shutdown-signal and send it SIGPWR before the node stops", "shutdownGracePeriodByPodPriority", periods)
+	}
+	return sources
 }
 
 // shutdownLoopRef hands the pod lifecycle loop to the node shutdown

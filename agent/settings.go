@@ -137,7 +137,8 @@ var implementedSettings = map[string]string{
 	"httpCheckFrequency": "",
 
 	// Graceful node shutdown (nodeshutdown/, agent/nodeshutdown.go): the
-	// signal is systemd-logind's where it runs, and SIGPWR.
+	// signal is systemd-logind's where it runs, and SIGPWR with
+	// --node-shutdown-signal.
 	"shutdownGracePeriod":              "",
 	"shutdownGracePeriodCriticalPods":  "",
 	"shutdownGracePeriodByPodPriority": "",

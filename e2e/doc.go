@@ -29,7 +29,10 @@
 // kubectl debug, termination messages, a missing configMap or secret
 // holding its pod, and log rotation; TestImageGCOnContainerd restarts an
 // agent with thresholds that force the image garbage collector to remove
-// an unused image. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
+// an unused image. TestReadmeClaimsOnContainerd (claims_test.go) checks
+// README claims in seconds on a containerd of its own: a native sidecar
+// started (its startup probe passed) before the main container, hostPath
+// directories, a tcpSocket readiness probe. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
 // with the API server unreachable (a proxy refuses the agent), then their
 // mirror pods, a deleted mirror pod coming back, an edited manifest
 // replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
@@ -39,7 +42,7 @@
 // for two minutes through an API proxy of that node only
 // (TestAPIServerOutage), containerd stopped and frozen
 // (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
-// the modes of the agent's files), SIGPWR with shutdownGracePeriod set (a
+// the modes of the agent's files), SIGPWR with shutdownGracePeriod set and --node-shutdown-signal (a
 // graceful node shutdown: TestGracefulNodeShutdown), pods the node cannot or can barely run
 // (TestHostileInput), pods created and deleted in rounds (TestChurn: short
 // here, 2,000 × 5 on fakecri and 200 × 5 on containerd under NODEKIT_SOAK=1,

@@ -293,8 +293,10 @@ func followHealthFile(t *testing.T, n *podNode, name string, hostNetwork bool) {
 // after 8 s; its startup probe (failureThreshold 60) checks the file, and so
 // does its liveness probe (failureThreshold 1), which would restart it at
 // once if it ran before startup passed. The container is not started and
-// not ready until then, is never restarted, and no liveness failure is
-// recorded.
+// not ready until then — the pod's ContainersReady turns True no sooner
+// than 8 s after the container started (whole seconds: 7 s) and within a
+// few probe periods after — is never restarted, and no liveness failure
+// is recorded.
 func testStartupHoldsLiveness(t *testing.T, n *podNode) {
 	pod := n.pod("startup", "sh", "-c", "sleep 8; touch /tmp/started; sleep 3600")
 	pod.Spec.Containers[0].StartupProbe = &v1.Probe{
@@ -323,6 +325,16 @@ func testStartupHoldsLiveness(t *testing.T, n *podNode) {
 		return ptr.Deref(cs.Started, false) && cs.Ready && isPodReady(p)
 	})
 	startedAfter := time.Since(containerStart)
+	// When the agent judged the container ready, from the condition it
+	// wrote; both times have whole seconds.
+	if c := findPodCondition(last, v1.ContainersReady); c == nil || c.Status != v1.ConditionTrue {
+		t.Errorf("ContainersReady %+v on a ready pod", c)
+	} else {
+		readyAfter := c.LastTransitionTime.Sub(containerStart)
+		if readyAfter < 7*time.Second || readyAfter > 8*time.Second+10*time.Second {
+			t.Errorf("ContainersReady turned True %s after the container started, want between 7 s (the marker at 8 s, whole seconds) and 18 s (the marker, a probe period, slack)", readyAfter)
+		}
+	}
 	startupFailed := waitForEventText(t, pod, "Unhealthy", "Startup probe failed: cat: can't open '/tmp/started'")
 	// Liveness now runs: a few periods more, and still no restart.
 	time.Sleep(5 * time.Second)

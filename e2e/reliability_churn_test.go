@@ -38,9 +38,11 @@ func pick[T any](short, long T) T {
 // hold nothing of them (no sandbox, container, pod or log directory, pod
 // cgroup on containerd) and the agent no more goroutines or open files
 // than when it was idle before the first round. Its live heap, read right
-// after a forced collection, must not grow from the first round to the
-// last (nothing kept per pod: a leak of 1 KiB a pod is 8 MiB over the
-// soak's last four rounds), and stay within 16 MiB of its idle figure:
+// after a forced collection, may grow by at most 4 MiB from the first
+// round to the last (the event correlator's cache, below, still fills
+// after the first round; a leak of 1 KiB a pod is 8 MiB over the soak's
+// last four rounds, twice the bound, while CI's short runs churn too few
+// pods to see one that small), and stay within 16 MiB of its idle figure:
 // what stays is what client-go's event correlator keeps by design (the
 // last 4,096 events and their aggregation keys, as in the kubelet) and the
 // capacity Go's maps keep after a round's peak of pods. CI runs 100 pods ×
@@ -50,6 +52,10 @@ func pick[T any](short, long T) T {
 // agent in the run's directory.
 // The short subtests run beside the rest of the suite; the soak's run one
 // after the other, since either alone fills two cores.
+// churnHeapGrowth is how much the agent's live heap may grow from the
+// churn's first round to its last (see TestChurn).
+const churnHeapGrowth = 4 << 20
+
 func TestChurn(t *testing.T) {
 	t.Run("fakecri", func(t *testing.T) {
 		if !soak() {
@@ -167,7 +173,7 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 		t.Errorf("after %d × %d pods the agent holds %s, idle it held %s", rounds, count, settled, idle)
 	}
 	after := figures("after")
-	if rounds > 1 && after.live > first.live+4<<20 {
+	if rounds > 1 && after.live > first.live+churnHeapGrowth {
 		t.Errorf("the agent's live heap grew from %s after the first round to %s after the last: something is kept per pod", mibytes(first.live), mibytes(after.live))
 	}
 	if after.live > idle.live+16<<20 {

@@ -36,7 +36,8 @@ func TestGracefulNodeShutdown(t *testing.T) {
 		// (the agent had ended the shutdown at 16.1 s, on time).
 		slack = 10 * time.Second
 	)
-	n := newRelNode(t, "nodeshutdown", relOptions{kubeletConfig: map[string]any{
+	// The signal is opt-in (--node-shutdown-signal).
+	n := newRelNode(t, "nodeshutdown", relOptions{extraArgs: []string{"--node-shutdown-signal"}, kubeletConfig: map[string]any{
 		"shutdownGracePeriod":             grace.String(),
 		"shutdownGracePeriodCriticalPods": critical.String(),
 	}})
@@ -126,6 +127,22 @@ func TestGracefulNodeShutdown(t *testing.T) {
 	}
 	if firstCritical < lastRegular {
 		t.Errorf("a critical pod's container stopped %s after the signal, before the last regular pod's (%s)", firstCritical, lastRegular)
+	}
+	// By group, one after the other: the containers ignore SIGTERM, so the
+	// regular ones are killed when their group's grace-critical (10 s) is
+	// up, and the critical ones critical (6 s) later. All at once would
+	// stop them together, or the critical first (its shorter grace).
+	// finishedAt has whole seconds: 2 s of slack on each bound, and the
+	// gap at least half the critical grace.
+	var firstRegular time.Duration = time.Hour
+	for _, name := range regular {
+		firstRegular = min(firstRegular, finished[name])
+	}
+	if firstRegular < grace-critical-2*time.Second {
+		t.Errorf("a regular pod's container stopped %s after the signal, before its group's %s were up", firstRegular, grace-critical)
+	}
+	if gap := firstCritical - lastRegular; gap < critical/2 {
+		t.Errorf("the critical pods' containers stopped %s after the last regular one, want about %s (their group starts once the regular group is done)", gap, critical)
 	}
 	if lastCritical > grace+slack {
 		t.Errorf("the last container stopped %s after the signal, beyond the %s grace (+%s slack)", lastCritical, grace, slack)

@@ -24,9 +24,9 @@ import (
 // must restart none of the running containers (same IDs, same restart
 // counts), rewrite none of their statuses, correct the stopped pod's,
 // clean up every deleted pod (containers, sandbox, cgroup, pod and log
-// directories) and start the new ones. It prints how long after the
-// restart the node reported Ready again (the kubelet on this machine:
-// 0.6–0.7 s) and what the restart cost.
+// directories) and start the new ones. The node must report Ready again
+// within 2 s of the restart (README's promise; the kubelet on this machine:
+// 0.6–0.7 s). It prints how long that took and what the restart cost.
 func TestAgentCrashRestart(t *testing.T) {
 	requireContainerd(t)
 	t.Parallel()
@@ -105,6 +105,9 @@ func TestAgentCrashRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no Ready status from the restarted agent: %v", err)
 	}
+	if limit := 2 * time.Second; ready > limit {
+		t.Errorf("the restarted agent reported the node Ready %s after its restart, want within %s", ready.Round(time.Millisecond), limit)
+	}
 
 	// The new pods start, the deleted ones go, the stopped one fails.
 	start = time.Now()
@@ -162,7 +165,9 @@ func TestAgentCrashRestart(t *testing.T) {
 // the containers keep running) for at least 30 s: the node turns
 // Ready=False with the kubelet's reason and message ("container runtime is
 // down"), and Ready again once containerd is back, without a second
-// sandbox or a restarted container for any pod whose shim survived intact;
+// sandbox or a restarted container for any pod whose shim survived intact
+// (NotReady within the 30 s threshold plus 10 s, Ready within
+// runtimeBackLimit of containerd's return, as when frozen);
 // every shim must survive the stop. (containerd 1.6 itself loses the
 // sandbox of a pod whose container it started in a second shim, on a
 // starved machine: it reports that sandbox NOTREADY after the restart, and
@@ -172,6 +177,16 @@ func TestAgentCrashRestart(t *testing.T) {
 // NotReady within the kubelet's 30 s threshold (plus one status poll and
 // one status update) while the Lease and the status cycles keep flowing,
 // and Ready again after SIGCONT. It prints each transition's delay.
+// The runtime outage bounds: the kubelet's maxWaitForContainerRuntime
+// (runtime.DefaultDownThreshold), and how soon the node is Ready once the
+// runtime answers again: the agent's runtime status period (5 s), the CRI
+// client's reconnect back-off (at most 3 s) and 10 s for the PATCH and the
+// watch under CI load.
+const (
+	runtimeDownThreshold = 30 * time.Second
+	runtimeBackLimit     = 5*time.Second + 3*time.Second + 10*time.Second
+)
+
 func TestRuntimeOutageAndHang(t *testing.T) {
 	requireContainerd(t)
 	t.Parallel()
@@ -265,6 +280,11 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	}
 	node := waitForNode(t, n.name, "Ready=False: container runtime is down", readyTimeout, runtimeDown)
 	notReadyAfter := time.Since(stopped)
+	// As frozen (below): the kubelet's 30 s threshold from the last answer,
+	// then the PATCH and the watch under CI load.
+	if limit := runtimeDownThreshold + 10*time.Second; notReadyAfter > limit {
+		t.Errorf("NotReady %s after containerd stopped, want within %s", notReadyAfter, limit)
+	}
 	t.Logf("containerd stopped: Ready=False after %s: %s %q", notReadyAfter.Round(100*time.Millisecond), readyCondition(node).Reason, readyCondition(node).Message)
 	if d := 30*time.Second - time.Since(stopped); d > 0 {
 		time.Sleep(d)
@@ -294,6 +314,9 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 		}
 	}
 	waitForNode(t, n.name, "Ready with containerd back", readyTimeout, isReady)
+	if back := time.Since(started); back > runtimeBackLimit {
+		t.Errorf("Ready %s after containerd was back, want within %s", back, runtimeBackLimit)
+	}
 	t.Logf("containerd down %s; Ready again %s after it was back; %d shims, all running through the stop; %d of %d pods had a container in a second shim (containerd 1.6), %d sandboxes reported NOTREADY by containerd after the restart and replaced as the kubelet does",
 		down.Round(100*time.Millisecond), time.Since(started).Round(100*time.Millisecond), len(shims), len(split), len(names), len(lost))
 	time.Sleep(5 * time.Second)
@@ -320,7 +343,7 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	// last answer (at or before the freeze). The agent reports it at once
 	// (runtime.StatusPoller.Changes), not at the next status period as the
 	// kubelet: allow 10 s for the PATCH and the watch under CI load.
-	if limit := 30*time.Second + 10*time.Second; notReadyAfter > limit {
+	if limit := runtimeDownThreshold + 10*time.Second; notReadyAfter > limit {
 		t.Errorf("NotReady %s after containerd froze, want within %s", notReadyAfter, limit)
 	}
 	// The Lease keeps flowing while the runtime hangs: two renewals in a
@@ -357,6 +380,9 @@ func TestRuntimeOutageAndHang(t *testing.T) {
 	thawedAt := time.Now()
 	waitForNode(t, n.name, "Ready after SIGCONT", readyTimeout, isReady)
 	readyAgain := time.Since(thawedAt)
+	if readyAgain > runtimeBackLimit {
+		t.Errorf("Ready %s after SIGCONT, want within %s", readyAgain, runtimeBackLimit)
+	}
 	statusCycles := cycles() - cyclesBefore
 	if min := float64(frozenFor/(10*time.Second)) - 1; statusCycles < min {
 		t.Errorf("%v status cycles in the %s containerd was frozen and the %s after, want at least %v", statusCycles, frozenFor.Round(time.Second), readyAgain.Round(time.Second), min)

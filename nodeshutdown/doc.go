@@ -45,7 +45,10 @@
 //     systems): the process receiving DefaultSignal (SIGPWR on Linux) is a
 //     shutdown. An init system or an operator sends it before stopping the
 //     node (`kill -PWR <agent pid>`), waits for the grace period, then
-//     stops the agent with SIGTERM (which never kills pods).
+//     stops the agent with SIGTERM (which never kills pods). It is opt-in:
+//     no signal is caught unless a SignalSource is among the Sources (the
+//     agent adds one with --node-shutdown-signal), so a stray SIGPWR (a UPS
+//     daemon's broadcast, say) does not kill the node's pods.
 //
 // # What an embedder can swap
 //

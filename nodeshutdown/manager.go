@@ -77,8 +77,10 @@ type Options struct {
 	// Ranges are killed from the lowest priority up, one after the other.
 	GracePeriodByPodPriority []kubeletconfig.ShutdownGracePeriodByPodPriority
 
-	// Sources signal the shutdown; default one SignalSource for
-	// DefaultSignal. They are watched only when a grace period is set.
+	// Sources signal the shutdown. They are watched only when a grace
+	// period is set. None is a valid choice: the shutdown then comes only
+	// from Handle. No signal is caught unless a SignalSource is given (a
+	// stray SIGPWR must not kill the node's pods unasked).
 	Sources []Source
 	// ActivePods lists the pods to kill.
 	ActivePods ActivePodsFunc
@@ -138,9 +140,6 @@ func New(opts Options) (*Manager, error) {
 	}
 	if len(periods) > 0 && (opts.ActivePods == nil || opts.KillPod == nil) {
 		return nil, errors.New("node shutdown: ActivePods and KillPod are required")
-	}
-	if opts.Sources == nil {
-		opts.Sources = []Source{NewSignalSource(DefaultSignal)}
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -250,6 +249,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	}
 	m.restoreMetrics(logger)
+	if len(m.opts.Sources) == 0 {
+		logger.Info("Node shutdown manager has no source: a node shutdown is seen only when Handle is called", "shutdownGracePeriodByPodPriority", m.periods)
+		<-ctx.Done()
+		return nil
+	}
 	logger.Info("Node shutdown manager watching for node shutdown", "shutdownGracePeriodByPodPriority", m.periods, "sources", len(m.opts.Sources))
 	var wg sync.WaitGroup
 	for _, src := range m.opts.Sources {

@@ -374,3 +374,11 @@ func TestDisabledManager(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A Manager given no source watches none: no signal is caught by default.
+func TestNoDefaultSignalSource(t *testing.T) {
+	m := newTestManager(t, Options{GracePeriod: 10 * time.Second, ActivePods: func() []*v1.Pod { return nil }, KillPod: newKiller().kill})
+	if len(m.opts.Sources) != 0 {
+		t.Errorf("sources of a Manager given none = %v, want none", m.opts.Sources)
+	}
+}

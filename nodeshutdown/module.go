@@ -19,7 +19,7 @@ const SourceGroup = "node_shutdown_sources"
 // KillPodFunc; Recorder, Clock and Registerer from the optional
 // record.EventRecorder, clock.Clock and prometheus.Registerer. Sources in
 // the SourceGroup value group are appended to Options.Sources (when both
-// are empty, the Manager watches DefaultSignal). The manager logs with the
+// are empty, the Manager watches nothing and acts only on Handle). The manager logs with the
 // optional logr.Logger (klog's by default) under the name "nodeshutdown".
 var Module = fx.Options(
 	fx.Provide(provide),

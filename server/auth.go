@@ -14,11 +14,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -271,65 +273,86 @@ func (a *x509Authenticator) authenticate(r *http.Request) (*User, bool, error) {
 	return &User{Name: chain[0].Subject.CommonName, Groups: slices.Clone(chain[0].Subject.Organization)}, true, nil
 }
 
-// tokenAuthenticator checks bearer tokens with TokenReview and caches the
-// answers (authenticated or not) for ttl under the token's SHA-256; failed
-// calls are retried (see retry) and not cached.
+// tokenAuthenticator checks bearer tokens with TokenReview, from the
+// Authorization header and, for a WebSocket request, from a
+// base64url.bearer.authorization.k8s.io protocol — tried in that order, as
+// the kubelet's union of the bearertoken and websocket authenticators, so a
+// WebSocket token is honoured whatever else the Authorization header holds.
+// Reviews that answer (authenticated or not) are cached for ttl under the
+// token's SHA-256; a review that fails — the call, or an answer with
+// status.error — is not cached, as the kubelet's token cache with cacheErrs
+// off: the next request asks again. Failed calls are retried (see retry).
 type tokenAuthenticator struct {
 	client  authnclient.TokenReviewInterface
 	cache   *cache.LRUExpireCache
 	ttl     time.Duration
 	timeout time.Duration
 	clock   clock.Clock
+	metrics *webhookMetrics
 }
 
 type tokenResult struct {
 	user *User
 	ok   bool
-	err  error
 }
 
 var errInvalidToken = errors.New("invalid bearer token")
 
 func (a *tokenAuthenticator) authenticate(r *http.Request) (*User, bool, error) {
-	token, fromProtocol, filtered, err := bearerToken(r)
-	if err != nil || token == "" {
-		return nil, false, err
+	var errs []error
+	u, ok, err := a.authenticateHeader(r)
+	if ok {
+		return u, true, nil
 	}
-	u, ok, err := a.review(r.Context(), token)
-	if !ok {
-		if err == nil {
-			err = errInvalidToken
-		}
-		return nil, false, err
+	if err != nil {
+		errs = append(errs, err)
 	}
-	// The token is the node API's concern only; do not proxy it on.
-	if fromProtocol {
-		if len(filtered) == 0 {
-			r.Header.Del(webSocketProtocolHeader)
-		} else {
-			r.Header.Set(webSocketProtocolHeader, strings.Join(filtered, ","))
-		}
-	} else {
-		r.Header.Del("Authorization")
+	u, ok, err = a.authenticateProtocol(r)
+	if ok {
+		return u, true, nil
 	}
-	return u, true, nil
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return nil, false, errors.Join(errs...)
 }
 
-// bearerToken returns the request's bearer token from the Authorization
-// header or, for a WebSocket request, from a base64url.bearer protocol (then
-// fromProtocol is true and filtered holds the other protocols).
-func bearerToken(r *http.Request) (token string, fromProtocol bool, filtered []string, err error) {
-	if auth := strings.TrimSpace(r.Header.Get("Authorization")); auth != "" {
-		scheme, rest, ok := strings.Cut(auth, " ")
-		if !ok || !strings.EqualFold(scheme, "bearer") {
-			return "", false, nil, nil
-		}
-		token, _, _ := strings.Cut(rest, " ")
-		return token, false, nil, nil
+// authenticateHeader checks the Authorization header's bearer token, as the
+// kubelet's bearertoken authenticator: another scheme, or an empty token,
+// is no credential; the header is removed once the token is accepted, so
+// it is never proxied on.
+func (a *tokenAuthenticator) authenticateHeader(r *http.Request) (*User, bool, error) {
+	auth := strings.TrimSpace(r.Header.Get("Authorization"))
+	if auth == "" {
+		return nil, false, nil
 	}
-	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		return "", false, nil, nil
+	parts := strings.SplitN(auth, " ", 3)
+	if len(parts) < 2 || !strings.EqualFold(parts[0], "bearer") || parts[1] == "" {
+		return nil, false, nil
 	}
+	u, ok, err := a.review(r.Context(), parts[1])
+	if ok {
+		r.Header.Del("Authorization")
+		return u, true, nil
+	}
+	if err == nil {
+		err = errInvalidToken
+	}
+	return nil, false, err
+}
+
+// authenticateProtocol checks the token of a WebSocket request's
+// base64url.bearer.authorization.k8s.io protocol, as the kubelet's
+// websocket protocol authenticator: only on a WebSocket upgrade, one token
+// at most, and at least one other protocol to echo back; the token's
+// protocol is removed once accepted.
+func (a *tokenAuthenticator) authenticateProtocol(r *http.Request) (*User, bool, error) {
+	if !wsstream.IsWebSocketRequest(r) {
+		return nil, false, nil
+	}
+	var token string
+	saw := false
+	filtered := []string{}
 	for _, v := range r.Header.Values(webSocketProtocolHeader) {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
@@ -337,36 +360,58 @@ func bearerToken(r *http.Request) (token string, fromProtocol bool, filtered []s
 				filtered = append(filtered, p)
 				continue
 			}
-			if token != "" {
-				return "", false, nil, errors.New("multiple base64.bearer.authorization tokens specified")
+			if saw {
+				return nil, false, errors.New("multiple base64.bearer.authorization tokens specified")
 			}
-			decoded, derr := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(p, bearerProtocolPrefix))
-			if derr != nil {
-				return "", false, nil, errors.New("invalid base64.bearer.authorization token encoding")
+			saw = true
+			decoded, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(p, bearerProtocolPrefix))
+			if err != nil {
+				return nil, false, errors.New("invalid base64.bearer.authorization token encoding")
 			}
 			if !utf8.Valid(decoded) {
-				return "", false, nil, errors.New("invalid base64.bearer.authorization token")
+				return nil, false, errors.New("invalid base64.bearer.authorization token")
 			}
 			token = string(decoded)
 		}
 	}
-	return token, token != "", filtered, nil
+	if token == "" {
+		return nil, false, nil
+	}
+	if len(filtered) == 0 {
+		return nil, false, errors.New("missing additional subprotocol")
+	}
+	u, ok, err := a.review(r.Context(), token)
+	if ok {
+		r.Header.Set(webSocketProtocolHeader, strings.Join(filtered, ","))
+		return u, true, nil
+	}
+	if err == nil {
+		err = errInvalidToken
+	}
+	return nil, false, err
 }
 
 func (a *tokenAuthenticator) review(ctx context.Context, token string) (*User, bool, error) {
 	key := sha256.Sum256([]byte(token))
 	if v, ok := a.cache.Get(key); ok {
 		res := v.(tokenResult)
-		return copyUser(res.user), res.ok, res.err
+		return copyUser(res.user), res.ok, nil
 	}
 	var tr *authnv1.TokenReview
 	err := retry(ctx, a.clock, a.timeout, func(ctx context.Context) (err error) {
+		start := a.clock.Now()
 		tr, err = a.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		a.metrics.observe(err, a.clock.Since(start))
 		return err
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to make webhook authenticator request")
 		return nil, false, fmt.Errorf("token review: %w", err)
+	}
+	if !tr.Status.Authenticated && tr.Status.Error != "" {
+		// Not cached: the API server could not review the token (its
+		// authenticators failed), which says nothing of the token itself.
+		return nil, false, fmt.Errorf("token review: %s", tr.Status.Error)
 	}
 	res := tokenResult{}
 	if tr.Status.Authenticated {
@@ -378,11 +423,9 @@ func (a *tokenAuthenticator) review(ctx context.Context, token string) (*User, b
 			}
 		}
 		res.user, res.ok = u, true
-	} else if tr.Status.Error != "" {
-		res.err = errors.New(tr.Status.Error)
 	}
 	a.cache.Add(key, res, a.ttl)
-	return copyUser(res.user), res.ok, res.err
+	return copyUser(res.user), res.ok, nil
 }
 
 func copyUser(u *User) *User {
@@ -411,6 +454,7 @@ type sarAuthorizer struct {
 	unauthorizedTTL time.Duration
 	timeout         time.Duration
 	clock           clock.Clock
+	metrics         *webhookMetrics
 }
 
 type sarResult struct {
@@ -444,7 +488,9 @@ func (a *sarAuthorizer) Authorize(ctx context.Context, attr Attributes) (Decisio
 	}
 	var sar *authzv1.SubjectAccessReview
 	err := retry(ctx, a.clock, a.timeout, func(ctx context.Context) (err error) {
+		start := a.clock.Now()
 		sar, err = a.client.Create(ctx, &authzv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+		a.metrics.observe(err, a.clock.Since(start))
 		return err
 	})
 	if err != nil {
@@ -548,6 +594,57 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(msg))
+}
+
+// webhookMetrics are the kubelet's delegated authentication or
+// authorization metrics (apiserver_delegated_authn_* or
+// apiserver_delegated_authz_*): every TokenReview or SubjectAccessReview
+// call, retries included, counted and timed by the HTTP status code of its
+// answer ("201" for a review made, the error's code for an API error) or
+// "<error>" when no answer came. A nil *webhookMetrics records nothing.
+type webhookMetrics struct {
+	total   *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+}
+
+// newWebhookMetrics returns the metrics of kind "authn" or "authz",
+// registered on reg when it is not nil.
+func newWebhookMetrics(reg prometheus.Registerer, kind string) (*webhookMetrics, error) {
+	m := &webhookMetrics{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "apiserver_delegated_" + kind + "_request_total",
+			Help: "[ALPHA] Number of HTTP requests partitioned by status code.",
+		}, []string{"code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apiserver_delegated_" + kind + "_request_duration_seconds",
+			Help:    "[ALPHA] Request latency in seconds. Broken down by status code.",
+			Buckets: []float64{0.25, 0.5, 0.7, 1, 1.5, 3, 5, 10},
+		}, []string{"code"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.total, m.latency} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register delegated %s metrics: %w", kind, err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *webhookMetrics) observe(err error, took time.Duration) {
+	if m == nil {
+		return
+	}
+	code := strconv.Itoa(http.StatusCreated)
+	if err != nil {
+		code = "<error>"
+		var status apierrors.APIStatus
+		if errors.As(err, &status) && status.Status().Code != 0 {
+			code = strconv.Itoa(int(status.Status().Code))
+		}
+	}
+	m.total.WithLabelValues(code).Inc()
+	m.latency.WithLabelValues(code).Observe(took.Seconds())
 }
 
 // Webhook retries, as the kubelet's DefaultAuthWebhookRetryBackoff: up to

@@ -15,8 +15,12 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -109,6 +113,9 @@ type tokenFake struct {
 	calls int
 	users map[string]authnv1.UserInfo
 	err   error
+	// statusErr, when set, answers every review unauthenticated with this
+	// status.error: the API server could not review the token.
+	statusErr string
 }
 
 func (f *tokenFake) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -119,6 +126,10 @@ func (f *tokenFake) react(action k8stesting.Action) (bool, runtime.Object, error
 		return true, nil, f.err
 	}
 	tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+	if f.statusErr != "" {
+		tr.Status.Error = f.statusErr
+		return true, tr, nil
+	}
 	if u, ok := f.users[tr.Spec.Token]; ok {
 		tr.Status.Authenticated = true
 		tr.Status.User = u
@@ -141,6 +152,12 @@ type authHarness struct {
 
 func newAuthHarness(t *testing.T, anonymous bool, allow func(authzv1.SubjectAccessReviewSpec) bool) *authHarness {
 	t.Helper()
+	return newAuthHarnessWith(t, anonymous, allow, nil)
+}
+
+// newAuthHarnessWith is newAuthHarness with the server's metrics on reg.
+func newAuthHarnessWith(t *testing.T, anonymous bool, allow func(authzv1.SubjectAccessReviewSpec) bool, reg prometheus.Registerer) *authHarness {
+	t.Helper()
 	h := &authHarness{
 		clk: clocktesting.NewFakeClock(time.Now()),
 		sar: &sarFake{allow: allow},
@@ -156,6 +173,7 @@ func newAuthHarness(t *testing.T, anonymous bool, allow func(authzv1.SubjectAcce
 	o.Authorization = AuthzOptions{}
 	o.Client = client
 	o.Clock = h.clk
+	o.Registerer = reg
 	h.s = mustNew(t, o)
 	return h
 }
@@ -440,5 +458,149 @@ func TestTransientErrors(t *testing.T) {
 		if got := transient(tc.err); got != tc.want {
 			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A TokenReview that fails — the call, or an answer whose status.error says
+// the API server could not review the token — is not cached: once the
+// backend works again, the very next request with a valid token succeeds
+// (within the cache TTL, on a clock that does not move).
+func TestTokenReviewFailuresNotCached(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(*tokenFake)
+	}{
+		{"status.error", func(f *tokenFake) { f.statusErr = "webhook authenticator unavailable" }},
+		{"call error", func(f *tokenFake) { f.err = errors.New("connection refused") }},
+		{"API error", func(f *tokenFake) { f.err = apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("no")) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newAuthHarness(t, false, func(authzv1.SubjectAccessReviewSpec) bool { return true })
+			h.token.mu.Lock()
+			tc.fail(h.token)
+			h.token.mu.Unlock()
+			if code, body := h.get(t, "/healthz", "alice-token"); code != http.StatusUnauthorized {
+				t.Fatalf("GET while TokenReview fails: %d %q, want 401", code, body)
+			}
+			h.token.mu.Lock()
+			h.token.err, h.token.statusErr = nil, ""
+			h.token.mu.Unlock()
+			before := h.token.count()
+			if code, body := h.get(t, "/healthz", "alice-token"); code != http.StatusOK {
+				t.Fatalf("GET once TokenReview works again: %d %q, want 200 (the failure was cached)", code, body)
+			}
+			if n := h.token.count() - before; n != 1 {
+				t.Errorf("TokenReviews for the request after the failure = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// A WebSocket request's bearer protocol token is honoured whatever the
+// Authorization header holds (another scheme, or a bearer token that is
+// rejected), as the kubelet's union of the bearertoken and websocket
+// authenticators; a token protocol with no other protocol is refused.
+func TestWebSocketBearerProtocolWithAuthorizationHeader(t *testing.T) {
+	h := newAuthHarness(t, false, func(authzv1.SubjectAccessReviewSpec) bool { return true })
+	o := h.s.opts
+	o.Routes = []Route{{Path: "/echo", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, _ := UserFrom(r.Context())
+		_, _ = w.Write([]byte(u.Name))
+	})}}
+	s := mustNew(t, o)
+	tokenProtocol := bearerProtocolPrefix + base64.RawURLEncoding.EncodeToString([]byte("alice-token"))
+	for _, tc := range []struct {
+		name, authorization, protocols string
+		wantCode                       int
+		wantBody                       string
+	}{
+		{"basic auth header", "Basic YWxpY2U6cHc=", "v5.channel.k8s.io, " + tokenProtocol, http.StatusOK, "alice"},
+		{"rejected bearer header", "Bearer not-a-token", "v5.channel.k8s.io, " + tokenProtocol, http.StatusOK, "alice"},
+		{"no other protocol", "", tokenProtocol, http.StatusUnauthorized, "Unauthorized"},
+		{"two tokens", "", "v5.channel.k8s.io, " + tokenProtocol + ", " + tokenProtocol, http.StatusUnauthorized, "Unauthorized"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", "/echo", nil)
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Connection", "Upgrade")
+			if tc.authorization != "" {
+				req.Header.Set("Authorization", tc.authorization)
+			}
+			req.Header.Set("Sec-WebSocket-Protocol", tc.protocols)
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
+			if rec.Code != tc.wantCode || rec.Body.String() != tc.wantBody {
+				t.Errorf("got %d %q, want %d %q", rec.Code, rec.Body.String(), tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+	// Without a WebSocket upgrade the protocol header carries no credential.
+	req := httptest.NewRequest("GET", "/echo", nil)
+	req.Header.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io, "+tokenProtocol)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("bearer protocol on a plain GET: %d, want 401", rec.Code)
+	}
+}
+
+// Every TokenReview and SubjectAccessReview call is counted in the
+// kubelet's apiserver_delegated_authn_* / apiserver_delegated_authz_*
+// metrics by the code of its answer; cached answers make no call.
+func TestDelegatedAuthMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	h := newAuthHarnessWith(t, false, func(authzv1.SubjectAccessReviewSpec) bool { return true }, reg)
+	for i := 0; i < 2; i++ {
+		if code, body := h.get(t, "/healthz", "alice-token"); code != http.StatusOK {
+			t.Fatalf("GET: %d %q", code, body)
+		}
+	}
+	h.token.mu.Lock()
+	h.token.err = errors.New("connection refused")
+	h.token.mu.Unlock()
+	h.get(t, "/healthz", "other-token")
+	for _, c := range []struct {
+		name, code string
+		want       float64
+	}{
+		{"apiserver_delegated_authn_request_total", "201", 1},
+		{"apiserver_delegated_authn_request_total", "<error>", 1},
+		{"apiserver_delegated_authz_request_total", "201", 1},
+	} {
+		if got := counterValue(t, reg, c.name, c.code); got != c.want {
+			t.Errorf("%s{code=%q} = %v, want %v", c.name, c.code, got, c.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "apiserver_delegated_authn_request_duration_seconds", "apiserver_delegated_authz_request_duration_seconds"); err != nil || n != 3 {
+		t.Errorf("delegated latency series = %d (%v), want 3", n, err)
+	}
+}
+
+func counterValue(t *testing.T, g prometheus.Gatherer, name, code string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "code" && l.GetValue() == code {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// The servers bound how long a client may take to send its headers.
+func TestReadHeaderTimeout(t *testing.T) {
+	srv := newHTTPServer(context.Background(), http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadHeaderTimeout > time.Minute {
+		t.Errorf("ReadHeaderTimeout = %v, want a bound of at most a minute", srv.ReadHeaderTimeout)
 	}
 }

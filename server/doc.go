@@ -26,11 +26,18 @@
 // # Security
 //
 // Every request on the secure port is authenticated (x509 client
-// certificates against the client CA file, bearer tokens through
-// TokenReview with a cache, anonymous only when enabled; else 401) and
-// authorized (SubjectAccessReview on nodes/<node> with the kubelet's
-// path → subresource mapping and the fine-grained pods/healthz/configz
-// fallback to proxy, cached 5m/30s; or AlwaysAllow; else 403). The serving
+// certificates against the client CA file, reloaded when it changes;
+// bearer tokens from the Authorization header or a WebSocket request's
+// base64url.bearer.authorization.k8s.io protocol, through TokenReview with
+// a cache of answers — a failed review is never cached; anonymous only
+// when enabled; else 401) and authorized (SubjectAccessReview on
+// nodes/<node> with the kubelet's path → subresource mapping and the
+// fine-grained pods/healthz/configz fallback to proxy, cached 5m/30s; or
+// AlwaysAllow; else 403). This behaves as the kubelet's delegating
+// authenticator and authorizer from k8s.io/apiserver, whose
+// apiserver_delegated_authn_* / apiserver_delegated_authz_* metrics it
+// records, without linking them (README says why). The
+// servers bound a request's headers to 10 s (ReadHeaderTimeout). The serving
 // certificate is tlsCertFile/tlsPrivateKeyFile (reloaded when they
 // change), a self-signed pair in the certificate directory, or, with
 // serverTLSBootstrap, issued through the CertificateSigningRequest API and

@@ -154,7 +154,9 @@ type Options struct {
 	// nil is the real clock.
 	Clock clock.WithTicker
 	// Registerer receives the server's metrics (kubelet_http_*, the
-	// certificate manager's); nil registers nothing.
+	// TokenReview and SubjectAccessReview calls' apiserver_delegated_authn_*
+	// and apiserver_delegated_authz_*, the certificate manager's); nil
+	// registers nothing.
 	Registerer prometheus.Registerer
 }
 

@@ -73,6 +73,14 @@ func New(opts Options) (*Server, error) {
 	if o.Authentication.ClientCAFile != "" {
 		s.cas = &caBundle{path: o.Authentication.ClientCAFile, clock: o.Clock, interval: defaultCertReloadCheckInterval}
 	}
+	authnMetrics, err := newWebhookMetrics(o.Registerer, "authn")
+	if err != nil {
+		return nil, err
+	}
+	authzMetrics, err := newWebhookMetrics(o.Registerer, "authz")
+	if err != nil {
+		return nil, err
+	}
 	authn := o.Authenticator
 	if authn == nil {
 		a := &authenticator{anonymous: o.Authentication.Anonymous}
@@ -89,6 +97,7 @@ func New(opts Options) (*Server, error) {
 				ttl:     o.Authentication.CacheTTL,
 				timeout: defaultWebhookRequestTimeout,
 				clock:   o.Clock,
+				metrics: authnMetrics,
 			}
 		}
 		authn = a
@@ -108,6 +117,7 @@ func New(opts Options) (*Server, error) {
 				unauthorizedTTL: o.Authorization.UnauthorizedTTL,
 				timeout:         defaultWebhookRequestTimeout,
 				clock:           o.Clock,
+				metrics:         authzMetrics,
 			}
 		}
 	}
@@ -331,14 +341,22 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
+// readHeaderTimeout bounds how long a client may take to send a request's
+// headers, so that connections trickling headers (slowloris) cannot hold
+// the server's goroutines and file descriptors for ReadTimeout (4 hours).
+// Long-running streams (exec, attach, logs follow) are not affected: it
+// ends when the headers are read.
+const readHeaderTimeout = 10 * time.Second
+
 func newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:        h,
-		IdleTimeout:    90 * time.Second,
-		ReadTimeout:    4 * 60 * time.Minute,
-		WriteTimeout:   4 * 60 * time.Minute,
-		MaxHeaderBytes: 1 << 20,
-		BaseContext:    func(net.Listener) context.Context { return ctx },
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       90 * time.Second,
+		ReadTimeout:       4 * 60 * time.Minute,
+		WriteTimeout:      4 * 60 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 }
 

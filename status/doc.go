@@ -10,7 +10,11 @@
 //     annotation, retrying with back-off (100 ms doubling to 7 s); on
 //     AlreadyExists it reconciles the labels, annotation and huge page sizes
 //     the kubelet owns. Then every UpdateFrequency (10 s) it reads the Node
-//     (first from a single-node informer, on retries from the API), runs the
+//     (first from a single-node informer, on retries from the API; from
+//     the API on every try after the informer's watch failed, until the
+//     informer shows what the API answered, so that a node marked Unknown
+//     during an API server outage is seen and reported Ready at the first
+//     cycle after it), runs the
 //     setters on a copy and, only when something other than heartbeat times
 //     changed or ReportFrequency (5 m, ± 50 % after a change) elapsed, sends
 //     a strategic merge PATCH of the status subresource, retried up to 5

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -27,6 +28,9 @@ type NodeWatch struct {
 	// local's.
 	informer cache.SharedIndexInformer
 	local    atomic.Pointer[v1.Node]
+	// watchErrors counts the times the informer's list or watch failed:
+	// its Node may then be stale until it lists again (see WatchErrors).
+	watchErrors atomic.Int64
 }
 
 // NewNodeWatch returns a watch of node name through client. It does no I/O
@@ -41,8 +45,25 @@ func NewNodeWatch(client kubernetes.Interface, name string) (*NodeWatch, error) 
 	informer := coreinformers.NewFilteredNodeInformer(client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = selector
 	})
-	return &NodeWatch{name: name, informer: informer}, nil
+	w := &NodeWatch{name: name, informer: informer}
+	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		w.noteWatchError()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
+		return nil, fmt.Errorf("node watch of %s: %w", name, err)
+	}
+	return w, nil
 }
+
+func (w *NodeWatch) noteWatchError() { w.watchErrors.Add(1) }
+
+// WatchErrors counts the times the watch's list or watch call failed since
+// it was made (always 0 for a local watch). After one, the Node it shows
+// can be stale until the informer lists again — after an API server outage
+// that can be tens of seconds (the reflector's back-off) — so a reader that
+// must see what the API server has (the Reporter) reads the API until the
+// watch shows what the API answered.
+func (w *NodeWatch) WatchErrors() int64 { return w.watchErrors.Load() }
 
 // NewLocalNodeWatch returns the NodeWatch of a standalone node, one without
 // an API server: it watches nothing, has synced from the start, and its Node

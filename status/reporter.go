@@ -128,6 +128,16 @@ type Reporter struct {
 	reportDelay   time.Duration
 	lastPatched   *v1.Node // the API's answer to the last patch
 	patchedFromRV string   // resourceVersion of the node that patch was computed from
+	// readAPI makes every try read the Node from the API, not the watch:
+	// set when the watch failed (seenWatchErrors behind NodeWatch's count)
+	// or a cycle failed, cleared once the watch shows apiRV, the
+	// resourceVersion the API last answered. Otherwise, after an API
+	// server outage, the cycles would compare the setters with the Node
+	// from before it (Ready) and not see that the node lifecycle
+	// controller marked it Unknown meanwhile, until the watch re-lists.
+	readAPI         bool
+	apiRV           string
+	seenWatchErrors int64
 }
 
 // New validates opts, applies defaults and returns a Reporter. It does not
@@ -415,6 +425,13 @@ func (r *Reporter) wouldBeReady(ctx context.Context) bool {
 // syncStatus is one status cycle: up to UpdateRetries tries.
 func (r *Reporter) syncStatus(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	if n := r.node.WatchErrors(); n != r.seenWatchErrors {
+		r.seenWatchErrors, r.readAPI, r.apiRV = n, true, ""
+	} else if r.readAPI && r.apiRV != "" {
+		if node, ok := r.node.Node(); ok && node.ResourceVersion == r.apiRV {
+			r.readAPI = false // the watch has caught up
+		}
+	}
 	for try := range UpdateRetries {
 		patched, err := r.tryUpdate(ctx, try)
 		if err == nil {
@@ -434,16 +451,21 @@ func (r *Reporter) syncStatus(ctx context.Context) {
 		logger.Error(err, "Error updating node status, will retry", "node", klog.KRef("", r.opts.NodeName), "try", try)
 	}
 	r.metrics.cycles.WithLabelValues(CycleFailed).Inc()
+	r.readAPI, r.apiRV = true, ""
 	logger.Error(nil, "Unable to update node status: retries exhausted", "node", klog.KRef("", r.opts.NodeName), "retries", UpdateRetries)
 }
 
-// tryUpdate reads the Node (try 0 from the informer, later tries from the
-// API), runs the setters and patches when the status changed or the report
-// period elapsed. It reports whether it patched.
+// tryUpdate reads the Node (try 0 from the informer unless readAPI, later
+// tries from the API), runs the setters and patches when the status changed
+// or the report period elapsed. It reports whether it patched.
 func (r *Reporter) tryUpdate(ctx context.Context, try int) (bool, error) {
-	original, err := r.readNode(ctx, try == 0)
+	fromCache := try == 0 && !r.readAPI
+	original, err := r.readNode(ctx, fromCache)
 	if err != nil {
 		return false, err
+	}
+	if !fromCache {
+		r.apiRV = original.ResourceVersion
 	}
 	node, changed := r.updateNode(ctx, original)
 	due := r.clock.Since(r.lastReport) >= r.opts.ReportFrequency+r.reportDelay
@@ -533,6 +555,9 @@ func (r *Reporter) patch(ctx context.Context, original, node *v1.Node, reason st
 	r.lastReport = r.clock.Now()
 	r.lastPatched = updated
 	r.patchedFromRV = original.ResourceVersion
+	if r.readAPI {
+		r.apiRV = updated.ResourceVersion
+	}
 	return nil
 }
 

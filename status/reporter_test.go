@@ -694,3 +694,54 @@ func TestSyncNow(t *testing.T) {
 		t.Errorf("Ready after SyncNow = %+v, want False with the message", c)
 	}
 }
+
+// After the node watch failed (an API server outage), the watch can show
+// the Node from before the outage (Ready) for tens of seconds after the API
+// server is back, while the API has it Unknown (the node lifecycle
+// controller's doing). The next cycle must read the API, see the
+// difference and patch Ready at once, not wait for the watch to re-list or
+// for the report period.
+func TestReadsTheAPIAfterTheWatchFailed(t *testing.T) {
+	h := newHarness(t, nil)
+	h.startSteady()
+	var unknownOnAPI atomic.Bool
+	h.client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !unknownOnAPI.Load() {
+			return false, nil, nil
+		}
+		obj, err := h.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("nodes"), "", testNode)
+		if err != nil {
+			return true, nil, err
+		}
+		node := obj.(*v1.Node).DeepCopy()
+		node.ResourceVersion = "after-the-outage"
+		for i, c := range node.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				node.Status.Conditions[i].Status = v1.ConditionUnknown
+				node.Status.Conditions[i].Reason = "NodeStatusUnknown"
+			}
+		}
+		return true, node, nil
+	})
+	unknownOnAPI.Store(true)
+
+	// Without a watch failure the cycle trusts the watch: nothing changed.
+	changed := h.patchCount(PatchReasonChanged)
+	h.cycle()
+	if n := h.patchCount(PatchReasonChanged); n != changed {
+		t.Fatalf("changed patches = %d with a healthy watch, want %d", n, changed)
+	}
+
+	gets := len(h.actions("get"))
+	h.r.node.noteWatchError()
+	h.cycle()
+	if n := len(h.actions("get")) - gets; n != 1 {
+		t.Errorf("%d GETs in the cycle after the watch failed, want 1", n)
+	}
+	if n := h.patchCount(PatchReasonChanged); n != changed+1 {
+		t.Fatalf("changed patches = %d after the watch failed and the API shows Unknown, want %d (Ready patched at once)", n, changed+1)
+	}
+	if p := h.actions("patch"); !strings.Contains(string(p[len(p)-1].(k8stesting.PatchAction).GetPatch()), `"status":"True"`) {
+		t.Errorf("last patch %s does not set Ready=True", p[len(p)-1].(k8stesting.PatchAction).GetPatch())
+	}
+}
