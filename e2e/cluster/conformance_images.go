@@ -22,6 +22,21 @@ var ErrNoLocalTestImage = errors.New("no local build of this image")
 // as in test/utils/image/manifest.go) BuildTestImage builds.
 var TestImageNames = []string{"agnhost", "busybox", "pause", "nginx", "kitten", "nautilus", "nonroot", "nonewprivs"}
 
+// curlStandIn is /usr/bin/curl of the agnhost images: the upstream image
+// has curl, which lifecycle hook tests run (curl http://host:port/path);
+// this fetches the URL with busybox wget.
+const curlStandIn = `#!/bin/sh
+# curl stand-in: fetches the URL argument with busybox wget, which covers
+# curl http://host:port/path; nothing else of curl is supported.
+for a; do
+	case $a in
+	http://* | https://*) exec wget -q -O - "$a" ;;
+	esac
+done
+echo "curl (stand-in): only curl [options] URL is supported" >&2
+exit 2
+`
+
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // BuildTestImage writes ref, an image of upstream's e2e framework named by
@@ -32,7 +47,8 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //   - agnhost: the agnhost program (bins.Agnhost) as /agnhost (and
 //     /agnhost-2) over the busybox layer, entrypoint /agnhost, command
 //     pause, with the user-defined-in-image user (1000) and
-//     group-defined-in-image group (50000) the upstream image adds;
+//     group-defined-in-image group (50000) the upstream image adds, and a
+//     curl that fetches its URL argument with busybox wget;
 //   - busybox: BusyboxImage's layer, command sh;
 //   - pause: PauseImage's program;
 //   - nginx: agnhost serving HTTP on port 80 (netexec), standing in for
@@ -73,6 +89,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 			return nil, err
 		}
 		l.file("agnhost", agnhost, 0o755)
+		l.file("usr/bin/curl", []byte(curlStandIn), 0o755)
 		l.symlink("agnhost-2", "agnhost")
 		l.dir("uploads", 0o755)
 		l.dir("home/user-defined-in-image", 0o755)
