@@ -13,6 +13,8 @@
 #      and the CRI runtime's replies (runtime.FuzzCRIReplies);
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
 #      control plane: about 10 minutes cold on 2 cores, seconds when cached;
+#      then upstream's e2e.test, ginkgo and agnhost for the conformance
+#      subset (e2e/conformance_test.go);
 #   6. the e2e suite (e2e/): agents against the real control plane, on
 #      containerd and on the fake runtime.
 #
@@ -90,7 +92,7 @@ defaultscheck() {
 }
 
 controlplane() {
-	(cd e2e && go run ./cmd/localcluster build)
+	(cd e2e && go run ./cmd/localcluster build && go run ./cmd/conformance -build -agents=nodekit)
 }
 
 # One e2e package at a time (-p 1): the suite's own package already runs 8

@@ -29,27 +29,45 @@ func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	goVersion, err := runCommand(ctx, opts.Source.Tools, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
-	if err != nil {
-		return "", fmt.Errorf("build kubelet: %w", err)
-	}
-	goMod, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("build kubelet: %w", err)
-	}
-	goSum, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.sum"))
-	if err != nil {
-		return "", fmt.Errorf("build kubelet: %w", err)
-	}
-	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("build kubelet: %w", err)
-	}
 	ldflags := versionLDFlags(k8sVersion)
 	binDir := filepath.Join(opts.CacheDir, "kubelet-"+k8sVersion, "bin")
 	bin := filepath.Join(binDir, "kubelet")
-	key := cacheKey(goMod, goSum, goVersion, []byte(ldflags))
-	err = cached(opts.CacheDir, "kubelet-"+k8sVersion, binDir, key, []string{bin}, func(staging string) error {
+	err = buildInToolsCopy(ctx, opts, goBin, "kubelet-"+k8sVersion, binDir, []string{bin}, []byte(ldflags), func(build func(env []string, args ...string) error, staging string) error {
 		fmt.Fprintf(opts.Log, "building kubelet %s into %s\n", k8sVersion, binDir)
+		return build(nil, "build", "-ldflags", ldflags, "-o", filepath.Join(staging, "kubelet"), kubernetesModule+"/cmd/kubelet")
+	})
+	if err != nil {
+		return "", fmt.Errorf("build kubelet %s: %w", k8sVersion, err)
+	}
+	return bin, nil
+}
+
+// buildInToolsCopy builds outputs (by base name into the staging directory
+// steps receives) with the go command run in a copy of the e2e/tools
+// module with -mod=mod, so that programs of the pinned k8s.io/kubernetes
+// the tools module does not list resolve their extra dependencies through
+// the module proxy at the versions Kubernetes requires, leaving e2e/tools
+// untouched. The outputs are cached under name in the cache directory,
+// keyed by the tools module, the go toolchain and extra.
+func buildInToolsCopy(ctx context.Context, opts BuildOptions, goBin, name, binDir string, outputs []string, extra []byte,
+	steps func(build func(env []string, args ...string) error, staging string) error) error {
+	goVersion, err := runCommand(ctx, opts.Source.Tools, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
+	if err != nil {
+		return err
+	}
+	goMod, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.mod"))
+	if err != nil {
+		return err
+	}
+	goSum, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.sum"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
+		return err
+	}
+	key := cacheKey(goMod, goSum, goVersion, extra)
+	return cached(opts.CacheDir, name, binDir, key, outputs, func(staging string) error {
 		mod := filepath.Join(staging, "module")
 		if err := os.MkdirAll(mod, 0o755); err != nil {
 			return err
@@ -60,14 +78,11 @@ func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
 		if err := os.WriteFile(filepath.Join(mod, "go.sum"), goSum, 0o644); err != nil {
 			return err
 		}
-		_, err := runCommand(ctx, mod, []string{"GOWORK=off", "GOFLAGS=-mod=mod"}, opts.Log, goBin,
-			"build", "-ldflags", ldflags, "-o", filepath.Join(staging, "kubelet"), kubernetesModule+"/cmd/kubelet")
-		return err
+		return steps(func(env []string, args ...string) error {
+			_, err := runCommand(ctx, mod, append([]string{"GOWORK=off", "GOFLAGS=-mod=mod"}, env...), opts.Log, goBin, args...)
+			return err
+		}, staging)
 	})
-	if err != nil {
-		return "", fmt.Errorf("build kubelet %s: %w", k8sVersion, err)
-	}
-	return bin, nil
 }
 
 // KubeletOptions describe an upstream kubelet process (BuildKubelet) run

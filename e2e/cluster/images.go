@@ -38,22 +38,16 @@ const busyboxPath = "/bin/busybox"
 // into dir (for `ctr images import`) and returns their paths. Layers are
 // reproducible: every file has a fixed modification time and owner.
 func BuildImages(ctx context.Context, src Source, dir string, log io.Writer) ([]string, error) {
-	pauseBin, err := buildProgram(ctx, src.E2E, "./images/pause", filepath.Join(dir, "pause-bin"), []string{"CGO_ENABLED=0"}, log)
+	pause, err := pauseLayer(ctx, src, dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("build image %s: %w", PauseImage, err)
 	}
-	pause, err := os.ReadFile(pauseBin)
-	if err != nil {
-		return nil, fmt.Errorf("build image %s: %w", PauseImage, err)
-	}
-	pauseLayer := newLayer()
-	pauseLayer.file("pause", pause, 0o755)
 	pauseTar := filepath.Join(dir, "pause.tar")
-	if err := writeImage(pauseTar, PauseImage, pauseLayer, v1.Config{Entrypoint: []string{"/pause"}}); err != nil {
+	if err := writeImage(pauseTar, PauseImage, pause, v1.Config{Entrypoint: []string{"/pause"}}); err != nil {
 		return nil, err
 	}
 
-	busybox, err := busyboxLayer(ctx)
+	busybox, err := busyboxLayer(ctx, "", "")
 	if err != nil {
 		return nil, fmt.Errorf("build image %s: %w", BusyboxImage, err)
 	}
@@ -92,8 +86,26 @@ func BuildProgramImage(ctx context.Context, src Source, pkg, ref, dir string, lo
 	return path, nil
 }
 
-// busyboxLayer packs the static busybox with its applet links.
-func busyboxLayer(ctx context.Context) (*layerBuilder, error) {
+// pauseLayer builds e2e/images/pause statically (in dir) and packs it as
+// /pause.
+func pauseLayer(ctx context.Context, src Source, dir string, log io.Writer) (*layerBuilder, error) {
+	bin, err := buildProgram(ctx, src.E2E, "./images/pause", filepath.Join(dir, "pause-bin"), []string{"CGO_ENABLED=0"}, log)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	l := newLayer()
+	l.file("pause", data, 0o755)
+	return l, nil
+}
+
+// busyboxLayer packs the static busybox with its applet links and an
+// /etc/passwd and /etc/group of root and nobody, followed by the lines
+// extraPasswd and extraGroup (each line ending in a newline).
+func busyboxLayer(ctx context.Context, extraPasswd, extraGroup string) (*layerBuilder, error) {
 	data, err := os.ReadFile(busyboxPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w (install Debian's busybox-static)", err)
@@ -113,8 +125,8 @@ func busyboxLayer(ctx context.Context) (*layerBuilder, error) {
 		}
 		l.symlink(applet, "/bin/busybox")
 	}
-	l.file("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"), 0o644)
-	l.file("etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"), 0o644)
+	l.file("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"+extraPasswd), 0o644)
+	l.file("etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"+extraGroup), 0o644)
 	l.dir("tmp", 0o1777)
 	l.dir("root", 0o700)
 	return l, nil

@@ -1,0 +1,99 @@
+package cluster
+
+import (
+	"archive/tar"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/nodekit/nodekit/internal/testenv"
+)
+
+// TestBuildTestImage builds the agnhost and nonroot stand-ins from a fake
+// agnhost program and checks what the framework relies on: the entrypoint
+// and command, the user, the program and the curl stand-in in the layer.
+func TestBuildTestImage(t *testing.T) {
+	if err := checkStatic(busyboxPath); err != nil {
+		testenv.Unavailable(t, "a static busybox: %v", err)
+	}
+	dir := t.TempDir()
+	fakeAgnhost := filepath.Join(dir, "agnhost-program")
+	if err := os.WriteFile(fakeAgnhost, []byte("agnhost"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bins := ConformanceBinaries{Agnhost: fakeAgnhost}
+
+	ref := "nodekit.local/e2e/agnhost:2.66.1"
+	archive, err := BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, files := readTestImage(t, archive, ref)
+	if got := cfg.Entrypoint; len(got) != 1 || got[0] != "/agnhost" {
+		t.Errorf("agnhost entrypoint = %q, want [/agnhost]", got)
+	}
+	if got := cfg.Cmd; len(got) != 1 || got[0] != "pause" {
+		t.Errorf("agnhost command = %q, want [pause]", got)
+	}
+	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/sh", "etc/passwd", "uploads"} {
+		if !files[f] {
+			t.Errorf("agnhost image lacks %s", f)
+		}
+	}
+
+	ref = "nodekit.local/e2e/nonroot:1.5"
+	if archive, err = BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := readTestImage(t, archive, ref); cfg.User != "1234" {
+		t.Errorf("nonroot user = %q, want 1234", cfg.User)
+	}
+
+	if _, err := BuildTestImage(t.Context(), Source{}, bins, "nodekit.local/e2e/perl:5.26", dir, nil); !errors.Is(err, ErrNoLocalTestImage) {
+		t.Errorf("perl: err = %v, want ErrNoLocalTestImage", err)
+	}
+}
+
+// readTestImage returns the configuration and the file names of the
+// single-image docker archive at path.
+func readTestImage(t *testing.T, path, ref string) (cfg struct {
+	Entrypoint, Cmd []string
+	User            string
+}, files map[string]bool) {
+	t.Helper()
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Entrypoint, cfg.Cmd, cfg.User = cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	files = map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[strings.TrimSuffix(h.Name, "/")] = true
+	}
+	return cfg, files
+}
