@@ -133,7 +133,7 @@ func (m *Manager) SocketPath() string {
 // checkpoint, as the kubelet), serves the registration socket until ctx is
 // done, then closes every plugin connection and removes the socket.
 func (m *Manager) Run(ctx context.Context) error {
-	log := logr.FromContextOrDiscard(ctx).WithName("devices")
+	log := logr.FromContextOrDiscard(ctx)
 	if err := os.MkdirAll(m.opts.PluginDir, 0o750); err != nil {
 		return fmt.Errorf("device manager: create %s: %w", m.opts.PluginDir, err)
 	}
