@@ -243,6 +243,9 @@ func (m *Manager) devicesToAllocate(ctx context.Context, podUID, container, res 
 	if err != nil {
 		return nil, err
 	}
+	// mu was released around the plugin's answer: take only what is still
+	// free and healthy.
+	available = m.healthy[res].Difference(m.allocated[res])
 	if take(preferred.Intersection(available)) || take(available) {
 		return allocated, nil
 	}

@@ -333,6 +333,27 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("after a restart DEVICES env = %q, want [dev-1 dev-3]", got)
 	}
 
+	// An agent restart before the plugin registers again: a running
+	// container keeps its devices while the sources are not ready; a
+	// container that does not run (a node reboot) cannot get them.
+	notReady := func() bool { return false }
+	for _, tc := range []struct {
+		running bool
+		want    string
+	}{
+		{true, ""},
+		{false, "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/dev, which is unexpected"},
+	} {
+		m3, err := New(Options{PluginDir: dir, SourcesReady: notReady, ContainerRunning: func(string, string) bool { return tc.running }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m3.Allocate(ctx, pod1)
+		if (tc.want == "" && err != nil) || (tc.want != "" && (err == nil || err.Error() != tc.want)) {
+			t.Errorf("after a restart, container running %v: Allocate = %v, want %q", tc.running, err, tc.want)
+		}
+	}
+
 	// pod1 terminates: its devices are free for the next pod.
 	mu.Lock()
 	delete(active, pod1.UID)
