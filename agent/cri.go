@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/cgroupdriver"
+	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
@@ -33,7 +34,8 @@ import (
 // and container usage from the kernel and the CRI) the node API and the
 // eviction manager read with the pods' volume usage (VolumeStats), the
 // eviction manager (Eviction), the volume manager (Volumes), and image
-// garbage collection and container log rotation (RuntimeGC). The CRI
+// garbage collection and container log rotation (RuntimeGC), and the
+// device manager (Devices). The CRI
 // services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
@@ -55,6 +57,7 @@ var CRI = fx.Options(
 	RuntimeGC,
 	VolumeStats,
 	Eviction,
+	Devices,
 )
 
 // RuntimeFuncs are the container runtime's answers the node status setters
@@ -220,6 +223,7 @@ type podManagerParams struct {
 	Node     *status.NodeWatch
 	Services ServiceLister `optional:"true"`
 	Volumes  *volume.Manager
+	Devices  *devices.Manager `optional:"true"`
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
@@ -243,6 +247,9 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	o.Secrets = p.Volumes.Secret
 	if p.Services != nil {
 		o.Services = p.Services
+	}
+	if p.Devices != nil {
+		o.ContainerConfigHook = p.Devices.ApplyContainerConfig
 	}
 	return o, nil
 }

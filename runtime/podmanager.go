@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	cri "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -154,6 +155,13 @@ type PodManagerOptions struct {
 	// Registerer registers kubelet_started_pods_total and friends; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
+
+	// ContainerConfigHook, when set, completes each container's CRI config
+	// just before the container is created: the device manager adds the
+	// envs, mounts, device nodes, annotations and CDI devices its plugins
+	// allocated. An error fails the start with CreateContainerConfigError,
+	// and the container is retried with back-off.
+	ContainerConfigHook func(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
 }
 
 // PodManager runs pods on a CRI runtime with the kubelet's semantics: it

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	cri "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodekit/nodekit/devices"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/status"
+)
+
+// Name and order of the device manager's admit handler, and of its node
+// status setter: between the eviction manager's check and the general
+// predicates, as the kubelet's resource allocation handler; the setter
+// right after the machine info setter, whose allocatable it corrects.
+const (
+	AdmitDevicePlugins  = "DevicePlugins"
+	OrderDevicePlugins  = 150
+	SetterDevicePlugins = "DevicePlugins"
+	OrderSetterDevices  = status.OrderMachineInfo + 50
+)
+
+// Devices is the kubelet's device manager (devices.Module) on
+// <root-dir>/device-plugins: device plugins' extended resources in the
+// node's capacity and allocatable (the DevicePlugins setter), their devices
+// allocated at admission (the DevicePlugins admit handler, which rejects a
+// pod with UnexpectedAdmissionError as the kubelet), and the allocations
+// put into the containers' CRI configs (runtime.PodManagerOptions'
+// ContainerConfigHook). CRI includes it.
+var Devices = fx.Options(
+	fx.Provide(
+		provideDeviceOptions,
+		fx.Annotate(deviceAdmitHandler, fx.ResultTags(`group:"`+pods.AdmitHandlerGroup+`"`)),
+	),
+	status.AsSetter(SetterDevicePlugins, OrderSetterDevices, func(m *devices.Manager) status.Setter { return m.SetNodeStatus }),
+	devices.Module,
+)
+
+type deviceParams struct {
+	fx.In
+
+	Config  *Config
+	Store   *pods.Store
+	Sources *podsource.Config
+	Runtime cri.RuntimeService
+	Logger  logr.Logger `optional:"true"`
+}
+
+func provideDeviceOptions(p deviceParams) devices.Options {
+	return devices.Options{
+		PluginDir:        filepath.Join(p.Config.RootDir, "device-plugins"),
+		ActivePods:       p.Store.Active,
+		SourcesReady:     p.Sources.AllReady,
+		ContainerRunning: initialRunning(p.Runtime, p.Logger),
+	}
+}
+
+// initialRunning answers from the containers the runtime ran when first
+// asked, as the kubelet's initial running set: the device manager asks only
+// while the pod sources are not ready, to tell an agent restart (the
+// container runs with its devices) from a node reboot.
+func initialRunning(rs cri.RuntimeService, logger logr.Logger) func(podUID, container string) bool {
+	var once sync.Once
+	running := map[[2]string]bool{}
+	return func(podUID, container string) bool {
+		once.Do(func() {
+			cs, err := rs.ListContainers(context.Background(), &runtimeapi.ContainerFilter{
+				State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			})
+			if err != nil {
+				if logger.GetSink() != nil {
+					logger.Error(err, "Device manager: cannot list the running containers")
+				}
+				return
+			}
+			for _, c := range cs {
+				running[[2]string{c.Labels[runtime.LabelPodUID], c.Labels[runtime.LabelContainerName]}] = true
+			}
+		})
+		return running[[2]string{podUID, container}]
+	}
+}
+
+func deviceAdmitHandler(m *devices.Manager) pods.OrderedAdmitHandler {
+	return pods.OrderedAdmitHandler{Name: AdmitDevicePlugins, Order: OrderDevicePlugins, Handler: pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
+		err := m.Allocate(context.Background(), a.Pod)
+		var aerr *devices.AdmissionError
+		if errors.As(err, &aerr) {
+			return pods.AdmitResult{Reason: aerr.Reason(), Message: aerr.Error()}
+		}
+		if err != nil {
+			return pods.AdmitResult{Reason: devices.AdmissionReason, Message: err.Error()}
+		}
+		return pods.AdmitResult{Admit: true}
+	})}
+}

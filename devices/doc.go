@@ -1,0 +1,20 @@
+// Package devices is the node side of the kubelet's device plugin API
+// (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1): a Manager serves the
+// registration socket <root-dir>/device-plugins/kubelet.sock, connects to
+// each registering plugin, turns its ListAndWatch stream into the extended
+// resource's capacity (all devices) and allocatable (healthy devices),
+// allocates devices to containers at pod admission (GetPreferredAllocation,
+// Allocate), completes their CRI configs (PreStartContainer, envs, mounts,
+// device nodes, annotations, CDI devices), and keeps the allocations in the
+// kubelet's checkpoint file, kubelet_internal_checkpoint, so they survive a
+// restart and a kubelet→nodekit handover.
+//
+// The Manager depends on no other nodekit module; the agent wires it:
+// SetNodeStatus as a node status setter after the machine info setter,
+// Allocate in a pod admit handler (an *AdmissionError carries the kubelet's
+// reason, UnexpectedAdmissionError, and message), ApplyContainerConfig as
+// the runtime's container config hook, and Options.ActivePods,
+// SourcesReady and ContainerRunning from the pod lifecycle and runtime.
+// An embedder replaces the Manager by wiring another implementation of
+// those funcs, or provides Options to Module with fx.Supply / fx.Decorate.
+package devices
