@@ -47,6 +47,13 @@ type Config struct {
 	RootDir string
 	// CertDir holds the serving certificate (--cert-dir, <root-dir>/pki).
 	CertDir string
+	// CloudProvider is --cloud-provider: "external" registers the node
+	// with the node.cloudprovider.kubernetes.io/uninitialized NoSchedule
+	// taint for the external cloud controller manager to remove, as the
+	// kubelet does; empty (the default) means no cloud provider. The
+	// kubelet v1.37 has no in-tree provider left, and nodekit does the
+	// same as it for any other value: nothing.
+	CloudProvider string
 
 	// MinimumContainerTTLDuration, MaxPerPodContainerCount and
 	// MaxContainerCount are the container garbage collection policy, the

@@ -23,6 +23,9 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
 		return 0
+	case errors.Is(err, ErrVersion):
+		fmt.Println(VersionLine())
+		return 0
 	case errors.As(err, &usage):
 		fmt.Fprintf(os.Stderr, "nodeagent: %v\n\nFlags:\n%s", err, FlagUsage())
 		return 2

@@ -35,7 +35,10 @@ var implementedSettings = map[string]string{
 	"--root-dir":          "",
 
 	// Node registration, status and Lease.
+	"registerNode":                  "",
 	"registerWithTaints":            "",
+	"providerID":                    "",
+	"--cloud-provider":              "",
 	"nodeStatusUpdateFrequency":     "",
 	"nodeStatusReportFrequency":     "",
 	"nodeLeaseDurationSeconds":      "",
