@@ -84,8 +84,7 @@ func (f configFlags) value(v pflag.Value, name, path, usage string) {
 // file keeps working, and does not act on; ParseFlags logs each one given.
 // The bool ones take no value.
 var discardedFlags = map[string]bool{
-	"bootstrap-kubeconfig": false,
-	"lock-file":            false, "exit-on-lock-contention": true, "image-credential-provider-config": false,
+	"lock-file": false, "exit-on-lock-contention": true, "image-credential-provider-config": false,
 	"image-credential-provider-bin-dir": false, "config-dir": false, "runtime-cgroups": false,
 	"experimental-mounter-path": false, "experimental-allocatable-ignore-eviction": true,
 }
@@ -106,6 +105,7 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.Var(mapValue("=", &c.NodeLabels), "node-labels", "Labels to add when registering the node (key=value pairs, comma separated).")
 	fs.StringVar(&c.RootDir, "root-dir", c.RootDir, "Directory for the agent's files.")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "Directory for the serving certificate (default <root-dir>/pki).")
+	fs.StringVar(&c.BootstrapKubeconfigPath, "bootstrap-kubeconfig", c.BootstrapKubeconfigPath, "Path to a kubeconfig (typically with a bootstrap token) used to request the node's client certificate when --kubeconfig does not hold a valid one; the kubeconfig is then written at --kubeconfig and the pair in --cert-dir.")
 	fs.StringVar(&c.CloudProvider, "cloud-provider", c.CloudProvider, "The provider for cloud services: empty for none, 'external' for an external cloud controller manager (the node registers with the node.cloudprovider.kubernetes.io/uninitialized taint).")
 	fs.Var(&b.version, "version", "Print the Kubernetes version this agent is compatible with, as the kubelet prints its own ("+versionLine()+"), and quit. nodekit's own release is in the node's kubeletVersion and the startup log.")
 	fs.Lookup("version").NoOptDefVal = "true"

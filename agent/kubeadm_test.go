@@ -87,10 +87,9 @@ func TestKubeadmCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What nodekit does not do yet of kubeadm's setup: TLS bootstrap and
-	// client certificate rotation.
+	// What nodekit does not do yet of kubeadm's setup: client certificate
+	// rotation.
 	want := []string{
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--bootstrap-kubeconfig"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="rotateCertificates"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
@@ -102,6 +101,8 @@ func TestKubeadmCommandLine(t *testing.T) {
 		got, want any
 	}{
 		{"kubeconfig", cfg.KubeconfigPath, "/etc/kubernetes/kubelet.conf"},
+		{"bootstrap kubeconfig", cfg.BootstrapOptions().BootstrapKubeconfigPath, "/etc/kubernetes/bootstrap-kubelet.conf"},
+		{"cert dir", cfg.BootstrapOptions().CertDir, "/var/lib/kubelet/pki"},
 		{"node name", cfg.NodeName, "cp-1"},
 		{"node IPs", len(cfg.NodeIPs) == 1 && cfg.NodeIPs[0].String() == "10.0.0.10", true},
 		{"runtime endpoint", kc.ContainerRuntimeEndpoint, "unix:///var/run/containerd/containerd.sock"},

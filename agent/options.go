@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/nodekit/nodekit/certificate"
 	"net"
 	"path/filepath"
 
@@ -32,6 +33,17 @@ func (cfg *Config) LeaseOptions(onRepeatedFailure func()) lease.Options {
 		NodeName:             cfg.NodeName,
 		LeaseDurationSeconds: cfg.Kubelet.NodeLeaseDurationSeconds,
 		OnRepeatedFailure:    onRepeatedFailure,
+	}
+}
+
+// BootstrapOptions returns the options of the client certificate's TLS
+// bootstrap (certificate.Bootstrap).
+func (cfg *Config) BootstrapOptions() certificate.Options {
+	return certificate.Options{
+		KubeconfigPath:          cfg.KubeconfigPath,
+		BootstrapKubeconfigPath: cfg.BootstrapKubeconfigPath,
+		CertDir:                 cfg.CertDir,
+		NodeName:                cfg.NodeName,
 	}
 }
 

@@ -27,12 +27,13 @@ import (
 // that every entry names a real field or flag.
 var implementedSettings = map[string]string{
 	// The command line.
-	"--config":            "",
-	"--kubeconfig":        "",
-	"--hostname-override": "",
-	"--node-ip":           "",
-	"--node-labels":       "",
-	"--root-dir":          "",
+	"--config":               "",
+	"--bootstrap-kubeconfig": "",
+	"--kubeconfig":           "",
+	"--hostname-override":    "",
+	"--node-ip":              "",
+	"--node-labels":          "",
+	"--root-dir":             "",
 
 	// Node registration, status and Lease.
 	"registerNode":                  "",
