@@ -87,13 +87,9 @@ func TestKubeadmCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What nodekit does not do yet of kubeadm's setup: client certificate
-	// rotation.
-	want := []string{
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="rotateCertificates"`,
-	}
-	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
-		t.Errorf("logged:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	// nodekit implements every setting kubeadm gives.
+	if len(*lines) != 0 {
+		t.Errorf("logged as not implemented:\n%s", strings.Join(*lines, "\n"))
 	}
 	kc := &cfg.Kubelet
 	checks := []struct {
@@ -112,6 +108,7 @@ func TestKubeadmCommandLine(t *testing.T) {
 		{"cgroup driver", kc.CgroupDriver, "systemd"},
 		{"sync frequency defaulted", kc.SyncFrequency.Duration.String(), "1m0s"},
 		{"cloud provider", cfg.CloudProvider, "external"},
+		{"rotation", cfg.Kubelet.RotateCertificates && cfg.RotationOptions().CertDir == "/var/lib/kubelet/pki", true},
 		{"provider ID", kc.ProviderID, "kind://docker/kind/cp-1"},
 	}
 	for _, c := range checks {

@@ -29,6 +29,7 @@ var implementedSettings = map[string]string{
 	// The command line.
 	"--config":               "",
 	"--bootstrap-kubeconfig": "",
+	"rotateCertificates":     "",
 	"--kubeconfig":           "",
 	"--hostname-override":    "",
 	"--node-ip":              "",

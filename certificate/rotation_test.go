@@ -1,0 +1,80 @@
+package certificate
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+	certutil "k8s.io/client-go/util/cert"
+)
+
+// TestClientRotationRenewsTheKubeconfigsPair: a client certificate past
+// its rotation point is renewed through the kubelet's signer and the
+// kubelet-client-current.pem the kubeconfig names points at the new pair.
+func TestClientRotationRenewsTheKubeconfigsPair(t *testing.T) {
+	s := newTestSigner(t)
+	// Issued two hours ago, expiring in a minute: far past 90 % of its
+	// lifetime.
+	s.lifetime = time.Minute
+	opts := testOptions(t, s)
+	if err := Bootstrap(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	current := filepath.Join(opts.CertDir, "kubelet-client-current.pem")
+	notAfter := func() time.Time {
+		data, err := os.ReadFile(current)
+		if err != nil {
+			return time.Time{}
+		}
+		certs, err := certutil.ParseCertsPEM(data)
+		if err != nil || len(certs) == 0 {
+			return time.Time{}
+		}
+		return certs[0].NotAfter
+	}
+	first := notAfter()
+	if first.IsZero() {
+		t.Fatal("no certificate in kubelet-client-current.pem")
+	}
+	s.lifetime = time.Hour
+	reg := prometheus.NewPedanticRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := NewClientRotation(ctx, RotationOptions{
+		KubeconfigPath: opts.KubeconfigPath, CertDir: opts.CertDir, NodeName: opts.NodeName,
+		NewClient: opts.NewClient, Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	defer m.Stop()
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		c := m.Current()
+		return notAfter().After(first.Add(30*time.Minute)) && c != nil && c.Leaf.NotAfter.After(first.Add(30*time.Minute)), nil
+	})
+	if err != nil {
+		t.Fatalf("kubelet-client-current.pem or the manager still hold the certificate expiring at %v: %v", first, err)
+	}
+	if n := s.requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2 (bootstrap, renewal)", n)
+	}
+	if !valid(context.Background(), opts.KubeconfigPath) {
+		t.Error("the kubeconfig does not hold a valid certificate after the renewal")
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range families {
+		found = found || f.GetName() == "kubelet_certificate_manager_client_expiration_renew_errors"
+	}
+	if !found {
+		t.Error("kubelet_certificate_manager_client_expiration_renew_errors is not registered")
+	}
+}
