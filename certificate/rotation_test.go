@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 )
 
@@ -76,5 +77,55 @@ func TestClientRotationRenewsTheKubeconfigsPair(t *testing.T) {
 	}
 	if !found {
 		t.Error("kubelet_certificate_manager_client_expiration_renew_errors is not registered")
+	}
+}
+
+// TestClientRotationSeedsFromAnEmbeddedPair: a kubeconfig with its pair
+// embedded (kubeadm init's first kubelet.conf) and no pair in the
+// certificate directory: the embedded pair is renewed into
+// kubelet-client-current.pem.
+func TestClientRotationSeedsFromAnEmbeddedPair(t *testing.T) {
+	s := newTestSigner(t)
+	s.lifetime = time.Minute
+	opts := testOptions(t, s)
+	if err := Bootstrap(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := os.ReadFile(filepath.Join(opts.CertDir, "kubelet-client-current.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(opts.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]
+	auth.ClientCertificate, auth.ClientKey = "", ""
+	auth.ClientCertificateData, auth.ClientKeyData = pair, pair
+	if err := clientcmd.WriteToFile(*kc, opts.KubeconfigPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(opts.CertDir); err != nil {
+		t.Fatal(err)
+	}
+	s.lifetime = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := NewClientRotation(ctx, RotationOptions{KubeconfigPath: opts.KubeconfigPath, CertDir: opts.CertDir, NodeName: opts.NodeName, NewClient: opts.NewClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	defer m.Stop()
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		data, err := os.ReadFile(filepath.Join(opts.CertDir, "kubelet-client-current.pem"))
+		if err != nil {
+			return false, nil
+		}
+		certs, err := certutil.ParseCertsPEM(data)
+		return err == nil && len(certs) > 0 && time.Until(certs[0].NotAfter) > 30*time.Minute, nil
+	})
+	if err != nil {
+		t.Fatalf("the embedded pair was not renewed into the certificate directory: %v", err)
 	}
 }
