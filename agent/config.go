@@ -47,6 +47,21 @@ type Config struct {
 	RootDir string
 	// CertDir holds the serving certificate (--cert-dir, <root-dir>/pki).
 	CertDir string
+	// BootstrapKubeconfigPath is --bootstrap-kubeconfig: credentials
+	// (typically a bootstrap token) that may request the node's client
+	// certificate when KubeconfigPath does not hold a valid one (TLS
+	// bootstrap, see package certificate). RunWith bootstraps before it
+	// builds the agent; an embedder calling NewWith calls
+	// certificate.Bootstrap with BootstrapOptions first. It needs
+	// KubeconfigPath, where the resulting kubeconfig is written.
+	BootstrapKubeconfigPath string
+	// CloudProvider is --cloud-provider: "external" registers the node
+	// with the node.cloudprovider.kubernetes.io/uninitialized NoSchedule
+	// taint for the external cloud controller manager to remove, as the
+	// kubelet does; empty (the default) means no cloud provider. The
+	// kubelet v1.37 has no in-tree provider left, and nodekit does the
+	// same as it for any other value: nothing.
+	CloudProvider string
 
 	// MinimumContainerTTLDuration, MaxPerPodContainerCount and
 	// MaxContainerCount are the container garbage collection policy, the
@@ -353,6 +368,9 @@ func (c *Config) complete() error {
 // Validate reports every invalid setting at once, in one line.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.BootstrapKubeconfigPath != "" && c.KubeconfigPath == "" {
+		errs = append(errs, errors.New("--bootstrap-kubeconfig needs --kubeconfig, where the bootstrapped kubeconfig is written"))
+	}
 	if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("node name %q: %s", c.NodeName, strings.Join(msgs, "; ")))
 	}

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit"
 )
 
 // flagBinder binds the kubelet's command-line flags to one Config.
@@ -29,6 +31,8 @@ type flagBinder struct {
 	discarded map[string]any
 	// klog names klog's flags.
 	klog map[string]bool
+	// version is --version.
+	version versionValue
 }
 
 // configFlags binds flags to KubeletConfiguration fields and records each
@@ -80,7 +84,6 @@ func (f configFlags) value(v pflag.Value, name, path, usage string) {
 // file keeps working, and does not act on; ParseFlags logs each one given.
 // The bool ones take no value.
 var discardedFlags = map[string]bool{
-	"bootstrap-kubeconfig": false, "cloud-provider": false,
 	"lock-file": false, "exit-on-lock-contention": true, "image-credential-provider-config": false,
 	"image-credential-provider-bin-dir": false, "config-dir": false, "runtime-cgroups": false,
 	"experimental-mounter-path": false, "experimental-allocatable-ignore-eviction": true,
@@ -102,6 +105,10 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.Var(mapValue("=", &c.NodeLabels), "node-labels", "Labels to add when registering the node (key=value pairs, comma separated).")
 	fs.StringVar(&c.RootDir, "root-dir", c.RootDir, "Directory for the agent's files.")
 	fs.StringVar(&c.CertDir, "cert-dir", c.CertDir, "Directory for the serving certificate (default <root-dir>/pki).")
+	fs.StringVar(&c.BootstrapKubeconfigPath, "bootstrap-kubeconfig", c.BootstrapKubeconfigPath, "Path to a kubeconfig (typically with a bootstrap token) used to request the node's client certificate when --kubeconfig does not hold a valid one; the kubeconfig is then written at --kubeconfig and the pair in --cert-dir.")
+	fs.StringVar(&c.CloudProvider, "cloud-provider", c.CloudProvider, "The provider for cloud services: empty for none, 'external' for an external cloud controller manager (the node registers with the node.cloudprovider.kubernetes.io/uninitialized taint).")
+	fs.Var(&b.version, "version", "Print the Kubernetes version this agent is compatible with, as the kubelet prints its own ("+versionLine()+"), and quit. nodekit's own release is in the node's kubeletVersion and the startup log.")
+	fs.Lookup("version").NoOptDefVal = "true"
 	// The container garbage collection policy and the image the image
 	// garbage collector keeps: command-line-only kubelet flags.
 	if c.MaxPerPodContainerCount == nil {
@@ -260,6 +267,9 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
+	if probe.version {
+		return nil, ErrVersion
+	}
 
 	cfg := &Config{}
 	if probe.configFile != "" {
@@ -296,6 +306,38 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 	fs.Visit(func(f *pflag.Flag) { given = append(given, f.Name) })
 	logUnimplemented(logger, unimplemented(&cfg.Kubelet, probe.configFile != "", given, b.fields, b.klog))
 	return cfg, nil
+}
+
+// ErrVersion is ParseFlags' answer to --version: the caller prints
+// VersionLine and exits 0, as the kubelet does.
+var ErrVersion = errors.New("version requested")
+
+// VersionLine is what --version prints: the Kubernetes release whose kubelet
+// the agent stands in for, as the kubelet prints it ("Kubernetes v1.37.2"),
+// so tools that check the kubelet's version (kubeadm's preflight) accept
+// the agent.
+func VersionLine() string { return versionLine() }
+
+func versionLine() string { return "Kubernetes " + nodekit.KubernetesVersion }
+
+// versionValue is --version: a boolean flag that also takes "raw", which
+// the kubelet answers with its full version information and nodekit with
+// the same line.
+type versionValue bool
+
+func (v *versionValue) String() string { return strconv.FormatBool(bool(*v)) }
+func (v *versionValue) Type() string   { return "version" }
+func (v *versionValue) Set(s string) error {
+	if s == "raw" {
+		*v = true
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true, false or raw")
+	}
+	*v = versionValue(b)
+	return nil
 }
 
 // parse parses args into fs, a parse failure other than a malformed value

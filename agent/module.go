@@ -81,6 +81,8 @@ var Core = fx.Options(
 	),
 	apiserver.Module,
 	MirrorPods,
+	// rotateCertificates: the client certificate's rotation.
+	fx.Invoke(startClientRotation),
 	shared,
 )
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/nodekit/nodekit/certificate"
 	"net"
 	"path/filepath"
 
@@ -35,23 +36,43 @@ func (cfg *Config) LeaseOptions(onRepeatedFailure func()) lease.Options {
 	}
 }
 
+// BootstrapOptions returns the options of the client certificate's TLS
+// bootstrap (certificate.Bootstrap).
+func (cfg *Config) BootstrapOptions() certificate.Options {
+	return certificate.Options{
+		KubeconfigPath:          cfg.KubeconfigPath,
+		BootstrapKubeconfigPath: cfg.BootstrapKubeconfigPath,
+		CertDir:                 cfg.CertDir,
+		NodeName:                cfg.NodeName,
+	}
+}
+
+// ExternalCloudProvider is the --cloud-provider value of an external cloud
+// controller manager.
+const ExternalCloudProvider = "external"
+
 // StatusOptions returns the node status Reporter's options (registration
-// labels and taints, frequencies). onRepeatedFailure runs after every
+// labels, taints, providerID and the external cloud provider's taint, or no
+// registration with registerNode false; frequencies). onRepeatedFailure runs after every
 // failed retry of a status update.
 func (cfg *Config) StatusOptions(onRepeatedFailure func()) status.Options {
 	kc := &cfg.Kubelet
 	var taints []v1.Taint
-	if kc.RegisterNode != nil && *kc.RegisterNode {
+	register := kc.RegisterNode == nil || *kc.RegisterNode
+	if register {
 		taints = kc.RegisterWithTaints
 	}
 	return status.Options{
-		NodeName:          cfg.NodeName,
-		Hostname:          cfg.Hostname,
-		Labels:            cfg.NodeLabels,
-		Taints:            taints,
-		UpdateFrequency:   kc.NodeStatusUpdateFrequency.Duration,
-		ReportFrequency:   kc.NodeStatusReportFrequency.Duration,
-		OnRepeatedFailure: onRepeatedFailure,
+		NodeName:              cfg.NodeName,
+		Hostname:              cfg.Hostname,
+		Labels:                cfg.NodeLabels,
+		Taints:                taints,
+		NoRegister:            !register,
+		ProviderID:            kc.ProviderID,
+		ExternalCloudProvider: cfg.CloudProvider == ExternalCloudProvider,
+		UpdateFrequency:       kc.NodeStatusUpdateFrequency.Duration,
+		ReportFrequency:       kc.NodeStatusReportFrequency.Duration,
+		OnRepeatedFailure:     onRepeatedFailure,
 	}
 }
 

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
 	"k8s.io/klog/v2"
 
 	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/certificate"
 	"github.com/nodekit/nodekit/internal/runner"
 )
 
@@ -23,6 +26,9 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
 		return 0
+	case errors.Is(err, ErrVersion):
+		fmt.Println(VersionLine())
+		return 0
 	case errors.As(err, &usage):
 		fmt.Fprintf(os.Stderr, "nodeagent: %v\n\nFlags:\n%s", err, FlagUsage())
 		return 2
@@ -32,6 +38,17 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 	}
 	logger = logger.WithValues("node", cfg.NodeName)
 	logger.Info("Starting nodekit agent", "version", nodekit.Version, "runtimeEndpoint", cfg.Kubelet.ContainerRuntimeEndpoint)
+	if cfg.BootstrapKubeconfigPath != "" {
+		// The kubeconfig must hold a valid client certificate before the
+		// agent builds its clients, as the kubelet's LoadClientCert.
+		ctx, stop := signal.NotifyContext(klog.NewContext(context.Background(), logger), syscall.SIGINT, syscall.SIGTERM)
+		err := certificate.Bootstrap(ctx, cfg.BootstrapOptions())
+		stop()
+		if err != nil {
+			logger.Error(err, "TLS bootstrap failed")
+			return 1
+		}
+	}
 	// Components shut the agent down through fx.Shutdowner when they fail
 	// (runner.Hook); failures records which one and why.
 	var failures *runner.Failures

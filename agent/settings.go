@@ -27,15 +27,20 @@ import (
 // that every entry names a real field or flag.
 var implementedSettings = map[string]string{
 	// The command line.
-	"--config":            "",
-	"--kubeconfig":        "",
-	"--hostname-override": "",
-	"--node-ip":           "",
-	"--node-labels":       "",
-	"--root-dir":          "",
+	"--config":               "",
+	"--bootstrap-kubeconfig": "",
+	"rotateCertificates":     "",
+	"--kubeconfig":           "",
+	"--hostname-override":    "",
+	"--node-ip":              "",
+	"--node-labels":          "",
+	"--root-dir":             "",
 
 	// Node registration, status and Lease.
+	"registerNode":                  "",
 	"registerWithTaints":            "",
+	"providerID":                    "",
+	"--cloud-provider":              "",
 	"nodeStatusUpdateFrequency":     "",
 	"nodeStatusReportFrequency":     "",
 	"nodeLeaseDurationSeconds":      "",

@@ -86,7 +86,9 @@ type Options struct {
 	// kubelet_pod_start_duration_seconds,
 	// kubelet_pod_start_sli_duration_seconds,
 	// kubelet_pod_start_total_duration_seconds and
-	// kubelet_pod_worker_duration_seconds{operation_type}, and
+	// kubelet_pod_worker_duration_seconds{operation_type},
+	// kubelet_restarted_pods_total{static} (pods added again with the same
+	// UID while they stopped: "true" for static pods, "" for others), and
 	// nodekit_pod_start_agent_duration_seconds (the agent's own share of a
 	// pod's start, with buckets from 1 ms); nil registers nothing.
 	Registerer prometheus.Registerer
@@ -146,6 +148,11 @@ type Controller struct {
 	terminateRetries map[types.UID]*terminateRetry
 	// static orders the starts of static pods of one name.
 	static staticStarts
+	// restarts are pods added again, with the same UID, while their worker
+	// still stops them after they left their sources (a static pod's
+	// manifest moved out and back): each gets a new worker once the old
+	// one ends, as the kubelet's restartRequested.
+	restarts map[types.UID]*v1.Pod
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
 
@@ -203,7 +210,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, terminateRetries: map[types.UID]*terminateRetry{}, runCtx: context.Background(), metrics: m}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, terminateRetries: map[types.UID]*terminateRetry{}, restarts: map[types.UID]*v1.Pod{}, runCtx: context.Background(), metrics: m}
 	c.static = newStaticStarts()
 	c.handledSources = map[string]bool{}
 	if len(opts.Sources.Names()) == 0 {
@@ -217,6 +224,7 @@ func New(opts Options) (*Controller, error) {
 		c.mirrorSources = ms
 	}
 	c.workers = newPodWorkers(c.syncPodRecovering, opts.Clock, m.observeWorker)
+	c.workers.finished = c.workerFinished
 	return c, nil
 }
 
@@ -349,6 +357,16 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 
 func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 	c.mu.Lock()
+	// Added again while its worker still stops it for leaving its
+	// sources: the worker cannot go back, so the pod starts anew once it
+	// ends (workerFinished), as the kubelet's pod workers restart a pod
+	// whose UID is created again while it terminates.
+	if _, pending := c.restarts[pod.UID]; pending || c.workers.removing(pod.UID) {
+		c.restarts[pod.UID] = pod
+		c.mu.Unlock()
+		klog.FromContext(ctx).Info("Pod is terminating but has been requested to restart with same UID, will be restarted once it stopped", "pod", klog.KObj(pod), "podUID", pod.UID)
+		return
+	}
 	if _, ok := c.pods[pod.UID]; ok {
 		c.mu.Unlock()
 		c.update(ctx, pod, pod.DeletionTimestamp != nil)
@@ -428,6 +446,11 @@ func (c *Controller) reject(ctx context.Context, pod *v1.Pod, res AdmitResult) {
 
 func (c *Controller) update(ctx context.Context, pod *v1.Pod, deleted bool) {
 	c.mu.Lock()
+	if _, pending := c.restarts[pod.UID]; pending && !deleted {
+		c.restarts[pod.UID] = pod
+		c.mu.Unlock()
+		return
+	}
 	r, ok := c.pods[pod.UID]
 	if ok {
 		r.pod = pod
@@ -448,6 +471,7 @@ func (c *Controller) update(ctx context.Context, pod *v1.Pod, deleted bool) {
 
 func (c *Controller) remove(ctx context.Context, pod *v1.Pod) {
 	c.mu.Lock()
+	delete(c.restarts, pod.UID)
 	r, ok := c.pods[pod.UID]
 	rejected := ok && r.rejected
 	if rejected {
@@ -460,6 +484,22 @@ func (c *Controller) remove(ctx context.Context, pod *v1.Pod) {
 	}
 	// The worker stops whatever still runs, then forgets the pod.
 	c.workers.update(ctx, pod, true, true, pod.DeletionGracePeriodSeconds)
+}
+
+// workerFinished starts the pod with uid again when it was added back
+// while its worker stopped it (see restarts), counting it in
+// kubelet_restarted_pods_total.
+func (c *Controller) workerFinished(ctx context.Context, uid types.UID) {
+	c.mu.Lock()
+	pod, ok := c.restarts[uid]
+	delete(c.restarts, uid)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Restarting the pod added again while it stopped", "pod", klog.KObj(pod), "podUID", pod.UID)
+	c.metrics.observeRestart(podsource.IsStaticPod(pod))
+	c.add(ctx, pod)
 }
 
 func isTerminal(phase v1.PodPhase) bool {

@@ -784,3 +784,105 @@ func TestNilAdmitFuncRemovesItsDefault(t *testing.T) {
 		t.Error("a nil AdmitFunc under a misspelt name was accepted")
 	}
 }
+
+// TestStaticPodAddedBackWhileStoppingRestarts: a static pod whose manifest
+// is moved out and back while its containers stop (the same content, so
+// the same UID) runs again once the old copy stopped, as the kubelet's
+// restartRequested; kubelet_restarted_pods_total{static="true"} counts it.
+func TestStaticPodAddedBackWhileStoppingRestarts(t *testing.T) {
+	h := newControllerHarness(t)
+	pod := staticPod("static-uid")
+	pod.Spec = v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "etcd", Image: "etcd"}}}
+	running := func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	}
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the static pod running", running)
+
+	gate := make(chan struct{})
+	h.rt.mu.Lock()
+	h.rt.killGate = gate
+	h.rt.mu.Unlock()
+	h.send(podsource.OpRemove, pod)
+	h.waitFor("the stop started", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.kills) == 1
+	})
+	h.send(podsource.OpAdd, pod.DeepCopy())
+	if got := h.counter("kubelet_restarted_pods_total", "true"); got != 0 {
+		t.Errorf("restarted_pods_total{static=true} = %v while the old copy still stops, want 0", got)
+	}
+	close(gate)
+	h.waitFor("the old copy removed", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.removed[pod.UID] == 1
+	})
+	h.waitFor("the static pod running again", running)
+	h.waitFor("the restart counted", func() bool { return h.counter("kubelet_restarted_pods_total", "true") == 1 })
+	if got := h.counter("kubelet_restarted_pods_total", ""); got != 0 {
+		t.Errorf(`restarted_pods_total{static=""} = %v, want 0`, got)
+	}
+	if !h.c.active(pod.UID) {
+		t.Error("the restarted static pod is not active")
+	}
+}
+
+// TestRemovedAgainBeforeRestartStaysGone: a pod added back while it stops
+// and removed again before the old copy stopped is not restarted.
+func TestRemovedAgainBeforeRestartStaysGone(t *testing.T) {
+	h := newControllerHarness(t)
+	pod := staticPod("static-uid-2")
+	pod.Spec = v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "etcd", Image: "etcd"}}}
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the static pod running", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.running[pod.UID]
+	})
+	gate := make(chan struct{})
+	h.rt.mu.Lock()
+	h.rt.killGate = gate
+	h.rt.mu.Unlock()
+	h.send(podsource.OpRemove, pod)
+	h.waitFor("the stop started", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return len(h.rt.kills) == 1
+	})
+	h.send(podsource.OpAdd, pod.DeepCopy())
+	h.send(podsource.OpRemove, pod)
+	close(gate)
+	h.waitFor("every record gone", func() bool {
+		return h.sizes() == "records=0 orphans=0 killWaiters=0 terminateRetries=0 workers=0 active=0 statuses=0"
+	})
+	if got := h.counter("kubelet_restarted_pods_total", "true"); got != 0 {
+		t.Errorf("restarted_pods_total{static=true} = %v, want 0", got)
+	}
+}
+
+// counter returns the value of the counter name with the static label, 0
+// when there is no such series.
+func (h *controllerHarness) counter(name, static string) float64 {
+	h.t.Helper()
+	families, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "static" && l.GetValue() == static {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

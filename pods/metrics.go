@@ -33,6 +33,7 @@ type controllerMetrics struct {
 	// Observed when the pod's watch shows all its containers started.
 	sli, total *prometheus.HistogramVec
 	agent      prometheus.Histogram
+	restarted  *prometheus.CounterVec
 }
 
 func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error) {
@@ -65,12 +66,20 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 			Help:    "Duration in seconds from the agent first seeing a pod to its pod source showing all the pod's containers started (the status write and its watch round trip included), excluding image pulls: the agent's own share of a pod's start, the runtime's calls included. Finer buckets than kubelet_pod_start_duration_seconds.",
 			Buckets: podstatus.StartLatencyBuckets,
 		}),
+		restarted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "restarted_pods_total",
+			Help: "[ALPHA] Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)",
+		}, []string{"static"}),
 	}
-	for _, c := range []prometheus.Collector{m.start, m.worker, m.sli, m.total, m.agent} {
+	for _, c := range []prometheus.Collector{m.start, m.worker, m.sli, m.total, m.agent, m.restarted} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register pod controller metrics: %w", err)
 		}
 	}
+	// Both series exist from the start, as the kubelet's (it adds to both
+	// every housekeeping round).
+	m.restarted.WithLabelValues("true")
+	m.restarted.WithLabelValues("")
 	return m, nil
 }
 
@@ -99,4 +108,17 @@ func (m *controllerMetrics) observeWorker(op string, d time.Duration) {
 	if m != nil {
 		m.worker.WithLabelValues(op).Observe(d.Seconds())
 	}
+}
+
+// observeRestart counts a pod started again with the same UID, with the
+// kubelet's label values: static "true" for a static pod, "" otherwise.
+func (m *controllerMetrics) observeRestart(static bool) {
+	if m == nil {
+		return
+	}
+	label := ""
+	if static {
+		label = "true"
+	}
+	m.restarted.WithLabelValues(label).Inc()
 }

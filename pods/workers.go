@@ -41,6 +41,10 @@ type podWorkers struct {
 	// observe, when set, is told each sync's operation type (OpCreate,
 	// OpUpdate, OpSync, OpKill) and duration.
 	observe func(op string, d time.Duration)
+	// finished, when set, is called on a worker's context once the worker
+	// of the pod with uid has ended and is gone, so a pod with that UID
+	// gets a new worker from then on.
+	finished func(ctx context.Context, uid types.UID)
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -108,6 +112,21 @@ func (p *podWorkers) poke(uid types.UID) {
 	}
 }
 
+// removing reports whether the pod with uid has a worker that stops it
+// because it is gone from its sources (Removed): a new worker for that UID
+// can only start once that one ends.
+func (p *podWorkers) removing(uid types.UID) bool {
+	p.mu.Lock()
+	w := p.workers[uid]
+	p.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.work.Removed
+}
+
 // known reports whether the pod with uid has a worker.
 func (p *podWorkers) known(uid types.UID) bool {
 	p.mu.Lock()
@@ -173,6 +192,9 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 			p.mu.Lock()
 			delete(p.workers, uid)
 			p.mu.Unlock()
+			if p.finished != nil {
+				p.finished(ctx, uid)
+			}
 			return
 		}
 		if timer != nil {

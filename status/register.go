@@ -23,6 +23,10 @@ const (
 	// controller to attach volumes for this node (always "true": nodekit
 	// does not attach volumes itself).
 	AnnotationControllerManagedAttachDetach = "volumes.kubernetes.io/controller-managed-attach-detach"
+	// TaintExternalCloudProvider is the taint a node registered with an
+	// external cloud provider carries until the cloud controller manager
+	// initialized it (k8s.io/cloud-provider's TaintExternalCloudProvider).
+	TaintExternalCloudProvider = "node.cloudprovider.kubernetes.io/uninitialized"
 )
 
 // defaultLabels are the labels the kubelet owns and reconciles on an
@@ -95,9 +99,13 @@ func (r *Reporter) initialNode(ctx context.Context) *v1.Node {
 	if r.opts.Unschedulable && !hasTaint(taints, v1.TaintNodeUnschedulable, v1.TaintEffectNoSchedule) {
 		taints = append(taints, v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule})
 	}
+	if r.opts.ExternalCloudProvider {
+		taints = append(taints, v1.Taint{Key: TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
+	}
 	if len(taints) > 0 {
 		node.Spec.Taints = taints
 	}
+	node.Spec.ProviderID = r.opts.ProviderID
 	r.runSetters(ctx, node)
 	return node
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -74,6 +75,18 @@ type Options struct {
 	// Unschedulable registers the node cordoned, with the
 	// node.kubernetes.io/unschedulable:NoSchedule taint.
 	Unschedulable bool
+	// ProviderID is set as the Node's spec.providerID at registration
+	// (kubelet providerID, --provider-id).
+	ProviderID string
+	// ExternalCloudProvider registers the node with the
+	// node.cloudprovider.kubernetes.io/uninitialized=true:NoSchedule
+	// taint, which the external cloud controller manager removes once it
+	// initialized the node (kubelet --cloud-provider=external).
+	ExternalCloudProvider bool
+	// NoRegister leaves creating the Node to someone else (kubelet
+	// registerNode: false): Run waits for the Node to exist, then keeps
+	// its status as usual.
+	NoRegister bool
 
 	// UpdateFrequency is how often the status is computed; default 10s.
 	UpdateFrequency time.Duration
@@ -287,7 +300,11 @@ func (r *Reporter) Run(ctx context.Context) error {
 		wg.Go(func() { _ = r.node.Run(ctx) })
 	}
 
-	if err := r.register(ctx); err != nil {
+	if r.opts.NoRegister {
+		if !r.waitForNode(ctx) {
+			return nil
+		}
+	} else if err := r.register(ctx); err != nil {
 		return nil // ctx is done
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), r.node.HasSynced) {
@@ -296,6 +313,32 @@ func (r *Reporter) Run(ctx context.Context) error {
 	r.loop(ctx)
 	return nil
 }
+
+// waitForNode waits, with registerNode false, until the node watch has the
+// Node someone else created; false once ctx is done.
+func (r *Reporter) waitForNode(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	r.initial.Store(r.initialNode(ctx))
+	logger.Info("registerNode is false: waiting for the Node to be created", "node", klog.KRef("", r.opts.NodeName))
+	if !cache.WaitForCacheSync(ctx.Done(), r.node.HasSynced) {
+		return false
+	}
+	// The watch's cache is read, no request is made: a short period costs
+	// nothing.
+	err := wait.PollUntilContextCancel(ctx, nodeAppearPoll, true, func(context.Context) (bool, error) {
+		_, ok := r.node.Node()
+		return ok, nil
+	})
+	if err != nil {
+		return false
+	}
+	r.markRegistered()
+	return true
+}
+
+// nodeAppearPoll is how often the node watch is read for a Node someone
+// else creates (registerNode false).
+const nodeAppearPoll = 200 * time.Millisecond
 
 // runLocal is Run of a standalone Reporter: the Node is computed, never
 // sent.

@@ -745,3 +745,57 @@ func TestReadsTheAPIAfterTheWatchFailed(t *testing.T) {
 		t.Errorf("last patch %s does not set Ready=True", p[len(p)-1].(k8stesting.PatchAction).GetPatch())
 	}
 }
+
+// TestRegisterExternalCloudProviderAndProviderID: with an external cloud
+// provider the node registers with the uninitialized NoSchedule taint
+// after the configured ones, and providerID is its spec.providerID, as the
+// kubelet's initialNode.
+func TestRegisterExternalCloudProviderAndProviderID(t *testing.T) {
+	h := newHarness(t, func(o *Options) {
+		o.Taints = []v1.Taint{{Key: "dedicated", Value: "edge", Effect: v1.TaintEffectNoExecute}}
+		o.ExternalCloudProvider = true
+		o.ProviderID = "aws:///eu-west-1a/i-0123456789"
+	})
+	h.start()
+	h.waitRegistered()
+	node := h.node()
+	want := []v1.Taint{
+		{Key: "dedicated", Value: "edge", Effect: v1.TaintEffectNoExecute},
+		{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: v1.TaintEffectNoSchedule},
+	}
+	if !reflect.DeepEqual(node.Spec.Taints, want) {
+		t.Errorf("taints %v, want %v", node.Spec.Taints, want)
+	}
+	if node.Spec.ProviderID != "aws:///eu-west-1a/i-0123456789" {
+		t.Errorf("providerID %q", node.Spec.ProviderID)
+	}
+}
+
+// TestNoRegisterWaitsForTheNode: with registerNode false the reporter
+// creates no Node; once someone else creates it, it is registered and its
+// status is patched.
+func TestNoRegisterWaitsForTheNode(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.NoRegister = true })
+	h.start()
+	select {
+	case <-h.r.Registered():
+		t.Fatal("registered before the Node exists")
+	default:
+	}
+	if n := len(h.actions("create")); n != 0 {
+		t.Fatalf("%d create requests with registerNode false", n)
+	}
+	created := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}
+	if _, err := h.client.CoreV1().Nodes().Create(context.Background(), created, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.client.ClearActions()
+	h.waitRegistered()
+	h.waitLoop(1)
+	if c := findCondition(h.node(), v1.NodeReady); c == nil || c.Status != v1.ConditionTrue {
+		t.Errorf("Ready condition %+v after the first status cycle", c)
+	}
+	if n := len(h.actions("create")); n != 0 {
+		t.Errorf("%d create requests with registerNode false", n)
+	}
+}

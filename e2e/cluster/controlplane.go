@@ -252,6 +252,9 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, opts ControlPlaneOpti
 		"--service-account-signing-key-file="+pki.ServiceAccount.Key,
 		"--service-cluster-ip-range="+serviceClusterIPRange,
 		"--authorization-mode=Node,RBAC",
+		// Bootstrap tokens authenticate TLS bootstrap (BootstrapToken), as
+		// on a kubeadm cluster.
+		"--enable-bootstrap-token-auth=true",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--kubelet-client-certificate="+kubeletClient.Cert,

@@ -95,6 +95,10 @@ func run(args []string, out io.Writer) int {
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
+	if errors.Is(err, agent.ErrVersion) {
+		fmt.Fprintln(out, agent.VersionLine())
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "standalone:", err)
 		return 2

@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -17,12 +16,16 @@ import (
 // SetStaticDefaults gives pod, read from a static source, the fields the
 // kubelet sets on such pods (its config applyDefaults), in place:
 //
-//   - metadata.uid, when empty: a hash (FNV-128a, hex) of the pod as it is
-//     now — call it after podsource.SetDefaults, so a manifest that only
-//     spells a default differently keeps its UID — with the node name and
-//     location for the file source ("host:<node>file:<path>"), the URL for
-//     the HTTP source ("url:<url>"), and the node name, source and location
-//     for any other source. Editing a manifest therefore changes its pod's
+//   - metadata.uid, when empty: the kubelet's UID for the pod, an FNV-128a
+//     hash (hex) of the pod as it is now as the kubelet prints it for
+//     hashing (k8s.io/utils/dump.ForHash of its internal form), followed
+//     by "host:<node>file:<path>" for the file source and "url:<url>" for
+//     the HTTP source; any other source writes "host:<node>" and
+//     "<source>:<location>". Call it after podsource.SetDefaults, as the
+//     kubelet hashes the defaulted pod: a manifest then gets the UID a
+//     kubelet gives it, so an agent that takes over a kubelet's node keeps
+//     its static pods running (e2e/kubeletparity checks the UIDs against
+//     the kubelet's own file source). Editing a manifest changes its pod's
 //     UID, so the agent replaces the pod (REMOVE, then ADD), unless the
 //     manifest sets metadata.uid;
 //   - metadata.name <name>-<node name, lowercased>, so static pods of
@@ -33,31 +36,9 @@ import (
 //   - for the file source, a toleration of every NoExecute taint, so node
 //     problems do not evict static pods;
 //   - status.phase Pending.
-//
-// The hash is not byte-for-byte the kubelet's (which hashes its internal
-// object representation), so a pod's UID differs from the one a kubelet
-// would compute for the same manifest; nothing outside the node sees the
-// UID but through the config hash of the mirror pod, which the agent
-// rewrites when it differs.
 func SetStaticDefaults(pod *v1.Pod, nodeName, source, location string) error {
 	if pod.UID == "" {
-		data, err := json.Marshal(pod)
-		if err != nil {
-			return fmt.Errorf("hash pod %s: %w", pod.Name, err)
-		}
-		h := fnv.New128a()
-		h.Write(data)
-		switch source {
-		case podsource.FileSource:
-			fmt.Fprintf(h, "host:%s", nodeName)
-			fmt.Fprintf(h, "file:%s", location)
-		case podsource.HTTPSource:
-			fmt.Fprintf(h, "url:%s", location)
-		default:
-			fmt.Fprintf(h, "host:%s", nodeName)
-			fmt.Fprintf(h, "%s:%s", source, location)
-		}
-		pod.UID = types.UID(hex.EncodeToString(h.Sum(nil)))
+		pod.UID = staticPodUID(pod, nodeName, source, location)
 	}
 	pod.Name = GeneratePodName(pod.Name, nodeName)
 	if pod.Namespace == "" {
@@ -73,6 +54,24 @@ func SetStaticDefaults(pod *v1.Pod, nodeName, source, location string) error {
 	}
 	pod.Status.Phase = v1.PodPending
 	return nil
+}
+
+// staticPodUID is the kubelet's UID for pod, read by source at location on
+// the node nodeName (see SetStaticDefaults).
+func staticPodUID(pod *v1.Pod, nodeName, source, location string) types.UID {
+	h := fnv.New128a()
+	h.Write(dumpForHash(pod))
+	switch source {
+	case podsource.FileSource:
+		fmt.Fprintf(h, "host:%s", nodeName)
+		fmt.Fprintf(h, "file:%s", location)
+	case podsource.HTTPSource:
+		fmt.Fprintf(h, "url:%s", location)
+	default:
+		fmt.Fprintf(h, "host:%s", nodeName)
+		fmt.Fprintf(h, "%s:%s", source, location)
+	}
+	return types.UID(hex.EncodeToString(h.Sum(nil)))
 }
 
 // GeneratePodName is the name of the static pod named name on the node:
