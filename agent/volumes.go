@@ -63,6 +63,12 @@ func (k *podKnown) known(uid types.UID) bool {
 func volumeOptions(cfg *Config, node *status.NodeWatch, sources *podsource.Config, known *podKnown, _ dataDirs) volume.Options {
 	o := cfg.VolumeOptions()
 	o.NodeAllocatable = node.Allocatable
+	o.NodeLabels = func() map[string]string {
+		if n, ok := node.Node(); ok {
+			return n.Labels
+		}
+		return nil
+	}
 	o.SourcesReady = sources.AllReady
 	o.PodKnown = known.known
 	return o
