@@ -408,6 +408,10 @@ func (m *Manager) handshake(ctx context.Context, path string, gen uint64) (regis
 		return registered{}, notify(ctx, client, false, fmt.Sprintf("RegisterPlugin error -- plugin registration failed with err: %v", err))
 	}
 	if err := notify(ctx, client, true, ""); err != nil {
+		if ctx.Err() != nil {
+			// Stopping: the plugin stays registered for the next start.
+			return registered{}, err
+		}
 		handler.DeRegisterPlugin(ctx, info.Name, endpoint)
 		return registered{}, fmt.Errorf("RegisterPlugin error -- failed to send registration status at socket %s, err: %w", path, err)
 	}

@@ -293,3 +293,32 @@ func waitRegistered(t *testing.T, m *Manager, path string) {
 		return ok
 	})
 }
+
+// TestManagersShareTheWatch runs two Managers in one process (as a fleet
+// of in-process agents does, on one inotify instance): each sees its own
+// directory's sockets only, and one stopping leaves the other watching.
+func TestManagersShareTheWatch(t *testing.T) {
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	h1, h2 := newFakeHandler(), newFakeHandler()
+	m1, err := New(Options{Dir: dir1, Handlers: map[string]Handler{registerapi.CSIPlugin: h1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, stop1 := context.WithCancel(context.Background())
+	done1 := make(chan error, 1)
+	go func() { done1 <- m1.Run(ctx1) }()
+	runManager(t, dir2, h2, nil)
+
+	r := startRegistrar(t, filepath.Join(dir1, "one.sock"), registerapi.CSIPlugin, "one")
+	h1.want(t, "validate one /csi/one.sock [1.0.0]", "register one /csi/one.sock <nil>")
+	r.waitStatus(t)
+	waitRegistered(t, m1, r.path)
+	stop1()
+	if err := <-done1; err != nil {
+		t.Fatal(err)
+	}
+	r = startRegistrar(t, filepath.Join(dir2, "two.sock"), registerapi.CSIPlugin, "two")
+	h2.want(t, "validate two /csi/two.sock [1.0.0]", "register two /csi/two.sock <nil>")
+	r.waitStatus(t)
+	h1.wantNone(t, 100*time.Millisecond)
+}
