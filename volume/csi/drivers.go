@@ -296,8 +296,8 @@ func grpcCode(err error) string {
 
 // Run creates the node's CSINode (owned by its Node, with the
 // migrated-plugins annotation) as the kubelet does at start, retrying
-// until it is done or ctx ends, and then waits for ctx. Without a Client
-// it only waits.
+// with back-off (up to 30 s apart) until it is done, and returns; or
+// returns nil when ctx ends first. Without a Client it returns at once.
 func (d *Drivers) Run(ctx context.Context) error {
 	if d.client != nil {
 		logger := klog.FromContext(ctx)
@@ -313,7 +313,6 @@ func (d *Drivers) Run(ctx context.Context) error {
 			return fmt.Errorf("initialize CSINode %s: %w", d.nodeName, err)
 		}
 	}
-	<-ctx.Done()
 	return nil
 }
 
