@@ -26,11 +26,17 @@ const (
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
 )
 
-// operationError is a setup error whose message is the kubelet's whole
-// event text (not wrapped in "MountVolume.SetUp failed").
-type operationError struct{ msg string }
+// OperationError is a SetUp error whose message is the whole FailedMount
+// event text, not wrapped in "MountVolume.SetUp failed for volume ...":
+// for the steps the kubelet names otherwise, e.g. "MountVolume.WaitForAttach
+// failed for volume "pv" : ..." or "MountVolume.MountDevice failed ...".
+type OperationError struct {
+	// Message is the event's message.
+	Message string
+}
 
-func (e *operationError) Error() string { return e.msg }
+// Error returns Message.
+func (e *OperationError) Error() string { return e.Message }
 
 // unsupportedError is a volume this node can never mount (no plugin, a
 // raw block volume): MountPod records the summary event at once.

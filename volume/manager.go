@@ -403,7 +403,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		m.mu.Lock()
 		if err != nil {
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vs.name, err)
-			if op := (*operationError)(nil); errors.As(err, &op) {
+			if op := (*OperationError)(nil); errors.As(err, &op) {
 				msg = op.Error()
 			}
 			vs.err = errors.New(msg)
@@ -542,7 +542,7 @@ func (m *Manager) setUp(ctx context.Context, vc *VolumeContext, plugin Plugin) (
 	vc.FSUser = fsUserFrom(pod)
 	if vc.PV != nil {
 		if err := m.checkNodeAffinity(vc.PV); err != nil {
-			return Mounted{}, &operationError{fmt.Sprintf("MountVolume.NodeAffinity check failed for volume %q : %v", vc.Name, err)}
+			return Mounted{}, &OperationError{fmt.Sprintf("MountVolume.NodeAffinity check failed for volume %q : %v", vc.Name, err)}
 		}
 	}
 	if err := m.makePodDirs(pod.UID); err != nil {

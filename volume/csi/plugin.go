@@ -179,7 +179,7 @@ func (p *Plugin) SetUp(ctx context.Context, vc *volume.VolumeContext) (volume.Mo
 	var publishContext map[string]string
 	if src.mode == modePersistent && attachRequired(driver) {
 		if publishContext, err = p.attached(ctx, src); err != nil {
-			return volume.Mounted{}, err
+			return volume.Mounted{}, &volume.OperationError{Message: fmt.Sprintf("MountVolume.WaitForAttach failed for volume %q : %v", vc.Name, err)}
 		}
 	}
 	capability := volumeCapability(src, caps, vc.FSGroup)
@@ -258,7 +258,8 @@ func (p *Plugin) SetUp(ctx context.Context, vc *volume.VolumeContext) (volume.Mo
 				klog.FromContext(ctx).Error(rmErr, "Failed to remove the publish target after a NodePublish error", "target", target)
 			}
 		}
-		return volume.Mounted{}, fmt.Errorf("rpc error: NodePublishVolume of volume %s on driver %s: %w", src.handle, src.driver, err)
+		// The driver's error as it is, as the kubelet's.
+		return volume.Mounted{}, err
 	}
 	p.mu.Lock()
 	p.published[target] = true
@@ -313,7 +314,7 @@ func (p *Plugin) stage(ctx context.Context, vc *volume.VolumeContext, client csi
 				klog.FromContext(ctx).Error(rmErr, "Failed to remove the staging path after a NodeStage error", "path", staging)
 			}
 		}
-		return fmt.Errorf("MountDevice failed for volume %q : rpc error: NodeStageVolume of volume %s on driver %s: %w", vc.Name, src.handle, src.driver, err)
+		return &volume.OperationError{Message: fmt.Sprintf("MountVolume.MountDevice failed for volume %q : %v", vc.Name, err)}
 	}
 	p.staged[staging] = true
 	return nil
@@ -342,7 +343,7 @@ func (p *Plugin) TearDown(ctx context.Context, vc *volume.VolumeContext) error {
 	ctx, cancel := context.WithTimeout(ctx, csiTimeout)
 	defer cancel()
 	if _, err := client.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: handle, TargetPath: target}); err != nil {
-		return fmt.Errorf("kubernetes.io/csi: Unmounter.TearDownAt failed: rpc error: NodeUnpublishVolume of volume %s on driver %s: %w", handle, driverName, err)
+		return fmt.Errorf("kubernetes.io/csi: Unmounter.TearDownAt failed: %w", err)
 	}
 	if err := removeMountDir(mounter, target); err != nil {
 		return fmt.Errorf("kubernetes.io/csi: Unmounter.TearDownAt failed to clean mount dir [%s]: %w", target, err)
@@ -379,7 +380,7 @@ func (p *Plugin) unstage(ctx context.Context, mounter mount.Interface, client cs
 	}
 	if caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
 		if _, err := client.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: handle, StagingTargetPath: staging}); err != nil {
-			return fmt.Errorf("UnmountDevice failed for volume %s: rpc error: NodeUnstageVolume on driver %s: %w", handle, driverName, err)
+			return fmt.Errorf("UnmountDevice failed for volume %s of driver %s: %w", handle, driverName, err)
 		}
 	}
 	if err := removeMountDir(mounter, staging); err != nil {

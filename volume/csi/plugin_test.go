@@ -329,8 +329,18 @@ func TestDriverNotRegistered(t *testing.T) {
 	if e := f.events(); len(e) != 1 || e[0] != "Warning FailedMount "+want {
 		t.Errorf("events %q", e)
 	}
+	// The driver fails the publish: its error is the event's.
 	f.drivers.set(testDriver, f.node)
+	f.node.fail = map[string]error{"NodePublishVolume": status.Error(codes.Internal, "no space left on the pool")}
 	f.clock.Step(time.Second)
+	if _, err := f.m.MountPod(f.ctx, pod); err == nil {
+		t.Fatal("MountPod succeeded while the driver fails the publish")
+	}
+	if e := f.events(); len(e) != 1 || e[0] != `Warning FailedMount MountVolume.SetUp failed for volume "pv-1" : rpc error: code = Internal desc = no space left on the pool` {
+		t.Errorf("events %q", e)
+	}
+	f.node.fail = nil
+	f.clock.Step(2 * time.Second)
 	if _, err := f.m.MountPod(f.ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -366,6 +376,9 @@ func TestAttachRequired(t *testing.T) {
 	want := fmt.Sprintf(`volume vol-1 has GET error for volume attachment %s: volumeattachments.storage.k8s.io "%s" not found`, id, id)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("MountPod: %v, want ...%s", err, want)
+	}
+	if e := f.events(); len(e) != 1 || e[0] != `Warning FailedMount MountVolume.WaitForAttach failed for volume "pv-1" : `+want {
+		t.Errorf("events %q", e)
 	}
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: id}}
 	f.client.StorageV1().VolumeAttachments().Create(f.ctx, va, metav1.CreateOptions{})
