@@ -40,7 +40,13 @@ var Volumes = fx.Options(
 		func(m *volume.Manager) status.VolumesInUseFuncs {
 			return status.VolumesInUseFuncs{Synced: m.ReconcilerSynced, InUse: m.VolumesInUse}
 		},
-		fx.Annotate(newCSIPlugin, fx.ResultTags(`group:"`+volume.PluginGroup+`"`)),
+		newCSIPlugin,
+		fx.Annotate(func(p *csi.Plugin) volume.Plugin {
+			if p == nil {
+				return nil
+			}
+			return p
+		}, fx.ResultTags(`group:"`+volume.PluginGroup+`"`)),
 	),
 	volume.Module,
 	fx.Invoke(func(k *podKnown, c *pods.Controller, b *runtime.Backend) {
@@ -113,7 +119,7 @@ type csiPluginParams struct {
 
 // newCSIPlugin is the CSI volume plugin on the node's driver registry; nil
 // (no plugin) without a registry.
-func newCSIPlugin(p csiPluginParams) (volume.Plugin, error) {
+func newCSIPlugin(p csiPluginParams) (*csi.Plugin, error) {
 	if p.Drivers == nil {
 		return nil, nil
 	}

@@ -809,6 +809,11 @@ type PodVolume struct {
 	// Memory tells a tmpfs-backed volume (emptyDir medium Memory, secret,
 	// downwardAPI, projected), whose usage counts as the pod's memory.
 	Memory bool
+	// PVC and PV are a claim-backed volume's claim and PersistentVolume
+	// as resolved when it was mounted, nil for other volumes. They are
+	// shared: do not modify them.
+	PVC *v1.PersistentVolumeClaim
+	PV  *v1.PersistentVolume
 }
 
 // PodVolumes returns the mounted volumes of pod uid, sorted by name: what
@@ -828,7 +833,7 @@ func (m *Manager) PodVolumes(uid types.UID) []PodVolume {
 		if !vs.mounted {
 			continue
 		}
-		pv := PodVolume{Name: name, Plugin: vs.plugin.Name(), Mounted: vs.out}
+		pv := PodVolume{Name: name, Plugin: vs.plugin.Name(), Mounted: vs.out, PVC: vs.pvc, PV: vs.pv}
 		switch {
 		case vs.spec.EmptyDir != nil:
 			if vs.spec.EmptyDir.SizeLimit != nil {

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/mount-utils"
 
 	"github.com/nodekit/nodekit/volume"
@@ -641,4 +642,48 @@ func mergeInto(dst, src map[string]string) map[string]string {
 		dst[k] = v
 	}
 	return dst
+}
+
+// VolumeStats returns the figures of the CSI volume published at target
+// (a Mounted.Path of this plugin) from the driver's NodeGetVolumeStats, as
+// the kubelet's CSI metrics provider; false when the driver does not have
+// GET_VOLUME_STATS.
+func (p *Plugin) VolumeStats(ctx context.Context, target string) (statsapi.FsStats, bool, error) {
+	data, err := loadVolData(filepath.Dir(target))
+	if err != nil {
+		return statsapi.FsStats{}, false, err
+	}
+	driverName, handle := data[keyDriverName], data[keyVolumeHandle]
+	client, err := p.opts.Drivers.NodeClient(driverName)
+	if err != nil {
+		return statsapi.FsStats{}, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, csiTimeout)
+	defer cancel()
+	caps, err := nodeCapabilities(ctx, client)
+	if err != nil {
+		return statsapi.FsStats{}, false, err
+	}
+	if !caps[csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS] {
+		return statsapi.FsStats{}, false, nil
+	}
+	req := &csipb.NodeGetVolumeStatsRequest{VolumeId: handle, VolumePath: target}
+	if data[keyLifecycleMode] != modeEphemeral && caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+		req.StagingTargetPath = stagingPath(p.opts.RootDir, driverName, handle)
+	}
+	resp, err := client.NodeGetVolumeStats(ctx, req)
+	if err != nil {
+		return statsapi.FsStats{}, false, fmt.Errorf("NodeGetVolumeStats of volume %s on driver %s: %w", handle, driverName, err)
+	}
+	fs := statsapi.FsStats{Time: metav1.Now()}
+	for _, u := range resp.GetUsage() {
+		available, total, used := uint64(max(u.GetAvailable(), 0)), uint64(max(u.GetTotal(), 0)), uint64(max(u.GetUsed(), 0))
+		switch u.GetUnit() {
+		case csipb.VolumeUsage_BYTES:
+			fs.AvailableBytes, fs.CapacityBytes, fs.UsedBytes = &available, &total, &used
+		case csipb.VolumeUsage_INODES:
+			fs.InodesFree, fs.Inodes, fs.InodesUsed = &available, &total, &used
+		}
+	}
+	return fs, true, nil
 }

@@ -44,6 +44,8 @@ type fakeNode struct {
 	calls    []string
 	publish  []*csipb.NodePublishVolumeRequest
 	stageReq []*csipb.NodeStageVolumeRequest
+	statsReq []*csipb.NodeGetVolumeStatsRequest
+	noStats  bool
 	fail     map[string]error
 }
 
@@ -67,11 +69,29 @@ func (f *fakeNode) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabiliti
 		return nil, err
 	}
 	resp := &csipb.NodeGetCapabilitiesResponse{}
+	capability := func(t csipb.NodeServiceCapability_RPC_Type) *csipb.NodeServiceCapability {
+		return &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}}}
+	}
 	if f.stage {
-		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
-			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
+		resp.Capabilities = append(resp.Capabilities, capability(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME))
+	}
+	if !f.noStats {
+		resp.Capabilities = append(resp.Capabilities, capability(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS))
 	}
 	return resp, nil
+}
+
+func (f *fakeNode) NodeGetVolumeStats(_ context.Context, r *csipb.NodeGetVolumeStatsRequest, _ ...grpc.CallOption) (*csipb.NodeGetVolumeStatsResponse, error) {
+	if err := f.record("NodeGetVolumeStats"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.statsReq = append(f.statsReq, r)
+	f.mu.Unlock()
+	return &csipb.NodeGetVolumeStatsResponse{Usage: []*csipb.VolumeUsage{
+		{Unit: csipb.VolumeUsage_BYTES, Available: 700, Total: 1000, Used: 300},
+		{Unit: csipb.VolumeUsage_INODES, Available: 90, Total: 100, Used: 10},
+	}}, nil
 }
 
 func (f *fakeNode) NodeStageVolume(_ context.Context, r *csipb.NodeStageVolumeRequest, _ ...grpc.CallOption) (*csipb.NodeStageVolumeResponse, error) {
@@ -483,5 +503,34 @@ func TestInlineEphemeralVolume(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.root, "plugins", "kubernetes.io", "csi")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a staging directory was made for an inline volume: %v", err)
+	}
+}
+
+// TestVolumeStats: a published volume's figures come from the driver's
+// NodeGetVolumeStats with the target and staging paths; a driver without
+// GET_VOLUME_STATS reports none.
+func TestVolumeStats(t *testing.T) {
+	f := newFixture(t, append(claimAndPV("pv-1", "vol-1"), csiDriverObject(false))...)
+	got, err := f.m.MountPod(f.ctx, claimPod("u1", "web-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := got["vol"].Path
+	fs, ok, err := f.plugin.VolumeStats(f.ctx, target)
+	if err != nil || !ok {
+		t.Fatalf("VolumeStats: %v, %v", ok, err)
+	}
+	if *fs.AvailableBytes != 700 || *fs.CapacityBytes != 1000 || *fs.UsedBytes != 300 || *fs.InodesFree != 90 || *fs.Inodes != 100 || *fs.InodesUsed != 10 || fs.Time.IsZero() {
+		t.Errorf("stats %+v", fs)
+	}
+	if r := f.node.statsReq[0]; r.VolumeId != "vol-1" || r.VolumePath != target || r.StagingTargetPath != stagingPath(f.root, testDriver, "vol-1") {
+		t.Errorf("NodeGetVolumeStats %v", r)
+	}
+	f.node.noStats = true
+	if _, ok, err := f.plugin.VolumeStats(f.ctx, target); ok || err != nil {
+		t.Errorf("VolumeStats without GET_VOLUME_STATS: %v, %v; want none", ok, err)
+	}
+	if pv := f.m.PodVolumes("u1"); len(pv) != 1 || pv[0].PVC == nil || pv[0].PVC.Name != "data" || pv[0].PV.Name != "pv-1" {
+		t.Errorf("PodVolumes %+v, want the claim and PV", pv)
 	}
 }
