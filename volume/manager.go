@@ -656,6 +656,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			m.mu.Unlock()
 			m.remountDirty(ctx)
+			m.expandClaims(ctx)
 			resync.Reset(m.opts.ResyncPeriod)
 		case <-m.forgot:
 			if period != m.opts.CleanupPeriod {

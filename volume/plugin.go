@@ -6,6 +6,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 )
@@ -69,6 +70,22 @@ type PersistentVolumePlugin interface {
 	// CanSupportPersistentVolume reports whether the plugin mounts pv. It
 	// must be cheap and must not block.
 	CanSupportPersistentVolume(pv *v1.PersistentVolume) bool
+}
+
+// Expander is implemented by plugins that grow a mounted claim-backed
+// volume's filesystem on the node when its claim was expanded (the CSI
+// plugin's NodeExpandVolume). The Manager looks at the mounted claims
+// every ResyncPeriod and calls ExpandVolume when the PV is larger than the
+// claim's status capacity and the claim waits for the node
+// (status.allocatedResourceStatuses NodeResizePending), then records the
+// outcome in the claim's status as the kubelet does (which needs
+// persistentvolumeclaims/status update).
+type Expander interface {
+	// ExpandVolume grows the mounted volume v (PV and PVC are the
+	// expanded ones) to newSize. It returns false when the volume needs
+	// no expansion on the node (the driver does not have it): the claim
+	// is then marked resized all the same, as by the kubelet.
+	ExpandVolume(ctx context.Context, v *VolumeContext, newSize resource.Quantity) (bool, error)
 }
 
 // Remounter is implemented by plugins whose content follows API objects or

@@ -20,6 +20,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -96,6 +97,7 @@ var (
 	_ volume.PersistentVolumePlugin = (*Plugin)(nil)
 	_ volume.InUseReporter          = (*Plugin)(nil)
 	_ volume.Remounter              = (*Plugin)(nil)
+	_ volume.Expander               = (*Plugin)(nil)
 )
 
 // NewPlugin returns the CSI plugin. RootDir, NodeName and Drivers are
@@ -686,4 +688,48 @@ func (p *Plugin) VolumeStats(ctx context.Context, target string) (statsapi.FsSta
 		}
 	}
 	return fs, true, nil
+}
+
+// ExpandVolume grows a published CSI PV to newSize with the driver's
+// NodeExpandVolume (the kubelet's csi expander), when the driver has
+// EXPAND_VOLUME; false otherwise.
+func (p *Plugin) ExpandVolume(ctx context.Context, vc *volume.VolumeContext, newSize resource.Quantity) (bool, error) {
+	if vc.PV == nil {
+		return false, nil
+	}
+	src, err := sourceOf(vc)
+	if err != nil {
+		return false, err
+	}
+	client, err := p.opts.Drivers.NodeClient(src.driver)
+	if err != nil {
+		return false, fmt.Errorf("kubernetes.io/csi: Expander.NodeExpand failed to get CSI client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, csiTimeout)
+	defer cancel()
+	caps, err := nodeCapabilities(ctx, client)
+	if err != nil {
+		return false, fmt.Errorf("kubernetes.io/csi: Expander.NodeExpand failed to check if node supports expansion: %w", err)
+	}
+	if !caps[csipb.NodeServiceCapability_RPC_EXPAND_VOLUME] {
+		return false, nil
+	}
+	req := &csipb.NodeExpandVolumeRequest{
+		VolumeId:         src.handle,
+		VolumePath:       filepath.Join(vc.Path, "mount"),
+		CapacityRange:    &csipb.CapacityRange{RequiredBytes: newSize.Value()},
+		VolumeCapability: volumeCapability(src, caps, vc.FSGroup),
+	}
+	if caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+		req.StagingTargetPath = stagingPath(p.opts.RootDir, src.driver, src.handle)
+	}
+	if ref := vc.PV.Spec.CSI.NodeExpandSecretRef; ref != nil {
+		if req.Secrets, err = p.secrets(ctx, vc, ref, "NodeExpandSecretRef"); err != nil {
+			return false, err
+		}
+	}
+	if _, err := client.NodeExpandVolume(ctx, req); err != nil {
+		return false, fmt.Errorf("Expander.NodeExpand failed to expand the volume : %w", err)
+	}
+	return true, nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,13 +41,14 @@ type fakeNode struct {
 	mounter          *mount.FakeMounter
 	stage            bool
 
-	mu       sync.Mutex
-	calls    []string
-	publish  []*csipb.NodePublishVolumeRequest
-	stageReq []*csipb.NodeStageVolumeRequest
-	statsReq []*csipb.NodeGetVolumeStatsRequest
-	noStats  bool
-	fail     map[string]error
+	mu        sync.Mutex
+	calls     []string
+	publish   []*csipb.NodePublishVolumeRequest
+	stageReq  []*csipb.NodeStageVolumeRequest
+	statsReq  []*csipb.NodeGetVolumeStatsRequest
+	expandReq []*csipb.NodeExpandVolumeRequest
+	noStats   bool
+	fail      map[string]error
 }
 
 func (f *fakeNode) record(method string) error {
@@ -78,6 +80,7 @@ func (f *fakeNode) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabiliti
 	if !f.noStats {
 		resp.Capabilities = append(resp.Capabilities, capability(csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS))
 	}
+	resp.Capabilities = append(resp.Capabilities, capability(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME))
 	return resp, nil
 }
 
@@ -92,6 +95,16 @@ func (f *fakeNode) NodeGetVolumeStats(_ context.Context, r *csipb.NodeGetVolumeS
 		{Unit: csipb.VolumeUsage_BYTES, Available: 700, Total: 1000, Used: 300},
 		{Unit: csipb.VolumeUsage_INODES, Available: 90, Total: 100, Used: 10},
 	}}, nil
+}
+
+func (f *fakeNode) NodeExpandVolume(_ context.Context, r *csipb.NodeExpandVolumeRequest, _ ...grpc.CallOption) (*csipb.NodeExpandVolumeResponse, error) {
+	if err := f.record("NodeExpandVolume"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.expandReq = append(f.expandReq, r)
+	f.mu.Unlock()
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: r.CapacityRange.RequiredBytes}, nil
 }
 
 func (f *fakeNode) NodeStageVolume(_ context.Context, r *csipb.NodeStageVolumeRequest, _ ...grpc.CallOption) (*csipb.NodeStageVolumeResponse, error) {
@@ -213,6 +226,18 @@ func (f *fixture) events() []string {
 		default:
 			return out
 		}
+	}
+}
+
+// nextEvent waits for the next event.
+func (f *fixture) nextEvent(t *testing.T) string {
+	t.Helper()
+	select {
+	case e := <-f.recorder.Events:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+		return ""
 	}
 }
 
@@ -533,4 +558,92 @@ func TestVolumeStats(t *testing.T) {
 	if pv := f.m.PodVolumes("u1"); len(pv) != 1 || pv[0].PVC == nil || pv[0].PVC.Name != "data" || pv[0].PV.Name != "pv-1" {
 		t.Errorf("PodVolumes %+v, want the claim and PV", pv)
 	}
+}
+
+// TestOnlineExpansion: a mounted claim whose PV grew and that waits for the
+// node is expanded with NodeExpandVolume at the next resync and its status
+// records the new capacity, as the kubelet's; a driver failure is a
+// VolumeResizeFailed event and a NodeResizeError condition, retried.
+func TestOnlineExpansion(t *testing.T) {
+	objs := append(claimAndPV("pv-1", "vol-1"), csiDriverObject(false))
+	pvc, pv := objs[0].(*v1.PersistentVolumeClaim), objs[1].(*v1.PersistentVolume)
+	pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	pv.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	f := newFixture(t, objs...)
+	if _, err := f.m.MountPod(f.ctx, claimPod("u1", "web-0")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error)
+	go func() { done <- f.m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// The resizer grew the PV and left the claim to the node.
+	resize := func(size string) {
+		pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse(size)
+		f.client.CoreV1().PersistentVolumes().Update(f.ctx, pv, metav1.UpdateOptions{})
+		cur, _ := f.client.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, "data", metav1.GetOptions{})
+		cur.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
+		cur.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+		f.client.CoreV1().PersistentVolumeClaims("ns").UpdateStatus(f.ctx, cur, metav1.UpdateOptions{})
+	}
+	resync := func(what string, cond func(*v1.PersistentVolumeClaim) bool) *v1.PersistentVolumeClaim {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			cur, _ := f.client.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, "data", metav1.GetOptions{})
+			if cond(cur) {
+				return cur
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: claim status %+v", what, cur.Status)
+			}
+			if f.clock.HasWaiters() {
+				f.clock.Step(volume.DefaultResyncPeriod)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	resize("2Gi")
+	got := resync("expanded", func(c *v1.PersistentVolumeClaim) bool {
+		q := c.Status.Capacity[v1.ResourceStorage]
+		return q.Cmp(resource.MustParse("2Gi")) == 0
+	})
+	if len(got.Status.AllocatedResourceStatuses) != 0 {
+		t.Errorf("allocatedResourceStatuses after the expansion: %v", got.Status.AllocatedResourceStatuses)
+	}
+	f.node.mu.Lock()
+	r := f.node.expandReq[0]
+	f.node.mu.Unlock()
+	if r.VolumeId != "vol-1" || r.CapacityRange.RequiredBytes != 2<<30 || r.StagingTargetPath != stagingPath(f.root, testDriver, "vol-1") ||
+		r.VolumePath != filepath.Join(f.root, "pods", "u1", "volumes", "kubernetes.io~csi", "pv-1", "mount") {
+		t.Errorf("NodeExpandVolume %v", r)
+	}
+	if e := f.nextEvent(t); !strings.HasPrefix(e, `Normal FileSystemResizeSuccessful MountVolume.NodeExpandVolume succeeded for volume "pv-1"`) {
+		t.Errorf("event %q", e)
+	}
+
+	// The driver fails: the claim says so and the next resync tries again.
+	f.node.mu.Lock()
+	f.node.fail = map[string]error{"NodeExpandVolume": status.Error(codes.Internal, "pool full")}
+	f.node.mu.Unlock()
+	resize("3Gi")
+	got = resync("failure recorded", func(c *v1.PersistentVolumeClaim) bool {
+		return slices.ContainsFunc(c.Status.Conditions, func(c v1.PersistentVolumeClaimCondition) bool {
+			return c.Type == v1.PersistentVolumeClaimNodeResizeError && strings.Contains(c.Message, "pool full")
+		})
+	})
+	if got.Status.AllocatedResourceStatuses[v1.ResourceStorage] != v1.PersistentVolumeClaimNodeResizeInProgress {
+		t.Errorf("allocatedResourceStatuses after a failure: %v", got.Status.AllocatedResourceStatuses)
+	}
+	if e := f.nextEvent(t); !strings.HasPrefix(e, `Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "pv-1"`) || !strings.Contains(e, "pool full") {
+		t.Errorf("event %q", e)
+	}
+	f.node.mu.Lock()
+	f.node.fail = nil
+	f.node.mu.Unlock()
+	resync("expanded after the failure", func(c *v1.PersistentVolumeClaim) bool {
+		q := c.Status.Capacity[v1.ResourceStorage]
+		return q.Cmp(resource.MustParse("3Gi")) == 0 && len(c.Status.Conditions) == 0
+	})
 }
