@@ -74,7 +74,10 @@
 // directory) is the PV's. Built in: hostPath PVs (the path itself) and
 // local PVs (a bind mount on kubernetes.io~local-volume/<pv>, read-only
 // when the claim says so, with the PV's mountOptions). CSI PVs and inline
-// CSI volumes are volume/csi's Plugin, added by the agent. A PV of
+// CSI volumes are volume/csi's Plugin, added by the agent. Every
+// ResyncPeriod the claims of mounted volumes of Expander plugins are read
+// and a claim the resizer left to the node (NodeResizePending) is expanded
+// online and its status updated as by the kubelet. A PV of
 // volumeMode Block is refused: mounted with volumeMounts, in the kubelet's
 // words; used through volumeDevices, "raw block volumes (volumeDevices)
 // are not supported by this node agent", at once.
