@@ -162,6 +162,26 @@ func (p *Plugin) SetUp(ctx context.Context, vc *volume.VolumeContext) (volume.Mo
 	if err != nil {
 		return volume.Mounted{}, err
 	}
+	target := filepath.Join(vc.Path, "mount")
+	out := volume.Mounted{Path: target, ReadOnly: src.readOnly, SELinuxRelabel: true}
+	p.mu.Lock()
+	republish := p.published[target]
+	p.mu.Unlock()
+	if !republish {
+		if notMnt, err := vc.Host.Mounter().IsLikelyNotMountPoint(target); err == nil && !notMnt {
+			// Published before a restart (by this agent or a kubelet):
+			// adopted without a driver call, whether or not the driver
+			// has registered again yet.
+			p.mu.Lock()
+			p.published[target] = true
+			p.mu.Unlock()
+			if _, err := p.csiDriver(ctx, src.driver); err != nil {
+				klog.FromContext(ctx).V(2).Info("CSIDriver not read for an adopted volume", "volume", vc.Name, "err", err)
+			}
+			klog.FromContext(ctx).V(2).Info("CSI volume already published, adopted", "volume", vc.Name, "target", target)
+			return out, nil
+		}
+	}
 	driver, err := p.csiDriver(ctx, src.driver)
 	if err != nil {
 		return volume.Mounted{}, err
@@ -196,25 +216,6 @@ func (p *Plugin) SetUp(ctx context.Context, vc *volume.VolumeContext) (volume.Mo
 			staging = ""
 		}
 	}
-	target := filepath.Join(vc.Path, "mount")
-	out := volume.Mounted{Path: target, ReadOnly: src.readOnly, SELinuxRelabel: true}
-
-	p.mu.Lock()
-	republish := p.published[target]
-	p.mu.Unlock()
-	if !republish {
-		notMnt, err := vc.Host.Mounter().IsLikelyNotMountPoint(target)
-		if err == nil && !notMnt {
-			// Published before a restart (by this agent or a kubelet):
-			// adopted, not published again.
-			p.mu.Lock()
-			p.published[target] = true
-			p.mu.Unlock()
-			klog.FromContext(ctx).V(2).Info("CSI volume already published, adopted", "volume", vc.Name, "target", target)
-			return out, nil
-		}
-	}
-
 	if err := os.MkdirAll(vc.Path, 0o750); err != nil {
 		return volume.Mounted{}, fmt.Errorf("kubernetes.io/csi: mounter.SetUpAt failed to create dir %s: %w", vc.Path, err)
 	}

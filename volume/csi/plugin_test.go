@@ -458,8 +458,10 @@ func TestRestartReconstruction(t *testing.T) {
 	}
 	f.node.takeCalls()
 
-	// Restarted, the pod still runs: nothing is mounted again.
+	// Restarted, the pod still runs, its driver not registered again yet:
+	// nothing is mounted again.
 	f.restart(nil)
+	f.drivers.set(testDriver, nil)
 	if _, err := f.m.MountPod(f.ctx, claimPod("u1", "web-0")); err != nil {
 		t.Fatal(err)
 	}
@@ -468,6 +470,7 @@ func TestRestartReconstruction(t *testing.T) {
 	}
 
 	// Restarted again, the pod is gone: the orphan's volume is torn down.
+	f.drivers.set(testDriver, f.node)
 	f.restart(func(types.UID) bool { return false })
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error)
