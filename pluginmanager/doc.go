@@ -20,8 +20,11 @@
 // Stopping the Manager de-registers nothing: the plugins stay registered
 // in the cluster for the next start to find.
 //
-// The directory is watched with inotify (Linux only: New succeeds
-// elsewhere, Run returns an error).
+// The directory is watched with inotify, one instance shared by the
+// Managers of a process. Where inotify is not available (another
+// platform, or the user's fs.inotify.max_user_instances used up by other
+// processes) the Manager says so in its log and lists the directory every
+// second instead.
 //
 // # Swapping pieces
 //

@@ -5,5 +5,5 @@ package pluginmanager
 import "errors"
 
 func newWatcher() (watcher, error) {
-	return nil, errors.New("watching the plugin registration directory needs inotify (Linux)")
+	return nil, errors.New("inotify is Linux only")
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +52,7 @@ type Manager struct {
 
 	mu sync.Mutex
 	// desired are the sockets on disk, each with the generation of its
-	// creation (a socket created again has a new one) and its inode.
+	// creation (a socket created again has a new one) and its identity.
 	desired map[string]socketState
 	gen     uint64
 	// actual are the sockets registered, with the generation registered.
@@ -64,11 +63,14 @@ type Manager struct {
 	failed map[string]retry
 
 	wake chan struct{}
+
+	// watch returns the directory watch (newWatcher; tests swap it).
+	watch func() (watcher, error)
 }
 
 type socketState struct {
 	gen uint64
-	ino uint64
+	id  socketID
 }
 
 type registered struct {
@@ -97,6 +99,7 @@ func New(opts Options) (*Manager, error) {
 		busy:     map[string]bool{},
 		failed:   map[string]retry{},
 		wake:     make(chan struct{}, 1),
+		watch:    newWatcher,
 	}
 	for t, h := range opts.Handlers {
 		if h == nil {
@@ -121,9 +124,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {
 		return fmt.Errorf("create plugin registration directory %s: %w", m.dir, err)
 	}
-	w, err := newWatcher()
+	w, err := m.watch()
 	if err != nil {
-		return err
+		logger.Error(err, "Cannot watch the plugin registration directory; listing it every second instead", "path", m.dir)
+		w = newPollWatcher(time.Second)
 	}
 	events := make(chan fsEvent, 64)
 	go w.read(events)
@@ -218,7 +222,7 @@ func (m *Manager) handle(ctx context.Context, w watcher, ev fsEvent) {
 			logger.Error(ev.err, "Reading the plugin registration directory watch failed; scanning it again")
 		}
 		// Sockets no longer on disk are forgotten; the scan finds the rest,
-		// and new inodes count as new sockets.
+		// and new identities count as new sockets.
 		m.mu.Lock()
 		for p := range m.desired {
 			if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
@@ -267,23 +271,21 @@ func (m *Manager) scan(ctx context.Context, w watcher, dir string) error {
 }
 
 // found records a socket at path; created says it was just created (a new
-// generation even when the path was known), otherwise only a new inode is.
+// generation even when the path was known), otherwise only a new identity
+// is.
 func (m *Manager) found(ctx context.Context, path string, created bool) {
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode().Type() != fs.ModeSocket {
 		return
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
+	id := identity(fi)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.desired[path]; ok && !created && s.ino == ino {
+	if s, ok := m.desired[path]; ok && !created && s.id == id {
 		return
 	}
 	m.gen++
-	m.desired[path] = socketState{gen: m.gen, ino: ino}
+	m.desired[path] = socketState{gen: m.gen, id: id}
 	klog.FromContext(ctx).V(2).Info("Plugin socket found", "path", path)
 }
 

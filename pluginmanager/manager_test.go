@@ -322,3 +322,41 @@ func TestManagersShareTheWatch(t *testing.T) {
 	r.waitStatus(t)
 	h1.wantNone(t, 100*time.Millisecond)
 }
+
+// TestPollingWhenInotifyFails runs a Manager whose inotify cannot be had:
+// it lists the directory instead and registers, re-registers and
+// de-registers all the same.
+func TestPollingWhenInotifyFails(t *testing.T) {
+	dir := t.TempDir()
+	h := newFakeHandler()
+	m, err := New(Options{Dir: dir, Handlers: map[string]Handler{registerapi.CSIPlugin: h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.watch = func() (watcher, error) { return nil, errors.New("too many open files") }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(sub, "drv.sock")
+	r := startRegistrar(t, path, registerapi.CSIPlugin, "drv")
+	h.want(t, "validate drv /csi/drv.sock [1.0.0]", "register drv /csi/drv.sock <nil>")
+	r.waitStatus(t)
+	waitRegistered(t, m, path)
+	r.srv.Stop()
+	r = startRegistrar(t, path, registerapi.CSIPlugin, "drv")
+	h.want(t, "deregister drv /csi/drv.sock", "validate drv /csi/drv.sock [1.0.0]", "register drv /csi/drv.sock <nil>")
+	r.waitStatus(t)
+	waitRegistered(t, m, path)
+	r.srv.Stop()
+	h.want(t, "deregister drv /csi/drv.sock")
+}
