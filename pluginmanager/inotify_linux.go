@@ -172,7 +172,7 @@ func (h *hub) read() {
 			h.mu.Lock()
 			for _, subs := range h.subs {
 				for w := range subs {
-					w.push(fsEvent{op: opOverflow, err: err}, true)
+					w.push(fsEvent{op: opRescan, err: err}, true)
 				}
 			}
 			h.mu.Unlock()
@@ -186,7 +186,7 @@ func (h *hub) read() {
 			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
 				for _, subs := range h.subs {
 					for w := range subs {
-						w.push(fsEvent{op: opOverflow}, false)
+						w.push(fsEvent{op: opRescan}, false)
 					}
 				}
 				continue

@@ -183,8 +183,9 @@ type fsOp int
 const (
 	opCreate fsOp = iota
 	opRemove
-	// opOverflow: events were lost; the directory must be scanned again.
-	opOverflow
+	// opRescan: events were lost, or there are none (polling); the
+	// directory must be scanned again.
+	opRescan
 )
 
 // watcher is the platform's directory watch.
@@ -217,7 +218,7 @@ func (m *Manager) handle(ctx context.Context, w watcher, ev fsEvent) {
 			}
 		}
 		m.mu.Unlock()
-	case opOverflow:
+	case opRescan:
 		if ev.err != nil {
 			logger.Error(ev.err, "Reading the plugin registration directory watch failed; scanning it again")
 		}
