@@ -7,11 +7,13 @@ import (
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/status"
 	"github.com/nodekit/nodekit/volume"
+	"github.com/nodekit/nodekit/volume/csi"
 )
 
 // Volumes is the volume manager of a CRI node (part of CRI): volume.Module
@@ -23,7 +25,9 @@ import (
 // before their containers start and unmounts them after they stopped; its
 // watch-based configMaps and secrets as the pull secret source
 // (runtime.SecretGetter; the pod manager's env sources come from it too);
-// and the VolumesInUse node status setter's funcs. Decorate volume.Options
+// the VolumesInUse node status setter's funcs; and the CSI volume plugin
+// (csi.Plugin) on the registered drivers (*csi.Drivers, when the graph has
+// them) for CSI PersistentVolumes and inline CSI volumes. Decorate volume.Options
 // to change the periods or the mounter; add plugins to the value group
 // volume.PluginGroup.
 var Volumes = fx.Options(
@@ -35,6 +39,13 @@ var Volumes = fx.Options(
 		func(m *volume.Manager) status.VolumesInUseFuncs {
 			return status.VolumesInUseFuncs{Synced: m.ReconcilerSynced, InUse: m.VolumesInUse}
 		},
+		newCSIPlugin,
+		fx.Annotate(func(p *csi.Plugin) volume.Plugin {
+			if p == nil {
+				return nil
+			}
+			return p
+		}, fx.ResultTags(`group:"`+volume.PluginGroup+`"`)),
 	),
 	volume.Module,
 	fx.Invoke(func(k *podKnown, c *pods.Controller, b *runtime.Backend) {
@@ -78,6 +89,12 @@ func (k *podKnown) sourcesReady() bool {
 func volumeOptions(cfg *Config, node *status.NodeWatch, known *podKnown, _ dataDirs) volume.Options {
 	o := cfg.VolumeOptions()
 	o.NodeAllocatable = node.Allocatable
+	o.NodeLabels = func() map[string]string {
+		if n, ok := node.Node(); ok {
+			return n.Labels
+		}
+		return nil
+	}
 	o.SourcesReady = known.sourcesReady
 	o.PodKnown = known.known
 	return o
@@ -105,4 +122,21 @@ func (v volumeManager) UnmountPod(ctx context.Context, uid types.UID) error {
 func (v volumeManager) SubPath(ctx context.Context, s runtime.SubPathSpec) (string, error) {
 	return v.m.SubPath(ctx, volume.SubPathSpec{PodUID: s.PodUID, VolumeName: s.VolumeName, VolumePath: s.VolumePath,
 		SubPath: s.SubPath, ContainerName: s.ContainerName, MountIndex: s.MountIndex})
+}
+
+type csiPluginParams struct {
+	fx.In
+
+	Config  *Config
+	Drivers *csi.Drivers         `optional:"true"`
+	Client  kubernetes.Interface `optional:"true"`
+}
+
+// newCSIPlugin is the CSI volume plugin on the node's driver registry; nil
+// (no plugin) without a registry.
+func newCSIPlugin(p csiPluginParams) (*csi.Plugin, error) {
+	if p.Drivers == nil {
+		return nil, nil
+	}
+	return csi.NewPlugin(csi.PluginOptions{RootDir: p.Config.RootDir, NodeName: p.Config.NodeName, Drivers: p.Drivers, Client: p.Client})
 }

@@ -170,7 +170,7 @@ func TestVolumesWiredIntoPods(t *testing.T) {
 	})
 }
 
-// TestVolumeWithoutPluginFailsMount: a pod with a persistentVolumeClaim
+// TestVolumeWithoutPluginFailsMount: a pod with an nfs volume
 // stays ContainerCreating with a FailedMount event naming the volume; no
 // sandbox is made for it.
 func TestVolumeWithoutPluginFailsMount(t *testing.T) {
@@ -180,7 +180,7 @@ func TestVolumeWithoutPluginFailsMount(t *testing.T) {
 	pod := agenttest.Pod("claims", "busybox")
 	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
-		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		NFS: &v1.NFSVolumeSource{Server: "nfs.example.com", Path: "/export"}}}}
 	pod = n.CreatePod(ctx, pod)
 	var events []v1.Event
 	poll(ctx, t, "FailedMount event", func() bool {
@@ -188,7 +188,7 @@ func TestVolumeWithoutPluginFailsMount(t *testing.T) {
 		return len(events) > 0
 	})
 	if ev := events[0]; ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, `unmounted volumes=[data]`) ||
-		!strings.Contains(ev.Message, "persistentVolumeClaim volumes are not supported by this node agent") {
+		!strings.Contains(ev.Message, "nfs volumes are not supported by this node agent") {
 		t.Errorf("FailedMount event %s %q", ev.Type, ev.Message)
 	}
 	got := n.WaitForPod(ctx, pod, func(p *v1.Pod) bool {

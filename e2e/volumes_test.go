@@ -43,7 +43,10 @@ var volumeTests = []podTest{
 	{name: "projected service account token passes TokenReview", run: testProjectedToken},
 	{name: "downward API labels, annotations and resources", run: testDownwardAPI},
 	{name: "memory emptyDir is tmpfs", run: testMemoryEmptyDir},
-	{name: "PVC pod stays ContainerCreating with FailedMount", run: testUnsupportedVolume},
+	{name: "nfs pod stays ContainerCreating with FailedMount", run: testUnsupportedVolume},
+	{name: "PVC bound to a hostPath PV", run: testClaimHostPathPV},
+	{name: "PVC bound to a local PV", run: testClaimLocalPV},
+	{name: "PVC generic ephemeral volume", run: testGenericEphemeralPV},
 	{name: "missing configMap and secret hold the pod until they appear", run: testMissingObjects},
 	{name: "kubectl debug adds an ephemeral container", run: testEphemeralContainer},
 	{name: "termination messages from file and logs", run: testTerminationMessages},
@@ -369,23 +372,20 @@ func mountedUnder(t *testing.T, dir string) bool {
 	return false
 }
 
-// testUnsupportedVolume: a pod with a persistentVolumeClaim (no plugin on
-// this node) never starts: it stays ContainerCreating with a FailedMount
+// testUnsupportedVolume: a pod with an nfs volume (no plugin on this
+// node) never starts: it stays ContainerCreating with a FailedMount
 // warning naming the volume, and the runtime gets no sandbox for it.
 func testUnsupportedVolume(t *testing.T, n *podNode) {
-	pod := n.pod("claims", "sleep", "3600")
-	// Bound by hand: the scheduler would wait for the claim.
-	pod.Spec.NodeSelector = nil
-	pod.Spec.NodeName = n.name
+	pod := n.pod("nfs", "sleep", "3600")
 	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
-		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		NFS: &v1.NFSVolumeSource{Server: "nfs.example.com", Path: "/export"}}}}
 	start := time.Now()
 	pod = n.createPod(t, pod)
 	ev := waitForPodEvent(t, n.ns, pod.Name, "FailedMount")
 	t.Logf("FailedMount %v after create: %s", time.Since(start).Round(time.Millisecond), ev.Message)
 	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "unmounted volumes=[data]") ||
-		!strings.Contains(ev.Message, "persistentVolumeClaim volumes are not supported") {
+		!strings.Contains(ev.Message, "nfs volumes are not supported") {
 		t.Errorf("FailedMount event %s %q", ev.Type, ev.Message)
 	}
 	got := waitForPod(t, n.ns, pod.Name, "ContainerCreating", func(p *v1.Pod) bool {

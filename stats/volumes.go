@@ -34,6 +34,27 @@ type VolumeUsageOptions struct {
 	// Clock paces the measurements and stamps them. Default
 	// clock.RealClock{}.
 	Clock clock.Clock
+	// Claims returns the pod's mounted claim-backed volumes
+	// (persistentVolumeClaim and generic ephemeral volumes), measured
+	// with the pod's other volumes and listed with their PVCRef, so the
+	// summary and the kubelet_volume_stats_* metrics have them. nil: none
+	// is measured. It must not block.
+	Claims func(uid types.UID) []ClaimVolume
+}
+
+// ClaimVolume is a mounted claim-backed volume of a pod, measured as the
+// kubelet's plugin measures it: by its driver (Measure), or with statfs of
+// its mount (the local volume plugin's MetricsStatFS) when Measure is nil.
+type ClaimVolume struct {
+	// Name is the pod's volume name.
+	Name string
+	// PVC names the claim.
+	PVC statsapi.PVCReference
+	// Path is the volume's mount on the host.
+	Path string
+	// Measure, when set, returns the volume's figures from its driver;
+	// false when the driver reports none.
+	Measure func(ctx context.Context) (statsapi.FsStats, bool, error)
 }
 
 // VolumeUsage measures the disk use of the pods' volumes in the background,
@@ -106,7 +127,16 @@ func (u *VolumeUsage) Measure(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if s, ok := u.measurePod(logger, pod); ok {
+		s, ok := u.measurePod(logger, pod)
+		if u.opts.Claims != nil {
+			for _, c := range u.opts.Claims(pod.UID) {
+				if vs, measuredClaim := u.measureClaim(ctx, logger, pod, c); measuredClaim {
+					s.Persistent = append(s.Persistent, vs)
+					ok = true
+				}
+			}
+		}
+		if ok {
 			measured[pod.UID] = s
 		}
 	}
@@ -174,4 +204,40 @@ func (u *VolumeUsage) measurePod(logger klog.Logger, pod *v1.Pod) (PodVolumeStat
 		found = true
 	}
 	return out, found
+}
+
+// measureClaim measures one claim-backed volume of pod.
+func (u *VolumeUsage) measureClaim(ctx context.Context, logger klog.Logger, pod *v1.Pod, c ClaimVolume) (statsapi.VolumeStats, bool) {
+	pvc := c.PVC
+	vs := statsapi.VolumeStats{Name: c.Name, PVCRef: &pvc}
+	if c.Measure != nil {
+		fs, ok, err := c.Measure(ctx)
+		if err != nil {
+			logger.V(4).Info("Cannot measure a pod volume", "pod", klog.KObj(pod), "volume", c.Name, "err", err)
+			return vs, false
+		}
+		if !ok {
+			return vs, false
+		}
+		vs.FsStats = fs
+		if vs.Time.IsZero() {
+			vs.Time = metav1.NewTime(u.opts.Clock.Now())
+		}
+		return vs, true
+	}
+	fs, err := statfs(c.Path)
+	if err != nil {
+		logger.V(5).Info("Cannot statfs a pod volume", "pod", klog.KObj(pod), "volume", c.Name, "err", err)
+		return vs, false
+	}
+	vs.FsStats = statsapi.FsStats{
+		Time:           metav1.NewTime(u.opts.Clock.Now()),
+		AvailableBytes: u64(fs.available),
+		CapacityBytes:  u64(fs.capacity),
+		UsedBytes:      u64(fs.used),
+		Inodes:         u64(fs.inodes),
+		InodesFree:     u64(fs.inodesFree),
+		InodesUsed:     u64(fs.inodes - fs.inodesFree),
+	}
+	return vs, true
 }

@@ -147,3 +147,54 @@ func TestVolumeUsageRunsEveryPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVolumeUsageMeasuresClaims: a pod's claim-backed volumes are listed
+// with their PVCRef, measured by their driver or with statfs of their
+// mount; a driver reporting nothing or failing leaves its volume out.
+func TestVolumeUsageMeasuresClaims(t *testing.T) {
+	pod := volumePod("db")
+	mount := t.TempDir()
+	used, total := uint64(3), uint64(10)
+	claims := []ClaimVolume{
+		{Name: "local", PVC: statsapi.PVCReference{Name: "data-local", Namespace: "default"}, Path: mount},
+		{Name: "csi", PVC: statsapi.PVCReference{Name: "data-csi", Namespace: "default"}, Path: "/nonexistent",
+			Measure: func(context.Context) (statsapi.FsStats, bool, error) {
+				return statsapi.FsStats{UsedBytes: &used, CapacityBytes: &total}, true, nil
+			}},
+		{Name: "nostats", PVC: statsapi.PVCReference{Name: "x", Namespace: "default"},
+			Measure: func(context.Context) (statsapi.FsStats, bool, error) { return statsapi.FsStats{}, false, nil }},
+		{Name: "failing", PVC: statsapi.PVCReference{Name: "y", Namespace: "default"},
+			Measure: func(context.Context) (statsapi.FsStats, bool, error) {
+				return statsapi.FsStats{}, false, context.DeadlineExceeded
+			}},
+	}
+	u, err := NewVolumeUsage(VolumeUsageOptions{RootDir: t.TempDir(), Pods: func() []*v1.Pod { return []*v1.Pod{pod} },
+		Claims: func(uid types.UID) []ClaimVolume {
+			if uid != pod.UID {
+				t.Errorf("claims asked for pod %s", uid)
+			}
+			return claims
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Measure(context.Background())
+	s, ok := u.PodVolumeStats(pod.UID)
+	if !ok {
+		t.Fatal("no stats for a pod with claims")
+	}
+	if got := volumeNames(s.Persistent); len(got) != 2 || got[0] != "local" || got[1] != "csi" {
+		t.Fatalf("claim volumes %v, want [local csi]", got)
+	}
+	local, csi := s.Persistent[0], s.Persistent[1]
+	if local.PVCRef == nil || local.PVCRef.Name != "data-local" || local.CapacityBytes == nil || *local.CapacityBytes == 0 ||
+		local.AvailableBytes == nil || local.Inodes == nil || local.Time.IsZero() {
+		t.Errorf("local volume stats %+v, want the filesystem's with its claim", local)
+	}
+	if csi.PVCRef == nil || csi.PVCRef.Name != "data-csi" || *csi.UsedBytes != 3 || *csi.CapacityBytes != 10 || csi.Time.IsZero() {
+		t.Errorf("csi volume stats %+v, want the driver's figures with its claim", csi)
+	}
+	if len(s.Ephemeral) != 0 {
+		t.Errorf("claims counted as ephemeral: %v", volumeNames(s.Ephemeral))
+	}
+}

@@ -84,7 +84,7 @@ func (a *atomicVolume) tearDown(ctx context.Context, vc *VolumeContext) error {
 }
 
 // RequiresRemount is true: the files follow their sources.
-func (a *atomicVolume) RequiresRemount(*v1.Volume) bool { return true }
+func (a *atomicVolume) RequiresRemount(*VolumeContext) bool { return true }
 
 // makeNestedMountpoints creates in dir the directories where containers
 // mount other volumes inside volume name (they cannot be created later in

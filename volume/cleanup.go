@@ -205,11 +205,15 @@ func (m *Manager) tearDownPod(ctx context.Context, uid types.UID, ps *podState) 
 	done := map[diskVolume]bool{}
 	m.mu.Lock()
 	for name, vs := range ps.volumes {
-		vc := m.volumeContext(uid, name, vs.plugin)
-		spec := vs.spec
-		vc.Pod, vc.Volume = ps.pod, &spec
+		if vs.plugin == nil {
+			// A claim never resolved: nothing was set up.
+			delete(ps.volumes, name)
+			continue
+		}
+		vc := m.stateContext(uid, vs)
+		vc.Pod = ps.pod
 		jobs = append(jobs, job{vc, vs.plugin})
-		done[diskVolume{vs.plugin.Name(), name}] = true
+		done[diskVolume{vs.plugin.Name(), vs.name}] = true
 	}
 	m.mu.Unlock()
 	onDisk, err := volumesOnDisk(podDir)
@@ -253,7 +257,12 @@ func (m *Manager) tearDownPod(ctx context.Context, uid types.UID, ps *podState) 
 		}
 	}
 	for _, j := range jobs {
-		if err := cleanSubPaths(m.mounter, podDir, j.vc.Name); err != nil {
+		// Subpaths are under the pod volume's name, not the PV's.
+		subPathName := j.vc.Name
+		if j.vc.Volume != nil {
+			subPathName = j.vc.Volume.Name
+		}
+		if err := cleanSubPaths(m.mounter, podDir, subPathName); err != nil {
 			errs = append(errs, fmt.Errorf("volume %s: %w", j.vc.Name, err))
 			continue
 		}
@@ -266,8 +275,10 @@ func (m *Manager) tearDownPod(ctx context.Context, uid types.UID, ps *podState) 
 		}
 		logger.V(3).Info("UnmountVolume.TearDown succeeded", "podUID", uid, "volume", j.vc.Name)
 		m.mu.Lock()
-		if vs := ps.volumes[j.vc.Name]; vs != nil && vs.plugin == j.plugin {
-			delete(ps.volumes, j.vc.Name)
+		if j.vc.Volume != nil {
+			if vs := ps.volumes[j.vc.Volume.Name]; vs != nil && vs.plugin == j.plugin {
+				delete(ps.volumes, j.vc.Volume.Name)
+			}
 		}
 		if f := m.found[uid]; f != nil {
 			delete(f, j.vc.Name)

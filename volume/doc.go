@@ -3,7 +3,9 @@
 // down after, as the kubelet's volume manager (pkg/kubelet/volumemanager)
 // and its in-tree plugins do, for the volume kinds that need no storage
 // driver: emptyDir, hostPath, configMap, secret, downwardAPI and projected
-// (configMaps, secrets, the downward API and service-account tokens).
+// (configMaps, secrets, the downward API and service-account tokens), and
+// persistentVolumeClaims bound to hostPath and local PVs; plugins add more
+// (volume/csi: CSI PVs and inline volumes).
 //
 // # Use
 //
@@ -40,6 +42,7 @@
 //	<root>/pods/<uid>/volumes/kubernetes.io~secret/<name>        tmpfs
 //	<root>/pods/<uid>/volumes/kubernetes.io~downward-api/<name>  tmpfs
 //	<root>/pods/<uid>/volumes/kubernetes.io~projected/<name>     tmpfs
+//	<root>/pods/<uid>/volumes/kubernetes.io~local-volume/<pv>    bind mount of a local PV's path
 //	<root>/pods/<uid>/plugins/kubernetes.io~empty-dir/[wrapped_]<name>/ready
 //	<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>  subPath bind mounts
 //
@@ -55,13 +58,37 @@
 // mode 0600 (0640 after the fsGroup change) when the pod sets an fsGroup
 // or all its containers run as one user, who then owns it.
 //
+// # Persistent volumes
+//
+// A persistentVolumeClaim, and a generic ephemeral volume (the claim
+// <pod>-<volume> the ephemeral-volume controller creates, which must be
+// owned by the pod), is resolved to its bound PersistentVolume with the
+// kubelet's checks and words: "error processing PVC <ns>/<claim>: PVC is
+// not bound" (or being deleted, or its PV missing or bound to another
+// claim) is retried every few seconds at most and reported in the summary
+// event after the pod's timeout, as the kubelet's. The PV's node affinity
+// is checked against Options.NodeLabels ("MountVolume.NodeAffinity check
+// failed for volume <pv> : ..."), then the one plugin implementing
+// PersistentVolumePlugin that supports it mounts it, seeing the PV, the
+// claim and the claim's readOnly in VolumeContext; the volume's name (and
+// directory) is the PV's. Built in: hostPath PVs (the path itself) and
+// local PVs (a bind mount on kubernetes.io~local-volume/<pv>, read-only
+// when the claim says so, with the PV's mountOptions). CSI PVs and inline
+// CSI volumes are volume/csi's Plugin, added by the agent. Every
+// ResyncPeriod the claims of mounted volumes of Expander plugins are read
+// and a claim the resizer left to the node (NodeResizePending) is expanded
+// online and its status updated as by the kubelet. A PV of
+// volumeMode Block is refused: mounted with volumeMounts, in the kubelet's
+// words; used through volumeDevices, "raw block volumes (volumeDevices)
+// are not supported by this node agent", at once.
+//
 // # Not supported
 //
-// Volumes that need a storage driver or an API object of their own
-// (persistentVolumeClaim, ephemeral, csi, nfs, iscsi, image and every
-// other kind) fail loudly: MountPod's error and a FailedMount event say
-// "failed to get Plugin from volumeSpec for volume "x" err=no volume
-// plugin matched: <kind> volumes are not supported by this node agent".
+// Volumes that need a storage driver nodekit does not have (nfs, iscsi,
+// image and every other in-tree kind, as pod volumes or PVs) fail loudly:
+// MountPod's error and a FailedMount event say "failed to get Plugin from
+// volumeSpec for volume "x" err=no volume plugin matched: <kind> volumes
+// are not supported by this node agent".
 // So do emptyDir media HugePages*, and clusterTrustBundle and
 // podCertificate projections. Alpha fields the kubelet ignores with its
 // default feature gates (emptyDir mode, defaultUser and the items' user)
@@ -87,7 +114,7 @@
 //
 // VolumesInUse reports the volumes of plugins implementing InUseReporter
 // (the kubelet reports attachable volumes only: none of the built-in
-// plugins); ReconcilerSynced tells when Run has read the volumes on disk,
+// plugins, CSI volumes whose driver requires attachment); ReconcilerSynced tells when Run has read the volumes on disk,
 // after which the node status reports status.volumesInUse.
 //
 // # Metrics

@@ -13,21 +13,30 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// hostPathPlugin mounts a path of the node. SetUp checks the path against
-// the volume's type as the kubelet does, creating it for DirectoryOrCreate
-// and FileOrCreate; TearDown does nothing (the path is the node's).
+// hostPathPlugin mounts a path of the node, from a pod's hostPath volume
+// or a hostPath PersistentVolume. SetUp checks the path against the
+// volume's type as the kubelet does, creating it for DirectoryOrCreate and
+// FileOrCreate; TearDown does nothing (the path is the node's). A PV's
+// mount is read-only when the pod's claim says so, as the kubelet's.
 type hostPathPlugin struct{}
 
 func (hostPathPlugin) Name() string { return PluginHostPath }
 
 func (hostPathPlugin) CanSupport(vol *v1.Volume) bool { return vol.HostPath != nil }
 
+func (hostPathPlugin) CanSupportPersistentVolume(pv *v1.PersistentVolume) bool {
+	return pv.Spec.HostPath != nil
+}
+
 func (hostPathPlugin) SetUp(_ context.Context, vc *VolumeContext) (Mounted, error) {
 	hp := vc.Volume.HostPath
+	if vc.PV != nil {
+		hp = vc.PV.Spec.HostPath
+	}
 	if err := CheckHostPath(hp.Path, hp.Type); err != nil {
 		return Mounted{}, err
 	}
-	return Mounted{Path: hp.Path}, nil
+	return Mounted{Path: hp.Path, ReadOnly: vc.PV != nil && vc.ReadOnly}, nil
 }
 
 func (hostPathPlugin) TearDown(context.Context, *VolumeContext) error { return nil }

@@ -103,6 +103,11 @@ type Options struct {
 	// (UnmountPod); otherwise once a minute.
 	ResyncPeriod  time.Duration
 	CleanupPeriod time.Duration
+	// NodeLabels returns the node's labels, against which a
+	// PersistentVolume's nodeAffinity is checked before it is mounted. nil
+	// (or a nil answer) means no label: a PV with a required node
+	// affinity does not mount.
+	NodeLabels func() map[string]string
 	// TmpfsNoswap says whether tmpfs volumes are mounted with noswap; nil
 	// means when the kernel supports it (Linux 6.4 or later, outside a
 	// user namespace), as the kubelet.
@@ -167,10 +172,19 @@ type podState struct {
 // volumeState is one volume of a pod. Its fields are guarded by
 // Manager.mu.
 type volumeState struct {
-	spec    v1.Volume
-	plugin  Plugin
-	mounted bool
-	out     Mounted
+	spec v1.Volume
+	// plugin is nil for a claim not resolved yet.
+	plugin Plugin
+	// name is the volume's spec name (VolumeContext.Name): the pod
+	// volume's, or the PV's once a claim is resolved.
+	name string
+	// pv and pvc are the resolved claim's, readOnly the pod's
+	// persistentVolumeClaim.readOnly.
+	pv       *v1.PersistentVolume
+	pvc      *v1.PersistentVolumeClaim
+	readOnly bool
+	mounted  bool
+	out      Mounted
 	// err is the last setup's error; no setup is tried before notBefore.
 	err       error
 	notBefore time.Time
@@ -216,6 +230,7 @@ func New(opts Options) (*Manager, error) {
 	builtin := []Plugin{
 		&emptyDirPlugin{noswap: noswap},
 		hostPathPlugin{},
+		localPlugin{},
 		&configMapPlugin{atomicVolume{medium: v1.StorageMediumDefault, noswap: noswap}},
 		&secretPlugin{atomicVolume{medium: v1.StorageMediumMemory, noswap: noswap}},
 		&downwardAPIPlugin{atomicVolume{medium: v1.StorageMediumMemory, noswap: noswap}},
@@ -298,6 +313,9 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 
 	result := map[string]Mounted{}
 	var unmounted, unprocessed, causes []string
+	// noPlugin is set when a volume can never mount on this node: the
+	// summary event is recorded at once.
+	noPlugin := false
 	// retryAt is the earliest back-off end of the failed volumes.
 	var retryAt time.Time
 	for i := range pod.Spec.Volumes {
@@ -308,15 +326,19 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		m.mu.Lock()
 		vs := ps.volumes[vol.Name]
 		if vs == nil {
-			plugin, err := m.findPlugin(vol)
-			if err != nil {
-				m.mu.Unlock()
-				unmounted = append(unmounted, vol.Name)
-				unprocessed = append(unprocessed, vol.Name)
-				causes = append(causes, err.Error())
-				continue
+			vs = &volumeState{spec: *vol, name: vol.Name}
+			if !isClaim(vol) {
+				plugin, err := m.findPlugin(vol)
+				if err != nil {
+					m.mu.Unlock()
+					unmounted = append(unmounted, vol.Name)
+					unprocessed = append(unprocessed, vol.Name)
+					causes = append(causes, err.Error())
+					noPlugin = true
+					continue
+				}
+				vs.plugin = plugin
 			}
-			vs = &volumeState{spec: *vol, plugin: plugin}
 			ps.volumes[vol.Name] = vs
 		}
 		if vs.mounted {
@@ -330,22 +352,60 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		}
 		if vs.err != nil && m.clock.Now().Before(vs.notBefore) {
 			unmounted = append(unmounted, vol.Name)
+			if vs.plugin == nil {
+				unprocessed = append(unprocessed, vol.Name)
+			}
 			causes = append(causes, vs.err.Error())
 			retryAt = timers.Earliest(retryAt, vs.notBefore)
 			m.mu.Unlock()
 			continue
 		}
+		if vs.plugin == nil {
+			m.mu.Unlock()
+			c, err := m.resolveClaim(ctx, pod, vol)
+			if err != nil && ctx.Err() != nil {
+				return nil, fmt.Errorf("mount volumes of pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
+			}
+			m.mu.Lock()
+			if err != nil {
+				// The kubelet's populator retries a claim it could not
+				// process on its next pass, with no event but the
+				// summary after the pod's timeout.
+				var unsupported *unsupportedError
+				if errors.As(err, &unsupported) {
+					noPlugin = true
+				} else {
+					vs.err = err
+					vs.delay = min(max(2*vs.delay, initialRetryDelay), maxClaimRetryDelay)
+					vs.notBefore = m.clock.Now().Add(vs.delay)
+					retryAt = timers.Earliest(retryAt, vs.notBefore)
+				}
+				m.mu.Unlock()
+				logger.V(2).Info("Error processing volume", "pod", klog.KObj(pod), "volume", vol.Name, "err", err)
+				unmounted = append(unmounted, vol.Name)
+				unprocessed = append(unprocessed, vol.Name)
+				causes = append(causes, err.Error())
+				continue
+			}
+			vs.plugin, vs.name, vs.pv, vs.pvc, vs.readOnly = c.plugin, c.pv.Name, c.pv, c.pvc, c.readOnly
+			vs.err, vs.delay = nil, 0
+		}
+		vc := m.stateContext(pod.UID, vs)
+		vc.Pod = pod
 		plugin := vs.plugin
 		m.mu.Unlock()
 
-		out, err := m.setUp(ctx, pod, vol, plugin)
+		out, err := m.setUp(ctx, vc, plugin)
 		if err != nil && ctx.Err() != nil {
 			// The caller gave up (shutdown): not the volume's failure.
 			return nil, fmt.Errorf("mount volumes of pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
 		}
 		m.mu.Lock()
 		if err != nil {
-			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vol.Name, err)
+			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vs.name, err)
+			if op := (*OperationError)(nil); errors.As(err, &op) {
+				msg = op.Error()
+			}
 			vs.err = errors.New(msg)
 			vs.delay = min(max(2*vs.delay, initialRetryDelay), maxRetryDelay)
 			vs.notBefore = m.clock.Now().Add(vs.delay)
@@ -359,10 +419,10 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		}
 		vs.mounted, vs.out, vs.err, vs.delay = true, out, nil, 0
 		if f := m.found[pod.UID]; f != nil {
-			delete(f, vol.Name)
+			delete(f, vs.name)
 		}
 		m.mu.Unlock()
-		logger.V(3).Info("MountVolume.SetUp succeeded", "pod", klog.KObj(pod), "volume", vol.Name)
+		logger.V(3).Info("MountVolume.SetUp succeeded", "pod", klog.KObj(pod), "volume", vs.name)
 		result[vol.Name] = out
 	}
 
@@ -383,7 +443,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 	summary := false
 	if ps.lastSummary.IsZero() {
-		summary = len(unprocessed) > 0 || now.Sub(ps.failingSince) >= podAttachAndMountTimeout
+		summary = noPlugin || now.Sub(ps.failingSince) >= podAttachAndMountTimeout
 	} else {
 		summary = now.Sub(ps.lastSummary) >= podAttachAndMountTimeout
 	}
@@ -472,14 +532,19 @@ func (m *Manager) forgetPod(uid types.UID, ps *podState) {
 	m.tokens.deletePod(uid)
 }
 
-// setUp runs the plugin's SetUp for one volume of pod.
-func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume, plugin Plugin) (Mounted, error) {
-	vc := m.volumeContext(pod.UID, vol.Name, plugin)
-	vc.Pod, vc.Volume = pod, vol
+// setUp runs the plugin's SetUp for one volume of pod vc.Pod, after the
+// node affinity check of a PV.
+func (m *Manager) setUp(ctx context.Context, vc *VolumeContext, plugin Plugin) (Mounted, error) {
+	pod := vc.Pod
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		vc.FSGroup = sc.FSGroup
 	}
 	vc.FSUser = fsUserFrom(pod)
+	if vc.PV != nil {
+		if err := m.checkNodeAffinity(vc.PV); err != nil {
+			return Mounted{}, &OperationError{fmt.Sprintf("MountVolume.NodeAffinity check failed for volume %q : %v", vc.Name, err)}
+		}
+	}
 	if err := m.makePodDirs(pod.UID); err != nil {
 		return Mounted{}, err
 	}
@@ -487,6 +552,15 @@ func (m *Manager) setUp(ctx context.Context, pod *v1.Pod, vol *v1.Volume, plugin
 	out, err := plugin.SetUp(ctx, vc)
 	m.metrics.observe(plugin.Name(), opMount, err, m.clock.Since(start))
 	return out, err
+}
+
+// stateContext returns the context of volume vs of pod uid, Pod unset;
+// m.mu is held.
+func (m *Manager) stateContext(uid types.UID, vs *volumeState) *VolumeContext {
+	vc := m.volumeContext(uid, vs.name, vs.plugin)
+	spec := vs.spec
+	vc.Volume, vc.PV, vc.PVC, vc.ReadOnly = &spec, vs.pv, vs.pvc, vs.readOnly
+	return vc
 }
 
 // makePodDirs creates the pod's directory and its volumes and plugins
@@ -582,6 +656,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			m.mu.Unlock()
 			m.remountDirty(ctx)
+			m.expandClaims(ctx)
 			resync.Reset(m.opts.ResyncPeriod)
 		case <-m.forgot:
 			if period != m.opts.CleanupPeriod {
@@ -659,25 +734,31 @@ func (m *Manager) remountPod(ctx context.Context, uid types.UID) {
 	}
 	ps.lock.Lock()
 	defer ps.lock.Unlock()
-	type job struct {
-		vol    v1.Volume
-		plugin Plugin
-	}
 	m.mu.Lock()
 	pod := ps.pod
+	type job struct {
+		vc     *VolumeContext
+		plugin Plugin
+	}
 	var jobs []job
 	if !ps.removed && pod != nil {
 		for _, vs := range ps.volumes {
-			if r, ok := vs.plugin.(Remounter); ok && vs.mounted && r.RequiresRemount(&vs.spec) {
-				jobs = append(jobs, job{vs.spec, vs.plugin})
+			if !vs.mounted {
+				continue
+			}
+			vc := m.stateContext(uid, vs)
+			vc.Pod = pod
+			if r, ok := vs.plugin.(Remounter); ok && r.RequiresRemount(vc) {
+				jobs = append(jobs, job{vc, vs.plugin})
 			}
 		}
 	}
 	m.mu.Unlock()
 	for _, j := range jobs {
-		if _, err := m.setUp(ctx, pod, &j.vol, j.plugin); err != nil && ctx.Err() == nil {
-			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", j.vol.Name, err)
-			klog.FromContext(ctx).Error(err, "Remount failed", "pod", klog.KObj(pod), "volume", j.vol.Name)
+		vc := j.vc
+		if _, err := m.setUp(ctx, vc, j.plugin); err != nil && ctx.Err() == nil {
+			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vc.Name, err)
+			klog.FromContext(ctx).Error(err, "Remount failed", "pod", klog.KObj(pod), "volume", vc.Name)
 			m.event(pod, msg)
 		}
 	}
@@ -701,7 +782,9 @@ func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 	for _, ps := range m.pods {
 		for _, vs := range ps.volumes {
 			if r, ok := vs.plugin.(InUseReporter); ok && vs.mounted && ps.pod != nil {
-				if n, ok := r.VolumeInUseName(ps.pod, &vs.spec); ok {
+				vc := m.stateContext(ps.pod.UID, vs)
+				vc.Pod = ps.pod
+				if n, ok := r.VolumeInUseName(vc); ok {
 					out = append(out, n)
 				}
 			}
@@ -731,6 +814,11 @@ type PodVolume struct {
 	// Memory tells a tmpfs-backed volume (emptyDir medium Memory, secret,
 	// downwardAPI, projected), whose usage counts as the pod's memory.
 	Memory bool
+	// PVC and PV are a claim-backed volume's claim and PersistentVolume
+	// as resolved when it was mounted, nil for other volumes. They are
+	// shared: do not modify them.
+	PVC *v1.PersistentVolumeClaim
+	PV  *v1.PersistentVolume
 }
 
 // PodVolumes returns the mounted volumes of pod uid, sorted by name: what
@@ -750,7 +838,7 @@ func (m *Manager) PodVolumes(uid types.UID) []PodVolume {
 		if !vs.mounted {
 			continue
 		}
-		pv := PodVolume{Name: name, Plugin: vs.plugin.Name(), Mounted: vs.out}
+		pv := PodVolume{Name: name, Plugin: vs.plugin.Name(), Mounted: vs.out, PVC: vs.pvc, PV: vs.pv}
 		switch {
 		case vs.spec.EmptyDir != nil:
 			if vs.spec.EmptyDir.SizeLimit != nil {
@@ -784,7 +872,7 @@ func (m *Manager) volumeCounts() map[string]map[string]int {
 				continue
 			}
 			plugin := pluginNameNotAvailable
-			if vs := ps.volumes[vol.Name]; vs != nil {
+			if vs := ps.volumes[vol.Name]; vs != nil && vs.plugin != nil {
 				plugin = vs.plugin.Name()
 				if vs.mounted {
 					counts[stateActual][plugin]++

@@ -290,7 +290,7 @@ func TestObjectChangeLiftsOnlyItsVolumesBackOff(t *testing.T) {
 func TestUnsupportedVolumes(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	pod := testPod("u1",
-		v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "pvc"}}},
+		v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{FC: &v1.FCVolumeSource{}}},
 		v1.Volume{Name: "csi", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "x.example.com"}}},
 		v1.Volume{Name: "nfs", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}},
 		v1.Volume{Name: "iscsi", VolumeSource: v1.VolumeSource{ISCSI: &v1.ISCSIVolumeSource{TargetPortal: "t", IQN: "i"}}},
@@ -300,7 +300,7 @@ func TestUnsupportedVolumes(t *testing.T) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "unused", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}})
 	got, err := f.m.MountPod(f.ctx, pod)
 	want := `unmounted volumes=[csi data iscsi nfs], unattached volumes=[], failed to process volumes=[csi data iscsi nfs]: ` +
-		`failed to get Plugin from volumeSpec for volume "data" err=no volume plugin matched: persistentVolumeClaim volumes are not supported by this node agent; ` +
+		`failed to get Plugin from volumeSpec for volume "data" err=no volume plugin matched: fc volumes are not supported by this node agent; ` +
 		`failed to get Plugin from volumeSpec for volume "csi" err=no volume plugin matched: csi volumes are not supported by this node agent; ` +
 		`failed to get Plugin from volumeSpec for volume "nfs" err=no volume plugin matched: nfs volumes are not supported by this node agent; ` +
 		`failed to get Plugin from volumeSpec for volume "iscsi" err=no volume plugin matched: iscsi volumes are not supported by this node agent`
@@ -602,8 +602,8 @@ func (attachable) SetUp(_ context.Context, vc *VolumeContext) (Mounted, error) {
 	return Mounted{Path: vc.Path}, os.MkdirAll(vc.Path, 0o750)
 }
 func (attachable) TearDown(_ context.Context, vc *VolumeContext) error { return os.RemoveAll(vc.Path) }
-func (attachable) VolumeInUseName(_ *v1.Pod, vol *v1.Volume) (v1.UniqueVolumeName, bool) {
-	return v1.UniqueVolumeName(vol.CSI.Driver + "^" + vol.CSI.VolumeAttributes["id"]), true
+func (attachable) VolumeInUseName(vc *VolumeContext) (v1.UniqueVolumeName, bool) {
+	return v1.UniqueVolumeName(vc.Volume.CSI.Driver + "^" + vc.Volume.CSI.VolumeAttributes["id"]), true
 }
 
 func TestPluginSelection(t *testing.T) {

@@ -20,6 +20,7 @@ const (
 const (
 	opMount   = "volume_mount"
 	opUnmount = "volume_unmount"
+	opExpand  = "volume_fs_resize"
 )
 
 // metrics are the kubelet's volume manager and storage operation metrics.

@@ -6,6 +6,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 )
@@ -25,6 +26,7 @@ const (
 	PluginSecret      = "kubernetes.io/secret"
 	PluginDownwardAPI = "kubernetes.io/downward-api"
 	PluginProjected   = "kubernetes.io/projected"
+	PluginLocal       = "kubernetes.io/local-volume"
 )
 
 // Plugin sets up and tears down one kind of volume, as a kubelet volume
@@ -59,13 +61,42 @@ type Plugin interface {
 	TearDown(ctx context.Context, v *VolumeContext) error
 }
 
+// PersistentVolumePlugin is implemented by plugins that mount persistent
+// volumes: the Manager resolves a pod's persistentVolumeClaim (or generic
+// ephemeral volume) to its bound PersistentVolume and hands it to the one
+// plugin whose CanSupportPersistentVolume is true, with VolumeContext.PV
+// set. CanSupport still decides the pod's inline volumes.
+type PersistentVolumePlugin interface {
+	// CanSupportPersistentVolume reports whether the plugin mounts pv. It
+	// must be cheap and must not block.
+	CanSupportPersistentVolume(pv *v1.PersistentVolume) bool
+}
+
+// Expander is implemented by plugins that grow a mounted claim-backed
+// volume's filesystem on the node when its claim was expanded (the CSI
+// plugin's NodeExpandVolume). The Manager looks at the mounted claims
+// every ResyncPeriod and calls ExpandVolume when the PV is larger than the
+// claim's status capacity and the claim waits for the node
+// (status.allocatedResourceStatuses NodeResizePending), then records the
+// outcome in the claim's status as the kubelet does (which needs
+// persistentvolumeclaims/status update).
+type Expander interface {
+	// ExpandVolume grows the mounted volume v (PV and PVC are the
+	// expanded ones) to newSize. It returns false when the volume needs
+	// no expansion on the node (the driver does not have it): the claim
+	// is then marked resized all the same, as by the kubelet.
+	ExpandVolume(ctx context.Context, v *VolumeContext, newSize resource.Quantity) (bool, error)
+}
+
 // Remounter is implemented by plugins whose content follows API objects or
 // the pod (configMap, secret, downwardAPI and projected volumes): the
 // Manager calls SetUp again on a mounted volume when RequiresRemount is
 // true, whenever the pod or an object it references changes and at least
 // every Options.ResyncPeriod, so the files follow their sources.
 type Remounter interface {
-	RequiresRemount(vol *v1.Volume) bool
+	// RequiresRemount reports whether the mounted volume v (Pod, Volume
+	// and PV set as for SetUp) is to be set up again.
+	RequiresRemount(v *VolumeContext) bool
 }
 
 // InUseReporter is implemented by plugins whose volumes the node reports in
@@ -73,9 +104,10 @@ type Remounter interface {
 // attach/detach controller does not detach a volume still mounted); none of
 // the built-in plugins is attachable.
 type InUseReporter interface {
-	// VolumeInUseName returns the unique name of vol of pod, and false
-	// when the volume is not to be reported.
-	VolumeInUseName(pod *v1.Pod, vol *v1.Volume) (v1.UniqueVolumeName, bool)
+	// VolumeInUseName returns the unique name of the mounted volume v
+	// (Pod, Volume and PV set as for SetUp), and false when the volume is
+	// not to be reported.
+	VolumeInUseName(v *VolumeContext) (v1.UniqueVolumeName, bool)
 }
 
 // Mounted is a volume as the runtime mounts it into containers.
@@ -103,8 +135,21 @@ type VolumeContext struct {
 	// Volume is the pod's volume; nil when tearing down a volume found on
 	// disk.
 	Volume *v1.Volume
-	// Name is the volume's name.
+	// Name is the volume's name as the kubelet's volume spec names it: the
+	// pod volume's name, or the PersistentVolume's name for a claim. It
+	// names the volume's directory.
 	Name string
+	// PV is the PersistentVolume bound to the pod volume's claim (the
+	// persistentVolumeClaim or generic ephemeral volume), nil for an
+	// inline volume and when tearing down a volume found on disk. Its
+	// node affinity has been checked against the node.
+	PV *v1.PersistentVolume
+	// PVC is the bound claim when PV is set.
+	PVC *v1.PersistentVolumeClaim
+	// ReadOnly is the pod's persistentVolumeClaim.readOnly for a claim
+	// (the kubelet's Spec.ReadOnly); a plugin adds its PV source's own
+	// readOnly. False for inline volumes (their sources say it).
+	ReadOnly bool
 	// Path is the volume's directory: <rootDir>/pods/<uid>/volumes/
 	// <escaped plugin name>/<name>. The Manager does not create it.
 	Path string

@@ -227,3 +227,39 @@ func TestRealSubPathOfAPodNotMountedSinceStart(t *testing.T) {
 		t.Error("the hostPath's content was deleted through the bind mount")
 	}
 }
+
+// TestRealLocalPersistentVolume: a local PV is bind-mounted read-only on
+// the kubelet's kubernetes.io~local-volume/<pv> directory with the real
+// mounter; the teardown unmounts it and leaves the data.
+func TestRealLocalPersistentVolume(t *testing.T) {
+	requireRoot(t)
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pv := boundPV("pv-local", "c1", v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: data}})
+	f := newFixture(t, []runtime.Object{claim("data", "c1", "pv-local", v1.ClaimBound), pv}, func(o *Options) { o.Mounter = nil })
+	got, err := f.m.MountPod(f.ctx, testPod("u1", claimVolume("data", "data", true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := f.volDir("u1", PluginLocal, "pv-local")
+	if got["data"].Path != path || !got["data"].ReadOnly {
+		t.Errorf("mounted %+v, want %s read-only", got["data"], path)
+	}
+	if b, err := os.ReadFile(filepath.Join(path, "keep")); err != nil || string(b) != "x" {
+		t.Errorf("the PV's file through the mount: %q, %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(path, "new"), nil, 0o644); err == nil {
+		t.Error("wrote through a read-only local volume mount")
+	}
+	if err := f.m.UnmountPod(f.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if m := mountsUnder(t, f.podDir("u1")); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(data, "keep")); err != nil {
+		t.Errorf("the PV's data after the teardown: %v", err)
+	}
+}
