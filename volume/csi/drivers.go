@@ -296,24 +296,38 @@ func grpcCode(err error) string {
 
 // Run creates the node's CSINode (owned by its Node, with the
 // migrated-plugins annotation) as the kubelet does at start, retrying
-// with back-off (up to 30 s apart) until it is done, and returns; or
-// returns nil when ctx ends first. Without a Client it returns at once.
+// with back-off (30 ms growing to 30 s apart) until it is done, and
+// returns; or returns nil when ctx ends first. Without a Client it returns
+// at once. Unlike the kubelet, which exits after about 140 s of failures,
+// it never gives up: a node that cannot write its CSINode (its Node not
+// registered yet, an API server away or refusing) keeps its pods running
+// and says why in an error line every 30 s.
 func (d *Drivers) Run(ctx context.Context) error {
-	if d.client != nil {
-		logger := klog.FromContext(ctx)
-		backoff := wait.Backoff{Duration: 30 * time.Millisecond, Factor: 8, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
-		err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-			if err := d.initializeCSINode(ctx); err != nil {
-				logger.V(2).Info("Failed to initialize CSINode", "node", d.nodeName, "err", err)
-				return false, nil
-			}
-			return true, nil
-		})
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("initialize CSINode %s: %w", d.nodeName, err)
-		}
+	if d.client == nil {
+		return nil
 	}
-	return nil
+	logger := klog.FromContext(ctx)
+	const maxDelay = 30 * time.Second
+	delay := 30 * time.Millisecond
+	for {
+		err := d.initializeCSINode(ctx)
+		if err == nil {
+			return nil
+		}
+		if delay < maxDelay {
+			logger.V(2).Info("Failed to initialize CSINode, will retry", "node", d.nodeName, "err", err)
+		} else {
+			logger.Error(err, "Failed to initialize CSINode, will retry", "node", d.nodeName, "retryIn", maxDelay)
+		}
+		t := time.NewTimer(wait.Jitter(delay, 0.1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(delay*8, maxDelay)
+	}
 }
 
 // initializeCSINode is nodeinfomanager's tryInitializeCSINodeWithAnnotation.
