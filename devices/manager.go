@@ -129,9 +129,16 @@ func (m *Manager) SocketPath() string {
 	return filepath.Join(m.opts.PluginDir, "kubelet.sock")
 }
 
+// maxSocketPathLen is the longest path a unix socket can be bound to on
+// Linux: sun_path's 108 bytes less the terminating NUL.
+const maxSocketPathLen = 107
+
 // Run removes stale sockets from the plugin directory (everything but the
 // checkpoint, as the kubelet), serves the registration socket until ctx is
-// done, then closes every plugin connection and removes the socket.
+// done, then closes every plugin connection and removes the socket. A
+// socket path too long for a unix socket address is logged as an error and
+// the Manager runs without plugins (the node advertises no devices) rather
+// than stopping the agent.
 func (m *Manager) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	if err := os.MkdirAll(m.opts.PluginDir, 0o750); err != nil {
@@ -139,6 +146,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	if err := m.cleanupDir(log); err != nil {
 		return err
+	}
+	if n := len(m.SocketPath()); n > maxSocketPathLen {
+		// The kubelet would fail its start here; an agent keeps its pods
+		// and says plainly what it cannot do.
+		log.Error(nil, "Device plugins cannot register on this node: the registration socket's path is longer than a unix socket address allows", "socket", m.SocketPath(), "length", n, "max", maxSocketPathLen)
+		<-ctx.Done()
+		return nil
 	}
 	lis, err := net.Listen("unix", m.SocketPath())
 	if err != nil {

@@ -392,3 +392,31 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("the registration socket is left after Run: %v", err)
 	}
 }
+
+// TestSocketPathTooLongKeepsRunning: a plugin directory too deep for a unix
+// socket address (an agent whose root directory is a deep temporary one)
+// leaves the node without device plugins, with an error line, and does not
+// stop the agent: Run returns nil once its context ends, and the node
+// advertises no devices.
+func TestSocketPathTooLongKeepsRunning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
+	m, err := New(Options{PluginDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned before its context ended: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run with a socket path of %d bytes: %v, want nil", len(m.SocketPath()), err)
+	}
+	if capacity, allocatable, _ := m.Capacity(); len(capacity) != 0 || len(allocatable) != 0 {
+		t.Errorf("capacity %v, allocatable %v without a registration socket, want none", capacity, allocatable)
+	}
+}
