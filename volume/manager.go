@@ -650,6 +650,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-m.kick:
 			m.remountDirty(ctx)
 		case <-resync.C():
+			// The next resync is armed first: a period counts from the
+			// start of a resync, and whoever sees this one's work (a
+			// remount) knows the next is already waiting.
+			resync.Reset(m.opts.ResyncPeriod)
 			m.mu.Lock()
 			for uid := range m.pods {
 				m.dirty[uid] = true
@@ -657,7 +661,6 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.mu.Unlock()
 			m.remountDirty(ctx)
 			m.expandClaims(ctx)
-			resync.Reset(m.opts.ResyncPeriod)
 		case <-m.forgot:
 			if period != m.opts.CleanupPeriod {
 				period = m.opts.CleanupPeriod
