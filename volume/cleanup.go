@@ -151,7 +151,7 @@ func (m *Manager) cleanupOrphans(ctx context.Context) (pending bool) {
 // cleanupOrphan tears down the volumes of an orphaned pod and removes its
 // directory, as the kubelet's reconciler and housekeeping do together.
 func (m *Manager) cleanupOrphan(ctx context.Context, uid types.UID) error {
-	ps := m.lockPod(uid)
+	ps := m.lockPod(uid, true)
 	defer ps.lock.Unlock()
 	m.mu.Lock()
 	adopted := ps.pod != nil

@@ -56,7 +56,7 @@ func (m *Manager) expandClaims(ctx context.Context) {
 // with the plugin's error, tried again at the next resync.
 func (m *Manager) expandClaim(ctx context.Context, uid types.UID, volName string) {
 	logger := klog.FromContext(ctx)
-	ps := m.lockPodIfKnown(uid)
+	ps := m.lockPod(uid, false)
 	if ps == nil {
 		return
 	}
@@ -180,24 +180,4 @@ func (m *Manager) markResizeError(ctx context.Context, pvc *v1.PersistentVolumeC
 		LastTransitionTime: metav1.NewTime(m.clock.Now().Truncate(time.Second)), Message: fmt.Sprintf("failed to expand pvc with %v", cause)})
 	_, err := m.opts.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
 	return err
-}
-
-// lockPodIfKnown returns the state of pod uid locked, nil when the Manager
-// does not mount it (or forgot it meanwhile).
-func (m *Manager) lockPodIfKnown(uid types.UID) *podState {
-	m.mu.Lock()
-	ps := m.pods[uid]
-	m.mu.Unlock()
-	if ps == nil {
-		return nil
-	}
-	ps.lock.Lock()
-	m.mu.Lock()
-	removed := ps.removed
-	m.mu.Unlock()
-	if removed {
-		ps.lock.Unlock()
-		return nil
-	}
-	return ps
 }

@@ -292,7 +292,7 @@ func New(opts Options) (*Manager, error) {
 // pod has waited for its volumes for 2m3s, as the kubelet (then at most
 // every 2m3s). The returned map is the caller's.
 func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted, error) {
-	ps := m.lockPod(pod.UID)
+	ps := m.lockPod(pod.UID, true)
 	defer ps.lock.Unlock()
 	logger := klog.FromContext(ctx)
 
@@ -483,7 +483,7 @@ func (e *MountError) RetryAt() time.Time { return e.retryAt }
 // directory itself (and the runtime's files in it). It is idempotent; on
 // error the pod stays known and the call can be repeated.
 func (m *Manager) UnmountPod(ctx context.Context, uid types.UID) error {
-	ps := m.lockPod(uid)
+	ps := m.lockPod(uid, true)
 	defer ps.lock.Unlock()
 	if err := m.tearDownPod(ctx, uid, ps); err != nil {
 		return fmt.Errorf("unmount volumes of pod %s: %w", uid, err)
@@ -492,16 +492,21 @@ func (m *Manager) UnmountPod(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
-// lockPod returns the pod's state, created when missing, locked.
-func (m *Manager) lockPod(uid types.UID) *podState {
+// lockPod returns the pod's state locked. A missing state is created when
+// create is set; otherwise lockPod returns nil for a pod the Manager does
+// not mount (or forgot while lockPod waited for its lock).
+func (m *Manager) lockPod(uid types.UID, create bool) *podState {
 	for {
 		m.mu.Lock()
 		ps := m.pods[uid]
-		if ps == nil {
+		if ps == nil && create {
 			ps = &podState{volumes: map[string]*volumeState{}}
 			m.pods[uid] = ps
 		}
 		m.mu.Unlock()
+		if ps == nil {
+			return nil
+		}
 		ps.lock.Lock()
 		m.mu.Lock()
 		removed := ps.removed
@@ -510,6 +515,9 @@ func (m *Manager) lockPod(uid types.UID) *podState {
 			return ps
 		}
 		ps.lock.Unlock()
+		if !create {
+			return nil
+		}
 	}
 }
 
