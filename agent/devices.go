@@ -37,10 +37,8 @@ const (
 // put into the containers' CRI configs (runtime.PodManagerOptions'
 // ContainerConfigHook). CRI includes it.
 var Devices = fx.Options(
-	fx.Provide(
-		provideDeviceOptions,
-		fx.Annotate(deviceAdmitHandler, fx.ResultTags(`group:"`+pods.AdmitHandlerGroup+`"`)),
-	),
+	fx.Provide(provideDeviceOptions),
+	pods.AsAdmitHandler(AdmitDevicePlugins, OrderDevicePlugins, deviceAdmitHandler),
 	status.AsSetter(SetterDevicePlugins, OrderSetterDevices, func(m *devices.Manager) status.Setter { return m.SetNodeStatus }),
 	devices.Module,
 )
@@ -90,8 +88,8 @@ func initialRunning(rs cri.RuntimeService, logger logr.Logger) func(podUID, cont
 	}
 }
 
-func deviceAdmitHandler(m *devices.Manager) pods.OrderedAdmitHandler {
-	return pods.OrderedAdmitHandler{Name: AdmitDevicePlugins, Order: OrderDevicePlugins, Handler: pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
+func deviceAdmitHandler(m *devices.Manager) pods.AdmitHandler {
+	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
 		err := m.Allocate(context.Background(), a.Pod)
 		var aerr *devices.AdmissionError
 		if errors.As(err, &aerr) {
@@ -101,5 +99,5 @@ func deviceAdmitHandler(m *devices.Manager) pods.OrderedAdmitHandler {
 			return pods.AdmitResult{Reason: devices.AdmissionReason, Message: err.Error()}
 		}
 		return pods.AdmitResult{Admit: true}
-	})}
+	})
 }
