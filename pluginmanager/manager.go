@@ -208,7 +208,7 @@ func (m *Manager) handle(ctx context.Context, w watcher, ev fsEvent) {
 			}
 			return
 		}
-		m.found(ctx, ev.path, true)
+		m.found(ctx, ev.path)
 	case opRemove:
 		m.mu.Lock()
 		for p := range m.desired {
@@ -266,15 +266,17 @@ func (m *Manager) scan(ctx context.Context, w watcher, dir string) error {
 			}
 			return nil
 		}
-		m.found(ctx, path, false)
+		m.found(ctx, path)
 		return nil
 	})
 }
 
-// found records a socket at path; created says it was just created (a new
-// generation even when the path was known), otherwise only a new identity
-// is.
-func (m *Manager) found(ctx context.Context, path string, created bool) {
+// found records a socket at path: a new generation when the path was not
+// known or its socket has a new identity. A socket seen twice (by the
+// scan at start and by the watch's create event, which race) is one
+// generation, registered once; a socket created again at a known path was
+// forgotten first by its remove event, or has a new identity at a rescan.
+func (m *Manager) found(ctx context.Context, path string) {
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode().Type() != fs.ModeSocket {
 		return
@@ -282,7 +284,7 @@ func (m *Manager) found(ctx context.Context, path string, created bool) {
 	id := identity(fi)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.desired[path]; ok && !created && s.id == id {
+	if s, ok := m.desired[path]; ok && s.id == id {
 		return
 	}
 	m.gen++
