@@ -720,14 +720,17 @@ func TestImageGCOnContainerd(t *testing.T) {
 	}
 	waitForPod(t, n.ns, pod.Name, "still Running and Ready", isPodReady)
 
-	metrics, err := gcAgent.Metrics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	collected := metrics.Sum("kubelet_image_garbage_collected_total", map[string]string{"reason": "space"})
-	if collected < 1 {
-		t.Errorf("kubelet_image_garbage_collected_total{reason=space} = %v, want at least 1", collected)
-	}
+	// The counter goes up once RemoveImage has returned to the agent, a
+	// moment after the image left the runtime's list: wait for it.
+	var collected float64
+	waitForCondition(t, "kubelet_image_garbage_collected_total{reason=space} ≥ 1", podTimeout, func() (bool, error) {
+		metrics, err := gcAgent.Metrics(ctx)
+		if err != nil {
+			return false, err
+		}
+		collected = metrics.Sum("kubelet_image_garbage_collected_total", map[string]string{"reason": "space"})
+		return collected >= 1, nil
+	})
 	t.Logf("kubelet_image_garbage_collected_total{reason=space} = %v", collected)
 	// Freeing down to 0 % cannot succeed: the node says so, as the kubelet.
 	ev, err := waitForNodeEvent(ctx, n.name, "FreeDiskSpaceFailed")
