@@ -18,6 +18,7 @@ var claimTests = []podTest{
 	{name: "native sidecar starts before the main container and keeps running", run: testNativeSidecar},
 	{name: "hostPath directory is the host's, DirectoryOrCreate creates it", run: testHostPath},
 	{name: "tcpSocket readiness probe follows the listener", run: testTCPSocketReadiness},
+	{name: "imagePullSecrets pull from a registry that wants credentials", run: testPullSecret},
 }
 
 // TestReadmeClaimsOnContainerd runs claimTests on a node agent of its own
