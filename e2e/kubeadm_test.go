@@ -241,6 +241,12 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 		t.Fatalf("%d client certificate requests for %s, want 1", len(csrs), name)
 	}
 	csr := csrs[0]
+	t.Cleanup(func() {
+		err := env.cp.Client().CertificatesV1().CertificateSigningRequests().Delete(context.Background(), csr.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete CSR %s: %v", csr.Name, err)
+		}
+	})
 	if want := "system:bootstrap:" + strings.SplitN(token, ".", 2)[0]; csr.Spec.Username != want {
 		t.Errorf("CSR %s made by %q, want %s", csr.Name, csr.Spec.Username, want)
 	}
