@@ -62,7 +62,9 @@ func hostOnCgroupV1(t *testing.T) bool {
 // be Ready under the name kubeadm gave it, its client certificate issued
 // to the bootstrap token's CSR approved by the controller manager,
 // kubelet.conf pointing at the rotated certificate file, and a pod must
-// run on it.
+// run on it. The runtime is fakecri: a containerd outside the namespace
+// would not see the pod volumes the agent mounts under the namespace's
+// /var/lib/kubelet (a containerd node needs containerd in the NodeRoot too).
 func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 	t.Parallel()
 	requireCluster(t)
