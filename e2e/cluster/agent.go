@@ -196,6 +196,40 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	return a, nil
 }
 
+// CommandAgentOptions describe a node agent run with a command line of the
+// caller's (NewCommandAgent).
+type CommandAgentOptions struct {
+	// Name and IP are the node's name and InternalIP, as the command line
+	// sets them. Required.
+	Name string
+	IP   string
+	// Dir holds the agent's log. Required.
+	Dir string
+	// HealthzURL is where the agent answers /healthz. Required.
+	HealthzURL string
+	// Argv is the command line, program first. Required.
+	Argv []string
+}
+
+// NewCommandAgent prepares an agent that runs exactly opts.Argv: no flag,
+// configuration or credential of the harness's, as when a test starts the
+// agent the way a node's service manager would with files another tool
+// (kubeadm) wrote. Start and Stop work as for NewAgent's agents; Metrics
+// and Profile do not (MetricsURL and APIURL are empty).
+func NewCommandAgent(opts CommandAgentOptions) (*Agent, error) {
+	if opts.Name == "" || opts.IP == "" || opts.Dir == "" || opts.HealthzURL == "" || len(opts.Argv) == 0 {
+		return nil, errors.New("new command agent: Name, IP, Dir, HealthzURL and Argv are required")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("new command agent %s: %w", opts.Name, err)
+	}
+	return &Agent{
+		Name: opts.Name, IP: opts.IP, Dir: opts.Dir, HealthzURL: opts.HealthzURL,
+		LogPath: filepath.Join(opts.Dir, "agent.log"),
+		binary:  opts.Argv[0], args: opts.Argv[1:],
+	}, nil
+}
+
 // SetKubeletConfig sets fields of the agent's KubeletConfiguration file by
 // their names in the file (a nil value removes a field) and rewrites it; a
 // running agent sees the change when it is started again.

@@ -320,6 +320,11 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, opts ControlP
 	p, err := c.start("kube-controller-manager", opts.Binaries.KubeControllerManager, append(componentFlags(c.PKI, kubeconfig, port, serving),
 		// Under RBAC each controller needs its own service account.
 		"--use-service-account-credentials=true",
+		// kubeadm's set: the bootstrap signer signs kube-public/cluster-info
+		// with each bootstrap token (kubeadm join's discovery checks the
+		// signature) and the token cleaner deletes expired tokens; both
+		// are off by default.
+		"--controllers=*,bootstrapsigner,tokencleaner",
 		"--service-account-private-key-file="+c.PKI.ServiceAccount.Key,
 		"--root-ca-file="+c.PKI.CA.Cert,
 		"--cluster-signing-cert-file="+c.PKI.CA.Cert,

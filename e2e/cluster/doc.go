@@ -12,7 +12,11 @@
 // file and its own client certificate (system:node:<name>), on its own
 // address 127.0.0.N. StartContainerd runs Debian's containerd and runc with
 // all state under a temporary directory and locally built images
-// (PauseImage, BusyboxImage); Close removes every trace of it.
+// (PauseImage, BusyboxImage); Close removes every trace of it. kubeadm
+// (BuildKubeadm) runs against the same control plane; a node it sets up
+// lives in a NodeRoot, a private mount namespace whose /etc/kubernetes and
+// /var/lib/kubelet are the test's, and its agent runs with the command
+// line kubeadm's files give it (NewCommandAgent).
 //
 // Every server, daemon and agent is a child process in its own process group,
 // killed if the harness process dies; its output goes to a log file whose

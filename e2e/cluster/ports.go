@@ -6,6 +6,10 @@ import (
 	"strconv"
 )
 
+// FreePort returns a TCP port that is free on ip right now, for a node
+// process whose ports the caller sets (NewCommandAgent); see freePort.
+func FreePort(ip string) (int, error) { return freePort(ip) }
+
 // freePort asks the kernel for a TCP port that is free on ip right now.
 // Another process may take it before the caller binds it; on a test machine
 // this is rare enough not to matter.

@@ -6,7 +6,7 @@
 //
 //	go -C e2e run ./cmd/localcluster up                  # one node, containerd if possible
 //	go -C e2e run ./cmd/localcluster up -nodes=3 -runtime=fakecri
-//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane
+//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane and kubeadm
 //
 // up prints the admin kubeconfig, the images the nodes hold (no registry is
 // reachable from them) and a first kubectl run that works with them, and
@@ -48,7 +48,8 @@ const usage = `usage: localcluster <command> [flags]
 
 commands:
   build   build (or reuse from the cache) etcd, kube-apiserver,
-          kube-controller-manager, kube-scheduler and kubectl; print their paths
+          kube-controller-manager, kube-scheduler, kubectl and kubeadm;
+          print their paths
   up      start a control plane and node agents, print how to reach them,
           and run until interrupted
 
@@ -70,6 +71,11 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Printf("etcd %s\n%s\n%s\n%s\n%s\n", bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl)
+		kubeadm, err := cluster.BuildKubeadm(ctx, cluster.BuildOptions{Log: os.Stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Println(kubeadm)
 		return nil
 	case "up":
 		opts := &upOptions{}
