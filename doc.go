@@ -2,21 +2,57 @@
 // kubelet, reimplemented as composable Go modules wired by go.uber.org/fx.
 //
 // Each concern lives in its own package with a small interface, a plain
-// constructor and an fx option (Module):
+// constructor and an fx option (Module). The packages:
 //
-//   - lease: the node Lease heartbeat (kube-node-lease/<node>).
-//   - status: node registration, node status setters and the reporter.
-//   - runtime: the CRI connection to containerd or CRI-O; runtime/fakecri is
-//     an in-process CRI server for tests and simulation.
-//   - cgroupdriver: the cgroupfs and systemd drivers and the QoS and pod
-//     cgroup hierarchy.
 //   - agent: the composition root: Config (a KubeletConfiguration plus the
 //     kubelet's command-line flags) and agent.Module, which wires every
-//     default piece.
+//     default piece; agent/agenttest starts whole agents in tests, on a
+//     fake clientset and runtime/fakecri.
+//   - podstate: the runtime-neutral pod and container state the other
+//     modules read, and the one restart decision.
+//   - pods: the pod lifecycle loop (admission, one worker per pod, graceful
+//     termination, housekeeping) and the pods.Runtime a backend implements.
+//   - podsource: the pod sources merged into one stream of updates;
+//     podsource/apiserver (the API server's pods), podsource/file and
+//     podsource/url (static pods), podsource/manifest (the static manifest
+//     decoder) and podsource/mirror (mirror pods).
+//   - runtime: the CRI backend (containerd, CRI-O): pod syncing, the PLEG,
+//     image and container garbage collection; runtime/fakecri is an
+//     in-process CRI server for tests and simulation.
+//   - cgroupdriver: the cgroupfs and systemd drivers and the QoS and pod
+//     cgroup hierarchy.
+//   - volume: the volume manager and its plugins; volume/csi is the CSI
+//     node side (stage, publish, CSINode).
+//   - pluginmanager: the watch on <root-dir>/plugins_registry and the
+//     plugin registration handshake (CSI drivers register through it).
+//   - devices: device plugins (extended resources, allocation at
+//     admission); devices/internal/checkpoint is its checkpoint file.
+//   - prober: liveness, readiness and startup probes.
+//   - status: node registration, the node status setters and the
+//     reporter; status/podstatus: a pod's API status and the pod status
+//     manager.
+//   - lease: the node Lease heartbeat (kube-node-lease/<node>).
+//   - stats: the stats summary and the resource and cadvisor metrics.
+//   - eviction: node-pressure eviction.
+//   - nodeshutdown: graceful node shutdown.
+//   - server: the node API (port 10250).
+//   - certificate: the client certificate's TLS bootstrap and rotation.
+//   - internal/...: the modules' plumbing, not for embedders: runner (Run on
+//     an fx lifecycle), fxgroup (the typed As* registration helpers),
+//     ordered (name and order resolution of setters and admit handlers),
+//     timers, clientmetrics (client-go's metrics), testenv (what a test
+//     does when the machine lacks something).
+//   - examples/...: runnable agents: nodeagent (the kubelet replacement),
+//     standalone (no API server), customstatus and customsource (an
+//     embedder's setter and pod source), podsim (a pod-level backend).
+//
+// The e2e module (e2e/, its own go.mod) tests agents against a real control
+// plane and containerd, and holds nodebench, the benchmark.
 //
 // An embedder builds a custom agent by importing agent.Module and replacing
-// or adding pieces with fx.Decorate, fx.Replace or value groups; see the
-// package documentation of each module and examples/.
+// or adding pieces with fx.Decorate, fx.Replace or the typed registration
+// helpers (status.AsSetter, pods.AsAdmitHandler, podsource.AsSource, ...);
+// see the package documentation of each module and examples/.
 package nodekit
 
 import "strings"

@@ -165,15 +165,12 @@ type apiClients struct {
 	Clients *Clients `optional:"true"`
 }
 
-// kubepodsResources returns what the kubepods cgroup enforces, as the
-// kubelet's enforceNodeAllocatableCgroups: the host's CPUs and memory
-// (machine), less kubeReserved and systemReserved when
-// enforceNodeAllocatable has "pods". It is known from the start, before the
-// node's object. Unlike the node's allocatable it keeps the hard eviction
-// thresholds: the pods may use that memory, and the eviction manager
-// (allocatableMemory.available) evicts before they reach the limit. When
-// the machine cannot be read it returns nil (kubepods left as it is) and
-// logs why.
+// kubepodsResources returns what the kubepods cgroup enforces
+// (cgroupdriver.KubepodsLimits) from the configuration's kubeReserved,
+// systemReserved and enforceNodeAllocatable and the host's CPUs and memory
+// (machine). It is known from the start, before the node's object. When the
+// machine cannot be read it returns nil (kubepods left as it is) and logs
+// why.
 func kubepodsResources(cfg *Config, machine status.MachineFunc, logger logr.Logger) (func() v1.ResourceList, error) {
 	kc := &cfg.Kubelet
 	kubeReserved, err := parseResourceList(kc.KubeReserved)
@@ -191,25 +188,11 @@ func kubepodsResources(cfg *Config, machine status.MachineFunc, logger logr.Logg
 			logger.Error(err, "Cannot read the machine's capacity for the kubepods cgroup")
 			return nil
 		}
-		out := v1.ResourceList{
+		capacity := v1.ResourceList{
 			v1.ResourceCPU:    *resource.NewMilliQuantity(int64(m.NumCores)*1000, resource.DecimalSI),
 			v1.ResourceMemory: *resource.NewQuantity(m.MemoryCapacity, resource.BinarySI),
 		}
-		if !enforce {
-			return out
-		}
-		for name, q := range out {
-			for _, r := range []v1.ResourceList{kubeReserved, systemReserved} {
-				if v, ok := r[name]; ok {
-					q.Sub(v)
-				}
-			}
-			if q.Sign() < 0 {
-				q.Set(0)
-			}
-			out[name] = q
-		}
-		return out
+		return cgroupdriver.KubepodsLimits(capacity, enforce, kubeReserved, systemReserved)
 	}, nil
 }
 

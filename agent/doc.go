@@ -78,11 +78,14 @@
 //     status setter; one with the name of a default replaces it, a nil one
 //     removes it), status.AsHealthCheck (gates Ready), podsource.AsSource (a
 //     pod source; its pods are static pods, see examples/customsource),
-//     pods.AsAdmitHandler (an admission check, by order). The manifest
-//     sources change by decorating file.Options or url.Options.
-//   - Volumes: add a volume.Plugin to volume.PluginGroup (one with a
-//     built-in plugin's Name replaces it); decorate volume.Options for the
-//     periods or the mounter.
+//     pods.AsAdmitHandler (an admission check, by order), prober.AsHandler
+//     (a probe kind's handler), volume.AsPlugin (a volume plugin; one with
+//     a built-in plugin's Name replaces it), eviction.AsSignal (an eviction
+//     signal), nodeshutdown.AsSource (a node shutdown signal),
+//     server.AsRoute (a node API endpoint), pluginmanager.AsHandler (a
+//     plugin registration handler). The manifest sources change by
+//     decorating file.Options or url.Options; the volume manager's periods
+//     or mounter by decorating volume.Options.
 //
 // Pass decorators at the top level (to New, Run, or fx.New beside Module),
 // not inside an fx.Module of your own: fx applies a decorator only to the

@@ -50,7 +50,7 @@ type DeleteUnusedImagesFunc func(ctx context.Context) error
 // are in the graph to replace with fx.Decorate: eviction.Options (derived
 // by Config.EvictionOptions), eviction.SummaryFunc,
 // eviction.ActivePodsFunc, eviction.KillPodFunc, eviction.PodCleanedUpFunc;
-// add signals to the eviction.SignalGroup value group. Reclaim comes from
+// add signals with eviction.AsSignal. Reclaim comes from
 // the optional DeleteUnusedContainersFunc and DeleteUnusedImagesFunc.
 var Eviction = fx.Options(
 	fx.Provide(
@@ -63,11 +63,11 @@ var Eviction = fx.Options(
 		func(s *pods.Store) eviction.ActivePodsFunc { return s.Active },
 		func(l *podLoopRef) eviction.KillPodFunc { return l.killPod },
 		func(l *podLoopRef) eviction.PodCleanedUpFunc { return l.podTerminated },
-		fx.Annotate(evictionAdmitHandler, fx.ResultTags(`group:"`+pods.AdmitHandlerGroup+`"`)),
 		func(m *eviction.Manager) status.PressureFuncs {
 			return status.PressureFuncs{Memory: m.IsUnderMemoryPressure, Disk: m.IsUnderDiskPressure, PID: m.IsUnderPIDPressure}
 		},
 	),
+	pods.AsDefaultAdmitHandler(pods.AdmitEviction, pods.OrderEviction, evictionAdmitHandler),
 	// The Controller admits pods through the eviction manager, so the
 	// manager cannot take the Controller as a dependency: it gets it here,
 	// once both are built and before either runs.
@@ -197,9 +197,9 @@ func (l *podLoopRef) deleteAllUnusedContainers(ctx context.Context) error {
 
 // evictionAdmitHandler is the eviction manager's pressure check, the first
 // of the pod admit handlers as in the kubelet.
-func evictionAdmitHandler(m *eviction.Manager) pods.OrderedAdmitHandler {
-	return pods.DefaultAdmitHandler(pods.AdmitEviction, pods.OrderEviction, pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
+func evictionAdmitHandler(m *eviction.Manager) pods.AdmitHandler {
+	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
 		ok, reason, message := m.Admit(a.Pod)
 		return pods.AdmitResult{Admit: ok, Reason: reason, Message: message}
-	}))
+	})
 }

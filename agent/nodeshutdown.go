@@ -37,7 +37,7 @@ const (
 // (nodeshutdown.DefaultSignal) sent to the agent: an init system or an
 // operator sends it before stopping the node. SIGTERM still only stops the
 // agent. Replace the sources with fx.Decorate of nodeshutdown.Options
-// (Sources), or add one to the nodeshutdown.SourceGroup value group.
+// (Sources), or add one with nodeshutdown.AsSource.
 var NodeShutdown = fx.Options(
 	fx.Provide(
 		newShutdownLoopRef,
@@ -45,8 +45,8 @@ var NodeShutdown = fx.Options(
 		provideNodeShutdownOptions,
 		func(s *pods.Store) nodeshutdown.ActivePodsFunc { return s.Active },
 		func(l *shutdownLoopRef) nodeshutdown.KillPodFunc { return l.killPod },
-		fx.Annotate(nodeShutdownAdmitHandler, fx.ResultTags(`group:"`+pods.AdmitHandlerGroup+`"`)),
 	),
+	pods.AsAdmitHandler(AdmitNodeShutdown, OrderNodeShutdown, nodeShutdownAdmitHandler),
 	status.AsHealthCheck(nodeShutdownHealthCheck),
 	// The Controller admits pods through the manager, so the manager gets
 	// the Controller here, once both are built and before either runs.
@@ -148,11 +148,11 @@ func (rr *reporterRef) syncNow() {
 }
 
 // nodeShutdownAdmitHandler rejects pods while the node shuts down.
-func nodeShutdownAdmitHandler(m *nodeshutdown.Manager) pods.OrderedAdmitHandler {
-	return pods.OrderedAdmitHandler{Name: AdmitNodeShutdown, Order: OrderNodeShutdown, Handler: pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
+func nodeShutdownAdmitHandler(m *nodeshutdown.Manager) pods.AdmitHandler {
+	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
 		ok, reason, message := m.Admit(a.Pod)
 		return pods.AdmitResult{Admit: ok, Reason: reason, Message: message}
-	})}
+	})
 }
 
 // nodeShutdownHealthCheck makes the node NotReady while it shuts down, with

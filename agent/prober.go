@@ -29,7 +29,7 @@ import (
 //     *podstatus.Manager;
 //   - exec probes run through the graph's prober.ExecRunner, else the CRI's
 //     cri.RuntimeService (CRI provides one); without either, and without a
-//     handler of kind exec in the prober.HandlerGroup group, every exec
+//     handler of kind exec added with prober.AsHandler, every exec
 //     probe errors (an Unhealthy "probe errored" event, the result left as
 //     it was), which the agent logs at start;
 //   - the prober's metrics (prober_probe_total,
@@ -39,7 +39,7 @@ import (
 //     on /metrics/probes of its node API.
 //
 // It is runtime-neutral: Core includes it. Replace a probe kind's handler by
-// adding a prober.Handler of that kind to the prober.HandlerGroup group.
+// adding a prober.Handler of that kind with prober.AsHandler.
 var Probes = fx.Options(
 	fx.Provide(
 		func(m *podstatus.Manager) prober.PodStatusFunc { return m.GetPodStatus },

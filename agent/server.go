@@ -38,7 +38,7 @@ import (
 //   - the CRI runtime (cri.RuntimeService) for logs, exec, attach,
 //     port-forward, run, checkpoint and /runningpods, when the graph has
 //     one: without it (a node whose pods something else runs) those routes
-//     answer 501 unless the embedder adds its own to server.RouteGroup;
+//     answer 501 unless the embedder adds its own with server.AsRoute;
 //   - the stats provider (*stats.Provider) for /stats/summary,
 //     /metrics/resource and /metrics/cadvisor, when the graph has one;
 //   - /metrics from the agent's registry, /metrics/probes from the
@@ -61,7 +61,7 @@ import (
 // static pods on /pods. The kubelet refuses to start in that case.
 //
 // Change the server's inputs with fx.Decorate on server.Options, add or
-// replace endpoints in the server.RouteGroup value group.
+// replace endpoints with server.AsRoute.
 var NodeAPI = fx.Options(
 	fx.Provide(
 		provideServerOptions,

@@ -18,7 +18,7 @@ import (
 )
 
 // StaticPods adds the static pod sources of the *Config to the pod sources
-// (podsource.SourceGroup): the manifest directory (staticPodPath,
+// (with podsource.AsSource): the manifest directory (staticPodPath,
 // --pod-manifest-path, read on every change and every fileCheckFrequency)
 // and the manifest URL (staticPodURL, --manifest-url with the
 // --manifest-url-header headers, fetched every httpCheckFrequency). An

@@ -28,8 +28,7 @@ import (
 // the VolumesInUse node status setter's funcs; and the CSI volume plugin
 // (csi.Plugin) on the registered drivers (*csi.Drivers, when the graph has
 // them) for CSI PersistentVolumes and inline CSI volumes. Decorate volume.Options
-// to change the periods or the mounter; add plugins to the value group
-// volume.PluginGroup.
+// to change the periods or the mounter; add plugins with volume.AsPlugin.
 var Volumes = fx.Options(
 	fx.Provide(
 		newPodKnown,
@@ -40,13 +39,13 @@ var Volumes = fx.Options(
 			return status.VolumesInUseFuncs{Synced: m.ReconcilerSynced, InUse: m.VolumesInUse}
 		},
 		newCSIPlugin,
-		fx.Annotate(func(p *csi.Plugin) volume.Plugin {
-			if p == nil {
-				return nil
-			}
-			return p
-		}, fx.ResultTags(`group:"`+volume.PluginGroup+`"`)),
 	),
+	volume.AsPlugin(func(p *csi.Plugin) volume.Plugin {
+		if p == nil {
+			return nil
+		}
+		return p
+	}),
 	volume.Module,
 	fx.Invoke(func(k *podKnown, c *pods.Controller, b *runtime.Backend) {
 		k.set(c, func(uid types.UID) bool { return c.PodKnown(uid) || b.HasPod(uid) })

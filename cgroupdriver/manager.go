@@ -19,12 +19,12 @@ import (
 )
 
 const (
-	// NodeAllocatableCgroupName is the name of the cgroup holding all pods.
-	NodeAllocatableCgroupName = "kubepods"
+	// nodeAllocatableCgroupName is the name of the cgroup holding all pods.
+	nodeAllocatableCgroupName = "kubepods"
 	// podCgroupPrefix starts the name of every pod cgroup: "pod" + UID.
 	podCgroupPrefix = "pod"
-	// DefaultQoSUpdateInterval is the kubelet's periodicQOSCgroupUpdateInterval.
-	DefaultQoSUpdateInterval = time.Minute
+	// defaultQoSUpdateInterval is the kubelet's periodicQOSCgroupUpdateInterval.
+	defaultQoSUpdateInterval = time.Minute
 )
 
 // Options configure a Manager. The zero value is the kubelet's defaults: the
@@ -74,7 +74,7 @@ type Options struct {
 	// driver's Name fails Start (see CheckRuntimeDriver).
 	RuntimeCgroupDriver func(ctx context.Context) (driver runtimeapi.CgroupDriver, ok bool, err error)
 	// QoSUpdateInterval is how often Run refreshes the QoS cgroups. Default
-	// DefaultQoSUpdateInterval.
+	// a minute, the kubelet's periodicQOSCgroupUpdateInterval.
 	QoSUpdateInterval time.Duration
 	// KillProcess kills a process left in a pod cgroup being removed.
 	// Default: SIGKILL, a vanished process is not an error.
@@ -160,7 +160,7 @@ func New(o Options) (*Manager, error) {
 		cgroupRoot = "/"
 	}
 	root := ParseCgroupfs(cgroupRoot)
-	kubepods, err := NewName(root, NodeAllocatableCgroupName)
+	kubepods, err := NewName(root, nodeAllocatableCgroupName)
 	if err != nil {
 		return nil, fmt.Errorf("cgroupRoot %q: %w", cgroupRoot, err)
 	}
@@ -185,7 +185,7 @@ func New(o Options) (*Manager, error) {
 		clock:       o.Clock,
 	}
 	if m.interval <= 0 {
-		m.interval = DefaultQoSUpdateInterval
+		m.interval = defaultQoSUpdateInterval
 	}
 	if m.kill == nil {
 		m.kill = killProcess

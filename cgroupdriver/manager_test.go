@@ -359,7 +359,7 @@ func TestManagerRunRefreshesQoS(t *testing.T) {
 	expectFiles(t, root, map[string]string{"cpu/kubepods/burstable/cpu.shares": "2"})
 
 	active.setPods(burstablePod)
-	clk.Step(DefaultQoSUpdateInterval - time.Second)
+	clk.Step(defaultQoSUpdateInterval - time.Second)
 	if got := readTestFile(t, shares); got != "2" {
 		t.Fatalf("refreshed before the interval: shares %s", got)
 	}

@@ -168,9 +168,3 @@ func ParseSystemd(s string) (Name, error) {
 	}
 	return n, nil
 }
-
-// IsSystemdStyle reports whether a literal cgroup name is in systemd form,
-// i.e. ends with ".slice", as the kubelet decides it.
-func IsSystemdStyle(literal string) bool {
-	return strings.HasSuffix(literal, systemdSliceSuffix)
-}

@@ -123,12 +123,6 @@ func TestNameValidate(t *testing.T) {
 	}
 }
 
-func TestIsSystemdStyle(t *testing.T) {
-	if !IsSystemdStyle("/kubepods.slice/kubepods-besteffort.slice") || IsSystemdStyle("/kubepods/besteffort") {
-		t.Error("IsSystemdStyle misclassifies")
-	}
-}
-
 // FuzzSystemdRoundTrip checks ParseSystemd(ToSystemd(x)) == x, and the same
 // for the bare unit name and the cgroupfs form, for every valid Name. The
 // input is the Name's components joined with "/".

@@ -48,8 +48,8 @@ const (
 // systemdCPUQuotaPeriodVersion is the first systemd with CPUQuotaPeriodUSec.
 const systemdCPUQuotaPeriodVersion = 242
 
-// DefaultSystemdJobTimeout bounds the wait for a start or stop job.
-const DefaultSystemdJobTimeout = 30 * time.Second
+// defaultSystemdJobTimeout bounds the wait for a start or stop job.
+const defaultSystemdJobTimeout = 30 * time.Second
 
 // SystemdOptions configure NewSystemdDriver.
 type SystemdOptions struct {
@@ -58,8 +58,7 @@ type SystemdOptions struct {
 	// Dial opens the D-Bus connection, on first use and again after the
 	// connection was closed. Default DialSystemd.
 	Dial func(ctx context.Context) (SystemdConn, error)
-	// JobTimeout bounds the wait for a start or stop job. Default
-	// DefaultSystemdJobTimeout.
+	// JobTimeout bounds the wait for a start or stop job. Default 30 s.
 	JobTimeout time.Duration
 }
 
@@ -88,7 +87,7 @@ func NewSystemdDriver(o SystemdOptions) (Driver, error) {
 		o.Dial = DialSystemd
 	}
 	if o.JobTimeout <= 0 {
-		o.JobTimeout = DefaultSystemdJobTimeout
+		o.JobTimeout = defaultSystemdJobTimeout
 	}
 	return &systemdDriver{fs: t, dial: o.Dial, jobTimeout: o.JobTimeout}, nil
 }

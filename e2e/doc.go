@@ -4,56 +4,89 @@
 // k8s.io/kubernetes) on 127.0.0.1, on containerd from Debian's packages and
 // on the in-process fake runtime (runtime/fakecri). The harness they drive is
 // package cluster; cmd/localcluster brings up the same cluster for a person.
+// Most tests give their node a containerd and a cgroup root of its own (two
+// agents on one runtime would remove each other's pods), and each prints its
+// figures. What they check today, by file:
 //
-// The node tests (nodes_test.go, node_lifecycle_test.go, nodestatus_test.go)
-// run one agent each, mostly on fakecri; the pod tests (pods_test.go) run the
-// same table of pod lifecycle tests on a fakecri node and on a node with a
-// containerd and a cgroup root of its own (two agents on one runtime would
-// remove each other's pods). TestHandoverFromKubelet (handover_test.go) runs
-// the upstream kubelet (built into the cache on first use, a few minutes) on
-// a containerd of its own, then replaces it by an agent that must adopt its
-// containers without a restart. Package kubeletparity needs no cluster: it
-// compares nodekit's functions (the container hash, the configuration
-// defaults) with the kubelet's own.
-// The node API test (nodeapi_test.go) runs one
-// agent on a containerd of its own whose address sits on a veth of a
-// network namespace it creates, with a serving certificate from an approved
-// kubelet-serving CSR, and drives it with kubectl (logs, exec, attach,
-// port-forward, cp, top through a metrics-server built from Go modules,
-// get --raw through nodes/proxy). The volume tests (volumes_test.go) run
-// one agent on a containerd of its own with small container logs:
-// configMap and secret files and env (an edited configMap reaching the
-// running container, a subPath that does not follow), a projected
-// service-account token passing TokenReview, the downward API, a Memory
-// emptyDir as tmpfs unmounted on delete, a PVC pod stuck with FailedMount,
-// kubectl debug, termination messages, a missing configMap or secret
-// holding its pod, and log rotation; TestImageGCOnContainerd restarts an
-// agent with thresholds that force the image garbage collector to remove
-// an unused image. TestReadmeClaimsOnContainerd (claims_test.go) checks
-// README claims in seconds on a containerd of its own: a native sidecar
-// started (its startup probe passed) before the main container, hostPath
-// directories, a tcpSocket readiness probe. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
-// with the API server unreachable (a proxy refuses the agent), then their
-// mirror pods, a deleted mirror pod coming back, an edited manifest
-// replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
-// The reliability tests (reliability_*_test.go) each give one node a
-// containerd of its own and a fault: the agent SIGKILLed and restarted with
-// its pods changed meanwhile (TestAgentCrashRestart), the apiserver cut off
-// for two minutes through an API proxy of that node only
-// (TestAPIServerOutage), containerd stopped and frozen
-// (TestRuntimeOutageAndHang), SIGTERM (TestGracefulShutdownAndFiles, with
-// the modes of the agent's files), SIGPWR with shutdownGracePeriod set and --node-shutdown-signal (a
-// graceful node shutdown: TestGracefulNodeShutdown), pods the node cannot or can barely run
-// (TestHostileInput), pods created and deleted in rounds (TestChurn: short
-// here, 2,000 × 5 on fakecri and 200 × 5 on containerd under NODEKIT_SOAK=1,
-// which hack/soak.sh sets; not part of hack/test.sh; no request of the
-// node refused, reads included). TestWriteToAnotherNodeIsRefused
-// (privilege_rogue_test.go) gives an agent another node's name with its own
-// credentials: every write is refused, logged with the object's name and
-// retried with back-off while its healthz and static pod keep being
-// served; TestAgentFileModes checks the modes of the serving certificate
-// issued through the CSR API and of the pod directories. Each prints its
-// figures.
+//   - Nodes (nodes_test.go, node_lifecycle_test.go, nodestatus_test.go):
+//     registration and Ready on containerd with the runtime, OS and kernel
+//     kubectl shows, NotReady with the runtime's reason when the pod network
+//     is unconfigured or containerd stopped, and Ready again; the Lease
+//     renewed every 10 s; the status patched only on change or at the report
+//     period; writes only as the node's own identity; a stopped agent's node
+//     marked Unknown and tainted unreachable by the controller manager; a
+//     foreign condition (node-problem-detector's) kept through the agent's
+//     patches.
+//   - Pods (pods_test.go, podspec_test.go, probes_test.go): one table of pod
+//     lifecycle tests on a fakecri node and on a containerd node (among
+//     them container restart rules, sysctls, activeDeadlineSeconds and the
+//     admission of specs the node cannot run); no pod status patch while
+//     pods idle; the probe scenarios (exec, httpGet,
+//     tcpSocket, grpc; liveness, readiness, startup) on containerd.
+//   - Volumes and storage (volumes_test.go, storage_test.go, csi_test.go,
+//     csi_volumes_test.go): configMap and secret files and env (an edited
+//     configMap reaching the running container, a subPath that does not
+//     follow), a projected service-account token passing TokenReview, the
+//     downward API, a Memory emptyDir as tmpfs, a PVC pod stuck with
+//     FailedMount, claims bound to hostPath and local PVs (from the pod
+//     tests' table), kubectl debug, termination messages, log rotation and
+//     the image garbage collector (TestImageGCOnContainerd); the e2e CSI
+//     driver registered through plugins_registry (CSINode, node ID
+//     annotation, topology) and its volumes: a StatefulSet on static PVs
+//     across a pod's deletion and the agent's SIGKILL, inline and generic
+//     ephemeral volumes, a driver killed mid-way.
+//   - Devices (devices_test.go): the e2e module's sample device plugin's
+//     devices in capacity and allocatable, allocated to a pod, and dropped
+//     from allocatable when the plugin dies.
+//   - Eviction (eviction_test.go): memory pressure set relative to the
+//     host's memory: MemoryPressure with the kubelet's reason, a new
+//     BestEffort pod rejected, the running BestEffort pod evicted before
+//     the Guaranteed one, the condition cleared after the transition
+//     period, and an emptyDir over its sizeLimit evicted.
+//   - The node API (nodeapi_test.go): an agent whose address sits on a veth
+//     of a network namespace, with a serving certificate from an approved
+//     kubelet-serving CSR, driven by kubectl (logs, exec, attach,
+//     port-forward, cp, top through a metrics-server built from Go modules,
+//     get --raw through nodes/proxy) and its stats and metrics endpoints.
+//   - Static pods (staticpods_test.go, staticrestart_test.go): static pods
+//     with the API server unreachable, then their mirror pods, a deleted
+//     mirror pod coming back, an edited manifest replacing its pod, a
+//     manifest URL adding and removing pods; a manifest moved out and back
+//     while its pod still stops runs again.
+//   - Joining and handover (bootstrap_test.go, handover_test.go): TLS
+//     bootstrap as kubeadm join does it (a bootstrap token, the certificate
+//     approved and issued by the controller manager, no new request on a
+//     restart); the upstream kubelet (built into the cache on first use)
+//     replaced by an agent that adopts its containers without a restart.
+//   - A pod-level backend (podlevel_test.go): examples/podsim runs a
+//     Deployment's and a Job's pods.
+//   - README's claims (claims_test.go): a native sidecar started before the
+//     main container, hostPath directories, a tcpSocket readiness probe.
+//   - Reliability (reliability_*_test.go), one fault each: the agent
+//     SIGKILLed and restarted with its pods changed meanwhile
+//     (TestAgentCrashRestart), the API server cut off for two minutes
+//     through a proxy of that node only (TestAPIServerOutage), containerd
+//     stopped and frozen (TestRuntimeOutageAndHang), SIGTERM
+//     (TestGracefulShutdownAndFiles, with the modes of the agent's files),
+//     SIGPWR with shutdownGracePeriod and --node-shutdown-signal
+//     (TestGracefulNodeShutdown), pods the node cannot or can barely run
+//     (TestHostileInput), pods created and deleted in rounds (TestChurn:
+//     short here; 2,000 × 5 on fakecri and 200 × 5 on containerd under
+//     NODEKIT_SOAK=1, which hack/soak.sh sets, not part of hack/test.sh).
+//   - Least privilege (privilege_*_test.go): an agent given another node's
+//     name is refused every write, logs it with the object's name and backs
+//     off while its healthz and static pod keep being served
+//     (TestWriteToAnotherNodeIsRefused); the modes of the serving
+//     certificate and the pod directories (TestAgentFileModes).
+//   - Conformance (conformance_test.go): TestConformanceSubset runs a
+//     subset of upstream's [sig-node] [Conformance] tests with e2e.test
+//     against one nodekit node under a control plane of its own, before
+//     the parallel tests.
+//
+// Package kubeletparity needs no cluster: it compares nodekit's functions
+// (the container hash, the configuration defaults) with the kubelet's own.
+// Measurements that assert nothing (idle CPU with a component off, say) are
+// not tests here: cmd/nodebench makes them.
 //
 // After the tests, whatever -run selected, TestMain checks least privilege
 // from the apiserver's audit log (privilege_test.go): every request of a
@@ -68,7 +101,8 @@
 // line, and proved by a probe identity refused reading and patching
 // another node), and every node CSR must ask for its own identity. It
 // prints the node identities' requests by verb and resource, and fails the
-// run, listing the offending requests, otherwise. All tests run in parallel (-parallel defaults to 16 here: they
+// run, listing the offending requests, otherwise. All tests but the
+// conformance subset run in parallel (-parallel defaults to 16 here: they
 // wait on the cluster, not on the CPU).
 //
 // Run them with hack/test.sh (the whole suite) or, from this directory:

@@ -33,7 +33,6 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodekit/nodekit/e2e/bench"
 	"github.com/nodekit/nodekit/e2e/cluster"
 )
 
@@ -119,7 +118,6 @@ func TestNodeAPIOnContainerd(t *testing.T) {
 		})
 		n.testTop(t, pods)
 	})
-	t.Run("idle CPU and RSS with and without the node API", func(t *testing.T) { n.measureIdle(t, pods, ms) })
 }
 
 // newAPINode creates the network namespace and veth, a cgroup root, a
@@ -1019,95 +1017,6 @@ func workingSet(t *testing.T, dir string) float64 {
 		}
 	}
 	return usage
-}
-
-// measureIdle measures the agent's CPU and RSS over a minute with the node
-// API on, scraped by metrics-server (every 15s) and by this test (summary,
-// cadvisor and resource metrics every 15s, as a Prometheus would), then
-// restarts it with enableServer false and no scrapes and measures again.
-// The stats provider runs only when asked, so the second figure is the
-// agent without them.
-func (n *apiNode) measureIdle(t *testing.T, p apiPods, ms *cluster.MetricsServer) {
-	// The burner's loop would only add noise to the machine's load.
-	if err := env.cp.Client().CoreV1().Pods(n.ns).Delete(t.Context(), p.burner.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(t.Context(), time.Second, podTimeout, true, func(context.Context) (bool, error) {
-		return !podExists(t, n.ns, p.burner.Name), nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s not deleted: %v", p.burner.Name, err)
-	}
-	const window = time.Minute
-	scrape := func(ctx context.Context) {
-		client := n.kubeletClient(t, "nodekit-e2e-scraper", "system:masters")
-		tick := time.NewTicker(15 * time.Second)
-		defer tick.Stop()
-		for {
-			for _, path := range []string{"/stats/summary", "/metrics/cadvisor", "/metrics/resource", "/metrics"} {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.agent.APIURL+path, nil)
-				if resp, err := client.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}
-	ctx, stopScrapes := context.WithCancel(t.Context())
-	go scrape(ctx)
-	time.Sleep(20 * time.Second) // a warm-up: caches, TLS sessions, metrics-server's first rounds
-	on := n.measure(t, window)
-	stopScrapes()
-
-	if ms != nil {
-		if err := ms.Stop(); err != nil {
-			t.Errorf("stop metrics-server: %v", err)
-		}
-	}
-	if err := n.agent.Stop(); err != nil {
-		t.Fatalf("stop the agent: %v", err)
-	}
-	if err := n.agent.SetKubeletConfig(map[string]any{"enableServer": false}); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.agent.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	waitForNode(t, n.name, "Ready after the restart", readyTimeout, isReady)
-	time.Sleep(20 * time.Second)
-	off := n.measure(t, window)
-	t.Logf("agent idle over %s with 4 running pods: node API on and scraped: CPU %.2f%% of a core, RSS %.1f MiB (peak %.1f MiB); enableServer false, no scrapes: CPU %.2f%%, RSS %.1f MiB (peak %.1f MiB)",
-		window, on.cpu, on.rss, on.peak, off.cpu, off.rss, off.peak)
-	if err := n.agent.SetKubeletConfig(map[string]any{"enableServer": nil}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-type idleFigures struct{ cpu, rss, peak float64 }
-
-func (n *apiNode) measure(t *testing.T, window time.Duration) idleFigures {
-	t.Helper()
-	pid := n.agent.PID()
-	before, err := bench.ReadProcStats(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	time.Sleep(window)
-	after, err := bench.ReadProcStats(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return idleFigures{
-		cpu:  100 * float64(after.CPU-before.CPU) / float64(time.Since(start)),
-		rss:  float64(after.RSS) / (1 << 20),
-		peak: float64(after.PeakRSS) / (1 << 20),
-	}
 }
 
 func podExists(t *testing.T, ns, name string) bool {

@@ -96,8 +96,8 @@
 // provides the *Manager from the eviction.Options in the graph and runs it;
 // the loop's funcs may come from the graph as SummaryFunc, ActivePodsFunc,
 // KillPodFunc and PodCleanedUpFunc. An embedder adds a signal (say, GPU
-// memory, see Example_customSignal) with Options.Signals or the SignalGroup
-// value group, replaces a built-in one by giving a Signal of the same Name
+// memory, see Example_customSignal) with Options.Signals or, with fx,
+// AsSignal, replaces a built-in one by giving a Signal of the same Name
 // (e.g. a memory.available from another source), names it in the thresholds
 // like any other, and reads its condition with UnderPressure. RankByUsage
 // builds the kubelet's ranking for any usage. An agent without eviction

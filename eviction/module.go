@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 )
 
@@ -14,13 +15,21 @@ import (
 // (or replacing one by Name), after Options.Signals.
 const SignalGroup = "eviction_signals"
 
+// AsSignal returns an fx option that adds a Signal, or what an fx
+// constructor returns (a Signal, optionally with an error), to the
+// SignalGroup: a new signal, or a replacement of the built-in one of the
+// same Name.
+func AsSignal(signal any) fx.Option {
+	return fxgroup.Provide(SignalGroup, signal, func(s Signal) Signal { return s })
+}
+
 // Module provides the *Manager, built from the graph's Options, and runs it
 // for the application's lifetime. Options fields left nil are filled from
 // the graph: Summary, ActivePods, KillPod and PodCleanedUp from the
 // optional SummaryFunc, ActivePodsFunc, KillPodFunc and PodCleanedUpFunc;
 // Recorder, Clock and Registerer from the optional record.EventRecorder,
 // clock.Clock and prometheus.Registerer. Signals in the SignalGroup value
-// group are appended to Options.Signals. The manager logs with the optional
+// group (AsSignal) are appended to Options.Signals. The manager logs with the optional
 // logr.Logger (klog's by default) under the name "eviction".
 var Module = fx.Options(
 	fx.Provide(provide),

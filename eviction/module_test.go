@@ -56,8 +56,8 @@ func TestModuleWiresTheGraph(t *testing.T) {
 			func() eviction.PodCleanedUpFunc { return func(types.UID) bool { return true } },
 			func() prometheus.Registerer { return reg },
 			func() logr.Logger { return logr.Discard() },
-			fx.Annotate(func() eviction.Signal { return custom }, fx.ResultTags(`group:"eviction_signals"`)),
 		),
+		eviction.AsSignal(custom),
 		eviction.Module,
 		fx.Populate(&m),
 	)

@@ -275,7 +275,13 @@ func (c *Controller) ensureWithBackoff(ctx context.Context) (lease *coordination
 		if ctx.Err() != nil {
 			return nil, false
 		}
-		klog.FromContext(ctx).Error(err, "Failed to ensure lease exists, will retry", "retryAfter", delay)
+		if errors.Is(err, errNodeNotRegistered) {
+			// The agent registers the Node while the lease starts: not
+			// a failure, the lease waits for its owner.
+			klog.FromContext(ctx).Info("Waiting for the node to be registered before creating its lease", "err", err, "retryAfter", delay)
+		} else {
+			klog.FromContext(ctx).Error(err, "Failed to ensure lease exists, will retry", "retryAfter", delay)
+		}
 		if !c.sleep(ctx, delay) {
 			return nil, false
 		}
@@ -343,12 +349,19 @@ func (c *Controller) assertSpec(lease *coordinationv1.Lease) {
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: c.clock.Now()}
 }
 
+// errNodeNotRegistered marks nodeOwner's error when the Node does not
+// exist (yet).
+var errNodeNotRegistered = errors.New("the node is not registered yet")
+
 // nodeOwner reads the Node to build the lease's owner reference, so that
 // deleting the Node garbage-collects its lease.
 func (c *Controller) nodeOwner(ctx context.Context) (metav1.OwnerReference, error) {
 	node, err := c.nodes.Get(ctx, c.nodeName, metav1.GetOptions{})
 	if err != nil {
 		c.metrics.failed(opGetNode)
+		if apierrors.IsNotFound(err) {
+			err = fmt.Errorf("%w: %w", errNodeNotRegistered, err)
+		}
 		return metav1.OwnerReference{}, fmt.Errorf("get node %s for the lease owner reference: %w", c.nodeName, err)
 	}
 	return metav1.OwnerReference{

@@ -52,8 +52,8 @@
 //
 // # What an embedder can swap
 //
-// Options.Sources replaces the sources (or add to them through the
-// SourceGroup fx value group): a cloud's preemption notice, say, is a
+// Options.Sources replaces the sources (or add to them with AsSource, with
+// fx): a cloud's preemption notice, say, is a
 // Source whose Watch calls handle(ctx, true). Handle is also callable
 // directly. ActivePods and KillPod are funcs (the agent passes the pod
 // store's Active and the pod loop's KillPod); Recorder, Clock and

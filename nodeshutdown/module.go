@@ -7,18 +7,27 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 )
 
 // SourceGroup is the fx value group of Source added to Options.Sources.
 const SourceGroup = "node_shutdown_sources"
 
+// AsSource returns an fx option that adds a Source, or what an fx
+// constructor returns (a Source, optionally with an error), to the
+// SourceGroup. A constructor may return a nil Source (a source its
+// configuration turns off): Module skips it.
+func AsSource(source any) fx.Option {
+	return fxgroup.Provide(SourceGroup, source, func(s Source) Source { return s })
+}
+
 // Module provides the *Manager, built from the graph's Options, and runs it
 // for the application's lifetime. Options fields left nil are filled from
 // the graph: ActivePods and KillPod from the optional ActivePodsFunc and
 // KillPodFunc; Recorder, Clock and Registerer from the optional
 // record.EventRecorder, clock.Clock and prometheus.Registerer. Sources in
-// the SourceGroup value group are appended to Options.Sources (when both
+// the SourceGroup value group (AsSource) are appended to Options.Sources (when both
 // are empty, the Manager watches nothing and acts only on Handle). The manager logs with the
 // optional logr.Logger (klog's by default) under the name "nodeshutdown".
 var Module = fx.Options(
@@ -52,7 +61,12 @@ func provide(p Params) (*Manager, error) {
 		o.KillPod = p.KillPod
 	}
 	if len(p.Sources) > 0 {
-		o.Sources = append(append([]Source(nil), o.Sources...), p.Sources...)
+		o.Sources = append([]Source(nil), o.Sources...)
+		for _, s := range p.Sources {
+			if s != nil {
+				o.Sources = append(o.Sources, s)
+			}
+		}
 	}
 	if o.Recorder == nil {
 		o.Recorder = p.Recorder

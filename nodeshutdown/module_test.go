@@ -45,8 +45,8 @@ func TestModule(t *testing.T) {
 					return nil
 				}
 			},
-			fx.Annotate(func() nodeshutdown.Source { return src }, fx.ResultTags(`group:"`+nodeshutdown.SourceGroup+`"`)),
 		),
+		nodeshutdown.AsSource(func() nodeshutdown.Source { return src }),
 		nodeshutdown.Module,
 		fx.Populate(&m),
 	)

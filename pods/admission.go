@@ -357,12 +357,20 @@ func hostPortsFree(pod *v1.Pod, others []*v1.Pod) bool {
 var defaultAdmitNames = map[string]bool{AdmitEviction: true, AdmitGeneralPredicates: true, AdmitSysctls: true,
 	AdmitAppArmor: true, AdmitPodFeatures: true, AdmitDeclaredFeatures: true}
 
-// DefaultAdmitHandler marks h as one of the package's defaults, which an
-// embedder's handler of the same Name replaces. It is for the modules that
-// provide the defaults (this package's Module, the eviction manager's
-// wiring).
-func DefaultAdmitHandler(name string, order int, h AdmitHandler) OrderedAdmitHandler {
+// defaultAdmitHandler marks h as one of the defaults, which an embedder's
+// handler of the same Name replaces.
+func defaultAdmitHandler(name string, order int, h AdmitHandler) OrderedAdmitHandler {
 	return OrderedAdmitHandler{Name: name, Order: order, Handler: h, isDefault: true}
+}
+
+// AsDefaultAdmitHandler is AsAdmitHandler for a module that provides one of
+// the default handlers named by the Admit* constants outside this package
+// (the agent's eviction wiring provides AdmitEviction): a handler added
+// with AsAdmitHandler under the same name replaces it, or removes it.
+func AsDefaultAdmitHandler(name string, order int, handler any) fx.Option {
+	return fxgroup.Provide(AdmitHandlerGroup, handler, func(h AdmitHandler) OrderedAdmitHandler {
+		return defaultAdmitHandler(name, order, h)
+	})
 }
 
 // ResolveAdmitHandlers applies replacement and removal by Name and returns

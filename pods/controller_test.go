@@ -775,7 +775,7 @@ func TestPanickingAdmitHandlerRejectsThePod(t *testing.T) {
 // name removes the default, as a nil handler does; under another name it is
 // an error.
 func TestNilAdmitFuncRemovesItsDefault(t *testing.T) {
-	def := DefaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, AdmitFunc(func(AdmitAttributes) AdmitResult { return AdmitResult{Admit: true} }))
+	def := defaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, AdmitFunc(func(AdmitAttributes) AdmitResult { return AdmitResult{Admit: true} }))
 	got, err := ResolveAdmitHandlers([]OrderedAdmitHandler{def, {Name: AdmitGeneralPredicates, Handler: AdmitFunc(nil)}})
 	if err != nil || len(got) != 0 {
 		t.Errorf("nil AdmitFunc under the default's name: %d handlers, %v; want none", len(got), err)

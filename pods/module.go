@@ -132,10 +132,10 @@ func podSpecHandlers(p podSpecParams) ([]OrderedAdmitHandler, error) {
 		return nil, err
 	}
 	return []OrderedAdmitHandler{
-		DefaultAdmitHandler(AdmitSysctls, OrderSysctls, sysctls),
-		DefaultAdmitHandler(AdmitAppArmor, OrderAppArmor, AppArmor(HostAppArmorEnabled())),
-		DefaultAdmitHandler(AdmitPodFeatures, OrderPodFeatures, PodFeatures()),
-		DefaultAdmitHandler(AdmitDeclaredFeatures, OrderDeclaredFeatures, declared),
+		defaultAdmitHandler(AdmitSysctls, OrderSysctls, sysctls),
+		defaultAdmitHandler(AdmitAppArmor, OrderAppArmor, AppArmor(HostAppArmorEnabled())),
+		defaultAdmitHandler(AdmitPodFeatures, OrderPodFeatures, PodFeatures()),
+		defaultAdmitHandler(AdmitDeclaredFeatures, OrderDeclaredFeatures, declared),
 	}, nil
 }
 
@@ -153,5 +153,5 @@ func generalPredicates(logger logr.Logger) OrderedAdmitHandler {
 	if logger.GetSink() == nil {
 		logger = klog.Background()
 	}
-	return DefaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, GeneralPredicates(logger))
+	return defaultAdmitHandler(AdmitGeneralPredicates, OrderGeneralPredicates, GeneralPredicates(logger))
 }

@@ -47,16 +47,13 @@ func (s exporterSource) Run(ctx context.Context, out chan<- []*v1.Pod) error {
 	return nil
 }
 
-// A custom pod source is one more value in the "pod_sources" group: the
-// Config merges it with the others, and its pods are static pods (the
-// agent creates mirror pods for them).
+// A custom pod source is one more value in the "pod_sources" group, added
+// with AsSource: the Config merges it with the others, and its pods are
+// static pods (the agent creates mirror pods for them).
 func ExampleSource() {
 	var cfg *podsource.Config
 	app := fx.New(fx.NopLogger,
-		fx.Provide(fx.Annotate(
-			func() podsource.Source { return exporterSource{nodeName: "node-a"} },
-			fx.ResultTags(`group:"`+podsource.SourceGroup+`"`),
-		)),
+		podsource.AsSource(func() podsource.Source { return exporterSource{nodeName: "node-a"} }),
 		podsource.Module,
 		fx.Populate(&cfg),
 	)

@@ -21,10 +21,10 @@ func TestModuleMergesTheSourceGroup(t *testing.T) {
 		fx.Supply(podsource.Options{Sources: []podsource.Source{extra}}),
 		fx.Provide(
 			func() clock.Clock { return testingclock.NewFakeClock(t0) },
-			fx.Annotate(func() podsource.Source { return mine }, fx.ResultTags(`group:"pod_sources"`)),
-			// A source turned off by configuration contributes nil.
-			fx.Annotate(func() podsource.Source { return nil }, fx.ResultTags(`group:"pod_sources"`)),
 		),
+		podsource.AsSource(func() podsource.Source { return mine }),
+		// A source turned off by configuration contributes nil.
+		podsource.AsSource(func() podsource.Source { return nil }),
 		podsource.Module,
 		fx.Populate(&cfg),
 	)
@@ -61,10 +61,8 @@ func TestModuleWithoutOptionsValidates(t *testing.T) {
 func TestModuleRejectsDuplicateSources(t *testing.T) {
 	app := fx.New(
 		fx.NopLogger,
-		fx.Provide(
-			fx.Annotate(func() podsource.Source { return newChanSource("api") }, fx.ResultTags(`group:"pod_sources"`)),
-			fx.Annotate(func() podsource.Source { return newChanSource("api") }, fx.ResultTags(`group:"pod_sources"`)),
-		),
+		podsource.AsSource(func() podsource.Source { return newChanSource("api") }),
+		podsource.AsSource(func() podsource.Source { return newChanSource("api") }),
 		podsource.Module,
 	)
 	if app.Err() == nil {

@@ -146,15 +146,14 @@
 // With fx, Module provides the *Manager and runs it. It takes from the
 // graph a PodStatusFunc (or Options.PodStatus), and optionally Options, an
 // ExecRunner or cri-api's RuntimeService for exec probes, handlers in the
-// group HandlerGroup ("probe_handlers"), a record.EventRecorder, a
+// group HandlerGroup ("probe_handlers", added with AsHandler), a record.EventRecorder, a
 // clock.Clock, and a prometheus.Registerer (named MetricsRegistererName
 // first, else the unnamed one).
 //
 // # What an embedder can swap
 //
 //   - A probe kind's handler: a Handler whose Kind is that of a default
-//     replaces the default (Options.Handlers, or the value group
-//     HandlerGroup with fx); a new kind is added the same way. Two handlers
+//     replaces the default (Options.Handlers, or AsHandler with fx); a new kind is added the same way. Two handlers
 //     of one kind are an error.
 //   - How exec commands reach containers: Options.Exec (any ExecRunner).
 //   - Where pod status comes from: Options.PodStatus.

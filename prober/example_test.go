@@ -137,8 +137,7 @@ func Example_module() {
 	app := fx.New(fx.NopLogger,
 		prober.Module,
 		fx.Supply(prober.PodStatusFunc(func(types.UID) (v1.PodStatus, bool) { return status, true })),
-		fx.Provide(fx.Annotate(func() inProcessExec { return inProcessExec{} },
-			fx.As(new(prober.Handler)), fx.ResultTags(`group:"`+prober.HandlerGroup+`"`))),
+		prober.AsHandler(inProcessExec{}),
 		fx.Populate(&m),
 	)
 	if err := app.Start(context.Background()); err != nil {

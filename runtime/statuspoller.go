@@ -83,7 +83,7 @@ func NewStatusPoller(client *Client, opts StatusPollerOptions) *StatusPoller {
 	return &StatusPoller{
 		client: client, clock: opts.Clock, opts: opts,
 		changes: make(chan struct{}, 1), poke: make(chan struct{}, 1),
-		verErr: errNotAsked, imagesErr: errNotAsked,
+		verErr: errNotAsked,
 	}
 }
 
@@ -262,30 +262,30 @@ func (p *StatusPoller) healthKeyLocked() (key string, answered bool) {
 }
 
 // Handlers returns the runtime handlers as last heard
-// (status.RuntimeHandlersFunc).
+// (status.RuntimeHandlersFunc), with the runtime's error when it is not
+// ready. Before the runtime's first answer it returns none and no error,
+// as the kubelet's runtime state: nothing has failed yet (the Ready
+// condition says the status check may not have completed), and an error
+// would be an error line at every healthy start.
 func (p *StatusPoller) Handlers(context.Context) ([]*runtimeapi.RuntimeHandler, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.lastHealthy.IsZero() {
-		return nil, errNotAsked
-	}
 	return p.health.Handlers, p.health.RuntimeErr
 }
 
 // Features returns the runtime's features as last heard
-// (status.RuntimeFeaturesFunc).
+// (status.RuntimeFeaturesFunc), with the runtime's error when it is not
+// ready; before the runtime's first answer none and no error, as Handlers.
 func (p *StatusPoller) Features(context.Context) (*runtimeapi.RuntimeFeatures, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.lastHealthy.IsZero() {
-		return nil, errNotAsked
-	}
 	return p.health.Features, p.health.RuntimeErr
 }
 
 // Images returns the runtime's images as last listed
-// (status.ListImagesFunc). The images are shared: callers must not modify
-// them.
+// (status.ListImagesFunc), or the last listing's error; before the first
+// listing none and no error, as the kubelet's image cache. The images are
+// shared: callers must not modify them.
 func (p *StatusPoller) Images(context.Context) ([]*runtimeapi.Image, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -169,3 +169,27 @@ func TestStatusPollerWaitsForASlowRuntime(t *testing.T) {
 		t.Fatalf("Health = %v after a Status answer that took longer than the status period, want healthy", runtimeErr)
 	}
 }
+
+// TestStatusPollerBeforeTheFirstAnswer: before the runtime answered, the
+// poller reports no images, handlers or features and no error (the node
+// status setters have nothing to report, which is not a failure: it was an
+// error line per setter at every start), while Health says the status
+// check may not have completed, the Ready condition's message.
+func TestStatusPollerBeforeTheFirstAnswer(t *testing.T) {
+	srv := fakecri.New(fakecri.Options{})
+	endpoint, _ := serve(t, srv, socketPath(t))
+	p := runtime.NewStatusPoller(newClient(t, runtime.Options{Endpoint: endpoint}), runtime.StatusPollerOptions{})
+	ctx := context.Background()
+	if images, err := p.Images(ctx); images != nil || err != nil {
+		t.Errorf("Images = %v, %v before the first listing, want none and no error", images, err)
+	}
+	if handlers, err := p.Handlers(ctx); handlers != nil || err != nil {
+		t.Errorf("Handlers = %v, %v before the first answer, want none and no error", handlers, err)
+	}
+	if features, err := p.Features(ctx); features != nil || err != nil {
+		t.Errorf("Features = %v, %v before the first answer, want none and no error", features, err)
+	}
+	if runtimeErr, _ := p.Health(ctx); runtimeErr == nil || !strings.Contains(runtimeErr.Error(), "may not have completed yet") {
+		t.Errorf("Health = %v before the first answer, want the status check not completed", runtimeErr)
+	}
+}

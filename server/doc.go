@@ -46,7 +46,7 @@
 // # Swapping pieces
 //
 // Routes are the unit of replacement. Add a Route to Options.Routes (or,
-// with fx, to the RouteGroup value group): a route with the same Path as a
+// with fx, with AsRoute): a route with the same Path as a
 // default one replaces it, a route with a nil Handler removes it, others
 // are added. Authentication and authorization wrap every route; a Route
 // can name the subresources it is authorized against. A node whose pods

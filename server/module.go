@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 )
 
@@ -14,6 +15,14 @@ import (
 // another endpoint or to replace (same Path) or remove (nil Handler) a
 // default one.
 const RouteGroup = "node_api_routes"
+
+// AsRoute returns an fx option that adds a Route, or what an fx constructor
+// returns (a Route, optionally with an error), to the RouteGroup: a new
+// endpoint, a replacement of the default one of the same Path, or, with a
+// nil Handler, its removal.
+func AsRoute(route any) fx.Option {
+	return fxgroup.Provide(RouteGroup, route, func(r Route) Route { return r })
+}
 
 // Module provides the node API *Server, built from the graph's Options and
 // the routes in the RouteGroup value group, and runs it from the

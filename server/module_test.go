@@ -34,13 +34,11 @@ func TestModule(t *testing.T) {
 			c.PrependReactor("create", "subjectaccessreviews", sar.react)
 			return c
 		}),
-		fx.Provide(
-			fx.Annotate(func() Route {
-				return Route{Path: "/healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-					_, _ = w.Write([]byte("mine"))
-				})}
-			}, fx.ResultTags(`group:"`+RouteGroup+`"`)),
-		),
+		AsRoute(func() Route {
+			return Route{Path: "/healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = w.Write([]byte("mine"))
+			})}
+		}),
 		Module,
 		fx.Populate(&s),
 	)
@@ -65,13 +63,11 @@ func TestModuleRouteReplaces(t *testing.T) {
 	var s *Server
 	app := fxtest.New(t,
 		fx.Supply(baseOptions()),
-		fx.Provide(
-			fx.Annotate(func() Route {
-				return Route{Path: "/healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-					_, _ = w.Write([]byte("mine"))
-				})}
-			}, fx.ResultTags(`group:"`+RouteGroup+`"`)),
-		),
+		AsRoute(func() Route {
+			return Route{Path: "/healthz", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = w.Write([]byte("mine"))
+			})}
+		}),
 		Module,
 		fx.Populate(&s),
 	)

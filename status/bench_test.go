@@ -99,7 +99,7 @@ func BenchmarkStatusCycleReport(b *testing.B) {
 			b.Fatalf("patched %v, err %v", patched, err)
 		}
 	}
-	reportPatchBytes(b, r, PatchReasonReport)
+	reportPatchBytes(b, r, patchReasonReport)
 }
 
 // BenchmarkStatusCycleReadyFlip is a cycle in which Ready flips; it reports
@@ -116,7 +116,7 @@ func BenchmarkStatusCycleReadyFlip(b *testing.B) {
 			b.Fatalf("patched %v, err %v", patched, err)
 		}
 	}
-	reportPatchBytes(b, r, PatchReasonChanged)
+	reportPatchBytes(b, r, patchReasonChanged)
 }
 
 func reportPatchBytes(b *testing.B, r *Reporter, reason string) {
@@ -143,10 +143,10 @@ func TestTypicalPatchSizes(t *testing.T) {
 		return testutil.ToFloat64(r.metrics.patchBytes.WithLabelValues(reason))
 	}
 	clk.Step(r.opts.ReportFrequency)
-	report := size(PatchReasonReport)
+	report := size(patchReasonReport)
 	clk.Step(DefaultUpdateFrequency)
 	runtimeErr = errors.New("container runtime not ready: RuntimeReady=false reason:ContainerdDown message:containerd is not running")
-	flip := size(PatchReasonChanged)
+	flip := size(patchReasonChanged)
 	t.Logf("typical patches of a node with 4 conditions and 30 images: forced report %.0f bytes, Ready flip %.0f bytes", report, flip)
 	if report == 0 || report > 1024 {
 		t.Errorf("a heartbeat-only report patch is %.0f bytes, want 1..1024", report)

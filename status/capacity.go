@@ -112,9 +112,9 @@ func (t threshold) reservation(c resource.Quantity) resource.Quantity {
 	return *resource.NewQuantity(int64(float64(c.Value())*float64(t.fraction)), resource.BinarySI)
 }
 
-// HugePageResourceName is the resource name of a huge page size,
+// hugePageResourceName is the resource name of a huge page size,
 // e.g. hugepages-2Mi.
-func HugePageResourceName(pageSize int64) v1.ResourceName {
+func hugePageResourceName(pageSize int64) v1.ResourceName {
 	return v1.ResourceName(v1.ResourceHugePagesPrefix + resource.NewQuantity(pageSize, resource.BinarySI).String())
 }
 
@@ -175,7 +175,7 @@ func MachineInfo(opts MachineInfoOptions) (Setter, error) {
 			if info.BootID != "" && info.BootID != m.BootID && !rebootRecorded && !IsDryRun(ctx) {
 				rebootRecorded = true
 				if opts.Recorder != nil {
-					opts.Recorder.Eventf(nodeRef(node), v1.EventTypeWarning, EventNodeRebooted,
+					opts.Recorder.Eventf(nodeRef(node), v1.EventTypeWarning, eventNodeRebooted,
 						"Node %s has been rebooted, boot id: %s", node.Name, m.BootID)
 				}
 				klog.FromContext(ctx).Info("Node has been rebooted", "node", klog.KObj(node), "bootID", m.BootID, "previousBootID", info.BootID)
@@ -192,7 +192,7 @@ func MachineInfo(opts MachineInfoOptions) (Setter, error) {
 			capacity[v1.ResourceCPU] = *resource.NewMilliQuantity(int64(m.NumCores)*1000, resource.DecimalSI)
 			capacity[v1.ResourceMemory] = *resource.NewQuantity(m.MemoryCapacity, resource.BinarySI)
 			for _, hp := range m.HugePages {
-				capacity[HugePageResourceName(hp.PageSize)] = *resource.NewQuantity(hp.PageSize*hp.NumPages, resource.BinarySI)
+				capacity[hugePageResourceName(hp.PageSize)] = *resource.NewQuantity(hp.PageSize*hp.NumPages, resource.BinarySI)
 			}
 			pods := int64(opts.MaxPods)
 			if opts.PodsPerCore > 0 {

@@ -54,9 +54,9 @@ type ReadyOptions struct {
 
 // Reasons and messages of the Ready condition, as the kubelet sets them.
 const (
-	ReasonKubeletReady    = "KubeletReady"
-	ReasonKubeletNotReady = "KubeletNotReady"
-	MessageKubeletReady   = "kubelet is posting ready status"
+	reasonKubeletReady    = "KubeletReady"
+	reasonKubeletNotReady = "KubeletNotReady"
+	messageKubeletReady   = "kubelet is posting ready status"
 )
 
 // ReadyCondition returns a Setter for the Ready condition: True with reason
@@ -108,13 +108,13 @@ func ReadyCondition(opts ReadyOptions) (Setter, error) {
 		cond := v1.NodeCondition{
 			Type:              v1.NodeReady,
 			Status:            v1.ConditionTrue,
-			Reason:            ReasonKubeletReady,
-			Message:           MessageKubeletReady,
+			Reason:            reasonKubeletReady,
+			Message:           messageKubeletReady,
 			LastHeartbeatTime: now,
 		}
 		if agg := utilerrors.NewAggregate(errs); agg != nil {
 			cond.Status = v1.ConditionFalse
-			cond.Reason = ReasonKubeletNotReady
+			cond.Reason = reasonKubeletNotReady
 			cond.Message = agg.Error()
 		}
 		if opts.SoftRequirements != nil {
@@ -138,9 +138,9 @@ func ReadyCondition(opts ReadyOptions) (Setter, error) {
 		}
 		if flipped {
 			if cond.Status == v1.ConditionTrue {
-				recordStatusEvent(ctx, opts.Recorder, node, v1.EventTypeNormal, EventNodeReady)
+				recordStatusEvent(ctx, opts.Recorder, node, v1.EventTypeNormal, eventNodeReady)
 			} else {
-				recordStatusEvent(ctx, opts.Recorder, node, v1.EventTypeNormal, EventNodeNotReady)
+				recordStatusEvent(ctx, opts.Recorder, node, v1.EventTypeNormal, eventNodeNotReady)
 				if !IsDryRun(ctx) {
 					klog.FromContext(ctx).Info("Node became not ready", "node", klog.KObj(node), "condition", cond)
 				}
@@ -183,18 +183,18 @@ type pressureKind struct {
 var (
 	memoryPressure = pressureKind{
 		condition:  v1.NodeMemoryPressure,
-		reasonTrue: "KubeletHasInsufficientMemory", messageTrue: "kubelet has insufficient memory available", eventTrue: EventNodeHasInsufficientMemory,
-		reasonFalse: "KubeletHasSufficientMemory", messageFalse: "kubelet has sufficient memory available", eventFalse: EventNodeHasSufficientMemory,
+		reasonTrue: "KubeletHasInsufficientMemory", messageTrue: "kubelet has insufficient memory available", eventTrue: eventNodeHasInsufficientMemory,
+		reasonFalse: "KubeletHasSufficientMemory", messageFalse: "kubelet has sufficient memory available", eventFalse: eventNodeHasSufficientMemory,
 	}
 	diskPressure = pressureKind{
 		condition:  v1.NodeDiskPressure,
-		reasonTrue: "KubeletHasDiskPressure", messageTrue: "kubelet has disk pressure", eventTrue: EventNodeHasDiskPressure,
-		reasonFalse: "KubeletHasNoDiskPressure", messageFalse: "kubelet has no disk pressure", eventFalse: EventNodeHasNoDiskPressure,
+		reasonTrue: "KubeletHasDiskPressure", messageTrue: "kubelet has disk pressure", eventTrue: eventNodeHasDiskPressure,
+		reasonFalse: "KubeletHasNoDiskPressure", messageFalse: "kubelet has no disk pressure", eventFalse: eventNodeHasNoDiskPressure,
 	}
 	pidPressure = pressureKind{
 		condition:  v1.NodePIDPressure,
-		reasonTrue: "KubeletHasInsufficientPID", messageTrue: "kubelet has insufficient PID available", eventTrue: EventNodeHasInsufficientPID,
-		reasonFalse: "KubeletHasSufficientPID", messageFalse: "kubelet has sufficient PID available", eventFalse: EventNodeHasSufficientPID,
+		reasonTrue: "KubeletHasInsufficientPID", messageTrue: "kubelet has insufficient PID available", eventTrue: eventNodeHasInsufficientPID,
+		reasonFalse: "KubeletHasSufficientPID", messageFalse: "kubelet has sufficient PID available", eventFalse: eventNodeHasSufficientPID,
 	}
 )
 
@@ -255,9 +255,9 @@ func NodeSchedulable(rec record.EventRecorder) Setter {
 			return nil
 		}
 		last = node.Spec.Unschedulable
-		reason := EventNodeSchedulable
+		reason := eventNodeSchedulable
 		if last {
-			reason = EventNodeNotSchedulable
+			reason = eventNodeNotSchedulable
 		}
 		recordStatusEvent(ctx, rec, node, v1.EventTypeNormal, reason)
 		return nil

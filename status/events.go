@@ -10,17 +10,17 @@ import (
 
 // Event reasons the default setters record, as the kubelet names them.
 const (
-	EventNodeReady                 = "NodeReady"
-	EventNodeNotReady              = "NodeNotReady"
-	EventNodeSchedulable           = "NodeSchedulable"
-	EventNodeNotSchedulable        = "NodeNotSchedulable"
-	EventNodeHasSufficientMemory   = "NodeHasSufficientMemory"
-	EventNodeHasInsufficientMemory = "NodeHasInsufficientMemory"
-	EventNodeHasNoDiskPressure     = "NodeHasNoDiskPressure"
-	EventNodeHasDiskPressure       = "NodeHasDiskPressure"
-	EventNodeHasSufficientPID      = "NodeHasSufficientPID"
-	EventNodeHasInsufficientPID    = "NodeHasInsufficientPID"
-	EventNodeRebooted              = "Rebooted"
+	eventNodeReady                 = "NodeReady"
+	eventNodeNotReady              = "NodeNotReady"
+	eventNodeSchedulable           = "NodeSchedulable"
+	eventNodeNotSchedulable        = "NodeNotSchedulable"
+	eventNodeHasSufficientMemory   = "NodeHasSufficientMemory"
+	eventNodeHasInsufficientMemory = "NodeHasInsufficientMemory"
+	eventNodeHasNoDiskPressure     = "NodeHasNoDiskPressure"
+	eventNodeHasDiskPressure       = "NodeHasDiskPressure"
+	eventNodeHasSufficientPID      = "NodeHasSufficientPID"
+	eventNodeHasInsufficientPID    = "NodeHasInsufficientPID"
+	eventNodeRebooted              = "Rebooted"
 )
 
 // nodeRef is the reference events about node are recorded against. It carries

@@ -40,19 +40,15 @@ func Example() {
 			},
 		),
 		// The embedder's own condition, before Ready.
-		fx.Provide(fx.Annotate(func() status.OrderedSetter {
-			return status.OrderedSetter{Name: "GPUHealthy", Order: status.OrderPIDPressure + 50,
-				Set: func(_ context.Context, n *v1.Node) error {
-					n.Status.Conditions = append(n.Status.Conditions[:len(n.Status.Conditions):len(n.Status.Conditions)],
-						v1.NodeCondition{Type: "GPUHealthy", Status: v1.ConditionTrue, Reason: "DriverLoaded"})
-					return nil
-				}}
-		}, fx.ResultTags(`group:"node_status_setters"`))),
+		status.AsSetter("GPUHealthy", status.OrderPIDPressure+50, status.Setter(func(_ context.Context, n *v1.Node) error {
+			n.Status.Conditions = append(n.Status.Conditions[:len(n.Status.Conditions):len(n.Status.Conditions)],
+				v1.NodeCondition{Type: "GPUHealthy", Status: v1.ConditionTrue, Reason: "DriverLoaded"})
+			return nil
+		})),
 		// A replacement for the default NodeAddress setter.
-		fx.Provide(fx.Annotate(func() status.OrderedSetter {
-			s, _ := status.NodeAddress(status.NodeAddressOptions{NodeIPs: []net.IP{net.ParseIP("127.0.0.10")}, Hostname: "edge-1.lab"})
-			return status.OrderedSetter{Name: status.SetterNodeAddress, Order: status.OrderNodeAddress, Set: s}
-		}, fx.ResultTags(`group:"node_status_setters"`))),
+		status.AsSetter(status.SetterNodeAddress, status.OrderNodeAddress, func() (status.Setter, error) {
+			return status.NodeAddress(status.NodeAddressOptions{NodeIPs: []net.IP{net.ParseIP("127.0.0.10")}, Hostname: "edge-1.lab"})
+		}),
 		fx.Populate(&reporter),
 	)
 	ctx := context.Background()

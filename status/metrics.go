@@ -10,34 +10,34 @@ import (
 // Metric names. The kubelet has no metric for its status patches; these
 // follow its naming under the nodekit_ prefix.
 const (
-	// MetricPatches counts status PATCH requests sent, by reason.
-	MetricPatches = "nodekit_node_status_patches_total"
-	// MetricPatchBytes counts the bytes of the status PATCH bodies sent, by
+	// metricPatches counts status PATCH requests sent, by reason.
+	metricPatches = "nodekit_node_status_patches_total"
+	// metricPatchBytes counts the bytes of the status PATCH bodies sent, by
 	// reason.
-	MetricPatchBytes = "nodekit_node_status_patch_bytes_total"
-	// MetricPatchErrors counts status PATCH requests that failed.
-	MetricPatchErrors = "nodekit_node_status_patch_errors_total"
-	// MetricCycles counts status cycles (every UpdateFrequency), by result.
-	MetricCycles = "nodekit_node_status_cycles_total"
+	metricPatchBytes = "nodekit_node_status_patch_bytes_total"
+	// metricPatchErrors counts status PATCH requests that failed.
+	metricPatchErrors = "nodekit_node_status_patch_errors_total"
+	// metricCycles counts status cycles (every UpdateFrequency), by result.
+	metricCycles = "nodekit_node_status_cycles_total"
 )
 
-// Values of the reason label of MetricPatches and MetricPatchBytes.
+// Values of the reason label of metricPatches and metricPatchBytes.
 const (
-	// PatchReasonChanged: the status changed.
-	PatchReasonChanged = "changed"
-	// PatchReasonReport: nothing changed, ReportFrequency elapsed.
-	PatchReasonReport = "report"
-	// PatchReasonReady: the node turned Ready during the fast startup loop.
-	PatchReasonReady = "ready"
-	// PatchReasonRegister: registration found the Node and reconciled it.
-	PatchReasonRegister = "register"
+	// patchReasonChanged: the status changed.
+	patchReasonChanged = "changed"
+	// patchReasonReport: nothing changed, ReportFrequency elapsed.
+	patchReasonReport = "report"
+	// patchReasonReady: the node turned Ready during the fast startup loop.
+	patchReasonReady = "ready"
+	// patchReasonRegister: registration found the Node and reconciled it.
+	patchReasonRegister = "register"
 )
 
-// Values of the result label of MetricCycles.
+// Values of the result label of metricCycles.
 const (
-	CycleUnchanged = "unchanged" // computed, nothing to send
-	CyclePatched   = "patched"   // a patch was sent and accepted
-	CycleFailed    = "failed"    // every retry failed
+	cycleUnchanged = "unchanged" // computed, nothing to send
+	cyclePatched   = "patched"   // a patch was sent and accepted
+	cycleFailed    = "failed"    // every retry failed
 )
 
 type metrics struct {
@@ -52,27 +52,27 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricPatches,
+			Name: metricPatches,
 			Help: "Node status PATCH requests sent, by reason (changed, report, ready, register).",
 		}, []string{"reason"}),
 		patchBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricPatchBytes,
+			Name: metricPatchBytes,
 			Help: "Bytes of node status PATCH request bodies sent, by reason.",
 		}, []string{"reason"}),
 		patchErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricPatchErrors,
+			Name: metricPatchErrors,
 			Help: "Node status PATCH requests that failed.",
 		}),
 		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricCycles,
+			Name: metricCycles,
 			Help: "Node status cycles, by result (unchanged, patched, failed).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{PatchReasonChanged, PatchReasonReport, PatchReasonReady, PatchReasonRegister} {
+	for _, r := range []string{patchReasonChanged, patchReasonReport, patchReasonReady, patchReasonRegister} {
 		m.patches.WithLabelValues(r)
 		m.patchBytes.WithLabelValues(r)
 	}
-	for _, r := range []string{CycleUnchanged, CyclePatched, CycleFailed} {
+	for _, r := range []string{cycleUnchanged, cyclePatched, cycleFailed} {
 		m.cycles.WithLabelValues(r)
 	}
 	if reg == nil {

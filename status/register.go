@@ -15,18 +15,18 @@ import (
 
 // Labels and annotations the reporter puts on the Node at registration.
 const (
-	// LabelOSBeta and LabelArchBeta are the deprecated aliases of
+	// labelOSBeta and labelArchBeta are the deprecated aliases of
 	// kubernetes.io/os and kubernetes.io/arch the kubelet still sets.
-	LabelOSBeta   = "beta.kubernetes.io/os"
-	LabelArchBeta = "beta.kubernetes.io/arch"
-	// AnnotationControllerManagedAttachDetach tells the attach/detach
+	labelOSBeta   = "beta.kubernetes.io/os"
+	labelArchBeta = "beta.kubernetes.io/arch"
+	// annotationControllerManagedAttachDetach tells the attach/detach
 	// controller to attach volumes for this node (always "true": nodekit
 	// does not attach volumes itself).
-	AnnotationControllerManagedAttachDetach = "volumes.kubernetes.io/controller-managed-attach-detach"
-	// TaintExternalCloudProvider is the taint a node registered with an
+	annotationControllerManagedAttachDetach = "volumes.kubernetes.io/controller-managed-attach-detach"
+	// taintExternalCloudProvider is the taint a node registered with an
 	// external cloud provider carries until the cloud controller manager
 	// initialized it (k8s.io/cloud-provider's TaintExternalCloudProvider).
-	TaintExternalCloudProvider = "node.cloudprovider.kubernetes.io/uninitialized"
+	taintExternalCloudProvider = "node.cloudprovider.kubernetes.io/uninitialized"
 )
 
 // defaultLabels are the labels the kubelet owns and reconciles on an
@@ -36,7 +36,7 @@ var defaultLabels = []string{
 	v1.LabelFailureDomainBetaZone, v1.LabelFailureDomainBetaRegion,
 	v1.LabelInstanceTypeStable, v1.LabelInstanceType,
 	v1.LabelOSStable, v1.LabelArchStable, v1.LabelWindowsBuild,
-	LabelOSBeta, LabelArchBeta,
+	labelOSBeta, labelArchBeta,
 }
 
 const (
@@ -82,10 +82,10 @@ func (r *Reporter) initialNode(ctx context.Context) *v1.Node {
 				v1.LabelHostname:   r.opts.Hostname,
 				v1.LabelOSStable:   goruntime.GOOS,
 				v1.LabelArchStable: goruntime.GOARCH,
-				LabelOSBeta:        goruntime.GOOS,
-				LabelArchBeta:      goruntime.GOARCH,
+				labelOSBeta:        goruntime.GOOS,
+				labelArchBeta:      goruntime.GOARCH,
 			},
-			Annotations: map[string]string{AnnotationControllerManagedAttachDetach: "true"},
+			Annotations: map[string]string{annotationControllerManagedAttachDetach: "true"},
 		},
 		Spec: v1.NodeSpec{Unschedulable: r.opts.Unschedulable},
 	}
@@ -100,7 +100,7 @@ func (r *Reporter) initialNode(ctx context.Context) *v1.Node {
 		taints = append(taints, v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule})
 	}
 	if r.opts.ExternalCloudProvider {
-		taints = append(taints, v1.Taint{Key: TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
+		taints = append(taints, v1.Taint{Key: taintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
 	}
 	if len(taints) > 0 {
 		node.Spec.Taints = taints
@@ -140,7 +140,7 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	klog.FromContext(ctx).Info("Node was previously registered", "node", klog.KObj(node))
 	reconciled := existing.DeepCopy()
 	if reconcileExisting(node, reconciled) {
-		if _, err := r.sendPatch(ctx, existing, reconciled, PatchReasonRegister); err != nil {
+		if _, err := r.sendPatch(ctx, existing, reconciled, patchReasonRegister); err != nil {
 			return fmt.Errorf("reconcile existing node %s: %w", node.Name, err)
 		}
 	}
@@ -163,11 +163,11 @@ func (r *Reporter) existingNode(ctx context.Context) (*v1.Node, error) {
 // existing changed.
 func reconcileExisting(initial, existing *v1.Node) bool {
 	changed := false
-	if want := initial.Annotations[AnnotationControllerManagedAttachDetach]; existing.Annotations[AnnotationControllerManagedAttachDetach] != want {
+	if want := initial.Annotations[annotationControllerManagedAttachDetach]; existing.Annotations[annotationControllerManagedAttachDetach] != want {
 		if existing.Annotations == nil {
 			existing.Annotations = map[string]string{}
 		}
-		existing.Annotations[AnnotationControllerManagedAttachDetach] = want
+		existing.Annotations[annotationControllerManagedAttachDetach] = want
 		changed = true
 	}
 	if existing.Labels == nil {

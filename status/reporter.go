@@ -30,16 +30,16 @@ const (
 	// DefaultReportFrequency is nodeStatusReportFrequency: how often the
 	// status is patched when nothing changed.
 	DefaultReportFrequency = 5 * time.Minute
-	// UpdateRetries is the kubelet's nodeStatusUpdateRetry.
-	UpdateRetries = 5
-	// FastReadyInterval is how often the status is re-evaluated at startup,
+	// updateRetries is the kubelet's nodeStatusUpdateRetry.
+	updateRetries = 5
+	// fastReadyInterval is how often the status is re-evaluated at startup,
 	// without calling the API, until the node turns Ready.
-	FastReadyInterval = 100 * time.Millisecond
-	// FastReadyTimeout ends the fast startup loop (the kubelet's
+	fastReadyInterval = 100 * time.Millisecond
+	// fastReadyTimeout ends the fast startup loop (the kubelet's
 	// nodeReadyGracePeriod).
-	FastReadyTimeout = 120 * time.Second
+	fastReadyTimeout = 120 * time.Second
 	// startupHoldFirstWait is the first wait of a restarted agent's
-	// startup hold (see Reporter.loop); it doubles up to FastReadyInterval.
+	// startup hold (see Reporter.loop); it doubles up to fastReadyInterval.
 	startupHoldFirstWait = 10 * time.Millisecond
 )
 
@@ -101,8 +101,8 @@ type Options struct {
 
 	// Clock drives every timer and timestamp; default clock.RealClock{}.
 	Clock clock.Clock
-	// Registerer receives the metrics (Metric* constants); nil registers
-	// none.
+	// Registerer receives the nodekit_node_status_* metrics (see the
+	// package documentation); nil registers none.
 	Registerer prometheus.Registerer
 	// OnRepeatedFailure is called after every failed retry of a status
 	// update (from the second try on), e.g. to close the client's
@@ -277,7 +277,7 @@ func (r *Reporter) SyncNow() {
 
 // Run registers the Node, then computes its status every UpdateFrequency
 // and patches it when it changed or ReportFrequency elapsed, until ctx is
-// done. At startup it also re-evaluates the status every FastReadyInterval,
+// done. At startup it also re-evaluates the status every 100 ms,
 // without calling the API, and patches as soon as the node turns Ready.
 // Run blocks; it returns nil when ctx is done and an error only if called
 // twice. A standalone Reporter (no Client) only computes the Node into its
@@ -391,13 +391,13 @@ func (r *Reporter) markRegistered() {
 // the PLEG's first relist) never flip a running node NotReady, as the
 // kubelet asks the runtime once before its first status update. The
 // setters are evaluated without calling the API at once, then after 10 ms,
-// the wait doubling up to FastReadyInterval, so that the node's heartbeat
+// the wait doubling up to fastReadyInterval, so that the node's heartbeat
 // follows within milliseconds of its checks passing. The hold ends at the
 // first regular cycle (UpdateFrequency) whatever the setters say.
 func (r *Reporter) loop(ctx context.Context) {
 	start := r.clock.Now()
 	holding := r.apiShowsReady()
-	holdWait := FastReadyInterval
+	holdWait := fastReadyInterval
 	switch {
 	case !holding:
 		r.syncStatus(ctx)
@@ -432,12 +432,12 @@ func (r *Reporter) loop(ctx context.Context) {
 				r.syncStatus(ctx)
 				fastC = nil
 			case holding:
-				holdWait = min(2*holdWait, FastReadyInterval)
+				holdWait = min(2*holdWait, fastReadyInterval)
 				fast.Reset(holdWait)
 			case r.fastReady(ctx, start):
 				fastC = nil
 			default:
-				fast.Reset(FastReadyInterval)
+				fast.Reset(fastReadyInterval)
 			}
 		}
 	}
@@ -465,7 +465,7 @@ func (r *Reporter) wouldBeReady(ctx context.Context) bool {
 	return ready != nil && ready.Status == v1.ConditionTrue
 }
 
-// syncStatus is one status cycle: up to UpdateRetries tries.
+// syncStatus is one status cycle: up to updateRetries tries.
 func (r *Reporter) syncStatus(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	if n := r.node.WatchErrors(); n != r.seenWatchErrors {
@@ -475,13 +475,13 @@ func (r *Reporter) syncStatus(ctx context.Context) {
 			r.readAPI = false // the watch has caught up
 		}
 	}
-	for try := range UpdateRetries {
+	for try := range updateRetries {
 		patched, err := r.tryUpdate(ctx, try)
 		if err == nil {
 			if patched {
-				r.metrics.cycles.WithLabelValues(CyclePatched).Inc()
+				r.metrics.cycles.WithLabelValues(cyclePatched).Inc()
 			} else {
-				r.metrics.cycles.WithLabelValues(CycleUnchanged).Inc()
+				r.metrics.cycles.WithLabelValues(cycleUnchanged).Inc()
 			}
 			return
 		}
@@ -493,9 +493,9 @@ func (r *Reporter) syncStatus(ctx context.Context) {
 		}
 		logger.Error(err, "Error updating node status, will retry", "node", klog.KRef("", r.opts.NodeName), "try", try)
 	}
-	r.metrics.cycles.WithLabelValues(CycleFailed).Inc()
+	r.metrics.cycles.WithLabelValues(cycleFailed).Inc()
 	r.readAPI, r.apiRV = true, ""
-	logger.Error(nil, "Unable to update node status: retries exhausted", "node", klog.KRef("", r.opts.NodeName), "retries", UpdateRetries)
+	logger.Error(nil, "Unable to update node status: retries exhausted", "node", klog.KRef("", r.opts.NodeName), "retries", updateRetries)
 }
 
 // tryUpdate reads the Node (try 0 from the informer unless readAPI, later
@@ -515,7 +515,7 @@ func (r *Reporter) tryUpdate(ctx context.Context, try int) (bool, error) {
 	if !changed && !due {
 		return false, nil
 	}
-	reason := PatchReasonReport
+	reason := patchReasonReport
 	if changed || r.lastReport.IsZero() {
 		// Spread the next forced report of many nodes, as the kubelet does.
 		r.reportDelay = time.Duration(float64(r.opts.ReportFrequency) * (r.jitter() - 0.5))
@@ -523,7 +523,7 @@ func (r *Reporter) tryUpdate(ctx context.Context, try int) (bool, error) {
 		r.reportDelay = 0
 	}
 	if changed {
-		reason = PatchReasonChanged
+		reason = patchReasonChanged
 	}
 	return true, r.patch(ctx, original, node, reason)
 }
@@ -624,11 +624,11 @@ func (r *Reporter) sendPatch(ctx context.Context, original, node *v1.Node, reaso
 
 // fastReady is one round of the fast startup loop. It reports whether the
 // loop is over: the node is Ready, it was just patched Ready, or
-// FastReadyTimeout passed. It calls the API only to patch.
+// fastReadyTimeout passed. It calls the API only to patch.
 func (r *Reporter) fastReady(ctx context.Context, start time.Time) bool {
 	logger := klog.FromContext(ctx)
-	if r.clock.Since(start) >= FastReadyTimeout {
-		logger.Info("Node did not become ready in time after startup; status updates continue at the normal period", "node", klog.KRef("", r.opts.NodeName), "timeout", FastReadyTimeout)
+	if r.clock.Since(start) >= fastReadyTimeout {
+		logger.Info("Node did not become ready in time after startup; status updates continue at the normal period", "node", klog.KRef("", r.opts.NodeName), "timeout", fastReadyTimeout)
 		return true
 	}
 	original := r.cachedNode()
@@ -645,7 +645,7 @@ func (r *Reporter) fastReady(ctx context.Context, start time.Time) bool {
 	// The node turns Ready now: evaluate for real (events) and patch.
 	logger.Info("Fast updating node status as it just became ready", "node", klog.KObj(original))
 	node, _ := r.updateNode(ctx, original)
-	if err := r.patch(ctx, original, node, PatchReasonReady); err != nil {
+	if err := r.patch(ctx, original, node, patchReasonReady); err != nil {
 		logger.Error(err, "Error updating node status, will retry with a full status update", "node", klog.KObj(original))
 		r.syncStatus(ctx)
 	}

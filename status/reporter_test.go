@@ -166,7 +166,7 @@ func (h *harness) startSteady() {
 	h.start()
 	h.waitRegistered()
 	h.waitLoop(1)
-	h.step(FastReadyInterval, 1)
+	h.step(fastReadyInterval, 1)
 	if n := h.clk.Waiters(); n != 1 {
 		h.t.Fatalf("%d timers after the node was seen Ready, want 1 (the fast loop is over)", n)
 	}
@@ -184,7 +184,7 @@ func (h *harness) cycle() {
 
 func (h *harness) cycles() float64 {
 	total := 0.0
-	for _, r := range []string{CycleUnchanged, CyclePatched, CycleFailed} {
+	for _, r := range []string{cycleUnchanged, cyclePatched, cycleFailed} {
 		total += testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(r))
 	}
 	return total
@@ -231,7 +231,7 @@ func TestRegisterCreatesNode(t *testing.T) {
 	if !reflect.DeepEqual(node.Labels, wantLabels) || node.Labels["kubernetes.io/arch"] == "" {
 		t.Errorf("labels = %v, want %v", node.Labels, wantLabels)
 	}
-	if node.Annotations[AnnotationControllerManagedAttachDetach] != "true" {
+	if node.Annotations[annotationControllerManagedAttachDetach] != "true" {
 		t.Errorf("annotations = %v", node.Annotations)
 	}
 	wantTaints := []v1.Taint{
@@ -281,8 +281,8 @@ func TestRegisterReconcilesExistingNode(t *testing.T) {
 	h := newHarness(t, nil, existing)
 	h.start()
 	h.waitRegistered()
-	if h.patchCount(PatchReasonRegister) != 1 {
-		t.Fatalf("register patches = %d, want 1", h.patchCount(PatchReasonRegister))
+	if h.patchCount(patchReasonRegister) != 1 {
+		t.Fatalf("register patches = %d, want 1", h.patchCount(patchReasonRegister))
 	}
 	var patch k8stesting.PatchAction
 	for _, a := range h.actions("patch") {
@@ -296,7 +296,7 @@ func TestRegisterReconcilesExistingNode(t *testing.T) {
 	if node.Labels[v1.LabelHostname] != testNode || node.Labels["user"] != "kept" || node.Labels[v1.LabelOSStable] != "linux" {
 		t.Errorf("labels = %v", node.Labels)
 	}
-	if node.Annotations[AnnotationControllerManagedAttachDetach] != "true" {
+	if node.Annotations[annotationControllerManagedAttachDetach] != "true" {
 		t.Errorf("annotations = %v", node.Annotations)
 	}
 	if _, ok := node.Status.Capacity["hugepages-1Gi"]; ok {
@@ -338,8 +338,8 @@ func TestPatchesOnlyOnChangeOrReport(t *testing.T) {
 	h := newHarness(t, nil)
 	h.startSteady()
 	// The first cycle after a start always reports.
-	if h.patchCount(PatchReasonReport) != 1 || h.patchCount(PatchReasonChanged) != 0 {
-		t.Fatalf("after start: report %d changed %d, want 1 and 0", h.patchCount(PatchReasonReport), h.patchCount(PatchReasonChanged))
+	if h.patchCount(patchReasonReport) != 1 || h.patchCount(patchReasonChanged) != 0 {
+		t.Fatalf("after start: report %d changed %d, want 1 and 0", h.patchCount(patchReasonReport), h.patchCount(patchReasonChanged))
 	}
 	gets := len(h.actions("get"))
 	patches := len(h.actions("patch"))
@@ -354,13 +354,13 @@ func TestPatchesOnlyOnChangeOrReport(t *testing.T) {
 	if n := len(h.actions("get")); n != gets {
 		t.Errorf("%d GETs while idle, want 0: the first try reads the informer", n-gets)
 	}
-	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(CycleUnchanged)); got != 5 {
+	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(cycleUnchanged)); got != 5 {
 		t.Errorf("unchanged cycles = %v, want 5", got)
 	}
 
 	h.cycle() // 60s: forced report
-	if h.patchCount(PatchReasonReport) != 2 {
-		t.Fatalf("report patches = %d, want 2 after ReportFrequency", h.patchCount(PatchReasonReport))
+	if h.patchCount(patchReasonReport) != 2 {
+		t.Fatalf("report patches = %d, want 2 after ReportFrequency", h.patchCount(patchReasonReport))
 	}
 	ready := findCondition(h.node(), v1.NodeReady)
 	if !ready.LastHeartbeatTime.After(heartbeat.Time) {
@@ -369,11 +369,11 @@ func TestPatchesOnlyOnChangeOrReport(t *testing.T) {
 
 	h.setRuntimeErr(errors.New("container runtime is down"))
 	h.cycle()
-	if h.patchCount(PatchReasonChanged) != 1 {
-		t.Fatalf("changed patches = %d, want 1", h.patchCount(PatchReasonChanged))
+	if h.patchCount(patchReasonChanged) != 1 {
+		t.Fatalf("changed patches = %d, want 1", h.patchCount(patchReasonChanged))
 	}
 	ready = findCondition(h.node(), v1.NodeReady)
-	if ready.Status != v1.ConditionFalse || ready.Message != "container runtime is down" || ready.Reason != ReasonKubeletNotReady {
+	if ready.Status != v1.ConditionFalse || ready.Message != "container runtime is down" || ready.Reason != reasonKubeletNotReady {
 		t.Errorf("Ready = %+v", ready)
 	}
 	var sawNotReady bool
@@ -385,10 +385,10 @@ func TestPatchesOnlyOnChangeOrReport(t *testing.T) {
 	}
 	h.setRuntimeErr(nil)
 	h.cycle()
-	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue || h.patchCount(PatchReasonChanged) != 2 {
-		t.Errorf("Ready = %+v after the runtime came back (changed patches %d)", c, h.patchCount(PatchReasonChanged))
+	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue || h.patchCount(patchReasonChanged) != 2 {
+		t.Errorf("Ready = %+v after the runtime came back (changed patches %d)", c, h.patchCount(patchReasonChanged))
 	}
-	bytes := testutil.ToFloat64(h.r.metrics.patchBytes.WithLabelValues(PatchReasonChanged))
+	bytes := testutil.ToFloat64(h.r.metrics.patchBytes.WithLabelValues(patchReasonChanged))
 	if bytes <= 0 {
 		t.Errorf("patch bytes = %v", bytes)
 	}
@@ -408,7 +408,7 @@ func TestRetriesFromTheAPIAndRepeatedFailure(t *testing.T) {
 	gets := len(h.actions("get"))
 	h.setRuntimeErr(errors.New("runtime down"))
 	h.cycle()
-	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(CyclePatched)); got != 2 {
+	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(cyclePatched)); got != 2 {
 		t.Errorf("patched cycles = %v, want 2 (start + this one)", got)
 	}
 	if n := len(h.actions("get")) - gets; n != 3 {
@@ -421,14 +421,14 @@ func TestRetriesFromTheAPIAndRepeatedFailure(t *testing.T) {
 		t.Errorf("patch errors = %v, want 3", got)
 	}
 
-	failures.Store(UpdateRetries)
+	failures.Store(updateRetries)
 	h.setRuntimeErr(nil)
 	h.cycle()
-	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(CycleFailed)); got != 1 {
+	if got := testutil.ToFloat64(h.r.metrics.cycles.WithLabelValues(cycleFailed)); got != 1 {
 		t.Errorf("failed cycles = %v, want 1", got)
 	}
-	if n := h.repeatedFailures.Load(); n != 2+UpdateRetries-1 {
-		t.Errorf("OnRepeatedFailure called %d times, want %d", n, 2+UpdateRetries-1)
+	if n := h.repeatedFailures.Load(); n != 2+updateRetries-1 {
+		t.Errorf("OnRepeatedFailure called %d times, want %d", n, 2+updateRetries-1)
 	}
 	h.cycle()
 	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue {
@@ -448,7 +448,7 @@ func TestFastReadyPatchesAsSoonAsReady(t *testing.T) {
 	drainEvents(h.rec)
 	patches, gets := len(h.actions("patch")), len(h.actions("get"))
 	for range 5 {
-		h.step(FastReadyInterval, 1)
+		h.step(fastReadyInterval, 1)
 	}
 	if n := len(h.actions("patch")) - patches; n != 0 {
 		t.Fatalf("%d patches while still not ready", n)
@@ -460,9 +460,9 @@ func TestFastReadyPatchesAsSoonAsReady(t *testing.T) {
 		t.Errorf("trial evaluations recorded events: %q", ev)
 	}
 	h.setRuntimeErr(nil)
-	h.step(FastReadyInterval, 1)
-	if h.patchCount(PatchReasonReady) != 1 {
-		t.Fatalf("ready patches = %d, want 1", h.patchCount(PatchReasonReady))
+	h.step(fastReadyInterval, 1)
+	if h.patchCount(patchReasonReady) != 1 {
+		t.Fatalf("ready patches = %d, want 1", h.patchCount(patchReasonReady))
 	}
 	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue {
 		t.Errorf("Ready = %+v", c)
@@ -481,14 +481,14 @@ func TestFastReadyGivesUpAfterTimeout(t *testing.T) {
 	h.start()
 	h.waitRegistered()
 	h.waitLoop(1)
-	h.step(FastReadyTimeout, 1)
+	h.step(fastReadyTimeout, 1)
 	if n := h.clk.Waiters(); n != 1 {
 		t.Fatalf("%d timers after the fast loop timed out, want 1", n)
 	}
 	h.setRuntimeErr(nil)
 	h.step(time.Hour, 1)
-	if h.patchCount(PatchReasonReady) != 0 || h.patchCount(PatchReasonChanged) != 1 {
-		t.Errorf("ready patches %d, changed %d: want the regular cycle to report Ready", h.patchCount(PatchReasonReady), h.patchCount(PatchReasonChanged))
+	if h.patchCount(patchReasonReady) != 0 || h.patchCount(patchReasonChanged) != 1 {
+		t.Errorf("ready patches %d, changed %d: want the regular cycle to report Ready", h.patchCount(patchReasonReady), h.patchCount(patchReasonChanged))
 	}
 }
 
@@ -512,9 +512,9 @@ func TestRestartedReadyNodeIsNotReportedNotReady(t *testing.T) {
 	h.waitRegistered()
 	h.waitLoop(1)
 	for range 5 {
-		h.step(FastReadyInterval, 1)
+		h.step(fastReadyInterval, 1)
 	}
-	for _, reason := range []string{PatchReasonChanged, PatchReasonReport, PatchReasonReady} {
+	for _, reason := range []string{patchReasonChanged, patchReasonReport, patchReasonReady} {
 		if n := h.patchCount(reason); n != 0 {
 			t.Fatalf("%d %s patches while the restarted agent's checks were still starting", n, reason)
 		}
@@ -523,8 +523,8 @@ func TestRestartedReadyNodeIsNotReportedNotReady(t *testing.T) {
 		t.Fatalf("Ready = %+v during the startup hold, want the previous run's True", c)
 	}
 	h.setRuntimeErr(nil)
-	h.step(FastReadyInterval, 1)
-	if n := h.patchCount(PatchReasonReport) + h.patchCount(PatchReasonChanged); n != 1 {
+	h.step(fastReadyInterval, 1)
+	if n := h.patchCount(patchReasonReport) + h.patchCount(patchReasonChanged); n != 1 {
 		t.Fatalf("%d status patches once the checks passed, want 1", n)
 	}
 	c := findCondition(h.node(), v1.NodeReady)
@@ -551,7 +551,7 @@ func TestRestartHoldEndsAtTheFirstCycle(t *testing.T) {
 	for _, d := range []time.Duration{10, 20, 40, 80} {
 		h.step(d*time.Millisecond, 1)
 	}
-	if h.patchCount(PatchReasonChanged) != 0 {
+	if h.patchCount(patchReasonChanged) != 0 {
 		t.Fatal("the node was reported before its first cycle")
 	}
 	h.step(50*time.Millisecond, 1)
@@ -560,8 +560,8 @@ func TestRestartHoldEndsAtTheFirstCycle(t *testing.T) {
 	}
 	h.setRuntimeErr(nil)
 	h.step(50*time.Millisecond, 1)
-	if h.patchCount(PatchReasonReady) != 1 {
-		t.Errorf("ready patches = %d, want the fast loop to report Ready at once", h.patchCount(PatchReasonReady))
+	if h.patchCount(patchReasonReady) != 1 {
+		t.Errorf("ready patches = %d, want the fast loop to report Ready at once", h.patchCount(patchReasonReady))
 	}
 }
 
@@ -572,7 +572,7 @@ func TestRestartedReadyNodeReportsAtOnce(t *testing.T) {
 	h.start()
 	h.waitRegistered()
 	h.waitLoop(1)
-	if n := h.patchCount(PatchReasonReport) + h.patchCount(PatchReasonChanged); n != 1 {
+	if n := h.patchCount(patchReasonReport) + h.patchCount(patchReasonChanged); n != 1 {
 		t.Fatalf("%d status patches before any timer fired, want 1", n)
 	}
 	if c := findCondition(h.node(), v1.NodeReady); c.Status != v1.ConditionTrue || !c.LastHeartbeatTime.Equal(&metav1.Time{Time: h.clk.Now()}) {
@@ -600,8 +600,8 @@ func TestForeignConditionsSurvive(t *testing.T) {
 			t.Fatalf("cycle %d: foreign condition = %+v, conditions %v", i, c, node.Status.Conditions)
 		}
 	}
-	if h.patchCount(PatchReasonChanged) != 10 {
-		t.Errorf("changed patches = %d, want 10", h.patchCount(PatchReasonChanged))
+	if h.patchCount(patchReasonChanged) != 10 {
+		t.Errorf("changed patches = %d, want 10", h.patchCount(patchReasonChanged))
 	}
 }
 
@@ -638,7 +638,7 @@ func TestNewValidates(t *testing.T) {
 	for _, f := range families {
 		names = append(names, f.GetName())
 	}
-	want := []string{MetricCycles, MetricPatchBytes, MetricPatchErrors, MetricPatches}
+	want := []string{metricCycles, metricPatchBytes, metricPatchErrors, metricPatches}
 	if !reflect.DeepEqual(names, want) {
 		t.Errorf("metrics = %v, want %v", names, want)
 	}
@@ -726,9 +726,9 @@ func TestReadsTheAPIAfterTheWatchFailed(t *testing.T) {
 	unknownOnAPI.Store(true)
 
 	// Without a watch failure the cycle trusts the watch: nothing changed.
-	changed := h.patchCount(PatchReasonChanged)
+	changed := h.patchCount(patchReasonChanged)
 	h.cycle()
-	if n := h.patchCount(PatchReasonChanged); n != changed {
+	if n := h.patchCount(patchReasonChanged); n != changed {
 		t.Fatalf("changed patches = %d with a healthy watch, want %d", n, changed)
 	}
 
@@ -738,7 +738,7 @@ func TestReadsTheAPIAfterTheWatchFailed(t *testing.T) {
 	if n := len(h.actions("get")) - gets; n != 1 {
 		t.Errorf("%d GETs in the cycle after the watch failed, want 1", n)
 	}
-	if n := h.patchCount(PatchReasonChanged); n != changed+1 {
+	if n := h.patchCount(patchReasonChanged); n != changed+1 {
 		t.Fatalf("changed patches = %d after the watch failed and the API shows Unknown, want %d (Ready patched at once)", n, changed+1)
 	}
 	if p := h.actions("patch"); !strings.Contains(string(p[len(p)-1].(k8stesting.PatchAction).GetPatch()), `"status":"True"`) {

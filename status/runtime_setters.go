@@ -13,9 +13,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// MaxNamesPerImageInNodeStatus is how many names of one image the node
+// maxNamesPerImageInNodeStatus is how many names of one image the node
 // status lists, as in the kubelet.
-const MaxNamesPerImageInNodeStatus = 5
+const maxNamesPerImageInNodeStatus = 5
 
 // DefaultNodeStatusMaxImages is the kubelet's default nodeStatusMaxImages.
 const DefaultNodeStatusMaxImages = 50
@@ -27,8 +27,8 @@ type ListImagesFunc func(ctx context.Context) ([]*runtimeapi.Image, error)
 
 // Images returns a Setter for status.images: the images from list, largest
 // first (equal sizes by descending ID, as the kubelet sorts), at most
-// maxImages of them (-1: all), each with at most
-// MaxNamesPerImageInNodeStatus names, digests before tags. When list fails
+// maxImages of them (-1: all), each with at most 5 names (the kubelet's
+// maxNamesPerImageInNodeStatus), digests before tags. When list fails
 // the images are cleared and the error returned, as the kubelet does.
 func Images(maxImages int32, list ListImagesFunc) (Setter, error) {
 	if list == nil {
@@ -60,10 +60,10 @@ func Images(maxImages int32, list ListImagesFunc) (Setter, error) {
 			out = make([]v1.ContainerImage, 0, len(sorted))
 		}
 		for _, img := range sorted {
-			names := make([]string, 0, min(len(img.RepoDigests)+len(img.RepoTags), MaxNamesPerImageInNodeStatus))
+			names := make([]string, 0, min(len(img.RepoDigests)+len(img.RepoTags), maxNamesPerImageInNodeStatus))
 			for _, list := range [][]string{img.RepoDigests, img.RepoTags} {
 				for _, n := range list {
-					if len(names) < MaxNamesPerImageInNodeStatus {
+					if len(names) < maxNamesPerImageInNodeStatus {
 						names = append(names, n)
 					}
 				}

@@ -55,11 +55,7 @@ func ExamplePlugin() {
 		fx.NopLogger,
 		// A fake mounter: this example mounts nothing for real.
 		fx.Supply(volume.Options{RootDir: root, Mounter: mount.NewFakeMounter(nil)}),
-		fx.Provide(fx.Annotate(
-			func() greetingPlugin { return greetingPlugin{} },
-			fx.As(new(volume.Plugin)),
-			fx.ResultTags(`group:"`+volume.PluginGroup+`"`),
-		)),
+		volume.AsPlugin(greetingPlugin{}),
 		volume.Module,
 		fx.Populate(&m),
 	)

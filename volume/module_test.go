@@ -23,7 +23,7 @@ func TestModule(t *testing.T) {
 		fx.Provide(func() kubernetes.Interface { return client }),
 		fx.Provide(func() prometheus.Registerer { return reg }),
 		fx.Provide(func() record.EventRecorder { return recorder }),
-		fx.Provide(fx.Annotate(func() Plugin { return attachable{} }, fx.ResultTags(`group:"volume_plugins"`))),
+		AsPlugin(func() Plugin { return attachable{} }),
 		Module,
 		fx.Populate(&m),
 	)

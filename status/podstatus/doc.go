@@ -60,22 +60,14 @@
 // pod that starts within that time costs one write, carrying Running,
 // instead of one for ContainerCreating and one for Running.
 //
-// The agent's pod worker wires it this way on every sync of a pod, as the
-// kubelet's syncPod does (status first, then the runtime's actions):
-//
-//	rs, err := pods.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace) // *runtime.PodManager
-//	prev, ok := manager.GetPodStatus(pod.UID)
-//	opts := podstatus.GenerateOptions{Terminal: terminating, HostIPs: nodeIPs,
-//		QOSClass: cgroupdriver.PodQOS, Readiness: ..., Startup: ...}
-//	if ok {
-//		opts.Previous = &prev
-//	}
-//	manager.SetPodStatus(pod, podstatus.Generate(pod, rs, lastWaiting, opts))
-//	result := pods.SyncPod(ctx, pod, rs, pullSecrets, probes)
-//	lastWaiting = result.Waiting // for the next sync's status
-//
-// then TerminatePod once the pod's containers all stopped for good, and
-// RemovePod when its source removes it.
+// The pod loop (pods.Controller) wires it on every sync of a pod, as the
+// kubelet's syncPod does, status first, then the runtime's actions: the
+// runtime's view of the pod becomes its API status through Generate (the
+// CRI backend's runtime.Backend.PodStatus), with the status last generated
+// as GenerateOptions.Previous, and SetPodStatus caches it for Run to write;
+// TerminatePod follows once the pod's containers all stopped for good, and
+// RemovePod when its sources removed it. Example (podWorker) shows one pod's
+// course.
 //
 // # Metrics
 //

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,9 +125,13 @@ type benchmark struct {
 	startFakePre      []time.Duration // Node pre-registered
 	fake              *node
 	ctrdNode          *node
-	kubelet           *node
-	fleet             *fleetFigures
-	runtimeVersion    string
+	// ctrdVariants are containerd agents idle beside ctrdNode with one
+	// component off, so that the difference is what that component costs
+	// an idle node (see variantArgs).
+	ctrdVariants   []*node
+	kubelet        *node
+	fleet          *fleetFigures
+	runtimeVersion string
 
 	table bench.Table
 }
@@ -388,8 +393,9 @@ func (b *benchmark) startupFakecri(ctx context.Context) error {
 }
 
 // nodekitNodes runs a nodekit agent on the fake runtime and, with
-// containerd, one on containerd: idle figures over one window for both,
-// then a pod burst on each.
+// containerd, one on containerd and the variantArgs agents beside it: idle
+// figures over one window for all, then, the variants stopped, a pod burst
+// on each of the first two.
 func (b *benchmark) nodekitNodes(ctx context.Context) (err error) {
 	if b.fake, err = b.newFakeNode("nb-fakecri"); err != nil {
 		return err
@@ -404,25 +410,35 @@ func (b *benchmark) nodekitNodes(ctx context.Context) (err error) {
 		return err
 	}
 	if b.ctrd != nil {
-		cgroup := b.cgroupName("nodekit")
-		removeCgroup, err := cluster.CreateCgroup(cgroup)
-		if err != nil {
+		if b.ctrdNode, err = b.newContainerdNode("nodekit", "nb-containerd"); err != nil {
 			return err
 		}
-		b.cgroups = append(b.cgroups, removeCgroup)
-		a, err := b.newNodekitAgent("nb-containerd", b.ctrd.Endpoint, "--cgroup-root=/"+cgroup)
-		if err != nil {
-			return err
-		}
-		b.ctrdNode = &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint}
 		nodes = append(nodes, b.ctrdNode)
 		if b.ctrdNode.startToReady, err = b.timeStart(ctx, b.ctrdNode); err != nil {
 			return err
 		}
 		b.logf("start → Ready on containerd: %s", bench.FormatDuration(b.ctrdNode.startToReady))
+		for _, v := range variantArgs {
+			n, err := b.newContainerdNode(v.name, "nb-"+v.name, v.args...)
+			if err != nil {
+				return err
+			}
+			nodes = append(nodes, n)
+			if _, err := b.timeStart(ctx, n); err != nil {
+				return err
+			}
+			b.ctrdVariants = append(b.ctrdVariants, n)
+		}
 	}
 	if err := b.idleWindow(ctx, nodes); err != nil {
 		return err
+	}
+	// The variants have been measured: stop them before the bursts.
+	for _, n := range b.ctrdVariants {
+		nodes = slices.DeleteFunc(nodes, func(m *node) bool { return m == n })
+		if err := b.stopNode(ctx, n); err != nil {
+			return err
+		}
 	}
 	if err := b.burst(ctx, b.fake, "nodebench-fakecri", b.opts.fakePods); err != nil {
 		return err
@@ -433,6 +449,37 @@ func (b *benchmark) nodekitNodes(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// variantArgs are the containerd agents idle beside nb-containerd, each
+// with one component off: the difference of its idle CPU from
+// nb-containerd's is what the component costs an idle node.
+var variantArgs = []struct {
+	name, what string
+	args       []string
+}{
+	// The eviction manager never reads the stats (no summary every 10 s:
+	// ListPodSandbox, ListContainers, ListContainerStats, ImageFsInfo,
+	// cgroup and statfs reads).
+	{"noeviction", "eviction off (evictionHard {}, localStorageCapacityIsolation false)", []string{"--eviction-hard=", "--local-storage-capacity-isolation=false"}},
+	// No node API on 10250 (its certificate, its listeners).
+	{"nonodeapi", "node API off (enableServer false)", []string{"--enable-server=false"}},
+}
+
+// newContainerdNode makes (does not start) a nodekit agent named name on
+// the benchmark's containerd, in a cgroup root of its own named after who.
+func (b *benchmark) newContainerdNode(who, name string, extraArgs ...string) (*node, error) {
+	cgroup := b.cgroupName(who)
+	removeCgroup, err := cluster.CreateCgroup(cgroup)
+	if err != nil {
+		return nil, err
+	}
+	b.cgroups = append(b.cgroups, removeCgroup)
+	a, err := b.newNodekitAgent(name, b.ctrd.Endpoint, append([]string{"--cgroup-root=/" + cgroup}, extraArgs...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint}, nil
 }
 
 // idleWindow lets the nodes settle, then measures them over one idle

@@ -310,6 +310,17 @@ func (b *benchmark) reportResources() {
 		idleCPU.Kubelet = fmt.Sprintf("%.2f %%", cpuPercent(kubelet.idle.cpu, kubelet.idle.window))
 	}
 	t.Add(idleCPU)
+	if where == "containerd" && primary.idle != nil {
+		all := cpuPercent(primary.idle.cpu, primary.idle.window)
+		for i, n := range b.ctrdVariants {
+			if n.idle == nil {
+				continue
+			}
+			p := cpuPercent(n.idle.cpu, n.idle.window)
+			t.Add(bench.Row{Metric: "idle CPU, containerd, " + variantArgs[i].what,
+				Value: fmt.Sprintf("%.2f %% (the component's share: %.2f %%; RSS %s)", p, all-p, bench.FormatMiB(n.idle.rss))})
+		}
+	}
 	if where == "containerd" && b.fake != nil && b.fake.idle != nil {
 		p := cpuPercent(b.fake.idle.cpu, b.fake.idle.window)
 		t.Add(bench.Row{Metric: "idle CPU, fakecri", Value: fmt.Sprintf("%.2f %%", p), Target: fmt.Sprintf("≤ %.1f %% of a core", targetIdleCPU),
