@@ -206,4 +206,21 @@ func TestRotatingTransportGivesUpOnAnExpiredCertificate(t *testing.T) {
 			}
 		})
 	}
+
+	// Run stops with the error.
+	f := &fakeManager{}
+	f.cert.Store(expired)
+	f.healthy.Store(true)
+	_, rt, err := UpdateTransport(&rest.Config{Host: "https://127.0.0.1:1"}, TransportOptions{
+		Manager: f, Dial: (&net.Dialer{}).DialContext, CloseAll: func() {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.period = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Run(ctx); err == nil || !strings.Contains(err.Error(), "expired") || ctx.Err() != nil {
+		t.Errorf("Run with an expired certificate and a healthy server: %v (context: %v), want it to stop with the expiry", err, ctx.Err())
+	}
 }
