@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/certificate"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	clientcert "k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/connrotation"
 	"k8s.io/klog/v2"
 )
@@ -72,6 +74,15 @@ func NewClients(cfg *Config) (*Clients, error) {
 // cost the apiserver a compressor. An embedder that wants otherwise
 // decorates *Clients with its own.
 func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, error) {
+	c, _, err := newClients(cfg, restCfg, nil)
+	return c, err
+}
+
+// newClients is NewClientsFromRESTConfig; with a certificate manager the
+// shared transport presents its current certificate instead of restCfg's
+// credentials (certificate.UpdateTransport), and the returned
+// RotatingTransport moves the connections to a renewed one.
+func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clients, *certificate.RotatingTransport, error) {
 	kc := &cfg.Kubelet
 	base := rest.CopyConfig(restCfg)
 	base.UserAgent = "nodekit/" + nodekit.Version + " (" + cfg.NodeName + ")"
@@ -83,11 +94,23 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 
 	tracker := connrotation.NewConnectionTracker()
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	base.Dial = connrotation.NewDialerWithTracker(dial, tracker).DialContext
+	dialer := connrotation.NewDialerWithTracker(dial, tracker)
 	base.DisableCompression = true
+	var rotating *certificate.RotatingTransport
+	if m == nil {
+		base.Dial = dialer.DialContext
+	} else {
+		var err error
+		base, rotating, err = certificate.UpdateTransport(base, certificate.TransportOptions{
+			Manager: m, Dial: dialer.DialContext, CloseAll: tracker.CloseAll,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 	rt, err := rest.TransportFor(base)
 	if err != nil {
-		return nil, fmt.Errorf("build apiserver transport: %w", err)
+		return nil, nil, fmt.Errorf("build apiserver transport: %w", err)
 	}
 	// forConfig builds a clientset on the shared transport, with c's rate
 	// limit and c's timeout (http.Client.Timeout, which client-go also
@@ -101,7 +124,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	main.Burst = int(kc.KubeAPIBurst)
 	client, err := forConfig(main)
 	if err != nil {
-		return nil, fmt.Errorf("build apiserver client: %w", err)
+		return nil, nil, fmt.Errorf("build apiserver client: %w", err)
 	}
 
 	ev := rest.CopyConfig(base)
@@ -112,7 +135,7 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	}
 	events, err := typedcorev1.NewForConfigAndClient(ev, &http.Client{Transport: rt, Timeout: ev.Timeout})
 	if err != nil {
-		return nil, fmt.Errorf("build event client: %w", err)
+		return nil, nil, fmt.Errorf("build event client: %w", err)
 	}
 
 	hb := rest.CopyConfig(base)
@@ -123,9 +146,9 @@ func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, erro
 	}
 	heartbeat, err := forConfig(hb)
 	if err != nil {
-		return nil, fmt.Errorf("build heartbeat client: %w", err)
+		return nil, nil, fmt.Errorf("build heartbeat client: %w", err)
 	}
-	return &Clients{Client: client, Heartbeat: heartbeat, Events: events, tracker: tracker}, nil
+	return &Clients{Client: client, Heartbeat: heartbeat, Events: events, tracker: tracker}, rotating, nil
 }
 
 // CloseConnections closes every open connection to the apiserver so the

@@ -50,6 +50,8 @@ var CRI = fx.Options(
 	),
 	status.AsHealthCheck(plegHealthCheck),
 	fx.Invoke(syncStatusOnRuntimeChanges),
+	// failSwapOn and memorySwap, as the kubelet's container manager.
+	fx.Invoke(checkSwap),
 	runtime.Module,
 	runtime.PodsModule,
 	stats.Module,

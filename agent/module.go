@@ -47,7 +47,9 @@ import (
 //
 //   - *Config, as supplied;
 //   - *Clients and kubernetes.Interface (the node's rate-limited client; the
-//     lease and status modules get the heartbeat client instead);
+//     lease and status modules get the heartbeat client instead), on the
+//     rotating client certificate under rotateCertificates (see
+//     certificate.UpdateTransport);
 //   - prometheus.Registerer and prometheus.Gatherer (one registry, served on
 //     /metrics), clock.Clock (real), logr.Logger (klog's, with the node's
 //     name on every line), and record.EventRecorder (events as component
@@ -63,7 +65,7 @@ import (
 // without one, and CoreFor picks between them.
 var Core = fx.Options(
 	fx.Provide(
-		NewClients,
+		provideClients,
 		func(c *Clients) kubernetes.Interface { return c.Client },
 		provideRecorder,
 		func(cfg *Config, c *Clients) lease.Options { return cfg.LeaseOptions(c.CloseConnections) },
@@ -81,8 +83,6 @@ var Core = fx.Options(
 	),
 	apiserver.Module,
 	MirrorPods,
-	// rotateCertificates: the client certificate's rotation.
-	fx.Invoke(startClientRotation),
 	shared,
 )
 

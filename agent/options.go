@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/cgroupdriver"
+	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/lease"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource/apiserver"
@@ -256,6 +257,7 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		ContainerGC:           cfg.ContainerGCPolicy(),
 		SeccompDefault:        kc.SeccompDefault != nil && *kc.SeccompDefault,
 		SeccompProfileRoot:    filepath.Join(cfg.RootDir, "seccomp"),
+		Swap:                  &runtime.SwapOptions{Behavior: kc.MemorySwap.SwapBehavior, Critical: eviction.IsCriticalPod},
 	}, nil
 }
 

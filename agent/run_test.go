@@ -109,6 +109,7 @@ func TestRunSaysWhichComponentFailed(t *testing.T) {
 		"--healthz-port=" + port,
 		"--root-dir=" + filepath.Join(t.TempDir(), "state"),
 		"--cgroups-per-qos=false",
+		"--fail-swap-on=false",
 	},
 		fx.Replace(&agent.Clients{Client: client, Heartbeat: client}),
 		fx.Decorate(func(cfg *agent.Config) *agent.Config {

@@ -126,6 +126,11 @@ var implementedSettings = map[string]string{
 	"--pod-infra-container-image":             "",
 	"seccompDefault":                          "",
 
+	// Swap (agent/swap.go, runtime/swap.go): the start-time check and
+	// the containers' swap limits.
+	"failSwapOn":              "",
+	"memorySwap.swapBehavior": "",
+
 	// Pod admission (pods/podspec.go): the Sysctls admit handler.
 	"allowedUnsafeSysctls": "",
 

@@ -13,9 +13,16 @@
 // waits until it is approved and issued, stores the pair as
 // kubelet-client-<timestamp>.pem with the kubelet-client-current.pem
 // symlink (client-go's certificate file store, mode 0600), and writes the
-// kubeconfig pointing at that symlink. client-go reloads a client
-// certificate given as files, so a pair renewed in place later reaches the
-// connections without a restart.
+// kubeconfig pointing at that symlink.
+//
+// Rotation (rotateCertificates) is the kubelet's
+// pkg/kubelet/certificate: NewClientRotation is client-go's certificate
+// manager renewing the pair in the certificate directory, and
+// UpdateTransport the transport of the agent's clients, which presents
+// the manager's current certificate in each handshake and closes every
+// connection when it changes, so the next request uses the renewed
+// certificate; its Run fails once the certificate has expired with the
+// API server answering, for the agent to exit and bootstrap afresh.
 //
 // There is nothing to swap: an embedder that gets its credentials another
 // way does not call Bootstrap.

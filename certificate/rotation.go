@@ -7,8 +7,10 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -35,8 +37,9 @@ type RotationOptions struct {
 	// kubeconfig's configuration; nil uses kubernetes.NewForConfig.
 	NewClient func(*rest.Config) (kubernetes.Interface, error)
 	// Registerer receives
-	// kubelet_certificate_manager_client_expiration_renew_errors; nil
-	// registers nothing.
+	// kubelet_certificate_manager_client_expiration_renew_errors and
+	// kubelet_certificate_manager_client_ttl_seconds; nil registers
+	// nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -45,14 +48,12 @@ type RotationOptions struct {
 // kubelet-client-current.pem in CertDir at 70–90 % of the certificate's
 // lifetime through the kubernetes.io/kube-apiserver-client-kubelet signer,
 // authenticated with the current certificate (the bootstrap credentials
-// when there is none). The agent's kubeconfig names the pair's files,
-// which client-go reloads (every 5 minutes, closing the connections made
-// with the old certificate), so the clients move to the new certificate
-// without a restart while the old one is still valid. A kubeconfig with
-// the pair embedded (or in other files) seeds the store, and is renewed
-// into CertDir at once; the clients keep that kubeconfig's pair until it
-// names kubelet-client-current.pem (kubeadm rewrites it so). Start it with
-// Start, stop it with Stop; construction does no I/O but reading CertDir.
+// when there is none). Clients built on UpdateTransport present the
+// manager's current certificate and move to a renewed one within 10
+// seconds, without a restart. A kubeconfig with the pair embedded (or in
+// other files) seeds the store, and is renewed into CertDir at once.
+// Start it with Start, stop it with Stop; construction does no I/O but
+// reading CertDir.
 func NewClientRotation(ctx context.Context, o RotationOptions) (clientcert.Manager, error) {
 	if o.KubeconfigPath == "" || o.CertDir == "" || o.NodeName == "" {
 		return nil, errors.New("client certificate rotation: KubeconfigPath, CertDir and NodeName are required")
@@ -98,11 +99,6 @@ func NewClientRotation(ctx context.Context, o RotationOptions) (clientcert.Manag
 		Namespace: "kubelet", Subsystem: "certificate_manager", Name: "client_expiration_renew_errors",
 		Help: "[ALPHA] Counter of certificate renewal errors.",
 	})
-	if o.Registerer != nil {
-		if err := o.Registerer.Register(renewErrors); err != nil {
-			return nil, fmt.Errorf("client certificate rotation: register metrics: %w", err)
-		}
-	}
 	m, err := clientcert.NewManager(&clientcert.Config{
 		ClientsetFn: clientset,
 		Template: &x509.CertificateRequest{Subject: pkix.Name{
@@ -119,6 +115,22 @@ func NewClientRotation(ctx context.Context, o RotationOptions) (clientcert.Manag
 	})
 	if err != nil {
 		return nil, fmt.Errorf("client certificate rotation for node %s: %w", o.NodeName, err)
+	}
+	if o.Registerer != nil {
+		ttl := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "kubelet", Subsystem: "certificate_manager", Name: "client_ttl_seconds",
+			Help: "[ALPHA] Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF.",
+		}, func() float64 {
+			if c := m.Current(); c != nil && c.Leaf != nil {
+				return math.Trunc(time.Until(c.Leaf.NotAfter).Seconds())
+			}
+			return math.Inf(1)
+		})
+		for _, c := range []prometheus.Collector{renewErrors, ttl} {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("client certificate rotation: register metrics: %w", err)
+			}
+		}
 	}
 	return m, nil
 }

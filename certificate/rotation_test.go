@@ -71,12 +71,19 @@ func TestClientRotationRenewsTheKubeconfigsPair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
+	found := map[string]bool{}
 	for _, f := range families {
-		found = found || f.GetName() == "kubelet_certificate_manager_client_expiration_renew_errors"
+		found[f.GetName()] = true
+		if f.GetName() == "kubelet_certificate_manager_client_ttl_seconds" {
+			if v := f.GetMetric()[0].GetGauge().GetValue(); v < 30*60 || v > 60*60 {
+				t.Errorf("kubelet_certificate_manager_client_ttl_seconds %v, want the renewed certificate's (under an hour)", v)
+			}
+		}
 	}
-	if !found {
-		t.Error("kubelet_certificate_manager_client_expiration_renew_errors is not registered")
+	for _, name := range []string{"kubelet_certificate_manager_client_expiration_renew_errors", "kubelet_certificate_manager_client_ttl_seconds"} {
+		if !found[name] {
+			t.Errorf("%s is not registered", name)
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ var env struct {
 	dir        string
 	cp         *cluster.ControlPlane
 	agent      string // the agent binary
+	bins       cluster.Binaries
 	containerd *cluster.Containerd
 	// sentinel is a node on the fake runtime that stays Ready for the
 	// whole run, so the node lifecycle controller never sees every node
@@ -126,6 +127,7 @@ func setup(ctx context.Context) {
 		env.broken = err
 		return
 	}
+	env.bins = bins
 	env.cp, err = cluster.StartControlPlane(ctx, cluster.ControlPlaneOptions{
 		Binaries: bins,
 		Dir:      filepath.Join(env.dir, "controlplane"),

@@ -936,7 +936,8 @@ func testRejectedPods(t *testing.T, n *podNode) {
 // kubepods/pod<uid>, Burstable in kubepods/burstable/pod<uid>, BestEffort in
 // kubepods/besteffort/pod<uid>, and each container's cgroup below its pod's
 // holds its process and the CPU and memory limits of its spec (cgroup v1:
-// cpu.shares, cpu.cfs_quota_us, memory.limit_in_bytes). A deleted pod's
+// cpu.shares, cpu.cfs_quota_us, memory.limit_in_bytes, and with the swap
+// controller memory.memsw.limit_in_bytes, NoSwap). A deleted pod's
 // cgroup goes with it.
 func testCgroupLimits(t *testing.T, n *podNode) {
 	type limits struct{ cpuReq, cpuLim, memReq, memLim string }
@@ -994,6 +995,11 @@ func testCgroupLimits(t *testing.T, n *podNode) {
 				if tc.memory != "" {
 					checkCgroupFile(t, "memory", cg, "memory.limit_in_bytes", tc.memory)
 				}
+			}
+			// NoSwap, the default, on cgroup v1 with the swap controller
+			// (the memsw files): memory+swap no more than memory.
+			if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"); err == nil && tc.memory != "" {
+				checkCgroupFile(t, "memory", cgroupsPath, "memory.memsw.limit_in_bytes", tc.memory)
 			}
 			if tc.quota != "-1" {
 				checkCgroupFile(t, "cpu", podCgroup, "cpu.cfs_period_us", "100000")

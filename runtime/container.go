@@ -142,7 +142,21 @@ func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container, facts mach
 	if facts.cgroupV2 {
 		r.Unified = map[string]string{"memory.oom.group": "1", "memory.high": "max"}
 	}
+	m.configureSwap(r, pod, c, facts)
 	return r
+}
+
+// podQOS is pod's QoS class by QOSClass, else its status, Burstable when
+// that is empty.
+func (m *PodManager) podQOS(pod *v1.Pod) v1.PodQOSClass {
+	qos := pod.Status.QOSClass
+	if m.opts.QOSClass != nil {
+		qos = m.opts.QOSClass(pod)
+	}
+	if qos == "" {
+		return v1.PodQOSBurstable
+	}
+	return qos
 }
 
 // oomScoreAdj returns the kubelet's OOM score adjustment for c: -997 for
@@ -151,11 +165,7 @@ func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container, facts mach
 // [3, 999] (a sidecar gets no more than the pod's smallest regular
 // container).
 func (m *PodManager) oomScoreAdj(pod *v1.Pod, c *v1.Container, capacity int64) int64 {
-	qos := pod.Status.QOSClass
-	if m.opts.QOSClass != nil {
-		qos = m.opts.QOSClass(pod)
-	}
-	switch qos {
+	switch m.podQOS(pod) {
 	case v1.PodQOSGuaranteed:
 		return guaranteedOOMScoreAdj
 	case v1.PodQOSBestEffort:

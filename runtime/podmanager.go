@@ -1,15 +1,11 @@
 package runtime
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +95,10 @@ type PodManagerOptions struct {
 	// MemoryCapacity is the node's memory in bytes, for the OOM score of
 	// Burstable containers. Zero means read from /proc/meminfo.
 	MemoryCapacity int64
+	// Swap is the containers' swap (memorySwap.swapBehavior, see
+	// SwapOptions); nil leaves swap out of the CRI config, to the
+	// runtime's default.
+	Swap *SwapOptions
 	// CPUCFSQuota enforces CPU limits with CFS quota (default true);
 	// CPUCFSQuotaPeriod is the quota period (default 100ms).
 	CPUCFSQuota       *bool
@@ -199,6 +199,9 @@ type PodManager struct {
 type machineFacts struct {
 	memoryCapacity int64
 	cgroupV2       bool
+	// swapController and swapCapacity are read with Swap set only.
+	swapController bool
+	swapCapacity   int64
 }
 
 // NewPodManager returns a PodManager for opts, applying defaults. It does
@@ -231,6 +234,11 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	}
 	if opts.MemoryCapacity < 0 {
 		return nil, fmt.Errorf("pod manager: memory capacity %d is negative", opts.MemoryCapacity)
+	}
+	if opts.Swap != nil {
+		if err := opts.Swap.validate(); err != nil {
+			return nil, err
+		}
 	}
 	if opts.ContainerBackOff == nil {
 		opts.ContainerBackOff = flowcontrol.NewFakeBackOff(DefaultContainerBackOff, DefaultMaxContainerBackOff, opts.Clock)
@@ -275,7 +283,7 @@ func (m *PodManager) machineFacts() (machineFacts, error) {
 	m.machineOnce.Do(func() {
 		m.machine.memoryCapacity = m.opts.MemoryCapacity
 		if m.machine.memoryCapacity == 0 {
-			mem, err := readMemTotal("/proc/meminfo")
+			mem, err := readMeminfo("/proc/meminfo", "MemTotal")
 			if err != nil {
 				m.machineErr = fmt.Errorf("node memory capacity: %w", err)
 				return
@@ -290,32 +298,13 @@ func (m *PodManager) machineFacts() (machineFacts, error) {
 			}
 			m.machine.cgroupV2 = v == 2
 		}
+		if m.opts.Swap != nil {
+			if m.machine.swapController, m.machine.swapCapacity, m.machineErr = m.opts.Swap.swapFacts(m.machine.cgroupV2); m.machineErr != nil {
+				return
+			}
+		}
 	})
 	return m.machine, m.machineErr
-}
-
-// readMemTotal returns MemTotal from a meminfo file, in bytes.
-func readMemTotal(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse MemTotal in %s: %w", path, err)
-			}
-			return kb * 1024, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("no MemTotal in %s", path)
 }
 
 // runtimeType returns the runtime's name for container IDs, asking the

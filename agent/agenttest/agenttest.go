@@ -222,6 +222,8 @@ func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 		"--root-dir=" + filepath.Join(dir, "state"),
 		// Tests leave the host's cgroups alone.
 		"--cgroups-per-qos=false",
+		// Tests run on machines with swap too.
+		"--fail-swap-on=false",
 	}, args...))
 	if err != nil {
 		t.Fatal(err)

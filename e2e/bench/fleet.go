@@ -162,6 +162,8 @@ func (f *Fleet) startNode(ctx context.Context, opts FleetOptions, i int, n fleet
 		"--cgroup-driver=cgroupfs",
 		// The fake runtime's pods have no cgroups: leave the host's alone.
 		"--cgroups-per-qos=false",
+		// A benchmark host may have swap on.
+		"--fail-swap-on=false",
 		// No healthz/metrics listener per node; each agent still has its
 		// own Prometheus registry.
 		"--healthz-port=0",

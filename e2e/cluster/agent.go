@@ -153,6 +153,8 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 		// blocks count as used) would have them removed between a test's
 		// pods. TestImageGCOnContainerd sets its own threshold.
 		"imageGCHighThresholdPercent": 100,
+		// Test hosts may have swap on; the agents' containers get NoSwap.
+		"failSwapOn": false,
 	}
 	if opts.NodeStatusUpdateFrequency > 0 {
 		cfg["nodeStatusUpdateFrequency"] = opts.NodeStatusUpdateFrequency.String()

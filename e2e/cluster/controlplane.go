@@ -39,6 +39,11 @@ type ControlPlaneOptions struct {
 	NodeMonitorGracePeriod time.Duration
 	// NodeMonitorPeriod is --node-monitor-period. Default 2s (upstream: 5s).
 	NodeMonitorPeriod time.Duration
+	// ClusterSigningDuration is kube-controller-manager's
+	// --cluster-signing-duration, the lifetime of the certificates it
+	// issues (a test of client certificate rotation makes it short). Zero
+	// keeps upstream's year.
+	ClusterSigningDuration time.Duration
 	// StartTimeout bounds the wait for each server to turn healthy.
 	// Default 2 minutes.
 	StartTimeout time.Duration
@@ -317,7 +322,11 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, opts ControlP
 	if err != nil {
 		return err
 	}
-	p, err := c.start("kube-controller-manager", opts.Binaries.KubeControllerManager, append(componentFlags(c.PKI, kubeconfig, port, serving),
+	flags := componentFlags(c.PKI, kubeconfig, port, serving)
+	if opts.ClusterSigningDuration != 0 {
+		flags = append(flags, "--cluster-signing-duration="+opts.ClusterSigningDuration.String())
+	}
+	p, err := c.start("kube-controller-manager", opts.Binaries.KubeControllerManager, append(flags,
 		// Under RBAC each controller needs its own service account.
 		"--use-service-account-credentials=true",
 		// kubeadm's set: the bootstrap signer signs kube-public/cluster-info
