@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -101,5 +102,41 @@ func TestPodResourcesDevices(t *testing.T) {
 	m.UpdateAllocatedDevices()
 	if got := m.ContainerDevices("uid-1", "c"); got != nil {
 		t.Errorf("ContainerDevices of a pod no longer active = %v, want nil", got)
+	}
+}
+
+// A pod holding devices is fitted on a node whose allocatable counts the
+// allocated devices, not the 0 of a plugin that has not registered again;
+// other pods, and resources with enough allocatable, see the node as is.
+func TestNodeForAdmission(t *testing.T) {
+	dir := t.TempDir() + "/device-plugins"
+	m, _ := startManager(t, Options{PluginDir: dir})
+	newFakePlugin(t, dir, "p.sock", &pluginapi.DevicePluginOptions{}, devices(4))
+	if err := register(t, m, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: testResource}); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, m, 4, 4)
+	for _, uid := range []string{"uid-1", "uid-2"} {
+		if err := m.Allocate(context.Background(), testPod(uid, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := &v1.Node{Status: v1.NodeStatus{Allocatable: v1.ResourceList{testResource: resource.MustParse("0"), v1.ResourceCPU: resource.MustParse("2")}}}
+	got := m.NodeForAdmission(testPod("uid-1", 2), node)
+	if q := got.Status.Allocatable[testResource]; q.Value() != 4 {
+		t.Errorf("allocatable for a pod holding devices = %s, want the 4 allocated", q.String())
+	}
+	if q := got.Status.Allocatable[v1.ResourceCPU]; q.String() != "2" {
+		t.Errorf("cpu allocatable = %s, want it kept", q.String())
+	}
+	if q := node.Status.Allocatable[testResource]; q.Value() != 0 {
+		t.Errorf("the node passed in was modified: %s", q.String())
+	}
+	if got := m.NodeForAdmission(testPod("uid-3", 2), node); got != node {
+		t.Error("a pod without devices got another node")
+	}
+	enough := &v1.Node{Status: v1.NodeStatus{Allocatable: v1.ResourceList{testResource: resource.MustParse("4")}}}
+	if got := m.NodeForAdmission(testPod("uid-1", 2), enough); got != enough {
+		t.Error("a node with enough allocatable was copied")
 	}
 }
