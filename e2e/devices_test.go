@@ -136,6 +136,11 @@ func TestDevicePluginsOnContainerd(t *testing.T) {
 	snap := snapshotContainers(running)
 	p.Stop()
 	stopped = true
+	// Allocatable 0 first, so that 4 below is the restarted agent's
+	// report of the plugin registered again, not the old one's.
+	waitForNode(t, n.name, "sample devices not allocatable before the agent's restart", readyTimeout, func(node *v1.Node) bool {
+		return devices(node.Status.Allocatable) == 0
+	})
 	n.agent.Kill()
 	if err := n.agent.Start(ctx); err != nil {
 		t.Fatal(err)
