@@ -10,10 +10,10 @@ import (
 	"go.uber.org/fx"
 	cri "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/pods"
-	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/status"
 )
@@ -35,10 +35,14 @@ const (
 // allocated at admission (the DevicePlugins admit handler, which rejects a
 // pod with UnexpectedAdmissionError as the kubelet), and the allocations
 // put into the containers' CRI configs (runtime.PodManagerOptions'
-// ContainerConfigHook). CRI includes it.
+// ContainerConfigHook). It replaces the GeneralPredicates admit handler
+// with one that fits a pod holding devices on the node as
+// devices.Manager.NodeForAdmission gives it (a running pod admitted again
+// after a restart, before its plugin registers again). CRI includes it.
 var Devices = fx.Options(
 	fx.Provide(provideDeviceOptions),
 	pods.AsAdmitHandler(AdmitDevicePlugins, OrderDevicePlugins, deviceAdmitHandler),
+	pods.AsAdmitHandler(pods.AdmitGeneralPredicates, pods.OrderGeneralPredicates, devicePredicates),
 	status.AsSetter(SetterDevicePlugins, OrderSetterDevices, func(m *devices.Manager) status.Setter { return m.SetNodeStatus }),
 	devices.Module,
 )
@@ -46,9 +50,16 @@ var Devices = fx.Options(
 type deviceParams struct {
 	fx.In
 
-	Config  *Config
-	Store   *pods.Store
-	Sources *podsource.Config
+	Config *Config
+	Store  *pods.Store
+	// Loop is the pod lifecycle loop's SourcesReady (Volumes provides
+	// it): the sources' first updates handled, not only received, as the
+	// kubelet's sourcesReady. While the loop admits the pods it found on
+	// an agent restart the sources are not ready, so their running
+	// containers keep their checkpointed devices even before their
+	// plugin registers again; podsource.Config.AllReady is already true
+	// then, and rejected those pods.
+	Loop    *podKnown
 	Runtime cri.RuntimeService
 	Logger  logr.Logger `optional:"true"`
 }
@@ -57,7 +68,7 @@ func provideDeviceOptions(p deviceParams) devices.Options {
 	return devices.Options{
 		PluginDir:        filepath.Join(p.Config.RootDir, "device-plugins"),
 		ActivePods:       p.Store.Active,
-		SourcesReady:     p.Sources.AllReady,
+		SourcesReady:     p.Loop.sourcesReady,
 		ContainerRunning: initialRunning(p.Runtime, p.Logger),
 	}
 }
@@ -99,5 +110,19 @@ func deviceAdmitHandler(m *devices.Manager) pods.AdmitHandler {
 			return pods.AdmitResult{Reason: devices.AdmissionReason, Message: err.Error()}
 		}
 		return pods.AdmitResult{Admit: true}
+	})
+}
+
+// devicePredicates is pods.GeneralPredicates on the node as the device
+// manager gives it for the pod, as the kubelet's predicate admit handler
+// runs the device manager's UpdatePluginResources first.
+func devicePredicates(m *devices.Manager, logger logr.Logger) pods.AdmitHandler {
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	preds := pods.GeneralPredicates(logger)
+	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
+		a.Node = m.NodeForAdmission(a.Pod, a.Node)
+		return preds.Admit(a)
 	})
 }

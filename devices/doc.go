@@ -14,7 +14,12 @@
 // Allocate in a pod admit handler (an *AdmissionError carries the kubelet's
 // reason, UnexpectedAdmissionError, and message), ApplyContainerConfig as
 // the runtime's container config hook, and Options.ActivePods,
-// SourcesReady and ContainerRunning from the pod lifecycle and runtime.
+// SourcesReady and ContainerRunning from the pod lifecycle and runtime
+// (SourcesReady must turn true only once the loop has handled the sources'
+// first updates, so that pods found running on a restart keep their
+// devices), and NodeForAdmission before the general predicates. The
+// Manager is also the pod resources API's DevicesProvider
+// (UpdateAllocatedDevices, ContainerDevices, AllocatableDevices).
 // An embedder replaces the Manager by wiring another implementation of
 // those funcs, or provides Options to Module with fx.Supply / fx.Decorate.
 package devices

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,48 +27,108 @@ type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	resource string
 	devices  []*pluginapi.Device
+	dir      string
 	socket   string
-	srv      *grpc.Server
+
+	mu  sync.Mutex // guards srv
+	srv *grpc.Server
+
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // Start serves a plugin of count healthy devices (dev-0…) for resource on
-// dir/<name>.sock and registers it with dir/kubelet.sock.
+// dir/<name>.sock and registers it with dir/kubelet.sock. Like a vendor's
+// plugin, it registers again when the node agent restarts: the agent
+// removes the plugins' sockets from dir when it starts (as the kubelet), so
+// once its socket is gone the plugin serves a new one and registers it with
+// the new kubelet.sock, until Stop.
 func Start(ctx context.Context, dir, name, resource string, count int) (*Plugin, error) {
-	p := &Plugin{resource: resource, socket: filepath.Join(dir, name+".sock")}
+	p := &Plugin{resource: resource, dir: dir, socket: filepath.Join(dir, name+".sock"), done: make(chan struct{})}
 	for i := range count {
 		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("dev-%d", i), Health: pluginapi.Healthy})
 	}
-	os.Remove(p.socket)
-	lis, err := net.Listen("unix", p.socket)
-	if err != nil {
-		return nil, fmt.Errorf("sample device plugin: %w", err)
-	}
-	p.srv = grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(p.srv, p)
-	go p.srv.Serve(lis)
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		p.Stop()
-		return nil, fmt.Errorf("sample device plugin: %w", err)
-	}
-	defer conn.Close()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: filepath.Base(p.socket), ResourceName: resource,
-	}, grpc.WaitForReady(true))
-	if err != nil {
-		p.Stop()
-		return nil, fmt.Errorf("sample device plugin: register %s: %w", resource, err)
+	if err := p.serveAndRegister(rctx); err != nil {
+		p.stopServer()
+		return nil, err
 	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	p.cancel = wcancel
+	go p.watch(wctx)
 	return p, nil
 }
 
-// Stop stops serving, as a plugin that was killed: the agent's
-// ListAndWatch stream ends.
-func (p *Plugin) Stop() {
-	p.srv.Stop()
+// serveAndRegister serves a new socket and registers it.
+func (p *Plugin) serveAndRegister(ctx context.Context) error {
+	p.stopServer()
+	lis, err := net.Listen("unix", p.socket)
+	if err != nil {
+		return fmt.Errorf("sample device plugin: %w", err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go srv.Serve(lis)
+	p.mu.Lock()
+	p.srv = srv
+	p.mu.Unlock()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(p.dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("sample device plugin: %w", err)
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: filepath.Base(p.socket), ResourceName: p.resource,
+	}, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("sample device plugin: register %s: %w", p.resource, err)
+	}
+	return nil
+}
+
+// watch serves and registers again whenever the plugin's socket is
+// removed, until ctx ends.
+func (p *Plugin) watch(ctx context.Context) {
+	defer close(p.done)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := os.Stat(p.socket); err == nil {
+			continue
+		}
+		// A failed registration (the agent still starting) is tried
+		// again on the next tick: the socket is removed with the server.
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := p.serveAndRegister(rctx); err != nil {
+			p.stopServer()
+		}
+		cancel()
+	}
+}
+
+func (p *Plugin) stopServer() {
+	p.mu.Lock()
+	srv := p.srv
+	p.srv = nil
+	p.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
 	os.Remove(p.socket)
+}
+
+// Stop stops serving and registering, as a plugin that was killed: the
+// agent's ListAndWatch stream ends.
+func (p *Plugin) Stop() {
+	p.cancel()
+	<-p.done
+	p.stopServer()
 }
 
 // GetDevicePluginOptions asks for no PreStartContainer and no preferred

@@ -72,3 +72,38 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The plugin registers again with a device manager that restarted on the
+// same directory (which removed its socket), as a vendor's plugin does
+// when the kubelet restarts.
+func TestSamplePluginRegistersAgain(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "device-plugins")
+	run := func() (*devices.Manager, func()) {
+		m, err := devices.New(devices.Options{PluginDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		waitFor(t, "kubelet.sock", func() bool { _, err := os.Stat(m.SocketPath()); return err == nil })
+		return m, func() { cancel(); <-done }
+	}
+	allocatable := func(m *devices.Manager) int64 {
+		_, a, _ := m.Capacity()
+		q := a["example.com/sample"]
+		return q.Value()
+	}
+	m, stop := run()
+	p, err := Start(context.Background(), dir, "sample", "example.com/sample", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	waitFor(t, "4 allocatable", func() bool { return allocatable(m) == 4 })
+	stop()
+
+	m2, stop2 := run()
+	defer stop2()
+	waitFor(t, "4 allocatable on the restarted manager", func() bool { return allocatable(m2) == 4 })
+}
