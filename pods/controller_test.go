@@ -812,6 +812,9 @@ func TestStaticPodAddedBackWhileStoppingRestarts(t *testing.T) {
 		return len(h.rt.kills) == 1
 	})
 	h.send(podsource.OpAdd, pod.DeepCopy())
+	// The loop took the update; wait until it handled it before the old
+	// copy may stop, or the pod is simply added anew.
+	h.waitFor("the restart requested", func() bool { return h.restartRequested(pod.UID) })
 	if got := h.counter("kubelet_restarted_pods_total", "true"); got != 0 {
 		t.Errorf("restarted_pods_total{static=true} = %v while the old copy still stops, want 0", got)
 	}
@@ -855,6 +858,9 @@ func TestRemovedAgainBeforeRestartStaysGone(t *testing.T) {
 	})
 	h.send(podsource.OpAdd, pod.DeepCopy())
 	h.send(podsource.OpRemove, pod)
+	// The loop took the removal; wait until it handled it (the restart
+	// request dropped) before the old copy may stop.
+	h.waitFor("the restart request dropped", func() bool { return !h.restartRequested(pod.UID) })
 	close(gate)
 	h.waitFor("every record gone", func() bool {
 		return h.sizes() == "records=0 orphans=0 killWaiters=0 terminateRetries=0 workers=0 active=0 statuses=0"
@@ -862,6 +868,15 @@ func TestRemovedAgainBeforeRestartStaysGone(t *testing.T) {
 	if got := h.counter("kubelet_restarted_pods_total", "true"); got != 0 {
 		t.Errorf("restarted_pods_total{static=true} = %v, want 0", got)
 	}
+}
+
+// restartRequested reports whether the controller holds a restart request
+// for uid (a pod added back while its worker stops it).
+func (h *controllerHarness) restartRequested(uid types.UID) bool {
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	_, ok := h.c.restarts[uid]
+	return ok
 }
 
 // counter returns the value of the counter name with the static label, 0
