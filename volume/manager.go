@@ -312,7 +312,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 
 	result := map[string]Mounted{}
-	var unmounted, unprocessed, causes []string
+	var unmounted, unattached, unprocessed, causes []string
 	// noPlugin is set when a volume can never mount on this node: the
 	// summary event is recorded at once.
 	noPlugin := false
@@ -354,6 +354,9 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 			unmounted = append(unmounted, vol.Name)
 			if vs.plugin == nil {
 				unprocessed = append(unprocessed, vol.Name)
+			}
+			if ua := (*UnattachedError)(nil); errors.As(vs.err, &ua) {
+				unattached = append(unattached, vol.Name)
 			}
 			causes = append(causes, vs.err.Error())
 			retryAt = timers.Earliest(retryAt, vs.notBefore)
@@ -403,18 +406,33 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		m.mu.Lock()
 		if err != nil {
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vs.name, err)
+			ua := (*UnattachedError)(nil)
+			isUnattached := errors.As(err, &ua)
 			if op := (*OperationError)(nil); errors.As(err, &op) {
 				msg = op.Error()
+			} else if isUnattached {
+				msg = ua.Error()
 			}
-			vs.err = errors.New(msg)
+			if isUnattached {
+				vs.err = &UnattachedError{Message: msg}
+			} else {
+				vs.err = errors.New(msg)
+			}
 			vs.delay = min(max(2*vs.delay, initialRetryDelay), maxRetryDelay)
 			vs.notBefore = m.clock.Now().Add(vs.delay)
 			retryAt = timers.Earliest(retryAt, vs.notBefore)
 			m.mu.Unlock()
-			logger.Error(err, "MountVolume.SetUp failed", "pod", klog.KObj(pod), "volume", vol.Name)
-			m.event(pod, msg)
 			unmounted = append(unmounted, vol.Name)
 			causes = append(causes, msg)
+			if isUnattached {
+				// Waiting for the attach/detach controller is no
+				// failure of the volume: logged, not an event.
+				logger.V(2).Info("Volume not attached yet", "pod", klog.KObj(pod), "volume", vol.Name, "reason", msg)
+				unattached = append(unattached, vol.Name)
+				continue
+			}
+			logger.Error(err, "MountVolume.SetUp failed", "pod", klog.KObj(pod), "volume", vol.Name)
+			m.event(pod, msg)
 			continue
 		}
 		vs.mounted, vs.out, vs.err, vs.delay = true, out, nil, 0
@@ -434,8 +452,12 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 	slices.Sort(unmounted)
 	slices.Sort(unprocessed)
+	slices.Sort(unattached)
+	if unattached == nil {
+		unattached = []string{}
+	}
 	err := &MountError{retryAt: retryAt, msg: fmt.Sprintf("unmounted volumes=%v, unattached volumes=%v, failed to process volumes=%v: %s",
-		unmounted, []string{}, unprocessed, strings.Join(causes, "; "))}
+		unmounted, unattached, unprocessed, strings.Join(causes, "; "))}
 	now := m.clock.Now()
 	m.mu.Lock()
 	if ps.failingSince.IsZero() {
@@ -782,17 +804,21 @@ func (m *Manager) event(pod *v1.Pod, msg string) {
 	}
 }
 
-// VolumesInUse returns the unique names of the mounted volumes the node
-// reports in status.volumesInUse: those of plugins implementing
-// InUseReporter. The kubelet reports attachable volumes only, so with the
-// built-in plugins the list is empty. The slice is the caller's, sorted.
+// VolumesInUse returns the unique names of the volumes the node reports in
+// status.volumesInUse: those of plugins implementing InUseReporter that a
+// pod of the node wants, mounted or not yet (waiting for their attachment,
+// failing), until they are torn down, as the kubelet reports its desired
+// and actual state's attachable volumes: the attach/detach controller
+// detaches none of them. The kubelet reports attachable volumes only, so
+// with the built-in plugins the list is empty. The slice is the caller's,
+// sorted.
 func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []v1.UniqueVolumeName
 	for _, ps := range m.pods {
 		for _, vs := range ps.volumes {
-			if r, ok := vs.plugin.(InUseReporter); ok && vs.mounted && ps.pod != nil {
+			if r, ok := vs.plugin.(InUseReporter); ok && ps.pod != nil {
 				vc := m.stateContext(ps.pod.UID, vs)
 				vc.Pod = ps.pod
 				if n, ok := r.VolumeInUseName(vc); ok {

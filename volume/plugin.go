@@ -104,9 +104,9 @@ type Remounter interface {
 // attach/detach controller does not detach a volume still mounted); none of
 // the built-in plugins is attachable.
 type InUseReporter interface {
-	// VolumeInUseName returns the unique name of the mounted volume v
-	// (Pod, Volume and PV set as for SetUp), and false when the volume is
-	// not to be reported.
+	// VolumeInUseName returns the unique name of the volume v (Pod,
+	// Volume and PV set as for SetUp), mounted or still to be, and false
+	// when the volume is not to be reported.
 	VolumeInUseName(v *VolumeContext) (v1.UniqueVolumeName, bool)
 }
 

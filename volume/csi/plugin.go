@@ -66,8 +66,11 @@ type PluginOptions struct {
 //	<root>/pods/<uid>/volumes/kubernetes.io~csi/<pv or volume>/mount        publish target
 //	<root>/pods/<uid>/volumes/kubernetes.io~csi/<pv or volume>/vol_data.json
 //
-// SetUp waits for the VolumeAttachment to be attached when the CSIDriver
-// requires attachment (or no CSIDriver exists, as the kubelet), stages the
+// SetUp waits, when the CSIDriver requires attachment (or no CSIDriver
+// exists, as the kubelet), until the node's status lists the volume in
+// volumesInUse and volumesAttached (a *volume.UnattachedError meanwhile:
+// no event, the volume among the pod's "unattached volumes") and its
+// VolumeAttachment is attached, stages the
 // volume once when the driver has STAGE_UNSTAGE_VOLUME, and publishes it;
 // a target already mounted that this process did not publish (after a
 // restart) is adopted without a call. TearDown unpublishes, and unstages
@@ -201,6 +204,9 @@ func (p *Plugin) SetUp(ctx context.Context, vc *volume.VolumeContext) (volume.Mo
 	}
 	var publishContext map[string]string
 	if src.mode == modePersistent && attachRequired(driver) {
+		if err := p.verifyAttached(ctx, vc.Name, src); err != nil {
+			return volume.Mounted{}, err
+		}
 		if publishContext, err = p.attached(ctx, src); err != nil {
 			return volume.Mounted{}, &volume.OperationError{Message: fmt.Sprintf("MountVolume.WaitForAttach failed for volume %q : %v", vc.Name, err)}
 		}
@@ -468,6 +474,29 @@ func supportsMode(driver *storagev1.CSIDriver, src source) error {
 // CSIDriver (the kubelet's skipAttach).
 func attachRequired(driver *storagev1.CSIDriver) bool {
 	return driver == nil || driver.Spec.AttachRequired == nil || *driver.Spec.AttachRequired
+}
+
+// verifyAttached is the kubelet's VerifyControllerAttachedVolume: the
+// attach/detach controller attaches a volume the node reports in
+// status.volumesInUse (so it will not detach it while it is mounted) and
+// then lists it in status.volumesAttached. Until both hold it returns a
+// *volume.UnattachedError in the kubelet's words.
+func (p *Plugin) verifyAttached(ctx context.Context, name string, src source) error {
+	if p.opts.Client == nil {
+		return &volume.UnattachedError{Message: fmt.Sprintf("Volume not attached according to node status for volume %q : no API client", name)}
+	}
+	node, err := p.opts.Client.CoreV1().Nodes().Get(ctx, p.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return &volume.UnattachedError{Message: fmt.Sprintf("VerifyControllerAttachedVolume failed fetching node from API server for volume %q : %v", name, err)}
+	}
+	unique := UniqueVolumeName(src.driver, src.handle)
+	if !slices.Contains(node.Status.VolumesInUse, unique) {
+		return &volume.UnattachedError{Message: fmt.Sprintf("Volume has not been added to the list of VolumesInUse in the node's volume status for volume %q", name)}
+	}
+	if !slices.ContainsFunc(node.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique }) {
+		return &volume.UnattachedError{Message: fmt.Sprintf("Volume not attached according to node status for volume %q", name)}
+	}
+	return nil
 }
 
 // attached returns the publish context of the volume's VolumeAttachment,

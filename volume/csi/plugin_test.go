@@ -410,41 +410,74 @@ func TestDriverNotRegistered(t *testing.T) {
 	}
 }
 
-// TestAttachRequired: without a CSIDriver the volume needs its
-// VolumeAttachment attached before staging; its metadata is the publish
-// context; the node reports it in volumesInUse.
+// TestAttachRequired: without a CSIDriver the volume is attachable: it is
+// reported in volumesInUse at once, waits (no event, listed among the
+// unattached volumes) until the node status lists it in volumesInUse and
+// volumesAttached, as the kubelet's VerifyControllerAttachedVolume, then
+// for its VolumeAttachment to be attached before staging; the attachment's
+// metadata is the publish context.
 func TestAttachRequired(t *testing.T) {
-	f := newFixture(t, claimAndPV("pv-1", "vol-1")...)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	f := newFixture(t, append(claimAndPV("pv-1", "vol-1"), node)...)
 	pod := claimPod("u1", "web-0")
 	id := attachmentName("vol-1", testDriver, "node-1")
-	_, err := f.m.MountPod(f.ctx, pod)
-	want := fmt.Sprintf(`volume vol-1 has GET error for volume attachment %s: volumeattachments.storage.k8s.io "%s" not found`, id, id)
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("MountPod: %v, want ...%s", err, want)
+	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + testDriver + "^vol-1")
+	mountWants := func(want string) {
+		t.Helper()
+		f.clock.Step(3 * time.Minute)
+		_, err := f.m.MountPod(f.ctx, pod)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("MountPod: %v, want ...%s", err, want)
+		}
 	}
-	if e := f.events(); len(e) != 1 || e[0] != `Warning FailedMount MountVolume.WaitForAttach failed for volume "pv-1" : `+want {
+	mountWants(`unmounted volumes=[vol], unattached volumes=[vol], failed to process volumes=[]: Volume has not been added to the list of VolumesInUse in the node's volume status for volume "pv-1"`)
+	if inUse := f.m.VolumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{unique}) {
+		t.Errorf("volumesInUse while waiting for the attachment %v, want %s", inUse, unique)
+	}
+	setStatus := func(st v1.NodeStatus) {
+		node.Status = st
+		if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus(v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{unique}})
+	mountWants(`unattached volumes=[vol], failed to process volumes=[]: Volume not attached according to node status for volume "pv-1"`)
+	// Only the pod's summary, once it waited 2m3s: no event per try.
+	if e := f.events(); len(e) != 1 || !strings.HasPrefix(e[0], "Warning FailedMount Unable to attach or mount volumes: unmounted volumes=[vol], unattached volumes=[vol]") {
+		t.Errorf("events %q, want the one summary", e)
+	}
+
+	// The node says attached, the VolumeAttachment does not (yet): the
+	// kubelet's WaitForAttach failure.
+	setStatus(v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{unique}, VolumesAttached: []v1.AttachedVolume{{Name: unique}}})
+	want := fmt.Sprintf(`volume vol-1 has GET error for volume attachment %s: volumeattachments.storage.k8s.io "%s" not found`, id, id)
+	mountWants(want)
+	if e := f.events(); len(e) == 0 || e[0] != `Warning FailedMount MountVolume.WaitForAttach failed for volume "pv-1" : `+want {
 		t.Errorf("events %q", e)
 	}
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: id}}
 	f.client.StorageV1().VolumeAttachments().Create(f.ctx, va, metav1.CreateOptions{})
-	f.clock.Step(time.Second)
-	if _, err := f.m.MountPod(f.ctx, pod); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("volume vol-1 is not attached for volume attachment %s", id)) {
-		t.Fatalf("MountPod before attached: %v", err)
-	}
+	mountWants(fmt.Sprintf("volume vol-1 is not attached for volume attachment %s", id))
 	if c := f.node.takeCalls(); len(c) != 0 {
 		t.Errorf("driver calls before the volume is attached: %v", c)
 	}
 	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"devicePath": "/dev/xvdb"}}
 	f.client.StorageV1().VolumeAttachments().Update(f.ctx, va, metav1.UpdateOptions{})
-	f.clock.Step(2 * time.Second)
+	f.clock.Step(3 * time.Minute)
 	if _, err := f.m.MountPod(f.ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if f.node.stageReq[0].PublishContext["devicePath"] != "/dev/xvdb" || f.node.publish[0].PublishContext["devicePath"] != "/dev/xvdb" {
 		t.Errorf("publish context %v / %v", f.node.stageReq[0].PublishContext, f.node.publish[0].PublishContext)
 	}
-	if inUse := f.m.VolumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{"kubernetes.io/csi/" + testDriver + "^vol-1"}) {
+	if inUse := f.m.VolumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{unique}) {
 		t.Errorf("volumesInUse %v", inUse)
+	}
+	if err := f.m.UnmountPod(f.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if inUse := f.m.VolumesInUse(); len(inUse) != 0 {
+		t.Errorf("volumesInUse after the pod's teardown %v, want none", inUse)
 	}
 }
 
