@@ -32,7 +32,14 @@
 // an unused image. TestReadmeClaimsOnContainerd (claims_test.go) checks
 // README claims in seconds on a containerd of its own: a native sidecar
 // started (its startup probe passed) before the main container, hostPath
-// directories, a tcpSocket readiness probe. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
+// directories, a tcpSocket readiness probe. The CSI tests (csi_*_test.go)
+// run the module's own CSI driver (package csidriver) in the test process,
+// registered through the node's plugins_registry: TestCSINodeOperations
+// plays the external attacher (status.attached on the attach/detach
+// controller's VolumeAttachment) and the external-resizer (PV capacity and
+// the claim's resize status), fails and removes a driver beside running
+// pods; TestCSIHandoverFromKubelet hands a CSI volume the upstream kubelet
+// mounted over to an agent. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
 // with the API server unreachable (a proxy refuses the agent), then their
 // mirror pods, a deleted mirror pod coming back, an edited manifest
 // replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.
