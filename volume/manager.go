@@ -146,6 +146,9 @@ type Manager struct {
 	// found are volumes found on disk at start that no MountPod has set
 	// up again: pod UID → volume name → plugin name.
 	found map[types.UID]map[string]string
+	// foundInUse are the unique names of the found volumes reported in
+	// status.volumesInUse while they are found (DiskInUseReporter).
+	foundInUse map[types.UID]map[string]v1.UniqueVolumeName
 	// dirty are the pods whose remountable volumes are to be set up again.
 	dirty map[types.UID]bool
 	// orphanErrs are the last cleanup errors of orphaned pods, so a
@@ -221,7 +224,9 @@ func New(opts Options) (*Manager, error) {
 		forgot:   make(chan struct{}, 1),
 		pods:     map[types.UID]*podState{},
 		found:    map[types.UID]map[string]string{},
-		dirty:    map[types.UID]bool{},
+
+		foundInUse: map[types.UID]map[string]v1.UniqueVolumeName{},
+		dirty:      map[types.UID]bool{},
 
 		orphanErrs: map[types.UID]string{},
 	}
@@ -550,6 +555,7 @@ func (m *Manager) forgetPod(uid types.UID, ps *podState) {
 	ps.removed = true
 	delete(m.pods, uid)
 	delete(m.found, uid)
+	delete(m.foundInUse, uid)
 	delete(m.dirty, uid)
 	m.mu.Unlock()
 	select {
@@ -655,6 +661,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.reconstruct(); err != nil {
 		logger.Error(err, "Failed to read the pods' volumes from disk")
 	}
+	m.reconstructInUse(ctx)
 	m.synced.Store(true)
 	if m.opts.PodKnown == nil {
 		logger.Info("Volumes of pods the agent does not know are not cleaned up: no PodKnown function")
@@ -807,9 +814,10 @@ func (m *Manager) event(pod *v1.Pod, msg string) {
 // VolumesInUse returns the unique names of the volumes the node reports in
 // status.volumesInUse: those of plugins implementing InUseReporter that a
 // pod of the node wants, mounted or not yet (waiting for their attachment,
-// failing), until they are torn down, as the kubelet reports its desired
-// and actual state's attachable volumes: the attach/detach controller
-// detaches none of them. The kubelet reports attachable volumes only, so
+// failing), until they are torn down, and those found on disk at start
+// that a DiskInUseReporter names, until a pod mounts them again or they are
+// torn down, as the kubelet reports its desired and actual state's
+// attachable volumes: the attach/detach controller detaches none of them. The kubelet reports attachable volumes only, so
 // with the built-in plugins the list is empty. The slice is the caller's,
 // sorted.
 func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
@@ -827,8 +835,48 @@ func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 			}
 		}
 	}
+	for uid, vols := range m.foundInUse {
+		for name, unique := range vols {
+			if _, ok := m.found[uid][name]; ok {
+				out = append(out, unique)
+			}
+		}
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// reconstructInUse names the found volumes of DiskInUseReporter plugins,
+// for VolumesInUse.
+func (m *Manager) reconstructInUse(ctx context.Context) {
+	type job struct {
+		uid     types.UID
+		name    string
+		plugin  DiskInUseReporter
+		dirName string
+	}
+	var jobs []job
+	m.mu.Lock()
+	for uid, vols := range m.found {
+		for name, pluginName := range vols {
+			if r, ok := m.byName[pluginName].(DiskInUseReporter); ok {
+				jobs = append(jobs, job{uid, name, r, escapePluginName(pluginName)})
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, j := range jobs {
+		unique, ok := j.plugin.VolumeInUseNameOnDisk(ctx, filepath.Join(m.podsDir, string(j.uid), "volumes", j.dirName, j.name))
+		if !ok {
+			continue
+		}
+		m.mu.Lock()
+		if m.foundInUse[j.uid] == nil {
+			m.foundInUse[j.uid] = map[string]v1.UniqueVolumeName{}
+		}
+		m.foundInUse[j.uid][j.name] = unique
+		m.mu.Unlock()
+	}
 }
 
 // ReconcilerSynced reports whether Run has read the volumes on disk, the

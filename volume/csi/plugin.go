@@ -99,6 +99,7 @@ var (
 	_ volume.Plugin                 = (*Plugin)(nil)
 	_ volume.PersistentVolumePlugin = (*Plugin)(nil)
 	_ volume.InUseReporter          = (*Plugin)(nil)
+	_ volume.DiskInUseReporter      = (*Plugin)(nil)
 	_ volume.Remounter              = (*Plugin)(nil)
 	_ volume.Expander               = (*Plugin)(nil)
 )
@@ -415,6 +416,28 @@ func (p *Plugin) VolumeInUseName(vc *volume.VolumeContext) (v1.UniqueVolumeName,
 		return "", false
 	}
 	return UniqueVolumeName(s.Driver, s.VolumeHandle), true
+}
+
+// VolumeInUseNameOnDisk names a CSI volume found on disk at start (dir is
+// its <pod>/volumes/kubernetes.io~csi/<name>) from its vol_data.json, as
+// the kubelet's reconstruction: a persistent volume whose CSIDriver
+// requires attachment, or has none. A CSIDriver that cannot be read counts
+// as requiring it: reporting a volume in use keeps it attached, the safe
+// side.
+func (p *Plugin) VolumeInUseNameOnDisk(ctx context.Context, dir string) (v1.UniqueVolumeName, bool) {
+	data, err := loadVolData(dir)
+	if err != nil || data[keyLifecycleMode] == modeEphemeral || data[keyDriverName] == "" || data[keyVolumeHandle] == "" {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(ctx, csiTimeout)
+	defer cancel()
+	driver, err := p.csiDriver(ctx, data[keyDriverName])
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "CSIDriver of a volume found on disk not read; the volume is reported in use", "path", dir)
+	} else if !attachRequired(driver) {
+		return "", false
+	}
+	return UniqueVolumeName(data[keyDriverName], data[keyVolumeHandle]), true
 }
 
 // UniqueVolumeName is the kubelet's unique name of a CSI volume, as

@@ -481,6 +481,71 @@ func TestAttachRequired(t *testing.T) {
 	}
 }
 
+// TestRestartReportsAttachedVolumesInUse: an agent restarted with an
+// attachable CSI volume mounted reports it in volumesInUse from the start,
+// before any pod mounts it again (as the kubelet reports its reconstructed
+// volumes), so the attach/detach controller cannot detach it; a volume of
+// a driver that needs no attachment is not reported; the volume torn down,
+// it is no longer reported.
+func TestRestartReportsAttachedVolumesInUse(t *testing.T) {
+	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + testDriver + "^vol-1")
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: v1.NodeStatus{
+		VolumesInUse: []v1.UniqueVolumeName{unique}, VolumesAttached: []v1.AttachedVolume{{Name: unique}}}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("vol-1", testDriver, "node-1")},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+	f := newFixture(t, append(claimAndPV("pv-1", "vol-1"), node, va, csiDriverObject(true))...)
+	if _, err := f.m.MountPod(f.ctx, claimPod("u1", "web-0")); err != nil {
+		t.Fatal(err)
+	}
+
+	f.restart(func(types.UID) bool { return true })
+	if f.m.ReconcilerSynced() {
+		t.Fatal("synced before Run")
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- f.m.Run(ctx) }()
+	for !f.m.ReconcilerSynced() {
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.m.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{unique}) {
+		t.Errorf("volumesInUse after the restart, before any pod mounted again: %v, want %s", got, unique)
+	}
+	if err := f.m.UnmountPod(f.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumesInUse after the teardown: %v", got)
+	}
+
+	// A driver that needs no attachment: not reported.
+	if err := f.client.StorageV1().CSIDrivers().Delete(f.ctx, testDriver, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.StorageV1().CSIDrivers().Create(f.ctx, csiDriverObject(false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.MountPod(f.ctx, claimPod("u2", "web-1")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	f.restart(nil)
+	ctx2, cancel2 := context.WithCancel(f.ctx)
+	defer cancel2()
+	done2 := make(chan error)
+	go func() { done2 <- f.m.Run(ctx2) }()
+	for !f.m.ReconcilerSynced() {
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumesInUse of a volume needing no attachment: %v", got)
+	}
+	cancel2()
+	<-done2
+}
+
 // TestRestartReconstruction: an agent restarted with a CSI volume mounted
 // adopts it for its pod without a driver call, and tears down through the
 // driver (unpublish, unstage) the volume of a pod that is gone.
