@@ -37,9 +37,10 @@ const (
 // the node at every resync, as the kubelet at every pod sync.
 const csiNodeSyncFrequency = 5 * time.Second
 
-// createCSIDriverObject creates the CSIDriver of the e2e driver called
-// name (persistent volumes, no pod info), deleted when the test ends.
-func createCSIDriverObject(t *testing.T, name string, attachRequired bool) {
+// ensureNamedCSIDriverObject creates the CSIDriver of the e2e driver
+// called name (persistent volumes, no pod info), shared by the tests that
+// use the name.
+func ensureNamedCSIDriverObject(t *testing.T, name string, attachRequired bool) {
 	t.Helper()
 	obj := &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -48,11 +49,71 @@ func createCSIDriverObject(t *testing.T, name string, attachRequired bool) {
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
 		},
 	}
-	drivers := env.cp.Client().StorageV1().CSIDrivers()
-	if _, err := drivers.Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+	_, err := env.cp.Client().StorageV1().CSIDrivers().Create(t.Context(), obj, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create CSIDriver %s: %v", name, err)
 	}
-	t.Cleanup(func() { _ = drivers.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// waitForAttachment waits for the VolumeAttachment the attach/detach
+// controller makes for pv on node and checks its spec.
+func waitForAttachment(t *testing.T, pv *v1.PersistentVolume, node string) *storagev1.VolumeAttachment {
+	t.Helper()
+	name := attachmentName(pv.Spec.CSI.VolumeHandle, pv.Spec.CSI.Driver, node)
+	var va *storagev1.VolumeAttachment
+	waitForCondition(t, "the attach/detach controller's VolumeAttachment "+name, podTimeout, func() (bool, error) {
+		var err error
+		va, err = env.cp.Client().StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if va.Spec.Attacher != pv.Spec.CSI.Driver || va.Spec.NodeName != node || ptr.Deref(va.Spec.Source.PersistentVolumeName, "") != pv.Name {
+		t.Fatalf("VolumeAttachment spec %+v, want attacher %s, node %s, PV %s", va.Spec, pv.Spec.CSI.Driver, node, pv.Name)
+	}
+	return va
+}
+
+// markAttached plays the external attacher: the VolumeAttachment name is
+// attached, with metadata as its attachment metadata.
+func markAttached(t *testing.T, name string, metadata map[string]string) {
+	t.Helper()
+	vas := env.cp.Client().StorageV1().VolumeAttachments()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		va, err := vas.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		va.Status.Attached = true
+		va.Status.AttachmentMetadata = metadata
+		_, err = vas.UpdateStatus(t.Context(), va, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("mark %s attached: %v", name, err)
+	}
+}
+
+// waitForDetach waits until the attach/detach controller deleted the
+// VolumeAttachment name and dropped the volume unique from the node's
+// volumesAttached, and requires the node not to report it in volumesInUse
+// any more (the controller detaches no volume in use).
+func waitForDetach(t *testing.T, name, node string, unique v1.UniqueVolumeName) {
+	t.Helper()
+	waitForCondition(t, "the attach/detach controller deleting "+name, podTimeout, func() (bool, error) {
+		_, err := env.cp.Client().StorageV1().VolumeAttachments().Get(t.Context(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	n := waitForNode(t, node, "the volume out of volumesAttached", podTimeout, func(n *v1.Node) bool {
+		return !slices.ContainsFunc(n.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique })
+	})
+	if slices.Contains(n.Status.VolumesInUse, unique) {
+		t.Errorf("the volume was detached while the node still reported it in volumesInUse %v", n.Status.VolumesInUse)
+	}
 }
 
 // csiClaim creates a PersistentVolume of driver (volume handle and name
@@ -111,8 +172,8 @@ func TestCSINodeOperations(t *testing.T) {
 	t.Parallel()
 	n := newContainerdPodNode(t, "csiops", "--sync-frequency="+csiNodeSyncFrequency.String())
 	ensureCSIDriverObject(t)
-	createCSIDriverObject(t, e2eAttachCSIDriver, true)
-	createCSIDriverObject(t, e2eFlakyCSIDriver, false)
+	ensureNamedCSIDriverObject(t, e2eAttachCSIDriver, true)
+	ensureNamedCSIDriverObject(t, e2eFlakyCSIDriver, false)
 	main := startCSIDriver(t, n.testNode, 0)
 	waitRegistration(t, main)
 	attach := startNamedCSIDriver(t, n.agent.Dir, n.name, e2eAttachCSIDriver, 0)
@@ -156,37 +217,22 @@ func testCSIAttach(t *testing.T, n *podNode, d *csidriver.Driver) {
 	handle := pv.Spec.CSI.VolumeHandle
 	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + e2eAttachCSIDriver + "^" + handle)
 	vaName := attachmentName(handle, e2eAttachCSIDriver, n.name)
-	vas := env.cp.Client().StorageV1().VolumeAttachments()
 
 	pod := n.createPod(t, n.claimPod("attached", "attached"))
-	var va *storagev1.VolumeAttachment
-	waitForCondition(t, "the attach/detach controller's VolumeAttachment "+vaName, podTimeout, func() (bool, error) {
-		var err error
-		va, err = vas.Get(ctx, vaName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if va.Spec.Attacher != e2eAttachCSIDriver || va.Spec.NodeName != n.name || ptr.Deref(va.Spec.Source.PersistentVolumeName, "") != pv.Name {
-		t.Fatalf("VolumeAttachment spec %+v, want attacher %s, node %s, PV %s", va.Spec, e2eAttachCSIDriver, n.name, pv.Name)
-	}
-	waitForNode(t, n.name, "the volume in volumesInUse while it is not attached", time.Minute, func(node *v1.Node) bool {
+	waitForAttachment(t, pv, n.name)
+	waitForNode(t, n.name, "the volume in volumesInUse while it is not attached", podTimeout, func(node *v1.Node) bool {
 		return slices.Contains(node.Status.VolumesInUse, unique)
 	})
 	// The agent has seen the node status with the volume in use and still
 	// waits for the attachment.
-	waitForCondition(t, "the agent waiting for the attachment", time.Minute, func() (bool, error) {
+	waitForCondition(t, "the agent waiting for the attachment", podTimeout, func() (bool, error) {
 		b, err := os.ReadFile(n.agent.LogPath)
 		return strings.Contains(string(b), fmt.Sprintf(`Volume not attached according to node status for volume \"%s\"`, pv.Name)), err
 	})
-	p, err := env.cp.Client().CoreV1().Pods(n.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cs, ok := mainStatus(p); p.Status.Phase != v1.PodPending || !ok || cs.State.Waiting == nil || cs.State.Waiting.Reason != "ContainerCreating" {
-		t.Errorf("pod while its volume is not attached: phase %s, container %+v; want Pending, waiting in ContainerCreating", p.Status.Phase, cs.State)
-	}
+	waitForPod(t, n.ns, pod.Name, "Pending, waiting in ContainerCreating", func(p *v1.Pod) bool {
+		cs, ok := mainStatus(p)
+		return p.Status.Phase == v1.PodPending && ok && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating"
+	})
 	if c := d.Calls("NodeStageVolume") + d.Calls("NodePublishVolume"); c != 0 {
 		t.Errorf("the driver was asked to stage or publish %d times before the attachment", c)
 	}
@@ -197,21 +243,9 @@ func testCSIAttach(t *testing.T, n *podNode, d *csidriver.Driver) {
 	}
 
 	// The external attacher's part.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		va, err := vas.Get(ctx, vaName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		va.Status.Attached = true
-		va.Status.AttachmentMetadata = map[string]string{"e2e-device": "/dev/e2e-" + handle}
-		_, err = vas.UpdateStatus(ctx, va, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("mark %s attached: %v", vaName, err)
-	}
+	markAttached(t, vaName, map[string]string{"e2e-device": "/dev/e2e-" + handle})
 	n.waitForLogLine(t, pod, "main", "the pod running on the attached volume", func(l string) bool { return l == "written" })
-	waitForNode(t, n.name, "the volume in volumesAttached", time.Minute, func(node *v1.Node) bool {
+	waitForNode(t, n.name, "the volume in volumesAttached", podTimeout, func(node *v1.Node) bool {
 		return slices.ContainsFunc(node.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique })
 	})
 	if got := d.StageContext(handle)["e2e-device"]; got != "/dev/e2e-"+handle {
@@ -225,19 +259,7 @@ func testCSIAttach(t *testing.T, n *podNode, d *csidriver.Driver) {
 		t.Fatal(err)
 	}
 	waitPodsGone(t, n.ns, []string{pod.Name}, podTimeout)
-	waitForCondition(t, "the attach/detach controller deleting "+vaName, podTimeout, func() (bool, error) {
-		_, err := vas.Get(ctx, vaName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	node := waitForNode(t, n.name, "the volume out of volumesAttached", time.Minute, func(node *v1.Node) bool {
-		return !slices.ContainsFunc(node.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique })
-	})
-	if slices.Contains(node.Status.VolumesInUse, unique) {
-		t.Errorf("the volume was detached while the node still reported it in volumesInUse %v", node.Status.VolumesInUse)
-	}
+	waitForDetach(t, vaName, n.name, unique)
 	waitDriverCalls(t, d, "NodeUnpublishVolume", 1)
 	waitDriverCalls(t, d, "NodeUnstageVolume", 1)
 	t.Logf("pod deleted → volume detached: %s", time.Since(start).Round(100*time.Millisecond))

@@ -38,8 +38,9 @@
 // plays the external attacher (status.attached on the attach/detach
 // controller's VolumeAttachment) and the external-resizer (PV capacity and
 // the claim's resize status), fails and removes a driver beside running
-// pods; TestCSIHandoverFromKubelet hands a CSI volume the upstream kubelet
-// mounted over to an agent. TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
+// pods; TestCSIHandoverFromKubelet hands an attached CSI volume the
+// upstream kubelet mounted over to an agent (no remount, volumesInUse kept
+// in every node status). TestStaticPodsOnContainerd (staticpods_test.go) runs static pods on a containerd of its own: first
 // with the API server unreachable (a proxy refuses the agent), then their
 // mirror pods, a deleted mirror pod coming back, an edited manifest
 // replacing its pod, a manifest URL on 127.0.0.1 adding and removing pods.

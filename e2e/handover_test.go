@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,10 +116,51 @@ type kubeletNode struct {
 	cri                      *cluster.CRIClient
 	ctrd                     *cluster.Containerd
 	kubelet                  *cluster.Agent
-	saved                    cluster.KernelTunables
-	// stopped is set once the kubelet is stopped for the handover.
-	stopped   bool
-	endExcuse func()
+	// stopped is set once the kubelet is stopped for the handover;
+	// released once it gave up its hold on the kernel tunables.
+	stopped, released bool
+	endExcuse         func()
+}
+
+// kubeletTunables are the kernel tunables as they were before the first of
+// the tests' kubelets started (they run in parallel): restored when the
+// last one stops, so that no test saves another's kubelet's values.
+var kubeletTunables struct {
+	sync.Mutex
+	holders int
+	saved   cluster.KernelTunables
+}
+
+// acquireKernelTunables saves the kernel tunables unless a kubelet of
+// another test holds them already, and holds them.
+func acquireKernelTunables() error {
+	kubeletTunables.Lock()
+	defer kubeletTunables.Unlock()
+	if kubeletTunables.holders == 0 {
+		saved, err := cluster.SaveKernelTunables()
+		if err != nil {
+			return err
+		}
+		kubeletTunables.saved = saved
+	}
+	kubeletTunables.holders++
+	return nil
+}
+
+// releaseKernelTunables gives up k's hold on the kernel tunables (once),
+// restoring them when no other test's kubelet holds them.
+func (k *kubeletNode) releaseKernelTunables() error {
+	kubeletTunables.Lock()
+	defer kubeletTunables.Unlock()
+	if k.released {
+		return nil
+	}
+	k.released = true
+	kubeletTunables.holders--
+	if kubeletTunables.holders > 0 {
+		return nil
+	}
+	return kubeletTunables.saved.Restore()
 }
 
 // startKubeletNode builds (cached) and starts the upstream kubelet as node
@@ -144,12 +186,13 @@ func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
 	t.Logf("kubelet binary ready in %s", time.Since(start).Round(time.Second))
 
 	k := &kubeletNode{name: name}
-	// The kubelet sets kernel tunables when it starts; put them back.
-	if k.saved, err = cluster.SaveKernelTunables(); err != nil {
+	// The kubelet sets kernel tunables when it starts; put them back once
+	// no kubelet of a test runs.
+	if err := acquireKernelTunables(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := k.saved.Restore(); err != nil {
+		if err := k.releaseKernelTunables(); err != nil {
 			t.Error(err)
 		}
 	})
@@ -232,7 +275,7 @@ func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agen
 	if cluster.StopTimedOut(err) {
 		t.Fatalf("stop kubelet: %v", err)
 	}
-	if err := k.saved.Restore(); err != nil {
+	if err := k.releaseKernelTunables(); err != nil {
 		t.Error(err)
 	}
 	agent, err := env.cp.NewAgent(cluster.AgentOptions{
