@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,18 +31,34 @@ const e2eCSITopologyKey = "topology.csi.e2e.nodekit.io/node"
 // driver is stopped (sockets removed) when the test ends.
 func startCSIDriver(t *testing.T, n *testNode, maxVolumes int64) *csidriver.Driver {
 	t.Helper()
+	return startNamedCSIDriver(t, n.agent.Dir, n.name, e2eCSIDriver, maxVolumes)
+}
+
+// startNamedCSIDriver starts an e2e CSI driver called name for node
+// nodeName whose agent (or kubelet) has its directory in dir: it registers
+// through dir/root/plugins_registry, serves dir/csi[-<first label of
+// name>].sock and keeps its data under dir/csi-data. The driver is stopped
+// (sockets removed) when the test ends.
+func startNamedCSIDriver(t *testing.T, dir, nodeName, name string, maxVolumes int64) *csidriver.Driver {
+	t.Helper()
+	endpoint := "csi.sock"
+	if name != e2eCSIDriver {
+		label, _, _ := strings.Cut(name, ".")
+		endpoint = "csi-" + label + ".sock"
+	}
+	registry := filepath.Join(dir, "root", "plugins_registry")
 	d := csidriver.New(csidriver.Options{
-		Name:              e2eCSIDriver,
-		NodeID:            n.name + "-csi",
+		Name:              name,
+		NodeID:            nodeName + "-csi",
 		TopologyKey:       e2eCSITopologyKey,
 		MaxVolumesPerNode: maxVolumes,
-		DataRoot:          filepath.Join(n.agent.Dir, "csi-data"),
-		Endpoint:          filepath.Join(n.agent.Dir, "csi.sock"),
-		RegistrationDir:   filepath.Join(n.agent.Dir, "root", "plugins_registry"),
+		DataRoot:          filepath.Join(dir, "csi-data"),
+		Endpoint:          filepath.Join(dir, endpoint),
+		RegistrationDir:   registry,
 	})
 	// The agent makes the registration directory on start.
 	waitForCondition(t, "the agent's plugins_registry", 30*time.Second, func() (bool, error) {
-		fi, err := os.Stat(filepath.Join(n.agent.Dir, "root", "plugins_registry"))
+		fi, err := os.Stat(registry)
 		if err != nil {
 			return false, nil
 		}
@@ -83,14 +100,14 @@ func waitForCondition(t *testing.T, what string, timeout time.Duration, cond fun
 	}
 }
 
-// csiNodeDriver returns the node's CSINode and its entry for the e2e
-// driver, if any.
-func csiNodeDriver(ctx context.Context, node string) (*storagev1.CSINode, *storagev1.CSINodeDriver, error) {
+// csiNodeDriver returns the node's CSINode and its entry for the driver
+// called name, if any.
+func csiNodeDriver(ctx context.Context, node, name string) (*storagev1.CSINode, *storagev1.CSINodeDriver, error) {
 	cn, err := env.cp.Client().StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
-	i := slices.IndexFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == e2eCSIDriver })
+	i := slices.IndexFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == name })
 	if i < 0 {
 		return cn, nil, nil
 	}
@@ -125,7 +142,7 @@ func TestCSIDriverRegistration(t *testing.T) {
 
 	// The kubelet makes the node's CSINode at start, driver or not.
 	waitForCondition(t, "the node's CSINode", time.Minute, func() (bool, error) {
-		cn, _, err := csiNodeDriver(ctx, name)
+		cn, _, err := csiNodeDriver(ctx, name, e2eCSIDriver)
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		} else if err != nil {
@@ -145,7 +162,7 @@ func TestCSIDriverRegistration(t *testing.T) {
 	checkRegistered := func() {
 		t.Helper()
 		waitForCondition(t, "the driver in the CSINode", time.Minute, func() (bool, error) {
-			_, drv, err := csiNodeDriver(ctx, name)
+			_, drv, err := csiNodeDriver(ctx, name, e2eCSIDriver)
 			if err != nil || drv == nil {
 				return false, err
 			}
@@ -165,7 +182,7 @@ func TestCSIDriverRegistration(t *testing.T) {
 	// The driver goes: its registration socket with it.
 	d.Stop()
 	waitForCondition(t, "the driver gone from the CSINode", time.Minute, func() (bool, error) {
-		_, drv, err := csiNodeDriver(ctx, name)
+		_, drv, err := csiNodeDriver(ctx, name, e2eCSIDriver)
 		return err == nil && drv == nil, err
 	})
 	waitForNode(t, name, "no node ID annotation", time.Minute, func(n *v1.Node) bool {

@@ -34,10 +34,19 @@
 //     driver registered through plugins_registry (CSINode, node ID
 //     annotation, topology) and its volumes: a StatefulSet on static PVs
 //     across a pod's deletion and the agent's SIGKILL, inline and generic
-//     ephemeral volumes, a driver killed mid-way.
+//     ephemeral volumes, a driver killed mid-way; TestCSINodeOperations
+//     (csi_node_test.go) plays the external attacher (status.attached on
+//     the attach/detach controller's VolumeAttachment) and the
+//     external-resizer (PV capacity and the claim's resize status) and
+//     fails and removes a driver beside running pods;
+//     TestCSIHandoverFromKubelet (csi_handover_test.go) hands an attached
+//     CSI volume the upstream kubelet mounted over to an agent (no
+//     remount, volumesInUse kept in every node status).
 //   - Devices (devices_test.go): the e2e module's sample device plugin's
 //     devices in capacity and allocatable, allocated to a pod, and dropped
-//     from allocatable when the plugin dies.
+//     from allocatable when the plugin dies, registered again when it
+//     restarts; the pod resources API (List, Get, GetAllocatableResources)
+//     reporting them, before and after the agent's SIGKILL and restart.
 //   - Eviction (eviction_test.go): memory pressure set relative to the
 //     host's memory: MemoryPressure with the kubelet's reason, a new
 //     BestEffort pod rejected, the running BestEffort pod evicted before
@@ -57,11 +66,17 @@
 //     bootstrap as kubeadm join does it (a bootstrap token, the certificate
 //     approved and issued by the controller manager, no new request on a
 //     restart); the upstream kubelet (built into the cache on first use)
-//     replaced by an agent that adopts its containers without a restart.
+//     replaced by an agent that adopts its containers without a restart;
+//     `kubeadm join` itself bringing in a nodekit worker (kubeadm_test.go,
+//     in a mount namespace of its own, cluster.NodeRoot); the client
+//     certificate rotated under a 90 s signing duration with the Lease
+//     renewed throughout (certrotation_test.go, a control plane of its own).
 //   - A pod-level backend (podlevel_test.go): examples/podsim runs a
 //     Deployment's and a Job's pods.
 //   - README's claims (claims_test.go): a native sidecar started before the
-//     main container, hostPath directories, a tcpSocket readiness probe.
+//     main container, hostPath directories, a tcpSocket readiness probe,
+//     imagePullSecrets against a loopback registry that wants credentials
+//     (pullsecret_test.go).
 //   - Reliability (reliability_*_test.go), one fault each: the agent
 //     SIGKILLed and restarted with its pods changed meanwhile
 //     (TestAgentCrashRestart), the API server cut off for two minutes

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,97 +41,11 @@ func TestHandoverFromKubelet(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const name = "handover"
-
-	src, err := cluster.LocateSource()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	kubeletBin, err := cluster.BuildKubelet(ctx, cluster.BuildOptions{Source: src, Log: progress})
-	switch {
-	case err != nil && testenv.InCI():
-		t.Fatalf("build the upstream kubelet (required under CI): %v", err)
-	case err != nil:
-		t.Skipf("cannot build the upstream kubelet: %v", err)
-	}
-	t.Logf("kubelet binary ready in %s", time.Since(start).Round(time.Second))
-
-	// The kubelet sets kernel tunables when it starts; put them back.
-	saved, err := cluster.SaveKernelTunables()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := saved.Restore(); err != nil {
-			t.Error(err)
-		}
-	})
-	// The kubelet links container logs into /var/log/containers; the
-	// agent that takes over its pods does not remove those links.
-	_, statErr := os.Stat(cluster.ContainerLogLinks)
 	ns := "handover-" + fmt.Sprint(os.Getpid())
-	t.Cleanup(func() {
-		if err := cluster.RemoveLogLinks("_"+ns+"_", statErr != nil); err != nil {
-			t.Error(err)
-		}
-	})
-
-	cgroupRoot := newCgroupRoot(t, name)
-	// The kubelet leaves its root directory mounted; unmount it once
-	// containerd (registered later, so closed earlier) removed the pods.
-	var kubeletDir string
-	t.Cleanup(func() {
-		if kubeletDir == "" {
-			return
-		}
-		if err := cluster.UnmountUnder(kubeletDir); err != nil {
-			t.Error(err)
-		}
-	})
-	ctrd := startNodeContainerd(t, name)
-	cri := dialCRI(t, ctrd)
-
-	nodeIP := env.cp.AllocateNodeIP()
-	kubelet, err := env.cp.NewKubelet(cluster.KubeletOptions{
-		Binary: kubeletBin, NodeName: name, NodeIP: nodeIP, RuntimeEndpoint: ctrd.Endpoint, CgroupRoot: cgroupRoot,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeletDir = kubelet.Dir
-	t.Cleanup(func() {
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
-	// The upstream kubelet is not held to nodekit's standard of no
-	// refused request (its status manager reads pods already deleted);
-	// the least-privilege check still holds it to the kubelet's scope.
-	endExcuse := excuseDenials(name, "the upstream kubelet")
-	kubeletStopped := false
-	t.Cleanup(func() {
-		if kubeletStopped {
-			return
-		}
-		defer endExcuse()
-		if t.Failed() {
-			t.Logf("kubelet log %s, last lines:\n%s", kubelet.LogPath, cluster.LogTail(kubelet.LogPath, 30))
-		}
-		if err := kubelet.Stop(); cluster.StopTimedOut(err) {
-			t.Errorf("stop kubelet: %v", err)
-		}
-	})
-
-	start = time.Now()
-	if err := kubelet.Start(ctx); err != nil {
-		t.Fatalf("start kubelet: %v", err)
-	}
-	waitForNode(t, name, "Ready under the kubelet", readyTimeout, isReady)
-	t.Logf("kubelet start → node Ready: %s", time.Since(start).Round(100*time.Millisecond))
+	k := startKubeletNode(t, name, ns)
 
 	newNamespace(t, ns)
-	start = time.Now()
+	start := time.Now()
 	for _, p := range handoverPods(name, ns) {
 		if _, err := env.cp.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create pod %s: %v", p.Name, err)
@@ -143,46 +58,10 @@ func TestHandoverFromKubelet(t *testing.T) {
 	const wantPods = 5 // 3 pods and 2 replicas
 	before := waitForHandoverPods(t, ns, wantPods, "Running and Ready under the kubelet")
 	t.Logf("%d pods Running and Ready under the kubelet in %s", len(before), time.Since(start).Round(100*time.Millisecond))
-	criBefore := runningContainers(t, cri.Runtime)
+	criBefore := runningContainers(t, k.cri.Runtime)
 
-	// The handover.
-	start = time.Now()
-	kubeletStopped = true
-	err = kubelet.Stop()
-	endExcuse()
-	if cluster.StopTimedOut(err) {
-		t.Fatalf("stop kubelet: %v", err)
-	}
-	if err := saved.Restore(); err != nil {
-		t.Error(err)
-	}
-	agent, err := env.cp.NewAgent(cluster.AgentOptions{
-		Binary: env.agent, NodeName: name, NodeIP: nodeIP, RuntimeEndpoint: ctrd.Endpoint, CgroupDriver: "cgroupfs",
-		ExtraArgs: []string{"--cgroup-root=" + cgroupRoot, "--sync-frequency=" + handoverSyncFrequency.String()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if agent.Dir != kubelet.Dir {
-		t.Fatalf("the agent's directory %s is not the kubelet's %s: they must share the root and pod logs directories", agent.Dir, kubelet.Dir)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log %s, last lines:\n%s", agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", name, err)
-		}
-	})
-	agentStart := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
-	waitForNode(t, name, "Ready with a heartbeat from the agent", readyTimeout, func(n *v1.Node) bool {
-		c := readyCondition(n)
-		return c.Status == v1.ConditionTrue && c.LastHeartbeatTime.Time.After(agentStart.Add(-time.Second))
-	})
-	t.Logf("kubelet stop → agent's node Ready: %s", time.Since(start).Round(100*time.Millisecond))
+	agent, agentStart := k.handOver(t, "--sync-frequency="+handoverSyncFrequency.String())
+	cri := k.cri
 
 	// A pod created now runs only if the agent syncs pods: by then it has
 	// also synced every pod it found.
@@ -228,6 +107,205 @@ func TestHandoverFromKubelet(t *testing.T) {
 			t.Errorf("container %s of the deleted pod %s still runs", c.Id, victim)
 		}
 	}
+}
+
+// kubeletNode is a node run by the upstream kubelet (v1.37.2) on a
+// containerd of its own, to be handed over to a nodekit agent.
+type kubeletNode struct {
+	name, nodeIP, cgroupRoot string
+	cri                      *cluster.CRIClient
+	ctrd                     *cluster.Containerd
+	kubelet                  *cluster.Agent
+	// stopped is set once the kubelet is stopped for the handover;
+	// released once it gave up its hold on the kernel tunables.
+	stopped, released bool
+	endExcuse         func()
+}
+
+// kubeletTunables are the kernel tunables as they were before the first of
+// the tests' kubelets started (they run in parallel): restored when the
+// last one stops, so that no test saves another's kubelet's values.
+var kubeletTunables struct {
+	sync.Mutex
+	holders int
+	saved   cluster.KernelTunables
+}
+
+// acquireKernelTunables saves the kernel tunables unless a kubelet of
+// another test holds them already, and holds them.
+func acquireKernelTunables() error {
+	kubeletTunables.Lock()
+	defer kubeletTunables.Unlock()
+	if kubeletTunables.holders == 0 {
+		saved, err := cluster.SaveKernelTunables()
+		if err != nil {
+			return err
+		}
+		kubeletTunables.saved = saved
+	}
+	kubeletTunables.holders++
+	return nil
+}
+
+// releaseKernelTunables gives up k's hold on the kernel tunables (once),
+// restoring them when no other test's kubelet holds them.
+func (k *kubeletNode) releaseKernelTunables() error {
+	kubeletTunables.Lock()
+	defer kubeletTunables.Unlock()
+	if k.released {
+		return nil
+	}
+	k.released = true
+	kubeletTunables.holders--
+	if kubeletTunables.holders > 0 {
+		return nil
+	}
+	return kubeletTunables.saved.Restore()
+}
+
+// startKubeletNode builds (cached) and starts the upstream kubelet as node
+// name on a containerd and cgroup root of its own and waits until the node
+// is Ready. Cleanup stops it (unless handed over), puts back the kernel
+// tunables it set, removes the container log links of pods of namespace
+// ns it left, and unmounts its root directory.
+func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
+	t.Helper()
+	ctx := t.Context()
+	src, err := cluster.LocateSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	kubeletBin, err := cluster.BuildKubelet(ctx, cluster.BuildOptions{Source: src, Log: progress})
+	switch {
+	case err != nil && testenv.InCI():
+		t.Fatalf("build the upstream kubelet (required under CI): %v", err)
+	case err != nil:
+		t.Skipf("cannot build the upstream kubelet: %v", err)
+	}
+	t.Logf("kubelet binary ready in %s", time.Since(start).Round(time.Second))
+
+	k := &kubeletNode{name: name}
+	// The kubelet sets kernel tunables when it starts; put them back once
+	// no kubelet of a test runs.
+	if err := acquireKernelTunables(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := k.releaseKernelTunables(); err != nil {
+			t.Error(err)
+		}
+	})
+	// The kubelet links container logs into /var/log/containers; the
+	// agent that takes over its pods does not remove those links.
+	_, statErr := os.Stat(cluster.ContainerLogLinks)
+	t.Cleanup(func() {
+		if err := cluster.RemoveLogLinks("_"+ns+"_", statErr != nil); err != nil {
+			t.Error(err)
+		}
+	})
+
+	k.cgroupRoot = newCgroupRoot(t, name)
+	// The kubelet leaves its root directory mounted; unmount it once
+	// containerd (registered later, so closed earlier) removed the pods.
+	var kubeletDir string
+	t.Cleanup(func() {
+		if kubeletDir == "" {
+			return
+		}
+		if err := cluster.UnmountUnder(kubeletDir); err != nil {
+			t.Error(err)
+		}
+	})
+	k.ctrd = startNodeContainerd(t, name)
+	k.cri = dialCRI(t, k.ctrd)
+
+	k.nodeIP = env.cp.AllocateNodeIP()
+	k.kubelet, err = env.cp.NewKubelet(cluster.KubeletOptions{
+		Binary: kubeletBin, NodeName: name, NodeIP: k.nodeIP, RuntimeEndpoint: k.ctrd.Endpoint, CgroupRoot: k.cgroupRoot,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeletDir = k.kubelet.Dir
+	t.Cleanup(func() {
+		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete node %s: %v", name, err)
+		}
+	})
+	// The upstream kubelet is not held to nodekit's standard of no
+	// refused request (its status manager reads pods already deleted);
+	// the least-privilege check still holds it to the kubelet's scope.
+	k.endExcuse = excuseDenials(name, "the upstream kubelet")
+	t.Cleanup(func() {
+		if k.stopped {
+			return
+		}
+		defer k.endExcuse()
+		if t.Failed() {
+			t.Logf("kubelet log %s, last lines:\n%s", k.kubelet.LogPath, cluster.LogTail(k.kubelet.LogPath, 30))
+		}
+		if err := k.kubelet.Stop(); cluster.StopTimedOut(err) {
+			t.Errorf("stop kubelet: %v", err)
+		}
+	})
+
+	start = time.Now()
+	if err := k.kubelet.Start(ctx); err != nil {
+		t.Fatalf("start kubelet: %v", err)
+	}
+	waitForNode(t, name, "Ready under the kubelet", readyTimeout, isReady)
+	t.Logf("kubelet start → node Ready: %s", time.Since(start).Round(100*time.Millisecond))
+	return k
+}
+
+// handOver stops the kubelet and starts a nodekit agent (with extraArgs)
+// with the same node name, node IP, root directory, pod logs directory,
+// cgroup root and containerd, as an operator would, and waits until the
+// node is Ready with a heartbeat of the agent. It returns the agent
+// (stopped when the test ends) and when it started.
+func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agent, time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	start := time.Now()
+	k.stopped = true
+	err := k.kubelet.Stop()
+	k.endExcuse()
+	if cluster.StopTimedOut(err) {
+		t.Fatalf("stop kubelet: %v", err)
+	}
+	if err := k.releaseKernelTunables(); err != nil {
+		t.Error(err)
+	}
+	agent, err := env.cp.NewAgent(cluster.AgentOptions{
+		Binary: env.agent, NodeName: k.name, NodeIP: k.nodeIP, RuntimeEndpoint: k.ctrd.Endpoint, CgroupDriver: "cgroupfs",
+		ExtraArgs: append([]string{"--cgroup-root=" + k.cgroupRoot}, extraArgs...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent.Dir != k.kubelet.Dir {
+		t.Fatalf("the agent's directory %s is not the kubelet's %s: they must share the root and pod logs directories", agent.Dir, k.kubelet.Dir)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log %s, last lines:\n%s", agent.LogPath, cluster.LogTail(agent.LogPath, 40))
+		}
+		if err := agent.Stop(); err != nil {
+			t.Errorf("stop agent %s: %v", k.name, err)
+		}
+	})
+	agentStart := time.Now()
+	if err := agent.Start(ctx); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	waitForNode(t, k.name, "Ready with a heartbeat from the agent", readyTimeout, func(n *v1.Node) bool {
+		c := readyCondition(n)
+		return c.Status == v1.ConditionTrue && c.LastHeartbeatTime.Time.After(agentStart.Add(-time.Second))
+	})
+	t.Logf("kubelet stop → agent's node Ready: %s", time.Since(start).Round(100*time.Millisecond))
+	return agent, agentStart
 }
 
 // handoverPod is a pod on node that sleeps, with nothing else.

@@ -38,6 +38,22 @@ type OperationError struct {
 // Error returns Message.
 func (e *OperationError) Error() string { return e.Message }
 
+// UnattachedError is a SetUp error for a volume the attach/detach
+// controller has not attached to the node yet (the kubelet's
+// VerifyControllerAttachedVolume failures): MountPod lists the volume
+// among the pod's "unattached volumes" and retries it with the operation
+// back-off, recording no FailedMount event for each try (the kubelet logs
+// them only) but the pod's "Unable to attach or mount volumes" summary once
+// the pod waited podAttachAndMountTimeout.
+type UnattachedError struct {
+	// Message says why, in the kubelet's words, e.g. "Volume not attached
+	// according to node status for volume "pv"".
+	Message string
+}
+
+// Error returns Message.
+func (e *UnattachedError) Error() string { return e.Message }
+
 // unsupportedError is a volume this node can never mount (no plugin, a
 // raw block volume): MountPod records the summary event at once.
 type unsupportedError struct{ msg string }

@@ -146,6 +146,9 @@ type Manager struct {
 	// found are volumes found on disk at start that no MountPod has set
 	// up again: pod UID → volume name → plugin name.
 	found map[types.UID]map[string]string
+	// foundInUse are the unique names of the found volumes reported in
+	// status.volumesInUse while they are found (DiskInUseReporter).
+	foundInUse map[types.UID]map[string]v1.UniqueVolumeName
 	// dirty are the pods whose remountable volumes are to be set up again.
 	dirty map[types.UID]bool
 	// orphanErrs are the last cleanup errors of orphaned pods, so a
@@ -221,7 +224,9 @@ func New(opts Options) (*Manager, error) {
 		forgot:   make(chan struct{}, 1),
 		pods:     map[types.UID]*podState{},
 		found:    map[types.UID]map[string]string{},
-		dirty:    map[types.UID]bool{},
+
+		foundInUse: map[types.UID]map[string]v1.UniqueVolumeName{},
+		dirty:      map[types.UID]bool{},
 
 		orphanErrs: map[types.UID]string{},
 	}
@@ -312,7 +317,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 
 	result := map[string]Mounted{}
-	var unmounted, unprocessed, causes []string
+	var unmounted, unattached, unprocessed, causes []string
 	// noPlugin is set when a volume can never mount on this node: the
 	// summary event is recorded at once.
 	noPlugin := false
@@ -354,6 +359,9 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 			unmounted = append(unmounted, vol.Name)
 			if vs.plugin == nil {
 				unprocessed = append(unprocessed, vol.Name)
+			}
+			if ua := (*UnattachedError)(nil); errors.As(vs.err, &ua) {
+				unattached = append(unattached, vol.Name)
 			}
 			causes = append(causes, vs.err.Error())
 			retryAt = timers.Earliest(retryAt, vs.notBefore)
@@ -403,18 +411,33 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 		m.mu.Lock()
 		if err != nil {
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", vs.name, err)
+			ua := (*UnattachedError)(nil)
+			isUnattached := errors.As(err, &ua)
 			if op := (*OperationError)(nil); errors.As(err, &op) {
 				msg = op.Error()
+			} else if isUnattached {
+				msg = ua.Error()
 			}
-			vs.err = errors.New(msg)
+			if isUnattached {
+				vs.err = &UnattachedError{Message: msg}
+			} else {
+				vs.err = errors.New(msg)
+			}
 			vs.delay = min(max(2*vs.delay, initialRetryDelay), maxRetryDelay)
 			vs.notBefore = m.clock.Now().Add(vs.delay)
 			retryAt = timers.Earliest(retryAt, vs.notBefore)
 			m.mu.Unlock()
-			logger.Error(err, "MountVolume.SetUp failed", "pod", klog.KObj(pod), "volume", vol.Name)
-			m.event(pod, msg)
 			unmounted = append(unmounted, vol.Name)
 			causes = append(causes, msg)
+			if isUnattached {
+				// Waiting for the attach/detach controller is no
+				// failure of the volume: logged, not an event.
+				logger.V(2).Info("Volume not attached yet", "pod", klog.KObj(pod), "volume", vol.Name, "reason", msg)
+				unattached = append(unattached, vol.Name)
+				continue
+			}
+			logger.Error(err, "MountVolume.SetUp failed", "pod", klog.KObj(pod), "volume", vol.Name)
+			m.event(pod, msg)
 			continue
 		}
 		vs.mounted, vs.out, vs.err, vs.delay = true, out, nil, 0
@@ -434,8 +457,12 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]Mounted
 	}
 	slices.Sort(unmounted)
 	slices.Sort(unprocessed)
+	slices.Sort(unattached)
+	if unattached == nil {
+		unattached = []string{}
+	}
 	err := &MountError{retryAt: retryAt, msg: fmt.Sprintf("unmounted volumes=%v, unattached volumes=%v, failed to process volumes=%v: %s",
-		unmounted, []string{}, unprocessed, strings.Join(causes, "; "))}
+		unmounted, unattached, unprocessed, strings.Join(causes, "; "))}
 	now := m.clock.Now()
 	m.mu.Lock()
 	if ps.failingSince.IsZero() {
@@ -528,6 +555,7 @@ func (m *Manager) forgetPod(uid types.UID, ps *podState) {
 	ps.removed = true
 	delete(m.pods, uid)
 	delete(m.found, uid)
+	delete(m.foundInUse, uid)
 	delete(m.dirty, uid)
 	m.mu.Unlock()
 	select {
@@ -633,6 +661,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.reconstruct(); err != nil {
 		logger.Error(err, "Failed to read the pods' volumes from disk")
 	}
+	m.reconstructInUse(ctx)
 	m.synced.Store(true)
 	if m.opts.PodKnown == nil {
 		logger.Info("Volumes of pods the agent does not know are not cleaned up: no PodKnown function")
@@ -782,17 +811,22 @@ func (m *Manager) event(pod *v1.Pod, msg string) {
 	}
 }
 
-// VolumesInUse returns the unique names of the mounted volumes the node
-// reports in status.volumesInUse: those of plugins implementing
-// InUseReporter. The kubelet reports attachable volumes only, so with the
-// built-in plugins the list is empty. The slice is the caller's, sorted.
+// VolumesInUse returns the unique names of the volumes the node reports in
+// status.volumesInUse: those of plugins implementing InUseReporter that a
+// pod of the node wants, mounted or not yet (waiting for their attachment,
+// failing), until they are torn down, and those found on disk at start
+// that a DiskInUseReporter names, until a pod mounts them again or they are
+// torn down, as the kubelet reports its desired and actual state's
+// attachable volumes: the attach/detach controller detaches none of them. The kubelet reports attachable volumes only, so
+// with the built-in plugins the list is empty. The slice is the caller's,
+// sorted.
 func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []v1.UniqueVolumeName
 	for _, ps := range m.pods {
 		for _, vs := range ps.volumes {
-			if r, ok := vs.plugin.(InUseReporter); ok && vs.mounted && ps.pod != nil {
+			if r, ok := vs.plugin.(InUseReporter); ok && ps.pod != nil {
 				vc := m.stateContext(ps.pod.UID, vs)
 				vc.Pod = ps.pod
 				if n, ok := r.VolumeInUseName(vc); ok {
@@ -801,8 +835,48 @@ func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 			}
 		}
 	}
+	for uid, vols := range m.foundInUse {
+		for name, unique := range vols {
+			if _, ok := m.found[uid][name]; ok {
+				out = append(out, unique)
+			}
+		}
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// reconstructInUse names the found volumes of DiskInUseReporter plugins,
+// for VolumesInUse.
+func (m *Manager) reconstructInUse(ctx context.Context) {
+	type job struct {
+		uid     types.UID
+		name    string
+		plugin  DiskInUseReporter
+		dirName string
+	}
+	var jobs []job
+	m.mu.Lock()
+	for uid, vols := range m.found {
+		for name, pluginName := range vols {
+			if r, ok := m.byName[pluginName].(DiskInUseReporter); ok {
+				jobs = append(jobs, job{uid, name, r, escapePluginName(pluginName)})
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, j := range jobs {
+		unique, ok := j.plugin.VolumeInUseNameOnDisk(ctx, filepath.Join(m.podsDir, string(j.uid), "volumes", j.dirName, j.name))
+		if !ok {
+			continue
+		}
+		m.mu.Lock()
+		if m.foundInUse[j.uid] == nil {
+			m.foundInUse[j.uid] = map[string]v1.UniqueVolumeName{}
+		}
+		m.foundInUse[j.uid][j.name] = unique
+		m.mu.Unlock()
+	}
 }
 
 // ReconcilerSynced reports whether Run has read the volumes on disk, the

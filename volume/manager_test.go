@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -589,6 +590,60 @@ func TestVolumesInUse(t *testing.T) {
 	if !f.m.ReconcilerSynced() {
 		t.Error("not synced after Run started")
 	}
+}
+
+// TestUnattachedVolume: a volume waiting for its attachment is reported in
+// use before it is mounted, listed among the unattached volumes, retried
+// with the back-off and given no FailedMount event per try, only the pod's
+// summary after 2m3s; once attached it mounts.
+func TestUnattachedVolume(t *testing.T) {
+	p := &waitsForAttach{}
+	f := newFixture(t, nil, func(o *Options) { o.Plugins = []Plugin{p} })
+	pod := testPod("u1", v1.Volume{Name: "disk", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{
+		Driver: "disk.example.com", VolumeAttributes: map[string]string{"id": "d-1"}}}})
+	_, err := f.m.MountPod(f.ctx, pod)
+	const want = `unmounted volumes=[disk], unattached volumes=[disk], failed to process volumes=[]: not attached yet`
+	if err == nil || err.Error() != want {
+		t.Fatalf("MountPod: %v, want %s", err, want)
+	}
+	if got := f.m.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{"disk.example.com^d-1"}) {
+		t.Errorf("VolumesInUse while unattached = %v", got)
+	}
+	// Within the back-off: not tried again, still listed as unattached.
+	if _, err := f.m.MountPod(f.ctx, pod); err == nil || err.Error() != want || p.tries != 1 {
+		t.Errorf("MountPod within the back-off: %v after %d tries", err, p.tries)
+	}
+	if e := f.events(); len(e) != 0 {
+		t.Errorf("events while unattached %q, want none", e)
+	}
+	f.clock.Step(podAttachAndMountTimeout)
+	if _, err := f.m.MountPod(f.ctx, pod); err == nil || p.tries != 2 {
+		t.Fatalf("MountPod after the timeout: %v after %d tries", err, p.tries)
+	}
+	if e := f.events(); len(e) != 1 || e[0] != "Warning FailedMount Unable to attach or mount volumes: "+want {
+		t.Errorf("events after 2m3s %q, want the summary", e)
+	}
+	p.attached = true
+	f.clock.Step(maxRetryDelay)
+	if _, err := f.m.MountPod(f.ctx, pod); err != nil {
+		t.Fatalf("MountPod once attached: %v", err)
+	}
+}
+
+// waitsForAttach is an attachable plugin whose SetUp fails with an
+// UnattachedError until attached is set.
+type waitsForAttach struct {
+	attachable
+	attached bool
+	tries    int
+}
+
+func (p *waitsForAttach) SetUp(ctx context.Context, vc *VolumeContext) (Mounted, error) {
+	p.tries++
+	if !p.attached {
+		return Mounted{}, &UnattachedError{Message: "not attached yet"}
+	}
+	return p.attachable.SetUp(ctx, vc)
 }
 
 // attachable is a plugin whose volumes are reported in use.

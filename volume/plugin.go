@@ -104,10 +104,24 @@ type Remounter interface {
 // attach/detach controller does not detach a volume still mounted); none of
 // the built-in plugins is attachable.
 type InUseReporter interface {
-	// VolumeInUseName returns the unique name of the mounted volume v
-	// (Pod, Volume and PV set as for SetUp), and false when the volume is
-	// not to be reported.
+	// VolumeInUseName returns the unique name of the volume v (Pod,
+	// Volume and PV set as for SetUp), mounted or still to be, and false
+	// when the volume is not to be reported.
 	VolumeInUseName(v *VolumeContext) (v1.UniqueVolumeName, bool)
+}
+
+// DiskInUseReporter is implemented by InUseReporter plugins that can name a
+// volume found on disk when the Manager starts (mounted before a restart,
+// or by a kubelet) from what SetUp wrote in its directory. The Manager
+// reports such a volume in status.volumesInUse until a pod mounts it again
+// or it is torn down, as the kubelet reports its reconstructed volumes: the
+// attach/detach controller detaches none that is still mounted.
+type DiskInUseReporter interface {
+	// VolumeInUseNameOnDisk returns the unique name of the volume whose
+	// directory is dir, and false when it is not to be reported. Run calls
+	// it once per volume found, before the node status reports volumes in
+	// use; it may read the API.
+	VolumeInUseNameOnDisk(ctx context.Context, dir string) (v1.UniqueVolumeName, bool)
 }
 
 // Mounted is a volume as the runtime mounts it into containers.

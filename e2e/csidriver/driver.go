@@ -19,6 +19,13 @@
 // NodeExpandVolume records the size asked for. There is no Controller
 // service: tests use static PVs whose volume handle names the directory.
 //
+// A volume whose context has TmpfsSizeKey (a size in bytes) is a tmpfs of
+// that size mounted on the staging path instead of its directory, so that
+// a container sees its size (df) and NodeExpandVolume grows it online
+// (remount with the new size); its data goes with NodeUnstageVolume.
+// FailPublish makes NodePublishVolume of one volume fail with a message,
+// standing in for a driver failing a call.
+//
 // The driver runs in the test process (a host process, as a driver's node
 // plugin in a privileged pod would be); Kill stops it the way SIGKILL
 // does, leaving its sockets behind, and Start again recovers as a
@@ -32,6 +39,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -46,6 +54,10 @@ import (
 // ephemeralKey is the volume context key the kubelet sets for an inline
 // ephemeral volume.
 const ephemeralKey = "csi.storage.k8s.io/ephemeral"
+
+// TmpfsSizeKey is the volume context key of a tmpfs-backed volume's size
+// in bytes; see the package doc.
+const TmpfsSizeKey = "e2e.nodekit.io/tmpfs-size"
 
 // ephemeralMarker, after a volume's directory name, marks an inline
 // ephemeral volume, whose data goes with its only publication.
@@ -81,12 +93,42 @@ type Driver struct {
 	statuses chan *registerapi.RegistrationStatus
 	expanded map[string]int64
 	calls    map[string]int
+	// failPublish are the messages NodePublishVolume fails with, by
+	// volume ID.
+	failPublish map[string]string
+	// tmpfs are the staging paths of tmpfs-backed volumes, by volume ID.
+	tmpfs map[string]string
+	// stageContexts are the publish contexts NodeStageVolume was given,
+	// by volume ID.
+	stageContexts map[string]map[string]string
 }
 
 // New returns a stopped driver.
 func New(opts Options) *Driver {
 	return &Driver{opts: opts, statuses: make(chan *registerapi.RegistrationStatus, 16),
-		expanded: map[string]int64{}, calls: map[string]int{}}
+		expanded: map[string]int64{}, calls: map[string]int{}, failPublish: map[string]string{}, tmpfs: map[string]string{},
+		stageContexts: map[string]map[string]string{}}
+}
+
+// StageContext returns the publish context NodeStageVolume of volumeID
+// was last given (the VolumeAttachment's attachment metadata), nil if it
+// was never staged.
+func (d *Driver) StageContext(volumeID string) map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stageContexts[volumeID]
+}
+
+// FailPublish makes NodePublishVolume of volumeID fail with msg (gRPC code
+// Internal); an empty msg makes it succeed again.
+func (d *Driver) FailPublish(volumeID, msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if msg == "" {
+		delete(d.failPublish, volumeID)
+		return
+	}
+	d.failPublish[volumeID] = msg
 }
 
 // RegistrationSocket is the path of the registration socket.
@@ -258,6 +300,18 @@ func (n node) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeReque
 	if req.GetVolumeCapability().GetBlock() != nil {
 		return nil, status.Error(codes.InvalidArgument, "block volumes are not supported")
 	}
+	n.d.mu.Lock()
+	n.d.stageContexts[id] = req.GetPublishContext()
+	n.d.mu.Unlock()
+	if size := req.GetVolumeContext()[TmpfsSizeKey]; size != "" {
+		if err := mountTmpfs(staging, size); err != nil {
+			return nil, err
+		}
+		n.d.mu.Lock()
+		n.d.tmpfs[id] = staging
+		n.d.mu.Unlock()
+		return &csipb.NodeStageVolumeResponse{}, nil
+	}
 	src := n.d.VolumeDir(id)
 	if err := os.MkdirAll(src, 0o777); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -276,6 +330,9 @@ func (n node) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeR
 	if err := unmount(req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
+	n.d.mu.Lock()
+	delete(n.d.tmpfs, req.GetVolumeId())
+	n.d.mu.Unlock()
 	return &csipb.NodeUnstageVolumeResponse{}, nil
 }
 
@@ -287,6 +344,12 @@ func (n node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeR
 	}
 	if target == "" || req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "target path and volume capability are required")
+	}
+	n.d.mu.Lock()
+	fail := n.d.failPublish[id]
+	n.d.mu.Unlock()
+	if fail != "" {
+		return nil, status.Error(codes.Internal, fail)
 	}
 	src := req.GetStagingTargetPath()
 	if req.GetVolumeContext()[ephemeralKey] == "true" {
@@ -353,6 +416,16 @@ func (n node) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeReq
 	}
 	size := req.GetCapacityRange().GetRequiredBytes()
 	n.d.mu.Lock()
+	staging := n.d.tmpfs[req.GetVolumeId()]
+	n.d.mu.Unlock()
+	if staging != "" {
+		// The tmpfs grows in place: every bind mount of it (the
+		// published targets, the containers' mounts) sees the new size.
+		if err := unix.Mount("tmpfs", staging, "tmpfs", unix.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+			return nil, status.Errorf(codes.Internal, "grow the tmpfs of volume %s on %s to %d bytes: %v", req.GetVolumeId(), staging, size, err)
+		}
+	}
+	n.d.mu.Lock()
 	n.d.expanded[req.GetVolumeId()] = size
 	n.d.mu.Unlock()
 	return &csipb.NodeExpandVolumeResponse{CapacityBytes: size}, nil
@@ -387,6 +460,28 @@ func bindMount(src, target string, ro bool) error {
 			_ = unix.Unmount(target, 0)
 			return status.Errorf(codes.Internal, "remount %s read-only: %v", target, err)
 		}
+	}
+	return nil
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on target (created when
+// missing) unless target is a mount point already (a repeated call).
+func mountTmpfs(target, size string) error {
+	if _, err := strconv.ParseUint(size, 10, 64); err != nil {
+		return status.Errorf(codes.InvalidArgument, "volume context %s=%q is not a size in bytes", TmpfsSizeKey, size)
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	mounted, err := isMountPoint(target)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if mounted {
+		return nil
+	}
+	if err := unix.Mount("tmpfs", target, "tmpfs", 0, "mode=0777,size="+size); err != nil {
+		return status.Errorf(codes.Internal, "mount a tmpfs of %s bytes on %s: %v", size, target, err)
 	}
 	return nil
 }

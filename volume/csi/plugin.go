@@ -66,8 +66,11 @@ type PluginOptions struct {
 //	<root>/pods/<uid>/volumes/kubernetes.io~csi/<pv or volume>/mount        publish target
 //	<root>/pods/<uid>/volumes/kubernetes.io~csi/<pv or volume>/vol_data.json
 //
-// SetUp waits for the VolumeAttachment to be attached when the CSIDriver
-// requires attachment (or no CSIDriver exists, as the kubelet), stages the
+// SetUp waits, when the CSIDriver requires attachment (or no CSIDriver
+// exists, as the kubelet), until the node's status lists the volume in
+// volumesInUse and volumesAttached (a *volume.UnattachedError meanwhile:
+// no event, the volume among the pod's "unattached volumes") and its
+// VolumeAttachment is attached, stages the
 // volume once when the driver has STAGE_UNSTAGE_VOLUME, and publishes it;
 // a target already mounted that this process did not publish (after a
 // restart) is adopted without a call. TearDown unpublishes, and unstages
@@ -96,6 +99,7 @@ var (
 	_ volume.Plugin                 = (*Plugin)(nil)
 	_ volume.PersistentVolumePlugin = (*Plugin)(nil)
 	_ volume.InUseReporter          = (*Plugin)(nil)
+	_ volume.DiskInUseReporter      = (*Plugin)(nil)
 	_ volume.Remounter              = (*Plugin)(nil)
 	_ volume.Expander               = (*Plugin)(nil)
 )
@@ -201,6 +205,9 @@ func (p *Plugin) SetUp(ctx context.Context, vc *volume.VolumeContext) (volume.Mo
 	}
 	var publishContext map[string]string
 	if src.mode == modePersistent && attachRequired(driver) {
+		if err := p.verifyAttached(ctx, vc.Name, src); err != nil {
+			return volume.Mounted{}, err
+		}
 		if publishContext, err = p.attached(ctx, src); err != nil {
 			return volume.Mounted{}, &volume.OperationError{Message: fmt.Sprintf("MountVolume.WaitForAttach failed for volume %q : %v", vc.Name, err)}
 		}
@@ -411,6 +418,28 @@ func (p *Plugin) VolumeInUseName(vc *volume.VolumeContext) (v1.UniqueVolumeName,
 	return UniqueVolumeName(s.Driver, s.VolumeHandle), true
 }
 
+// VolumeInUseNameOnDisk names a CSI volume found on disk at start (dir is
+// its <pod>/volumes/kubernetes.io~csi/<name>) from its vol_data.json, as
+// the kubelet's reconstruction: a persistent volume whose CSIDriver
+// requires attachment, or has none. A CSIDriver that cannot be read counts
+// as requiring it: reporting a volume in use keeps it attached, the safe
+// side.
+func (p *Plugin) VolumeInUseNameOnDisk(ctx context.Context, dir string) (v1.UniqueVolumeName, bool) {
+	data, err := loadVolData(dir)
+	if err != nil || data[keyLifecycleMode] == modeEphemeral || data[keyDriverName] == "" || data[keyVolumeHandle] == "" {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(ctx, csiTimeout)
+	defer cancel()
+	driver, err := p.csiDriver(ctx, data[keyDriverName])
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "CSIDriver of a volume found on disk not read; the volume is reported in use", "path", dir)
+	} else if !attachRequired(driver) {
+		return "", false
+	}
+	return UniqueVolumeName(data[keyDriverName], data[keyVolumeHandle]), true
+}
+
 // UniqueVolumeName is the kubelet's unique name of a CSI volume, as
 // status.volumesInUse and volumesAttached list it.
 func UniqueVolumeName(driver, handle string) v1.UniqueVolumeName {
@@ -468,6 +497,29 @@ func supportsMode(driver *storagev1.CSIDriver, src source) error {
 // CSIDriver (the kubelet's skipAttach).
 func attachRequired(driver *storagev1.CSIDriver) bool {
 	return driver == nil || driver.Spec.AttachRequired == nil || *driver.Spec.AttachRequired
+}
+
+// verifyAttached is the kubelet's VerifyControllerAttachedVolume: the
+// attach/detach controller attaches a volume the node reports in
+// status.volumesInUse (so it will not detach it while it is mounted) and
+// then lists it in status.volumesAttached. Until both hold it returns a
+// *volume.UnattachedError in the kubelet's words.
+func (p *Plugin) verifyAttached(ctx context.Context, name string, src source) error {
+	if p.opts.Client == nil {
+		return &volume.UnattachedError{Message: fmt.Sprintf("Volume not attached according to node status for volume %q : no API client", name)}
+	}
+	node, err := p.opts.Client.CoreV1().Nodes().Get(ctx, p.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return &volume.UnattachedError{Message: fmt.Sprintf("VerifyControllerAttachedVolume failed fetching node from API server for volume %q : %v", name, err)}
+	}
+	unique := UniqueVolumeName(src.driver, src.handle)
+	if !slices.Contains(node.Status.VolumesInUse, unique) {
+		return &volume.UnattachedError{Message: fmt.Sprintf("Volume has not been added to the list of VolumesInUse in the node's volume status for volume %q", name)}
+	}
+	if !slices.ContainsFunc(node.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique }) {
+		return &volume.UnattachedError{Message: fmt.Sprintf("Volume not attached according to node status for volume %q", name)}
+	}
+	return nil
 }
 
 // attached returns the publish context of the volume's VolumeAttachment,

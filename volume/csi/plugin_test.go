@@ -410,42 +410,140 @@ func TestDriverNotRegistered(t *testing.T) {
 	}
 }
 
-// TestAttachRequired: without a CSIDriver the volume needs its
-// VolumeAttachment attached before staging; its metadata is the publish
-// context; the node reports it in volumesInUse.
+// TestAttachRequired: without a CSIDriver the volume is attachable: it is
+// reported in volumesInUse at once, waits (no event, listed among the
+// unattached volumes) until the node status lists it in volumesInUse and
+// volumesAttached, as the kubelet's VerifyControllerAttachedVolume, then
+// for its VolumeAttachment to be attached before staging; the attachment's
+// metadata is the publish context.
 func TestAttachRequired(t *testing.T) {
-	f := newFixture(t, claimAndPV("pv-1", "vol-1")...)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	f := newFixture(t, append(claimAndPV("pv-1", "vol-1"), node)...)
 	pod := claimPod("u1", "web-0")
 	id := attachmentName("vol-1", testDriver, "node-1")
-	_, err := f.m.MountPod(f.ctx, pod)
-	want := fmt.Sprintf(`volume vol-1 has GET error for volume attachment %s: volumeattachments.storage.k8s.io "%s" not found`, id, id)
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("MountPod: %v, want ...%s", err, want)
+	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + testDriver + "^vol-1")
+	mountWants := func(want string) {
+		t.Helper()
+		f.clock.Step(3 * time.Minute)
+		_, err := f.m.MountPod(f.ctx, pod)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("MountPod: %v, want ...%s", err, want)
+		}
 	}
-	if e := f.events(); len(e) != 1 || e[0] != `Warning FailedMount MountVolume.WaitForAttach failed for volume "pv-1" : `+want {
+	mountWants(`unmounted volumes=[vol], unattached volumes=[vol], failed to process volumes=[]: Volume has not been added to the list of VolumesInUse in the node's volume status for volume "pv-1"`)
+	if inUse := f.m.VolumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{unique}) {
+		t.Errorf("volumesInUse while waiting for the attachment %v, want %s", inUse, unique)
+	}
+	setStatus := func(st v1.NodeStatus) {
+		node.Status = st
+		if _, err := f.client.CoreV1().Nodes().UpdateStatus(f.ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus(v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{unique}})
+	mountWants(`unattached volumes=[vol], failed to process volumes=[]: Volume not attached according to node status for volume "pv-1"`)
+	// Only the pod's summary, once it waited 2m3s: no event per try.
+	if e := f.events(); len(e) != 1 || !strings.HasPrefix(e[0], "Warning FailedMount Unable to attach or mount volumes: unmounted volumes=[vol], unattached volumes=[vol]") {
+		t.Errorf("events %q, want the one summary", e)
+	}
+
+	// The node says attached, the VolumeAttachment does not (yet): the
+	// kubelet's WaitForAttach failure.
+	setStatus(v1.NodeStatus{VolumesInUse: []v1.UniqueVolumeName{unique}, VolumesAttached: []v1.AttachedVolume{{Name: unique}}})
+	want := fmt.Sprintf(`volume vol-1 has GET error for volume attachment %s: volumeattachments.storage.k8s.io "%s" not found`, id, id)
+	mountWants(want)
+	if e := f.events(); len(e) == 0 || e[0] != `Warning FailedMount MountVolume.WaitForAttach failed for volume "pv-1" : `+want {
 		t.Errorf("events %q", e)
 	}
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: id}}
 	f.client.StorageV1().VolumeAttachments().Create(f.ctx, va, metav1.CreateOptions{})
-	f.clock.Step(time.Second)
-	if _, err := f.m.MountPod(f.ctx, pod); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("volume vol-1 is not attached for volume attachment %s", id)) {
-		t.Fatalf("MountPod before attached: %v", err)
-	}
+	mountWants(fmt.Sprintf("volume vol-1 is not attached for volume attachment %s", id))
 	if c := f.node.takeCalls(); len(c) != 0 {
 		t.Errorf("driver calls before the volume is attached: %v", c)
 	}
 	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"devicePath": "/dev/xvdb"}}
 	f.client.StorageV1().VolumeAttachments().Update(f.ctx, va, metav1.UpdateOptions{})
-	f.clock.Step(2 * time.Second)
+	f.clock.Step(3 * time.Minute)
 	if _, err := f.m.MountPod(f.ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if f.node.stageReq[0].PublishContext["devicePath"] != "/dev/xvdb" || f.node.publish[0].PublishContext["devicePath"] != "/dev/xvdb" {
 		t.Errorf("publish context %v / %v", f.node.stageReq[0].PublishContext, f.node.publish[0].PublishContext)
 	}
-	if inUse := f.m.VolumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{"kubernetes.io/csi/" + testDriver + "^vol-1"}) {
+	if inUse := f.m.VolumesInUse(); !slices.Equal(inUse, []v1.UniqueVolumeName{unique}) {
 		t.Errorf("volumesInUse %v", inUse)
 	}
+	if err := f.m.UnmountPod(f.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if inUse := f.m.VolumesInUse(); len(inUse) != 0 {
+		t.Errorf("volumesInUse after the pod's teardown %v, want none", inUse)
+	}
+}
+
+// TestRestartReportsAttachedVolumesInUse: an agent restarted with an
+// attachable CSI volume mounted reports it in volumesInUse from the start,
+// before any pod mounts it again (as the kubelet reports its reconstructed
+// volumes), so the attach/detach controller cannot detach it; a volume of
+// a driver that needs no attachment is not reported; the volume torn down,
+// it is no longer reported.
+func TestRestartReportsAttachedVolumesInUse(t *testing.T) {
+	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + testDriver + "^vol-1")
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: v1.NodeStatus{
+		VolumesInUse: []v1.UniqueVolumeName{unique}, VolumesAttached: []v1.AttachedVolume{{Name: unique}}}}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("vol-1", testDriver, "node-1")},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+	f := newFixture(t, append(claimAndPV("pv-1", "vol-1"), node, va, csiDriverObject(true))...)
+	if _, err := f.m.MountPod(f.ctx, claimPod("u1", "web-0")); err != nil {
+		t.Fatal(err)
+	}
+
+	f.restart(func(types.UID) bool { return true })
+	if f.m.ReconcilerSynced() {
+		t.Fatal("synced before Run")
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- f.m.Run(ctx) }()
+	for !f.m.ReconcilerSynced() {
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.m.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{unique}) {
+		t.Errorf("volumesInUse after the restart, before any pod mounted again: %v, want %s", got, unique)
+	}
+	if err := f.m.UnmountPod(f.ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumesInUse after the teardown: %v", got)
+	}
+
+	// A driver that needs no attachment: not reported.
+	if err := f.client.StorageV1().CSIDrivers().Delete(f.ctx, testDriver, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.StorageV1().CSIDrivers().Create(f.ctx, csiDriverObject(false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.MountPod(f.ctx, claimPod("u2", "web-1")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	f.restart(nil)
+	ctx2, cancel2 := context.WithCancel(f.ctx)
+	defer cancel2()
+	done2 := make(chan error)
+	go func() { done2 <- f.m.Run(ctx2) }()
+	for !f.m.ReconcilerSynced() {
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumesInUse of a volume needing no attachment: %v", got)
+	}
+	cancel2()
+	<-done2
 }
 
 // TestRestartReconstruction: an agent restarted with a CSI volume mounted
