@@ -86,6 +86,13 @@ type PodManagerOptions struct {
 	// creating it if needed (cgroupdriver's Manager.EnsurePod). nil leaves
 	// the choice to the runtime.
 	CgroupParent func(ctx context.Context, pod *v1.Pod) (string, error)
+	// UpdatePodCgroup sets a pod's cgroup to the values of pod's resources
+	// (cgroupdriver's Manager.UpdatePod), for in-place resize: SyncPod
+	// calls it before resizing the containers when the pod grows, after
+	// when it shrinks, once for memory and once for cpu, with the pod's
+	// containers at the values actuated by then. nil leaves the pod's
+	// cgroup as created.
+	UpdatePodCgroup func(ctx context.Context, pod *v1.Pod) error
 	// CgroupVersion returns the node's cgroup version (cgroupdriver's
 	// Driver.Version fits); on 2 container resources carry the settings the
 	// kubelet adds on a unified hierarchy (memory.oom.group=1 so an OOM kills
@@ -187,6 +194,10 @@ type PodManager struct {
 	mu          sync.Mutex
 	runtimeName string
 	reasons     map[types.UID]map[string]podstate.ContainerWaiting
+	// actuated are, by container ID, the resources an in-place resize
+	// applied to a running container since it was created (its
+	// annotation records those it was created with).
+	actuated map[string]*v1.ResourceRequirements
 
 	// machine holds the node facts container configs need, read once on
 	// first use.
@@ -262,6 +273,7 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		runtimeName: opts.RuntimeName,
 		gc:          DefaultContainerGCPolicy(),
 		reasons:     map[types.UID]map[string]podstate.ContainerWaiting{},
+		actuated:    map[string]*v1.ResourceRequirements{},
 	}
 	if opts.ContainerGC != nil {
 		m.gc = *opts.ContainerGC

@@ -88,7 +88,8 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 		"attempt", actions.attempt, "initToStart", actions.initToStart, "containersToStart", actions.containersToStart,
 		"ephemeralToStart", actions.ephemeralToStart, "containersToKill", len(actions.containersToKill))
 	s.idle = !actions.killPod && !actions.createSandbox && len(actions.initToStart) == 0 &&
-		len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 && len(actions.containersToKill) == 0
+		len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 && len(actions.containersToKill) == 0 &&
+		!actions.resizePod
 	if actions.createSandbox && actions.sandboxID != "" {
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
@@ -108,6 +109,16 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 				s.fail(fmt.Errorf("%w: kill container %s of pod %s: %v", podstate.ErrKillContainer, k.name, podDesc(pod), err))
 				return
 			}
+		}
+	}
+	if actions.resizePod && !actions.killPod {
+		// Resized in place before anything starts, as the kubelet: a
+		// container restarted for its resize policy comes back in a pod
+		// cgroup already grown for it.
+		if err := s.resize(ctx, actions); err != nil {
+			logger.Error(err, "Pod resize failed; the next sync retries it")
+			s.fail(err)
+			return
 		}
 	}
 	if !actions.createSandbox {
@@ -393,5 +404,6 @@ func (m *PodManager) removeContainer(ctx context.Context, id string) error {
 	if err := m.rs.RemoveContainer(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
+	m.forgetActuated(id)
 	return nil
 }
