@@ -73,13 +73,13 @@ type Manager struct {
 }
 
 // New returns a Manager; it does no I/O (the checkpoint is read on first
-// use).
-func New(opts Options) (*Manager, error) {
+// use, and a corrupt one is reported by every method until it is removed).
+func New(opts Options) *Manager {
 	m := &Manager{entries: map[types.UID]podInfo{}}
 	if opts.RootDir != "" {
 		m.path = filepath.Join(opts.RootDir, CheckpointFile)
 	}
-	return m, nil
+	return m
 }
 
 // checksum is the kubelet checkpoint manager's checksum of data.
@@ -284,22 +284,32 @@ func (m *Manager) RemovePod(uid types.UID) error {
 }
 
 // RemoveOrphans forgets the allocations of every pod keep does not report
-// as known (pods removed while the agent was down).
+// as known (pods removed while the agent was down). keep is called without
+// the Manager's lock held, so it may take locks of its own.
 func (m *Manager) RemoveOrphans(keep func(types.UID) bool) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err := m.loadLocked(); err != nil {
+		m.mu.Unlock()
 		return err
 	}
-	removed := false
+	uids := make([]types.UID, 0, len(m.entries))
 	for uid := range m.entries {
+		uids = append(uids, uid)
+	}
+	m.mu.Unlock()
+	var drop []types.UID
+	for _, uid := range uids {
 		if !keep(uid) {
-			delete(m.entries, uid)
-			removed = true
+			drop = append(drop, uid)
 		}
 	}
-	if !removed {
+	if len(drop) == 0 {
 		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, uid := range drop {
+		delete(m.entries, uid)
 	}
 	return m.storeLocked()
 }
