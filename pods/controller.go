@@ -773,8 +773,10 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	// has no status left to write, and writing one would only be refused.
 	var st v1.PodStatus
 	if !w.Removed {
+		// The final status reports the allocation, as the running pod's did.
+		alloc, _ := c.allocatedPod(ctx, pod)
 		var err error
-		if st, err = c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true)); err != nil {
+		if st, err = c.opts.Runtime.PodStatus(ctx, alloc, c.statusOptions(pod, true)); err != nil {
 			return c.retryTerminate(ctx, pod.UID, "Cannot read the stopped pod's runtime status; will retry", err), false
 		}
 	}

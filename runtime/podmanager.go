@@ -198,6 +198,8 @@ type PodManager struct {
 	// applied to a running container since it was created (its
 	// annotation records those it was created with).
 	actuated map[string]*v1.ResourceRequirements
+	// resizeErrors are, by pod, why its last in-place resize failed.
+	resizeErrors map[types.UID]string
 
 	// machine holds the node facts container configs need, read once on
 	// first use.
@@ -262,18 +264,19 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		return nil, err
 	}
 	m := &PodManager{
-		opts:        opts,
-		rs:          opts.Runtime,
-		recorder:    recorder,
-		clock:       opts.Clock,
-		backOff:     opts.ContainerBackOff,
-		http:        httpClient,
-		metrics:     pm,
-		cfsQuota:    opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
-		runtimeName: opts.RuntimeName,
-		gc:          DefaultContainerGCPolicy(),
-		reasons:     map[types.UID]map[string]podstate.ContainerWaiting{},
-		actuated:    map[string]*v1.ResourceRequirements{},
+		opts:         opts,
+		rs:           opts.Runtime,
+		recorder:     recorder,
+		clock:        opts.Clock,
+		backOff:      opts.ContainerBackOff,
+		http:         httpClient,
+		metrics:      pm,
+		cfsQuota:     opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
+		runtimeName:  opts.RuntimeName,
+		gc:           DefaultContainerGCPolicy(),
+		reasons:      map[types.UID]map[string]podstate.ContainerWaiting{},
+		actuated:     map[string]*v1.ResourceRequirements{},
+		resizeErrors: map[types.UID]string{},
 	}
 	if opts.ContainerGC != nil {
 		m.gc = *opts.ContainerGC
@@ -430,6 +433,7 @@ func (m *PodManager) ImagePullTime(uid types.UID) time.Duration { return m.image
 func (m *PodManager) forget(uid types.UID) {
 	m.mu.Lock()
 	delete(m.reasons, uid)
+	delete(m.resizeErrors, uid)
 	m.mu.Unlock()
 	m.images.forget(uid)
 }

@@ -1029,7 +1029,7 @@ func TestResizeInPlace(t *testing.T) {
 		t.Errorf("runtime cpu limit %s, want 300m", q.String())
 	}
 	want := []podCgroupCall{
-		{memLimit: "128Mi", cpuLimit: "400m", ctrMemory: 64 << 20, ctrCPUQta: 400}, // memory grows: pod first
+		{memLimit: "128Mi", cpuLimit: "400m", ctrMemory: 64 << 20, ctrCPUQta: 400},  // memory grows: pod first
 		{memLimit: "128Mi", cpuLimit: "300m", ctrMemory: 128 << 20, ctrCPUQta: 300}, // cpu shrinks: containers first
 	}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
@@ -1100,6 +1100,9 @@ func TestResizeFailureRetried(t *testing.T) {
 	if !errors.Is(res.Err, runtime.ErrResizePodInPlace) {
 		t.Fatalf("sync error %v, want ErrResizePodInPlace", res.Err)
 	}
+	if msg := h.pm.ResizeError(pod.UID); !strings.Contains(msg, "memory usage above the new limit") {
+		t.Errorf("ResizeError %q, want the runtime's refusal", msg)
+	}
 	if c := h.container(pod, "app"); !c.Resources.Limits.Memory().Equal(resource.MustParse("64Mi")) {
 		t.Errorf("actuated %v after a refused resize, want 64Mi", c.Resources)
 	}
@@ -1111,5 +1114,8 @@ func TestResizeFailureRetried(t *testing.T) {
 	}
 	if c := h.container(pod, "app"); !c.Resources.Limits.Memory().Equal(resource.MustParse("32Mi")) {
 		t.Errorf("actuated %v after the retry, want 32Mi", c.Resources)
+	}
+	if msg := h.pm.ResizeError(pod.UID); msg != "" {
+		t.Errorf("ResizeError %q after a successful retry", msg)
 	}
 }

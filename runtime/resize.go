@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -34,6 +35,24 @@ func (m *PodManager) setActuated(id string, r *v1.ResourceRequirements) {
 	m.mu.Lock()
 	m.actuated[id] = r
 	m.mu.Unlock()
+}
+
+// ResizeError returns why the last in-place resize of the pod with uid
+// failed, "" when it did not (or there was none). Safe for concurrent use.
+func (m *PodManager) ResizeError(uid types.UID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.resizeErrors[uid]
+}
+
+func (m *PodManager) setResizeError(uid types.UID, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		delete(m.resizeErrors, uid)
+		return
+	}
+	m.resizeErrors[uid] = err.Error()
 }
 
 func (m *PodManager) forgetActuated(id string) {

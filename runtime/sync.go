@@ -115,11 +115,15 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 		// Resized in place before anything starts, as the kubelet: a
 		// container restarted for its resize policy comes back in a pod
 		// cgroup already grown for it.
-		if err := s.resize(ctx, actions); err != nil {
+		err := s.resize(ctx, actions)
+		m.setResizeError(pod.UID, err)
+		if err != nil {
 			logger.Error(err, "Pod resize failed; the next sync retries it")
 			s.fail(err)
 			return
 		}
+	} else if !actions.killPod {
+		m.setResizeError(pod.UID, nil)
 	}
 	if !actions.createSandbox {
 		// Keep only the newest exited instance of each init container.

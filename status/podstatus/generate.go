@@ -55,6 +55,10 @@ type GenerateOptions struct {
 	// (its spec with the resources the node allocated), as it is whenever
 	// the agent tracks allocations.
 	ResizePending *ResizePending
+	// ResizeError is why the runtime failed to actuate the allocation the
+	// last time it tried (it tries again): the PodResizeInProgress
+	// condition then has reason Error and this message. Empty: no failure.
+	ResizeError string
 }
 
 // ResizePending is a resize the node did not allocate: Reason is
@@ -118,7 +122,7 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
 	finish(pod, &s, old, readyToStartContainersCondition(pod, rs))
 	if !isTerminal(s.Phase) {
-		s.Conditions = append(s.Conditions, resizeConditions(pod, opts.ResizePending, g.resizeInProgress())...)
+		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, g.resizeInProgress())...)
 	}
 	g.setHostIPs(&s)
 	return s
@@ -126,14 +130,19 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 
 // resizeConditions are the kubelet's resize conditions: PodResizePending
 // for a resize the node did not allocate, PodResizeInProgress while what
-// runs differs from the allocation.
-func resizeConditions(pod *v1.Pod, pending *ResizePending, inProgress bool) []v1.PodCondition {
+// runs differs from the allocation (reason Error with the runtime's
+// failure, when actuating it failed).
+func resizeConditions(pod *v1.Pod, opts GenerateOptions, inProgress bool) []v1.PodCondition {
 	var out []v1.PodCondition
-	if pending != nil {
-		out = append(out, condition(pod, v1.PodResizePending, v1.ConditionTrue, pending.Reason, pending.Message))
+	if p := opts.ResizePending; p != nil {
+		out = append(out, condition(pod, v1.PodResizePending, v1.ConditionTrue, p.Reason, p.Message))
 	}
 	if inProgress {
-		out = append(out, condition(pod, v1.PodResizeInProgress, v1.ConditionTrue, "", ""))
+		reason := ""
+		if opts.ResizeError != "" {
+			reason = v1.PodReasonError
+		}
+		out = append(out, condition(pod, v1.PodResizeInProgress, v1.ConditionTrue, reason, opts.ResizeError))
 	}
 	return out
 }
@@ -271,7 +280,7 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 	}
 	if !isTerminal(s.Phase) {
 		// The backend says whether it is still applying an allocation.
-		s.Conditions = append(s.Conditions, resizeConditions(pod, opts.ResizePending, backendResizing)...)
+		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, backendResizing)...)
 	}
 	if len(s.HostIPs) == 0 && len(opts.HostIPs) > 0 {
 		for _, ip := range opts.HostIPs {

@@ -618,8 +618,13 @@ func TestResizeInProgress(t *testing.T) {
 		t.Errorf("pod allocated cpu %s, want 500m", got.String())
 	}
 	cond := findCond(s, v1.PodResizeInProgress)
-	if cond == nil || cond.Status != v1.ConditionTrue || cond.ObservedGeneration != p.Generation {
+	if cond == nil || cond.Status != v1.ConditionTrue || cond.ObservedGeneration != p.Generation || cond.Reason != "" {
 		t.Errorf("PodResizeInProgress = %+v, want True at generation %d", cond, p.Generation)
+	}
+	// The runtime refused it: reason Error with its message.
+	s = podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{ResizeError: "cannot set memory limit"})
+	if cond := findCond(s, v1.PodResizeInProgress); cond == nil || cond.Reason != v1.PodReasonError || cond.Message != "cannot set memory limit" {
+		t.Errorf("failed resize: PodResizeInProgress = %+v, want reason Error", cond)
 	}
 
 	// Actuated: the condition goes, the status shows the new values.
