@@ -1119,3 +1119,25 @@ func TestResizeFailureRetried(t *testing.T) {
 		t.Errorf("ResizeError %q after a successful retry", msg)
 	}
 }
+
+// TestResizeMemoryBelowUsage: a memory limit cut below what the container
+// uses (fakecri reports 4 MiB) is refused before anything changes, with the
+// kubelet's message, and no UpdateContainerResources call.
+func TestResizeMemoryBelowUsage(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	app := ctr("app")
+	app.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
+	pod := newPod("res", app)
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("2Mi")
+	res := h.sync(pod, nil)
+	want := fmt.Sprintf(`cannot decrease memory limits: attempting to set container "app" memory limit (%d) below current usage (%d)`, 2<<20, fakecri.DefaultContainerMemory)
+	if !errors.Is(res.Err, runtime.ErrResizePodInPlace) || !strings.Contains(h.pm.ResizeError(pod.UID), want) {
+		t.Fatalf("sync error %v, ResizeError %q; want %q", res.Err, h.pm.ResizeError(pod.UID), want)
+	}
+	if n := h.cri.Calls("UpdateContainerResources"); n != 0 {
+		t.Errorf("UpdateContainerResources called %d times", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nodekit/nodekit/podstate"
 
@@ -157,6 +158,11 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 		}
 		return p
 	}
+	// Before anything changes, as the kubelet's validatePodResizeAction:
+	// a memory limit cut below what a container uses would fail half-way.
+	if err := s.checkMemoryDecrease(ctx, a); err != nil {
+		return fmt.Errorf("%w: %v", ErrResizePodInPlace, err)
+	}
 	logger := klog.FromContext(ctx)
 	for _, name := range []v1.ResourceName{v1.ResourceMemory, v1.ResourceCPU} {
 		before := podAt()
@@ -198,6 +204,36 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 		}
 	}
 	return nil
+}
+
+// checkMemoryDecrease fails when a container's memory limit is to be cut
+// (or set) at or below the memory it uses now (CRI ContainerStats), with
+// the kubelet's message.
+func (s *podSync) checkMemoryDecrease(ctx context.Context, a podActions) error {
+	var msgs []string
+	for _, u := range a.containersToUpdate[v1.ResourceMemory] {
+		want := u.desired.MemoryLimit
+		if want == 0 || (u.current.MemoryLimit != 0 && want >= u.current.MemoryLimit) {
+			continue
+		}
+		st, err := s.m.rs.ContainerStats(ctx, u.id)
+		usage := st.GetMemory().GetUsageBytes()
+		switch {
+		case err != nil:
+			msgs = append(msgs, fmt.Sprintf("unable to read memory usage of container %q: %s", u.spec.Name, grpcMessage(err)))
+		case usage == nil:
+			msgs = append(msgs, fmt.Sprintf("missing container %q memory usage", u.spec.Name))
+		case usage.GetValue() >= uint64(want):
+			msgs = append(msgs, fmt.Sprintf("attempting to set container %q memory limit (%d) below current usage (%d)", u.spec.Name, want, usage.GetValue()))
+		}
+	}
+	switch len(msgs) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("cannot decrease memory limits: %s", msgs[0])
+	}
+	return fmt.Errorf("cannot decrease memory limits: [%s]", strings.Join(msgs, ", "))
 }
 
 // podResourceChange reports whether the pod's aggregate request or limit
