@@ -228,6 +228,9 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	if err != nil {
 		return o, err
 	}
+	if p.Cgroups != nil {
+		o.UpdatePodCgroup = p.Cgroups.UpdatePod
+	}
 	o.Allocatable = p.Node.Allocatable
 	o.ConfigMaps = p.Volumes.ConfigMap
 	o.Secrets = p.Volumes.Secret

@@ -17,6 +17,7 @@ import (
 	"github.com/nodekit/nodekit/lease"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource/apiserver"
+	"github.com/nodekit/nodekit/resources/allocation"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
@@ -138,6 +139,7 @@ func (cfg *Config) PodsOptions(node pods.NodeGetter) pods.Options {
 		QOSClass:             cgroupdriver.PodQOS,
 		HostIPs:              func() []net.IP { return cfg.hostIPs(node) },
 		AllowedUnsafeSysctls: cfg.Kubelet.AllowedUnsafeSysctls,
+		Allocations:          allocation.New(allocation.Options{RootDir: cfg.RootDir}),
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 // of the pinned Kubernetes) that CI runs against a nodekit node: tests that
 // pass on nodekit and on the kubelet here, chosen to cover the pod
 // lifecycle, container status, probes, lifecycle hooks, init containers,
-// the downward API, configMap/secret environment, security context and
-// exec through the kubelet API, within a few minutes. cmd/conformance runs
+// the downward API, configMap/secret environment, security context, exec
+// through the kubelet API and in-place resize, within a few minutes. cmd/conformance runs
 // the whole focus.
 var conformanceSubset = []string{
 	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
@@ -36,6 +36,7 @@ var conformanceSubset = []string{
 	"[sig-node] Security Context When creating a container with runAsUser should run the container with uid 65534 [LinuxOnly] [Conformance] [NodeConformance]",
 	"[sig-node] Variable Expansion should allow composing env vars into new env vars [Conformance] [NodeConformance]",
 	"[sig-node] Kubelet when scheduling a busybox command that always fails in a pod should have an terminated reason [Conformance] [NodeConformance]",
+	"[sig-node] Pod InPlace Resize Container burstable pods - extended 6 containers - various operations performed (including adding limits and requests) [MinimumKubeletVersion:1.34] [Conformance]",
 }
 
 // TestConformanceSubset runs conformanceSubset with upstream's e2e.test

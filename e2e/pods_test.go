@@ -88,6 +88,7 @@ var podTests = []podTest{
 	{name: "active deadline fails the pod", run: testActiveDeadline},
 	{name: "pod spec admission", run: testPodSpecAdmission},
 	{name: "hostname override", containerdOnly: true, run: testHostnameOverride},
+	{name: "in-place resize", containerdOnly: true, run: testInPlaceResize},
 }
 
 // TestPodsOnContainerd runs the pod tests and the node status tests that

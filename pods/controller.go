@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/resources/allocation"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
@@ -53,6 +54,11 @@ type Options struct {
 	// ending in *) the Module's Sysctls admit handler lets pods set
 	// (kubelet allowedUnsafeSysctls); New ignores it.
 	AllowedUnsafeSysctls []string
+	// Allocations records the resources allocated to admitted pods, for
+	// in-place resize (see Allocations); nil keeps them in memory only
+	// (allocation.New without a root directory), so a restarted agent
+	// allocates what the specs then ask for.
+	Allocations Allocations
 	// Prober, when set, probes the pods' containers; its readiness and
 	// startup results go into the pods' statuses and its changes sync the
 	// pod. nil means no probes: running containers are ready.
@@ -184,6 +190,12 @@ type podRecord struct {
 	// terminated is set once the pod's containers are stopped and its
 	// final status is set; it never goes back.
 	terminated bool
+	// resizePending is the resize the node did not allocate (at
+	// resizePendingGeneration), nil when none; resizing is set while the
+	// status says PodResizeInProgress.
+	resizePending           *podstatus.ResizePending
+	resizePendingGeneration int64
+	resizing                bool
 }
 
 // New validates opts and applies defaults. It does no I/O.
@@ -205,6 +217,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Store == nil {
 		opts.Store = NewStore()
+	}
+	if opts.Allocations == nil {
+		opts.Allocations = allocation.New(allocation.Options{})
 	}
 	m, err := newControllerMetrics(opts.Registerer)
 	if err != nil {
@@ -338,7 +353,8 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 				c.observeStartLocked(r)
 			}
 			c.mu.Unlock()
-			c.store.update(pod)
+			alloc, _ := c.allocatedPod(ctx, pod)
+			c.store.update(alloc)
 			if podstatus.NeedsReadinessSync(pod) {
 				c.workers.poke(pod.UID)
 			}
@@ -381,13 +397,19 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 	// it is stopped.
 	terminate := pod.DeletionTimestamp != nil || isTerminal(pod.Status.Phase)
 	if !terminate {
-		if res := c.admit(pod); !res.Admit {
+		// A pod allocated before the agent restarted is admitted with its
+		// allocation; a resize since is decided at its first sync.
+		alloc, _ := c.allocatedPod(ctx, pod)
+		if res := c.admit(alloc); !res.Admit {
 			r.rejected = true
 			c.mu.Unlock()
 			c.reject(ctx, pod, res)
 			return
 		}
-		c.store.set(pod)
+		if err := c.opts.Allocations.SetAllocated(alloc); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot record the pod's allocated resources", "pod", klog.KObj(pod))
+		}
+		c.store.set(alloc)
 		c.static.enqueue(pod)
 	}
 	c.mu.Unlock()
@@ -465,7 +487,8 @@ func (c *Controller) update(ctx context.Context, pod *v1.Pod, deleted bool) {
 	if rejected {
 		return
 	}
-	c.store.update(pod)
+	alloc, _ := c.allocatedPod(ctx, pod)
+	c.store.update(alloc)
 	c.workers.update(ctx, pod, deleted || pod.DeletionTimestamp != nil, false, pod.DeletionGracePeriodSeconds)
 }
 
@@ -519,6 +542,9 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 		opts.Readiness = p.Ready
 		opts.Startup = p.Started
 	}
+	if !terminal {
+		opts.ResizePending = c.resizePendingOf(pod.UID)
+	}
 	return opts
 }
 
@@ -550,6 +576,8 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	if w.Terminate || (hasPrev && isTerminal(prev.Phase)) {
 		return c.terminate(ctx, w)
 	}
+	// The runtime actuates, and the status reports, the allocation.
+	pod = c.handleResize(ctx, pod)
 	var prevStatus *v1.PodStatus
 	if hasPrev {
 		prevStatus = &prev
@@ -637,6 +665,7 @@ func (c *Controller) setStatus(pod *v1.Pod, st v1.PodStatus) {
 			c.metrics.observeStart(c.clock.Since(seen))
 		}
 	}
+	c.observeResize(pod, &st)
 	c.opts.Statuses.SetPodStatus(pod, st)
 }
 
@@ -744,8 +773,10 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	// has no status left to write, and writing one would only be refused.
 	var st v1.PodStatus
 	if !w.Removed {
+		// The final status reports the allocation, as the running pod's did.
+		alloc, _ := c.allocatedPod(ctx, pod)
 		var err error
-		if st, err = c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, true)); err != nil {
+		if st, err = c.opts.Runtime.PodStatus(ctx, alloc, c.statusOptions(pod, true)); err != nil {
 			return c.retryTerminate(ctx, pod.UID, "Cannot read the stopped pod's runtime status; will retry", err), false
 		}
 	}
@@ -768,6 +799,11 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		c.opts.Prober.RemovePod(pod)
 	}
 	c.store.delete(pod.UID)
+	if err := c.opts.Allocations.RemovePod(pod.UID); err != nil {
+		logger.Error(err, "Cannot forget the stopped pod's allocated resources")
+	}
+	// Its resources are free: deferred resizes may fit now.
+	c.retryDeferredResizes()
 	c.staticPodStopped(pod)
 	for _, ch := range waiters {
 		close(ch)
@@ -1043,6 +1079,9 @@ func (c *Controller) housekeeping(ctx context.Context) {
 	}
 	c.deleteOrphanedMirrorPods(ctx)
 	logger := klog.FromContext(ctx)
+	if err := c.opts.Allocations.RemoveOrphans(c.known); err != nil {
+		logger.Error(err, "Cannot forget the allocated resources of pods no source knows")
+	}
 	running, err := c.opts.Runtime.RunningPods(ctx)
 	if err != nil {
 		if ctx.Err() == nil {

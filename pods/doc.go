@@ -40,6 +40,21 @@
 // DeclaredFeatures (PodFeatureUnsupported); spec.activeDeadlineSeconds
 // fails a pod that runs past it (DeadlineExceeded).
 //
+// # In-place resize
+//
+// Options.Allocations (resources/allocation) records what the node
+// allocated to each admitted pod. When a pod's spec asks for other
+// resources (the resize subresource), its next sync admits the resize with
+// the admit handlers against the other pods' allocations, as the kubelet's
+// allocation manager: admitted, the spec becomes the allocation
+// (ResizeStarted); refused, it is PodResizePending, Deferred with the
+// refusal's message (retried at each sync and when another pod's resources
+// are freed) or Infeasible (pod-level resources are not resized in place).
+// The Runtime is given the allocated pod, for its sync and its status
+// (podstatus.GenerateOptions.ResizePending); a pod-level backend sees the
+// allocation in the pod's containers' resources and reports
+// PodResizeInProgress itself while it applies it.
+//
 // # Swapping pieces
 //
 // Without fx, build a Controller with New and call Run. With fx, Module

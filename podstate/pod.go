@@ -149,11 +149,46 @@ type ContainerStatus struct {
 	Reason, Message string
 	// SandboxID is the sandbox the container runs in.
 	SandboxID string
-	// Resources are the requests and limits the container was created
-	// with, as the agent recorded them; nil when unknown (a container the
-	// agent did not create). Containers are not resized in place, so
-	// these are what it runs with.
+	// Resources are the requests and limits the agent last actuated for
+	// the container: those it was created with, or those an in-place
+	// resize applied since; nil when unknown (a container the agent did
+	// not create). A resize is in progress while they differ from the
+	// pod's allocation (ResizeNeeded).
 	Resources *v1.ResourceRequirements
+	// Reported are the CPU request (from cpu shares), CPU limit (from the
+	// CFS quota) and memory limit the runtime reports the container runs
+	// with; nil when it reports none. They become the container's
+	// status.resources, which are what runs, not what was asked.
+	Reported *v1.ResourceRequirements
+}
+
+// ComputeResources are the values of a container's requests and limits an
+// in-place resize actuates: CPU in millicores, memory in bytes.
+type ComputeResources struct {
+	CPURequest, CPULimit       int64
+	MemoryRequest, MemoryLimit int64
+}
+
+// ComputeResourcesOf returns r's CPU and memory requests and limits; a nil
+// r has none.
+func ComputeResourcesOf(r *v1.ResourceRequirements) ComputeResources {
+	if r == nil {
+		return ComputeResources{}
+	}
+	return ComputeResources{
+		CPURequest:    r.Requests.Cpu().MilliValue(),
+		CPULimit:      r.Limits.Cpu().MilliValue(),
+		MemoryRequest: r.Requests.Memory().Value(),
+		MemoryLimit:   r.Limits.Memory().Value(),
+	}
+}
+
+// ResizeNeeded reports whether a running container whose actuated
+// resources are actuated must be resized in place to allocated: the
+// kubelet's comparison of CPU and memory requests and limits by value. An
+// unknown (nil) actuated never needs it.
+func ResizeNeeded(actuated, allocated *v1.ResourceRequirements) bool {
+	return actuated != nil && ComputeResourcesOf(actuated) != ComputeResourcesOf(allocated)
 }
 
 // Errors that explain why a container is waiting. The pod status generator

@@ -49,6 +49,85 @@ type podActions struct {
 	ephemeralToStart []int
 	// containersToKill are keyed by container ID.
 	containersToKill map[string]containerToKill
+	// containersToUpdate are the running containers resized in place, by
+	// resource (memory, then cpu), each list with the decreases first, as
+	// the kubelet's computePodResizeAction orders them.
+	containersToUpdate map[v1.ResourceName][]containerToUpdate
+	// resizePod: the allocation changed what runs (a container is resized
+	// in place or restarted for it), so the pod's cgroup follows it.
+	resizePod bool
+}
+
+// containerToUpdate is a running container resized in place.
+type containerToUpdate struct {
+	id   string
+	spec *v1.Container
+	// desired are the allocated values, current those last actuated.
+	desired, current podstate.ComputeResources
+}
+
+// resizeAction decides how running container c (status cs) follows its
+// allocated resources (c.Resources, the pod being the allocated pod), as
+// the kubelet's computePodResizeAction: nothing when what was actuated
+// (cs.Resources) matches; a restart when a changed resource's resizePolicy
+// says RestartContainer (restart true: the caller kills and starts it);
+// otherwise an in-place update queued in a.containersToUpdate for memory
+// (the limit, else the request) and cpu (the limit, else the request),
+// decreases before increases.
+func (a *podActions) resizeAction(c *v1.Container, cs *podstate.ContainerStatus) (restart bool) {
+	if !podstate.ResizeNeeded(cs.Resources, &c.Resources) {
+		return false
+	}
+	desired, current := podstate.ComputeResourcesOf(&c.Resources), podstate.ComputeResourcesOf(cs.Resources)
+	a.resizePod = true
+	policy := func(name v1.ResourceName, want, have int64) (resize, restart bool) {
+		if want == have {
+			return false, false
+		}
+		for _, p := range c.ResizePolicy {
+			if p.ResourceName == name {
+				return true, p.RestartPolicy == v1.RestartContainer
+			}
+		}
+		return true, false // NotRequired is the default
+	}
+	memLim, restartMemLim := policy(v1.ResourceMemory, desired.MemoryLimit, current.MemoryLimit)
+	memReq, restartMemReq := policy(v1.ResourceMemory, desired.MemoryRequest, current.MemoryRequest)
+	cpuLim, restartCPULim := policy(v1.ResourceCPU, desired.CPULimit, current.CPULimit)
+	cpuReq, restartCPUReq := policy(v1.ResourceCPU, desired.CPURequest, current.CPURequest)
+	if restartMemLim || restartMemReq || restartCPULim || restartCPUReq {
+		return true
+	}
+	if a.containersToUpdate == nil {
+		a.containersToUpdate = map[v1.ResourceName][]containerToUpdate{}
+	}
+	u := containerToUpdate{id: cs.ID, spec: c, desired: desired, current: current}
+	queue := func(name v1.ResourceName, want, have int64) {
+		if want > have {
+			a.containersToUpdate[name] = append(a.containersToUpdate[name], u)
+		} else {
+			a.containersToUpdate[name] = append([]containerToUpdate{u}, a.containersToUpdate[name]...)
+		}
+	}
+	switch {
+	case memLim:
+		queue(v1.ResourceMemory, desired.MemoryLimit, current.MemoryLimit)
+	case memReq:
+		queue(v1.ResourceMemory, desired.MemoryRequest, current.MemoryRequest)
+	}
+	switch {
+	case cpuLim:
+		queue(v1.ResourceCPU, desired.CPULimit, current.CPULimit)
+	case cpuReq:
+		queue(v1.ResourceCPU, desired.CPURequest, current.CPURequest)
+	}
+	return false
+}
+
+// resizeRestartMessage is the kubelet's kill message of a container whose
+// resize policy restarts it.
+func resizeRestartMessage(c *v1.Container) string {
+	return fmt.Sprintf("Container %s resize requires restart", c.Name)
 }
 
 // isSidecar reports whether c is a restartable init container.
@@ -201,6 +280,12 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus,
 			message, reason = fmt.Sprintf("Container %s failed liveness probe", c.Name), killReasonLiveness
 		case c.StartupProbe != nil && probes != nil && probes.Startup(cs.ID) == podstate.ProbeFailure:
 			message, reason = fmt.Sprintf("Container %s failed startup probe", c.Name), killReasonStartup
+		case a.resizeAction(c, cs):
+			// Restarted for its resize policy, whatever the restart policy.
+			keep++
+			a.containersToStart = append(a.containersToStart, i)
+			a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, message: resizeRestartMessage(c)}
+			continue
 		default:
 			keep++
 			continue
@@ -268,6 +353,9 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 			a.initToStart = append(a.initToStart, i)
 		case podstate.ContainerStateRunning:
 			if !isSidecar(c) {
+				// A running init container is resized in place; validation
+				// allows it no RestartContainer policy.
+				a.resizeAction(c, cs)
 				break
 			}
 			if c.StartupProbe != nil {
@@ -295,6 +383,11 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 			if c.LivenessProbe != nil && probeVerdict(probes, cs.ID, false) == podstate.ProbeFailure {
 				a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, reason: killReasonLiveness,
 					message: fmt.Sprintf("Init container %s failed liveness probe", c.Name)}
+				a.initToStart = append(a.initToStart, i)
+				break
+			}
+			if a.resizeAction(c, cs) {
+				a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, message: resizeRestartMessage(c)}
 				a.initToStart = append(a.initToStart, i)
 			}
 		case podstate.ContainerStateExited:

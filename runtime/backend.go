@@ -129,12 +129,17 @@ func (b *Backend) refresh(ctx context.Context, pod *v1.Pod) {
 	b.opts.PLEG.Observe(st)
 }
 
-// PodStatus generates the pod's API status from the cached runtime status
-// and the reasons its containers wait (back-offs, image pull errors).
+// PodStatus generates the pod's API status from the cached runtime status,
+// the reasons its containers wait (back-offs, image pull errors) and why
+// its last in-place resize failed (PodManager.ResizeError), unless opts
+// gives one.
 func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
 	rs, err := b.runtimeStatus(ctx, pod.UID)
 	if err != nil {
 		return v1.PodStatus{}, fmt.Errorf("status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if opts.ResizeError == "" {
+		opts.ResizeError = b.pm.ResizeError(pod.UID)
 	}
 	return podstatus.Generate(pod, rs, b.pm.waiting(pod.UID), opts), nil
 }

@@ -76,8 +76,22 @@
 // AppArmor profiles (field or annotation, podstate.AppArmorProfile) are
 // passed to the runtime in the CRI field and the deprecated string form;
 // pod admission (pods.AppArmor) refuses pods that ask for one on a host
-// without AppArmor. Left out: in-place resize and devices are not handled;
-// user namespaces (hostUsers: false) and image volumes are refused at
+// without AppArmor.
+//
+// In-place resize: the pod SyncPod gets is the allocated pod (its spec with
+// the resources the node allocated, pods.Allocations). A running container
+// whose actuated resources (those it was created with, or a resize applied
+// since, podstate.ContainerStatus.Resources) differ from its allocation is
+// updated with UpdateContainerResources, memory then cpu, decreases before
+// increases, the pod's cgroup grown before the containers and shrunk after
+// them (PodManagerOptions.UpdatePodCgroup), as the kubelet's
+// doPodResizeAction; a changed resource whose resizePolicy says
+// RestartContainer restarts the container instead. A refused update fails
+// the sync with ErrResizePodInPlace and a ResizeError event and is retried.
+// What the runtime reports (ContainerStatus.resources) is the container's
+// status.resources.
+//
+// Left out: devices are not handled; user namespaces (hostUsers: false) and image volumes are refused at
 // admission (pods.PodFeatures); recursive read-only mounts are never asked of
 // the runtime (recursiveReadOnly IfPossible mounts read-only, Enabled fails
 // the container with the kubelet's error for a runtime without them).

@@ -33,9 +33,10 @@ const (
 	AnnotationTerminationGracePeriod   = "io.kubernetes.pod.terminationGracePeriod"
 
 	// AnnotationContainerResources records the requests and limits a
-	// container was created with (JSON), nodekit's own: the node does not
-	// resize containers in place, so these are what the container runs
-	// with whatever the pod spec says later, and its status reports them.
+	// container was created with (JSON), nodekit's own: what it runs with
+	// until an in-place resize applies others (the PodManager remembers
+	// those; after an agent restart the resize is applied again from
+	// these).
 	AnnotationContainerResources = "io.nodekit.container.resources"
 )
 

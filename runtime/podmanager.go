@@ -82,6 +82,13 @@ type PodManagerOptions struct {
 	// creating it if needed (cgroupdriver's Manager.EnsurePod). nil leaves
 	// the choice to the runtime.
 	CgroupParent func(ctx context.Context, pod *v1.Pod) (string, error)
+	// UpdatePodCgroup sets a pod's cgroup to the values of pod's resources
+	// (cgroupdriver's Manager.UpdatePod), for in-place resize: SyncPod
+	// calls it before resizing the containers when the pod grows, after
+	// when it shrinks, once for memory and once for cpu, with the pod's
+	// containers at the values actuated by then. nil leaves the pod's
+	// cgroup as created.
+	UpdatePodCgroup func(ctx context.Context, pod *v1.Pod) error
 	// CgroupVersion returns the node's cgroup version (cgroupdriver's
 	// Driver.Version fits); on 2 container resources carry the settings the
 	// kubelet adds on a unified hierarchy (memory.oom.group=1 so an OOM kills
@@ -187,6 +194,12 @@ type PodManager struct {
 	mu          sync.Mutex
 	runtimeName string
 	reasons     map[types.UID]map[string]podstate.ContainerWaiting
+	// actuated are, by container ID, the resources an in-place resize
+	// applied to a running container since it was created (its
+	// annotation records those it was created with).
+	actuated map[string]*v1.ResourceRequirements
+	// resizeErrors are, by pod, why its last in-place resize failed.
+	resizeErrors map[types.UID]string
 
 	// machine holds the node facts container configs need, read once on
 	// first use.
@@ -259,17 +272,19 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		return nil, err
 	}
 	m := &PodManager{
-		opts:        opts,
-		rs:          opts.Runtime,
-		recorder:    recorder,
-		clock:       opts.Clock,
-		backOff:     opts.ContainerBackOff,
-		http:        httpClient,
-		metrics:     pm,
-		cfsQuota:    opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
-		runtimeName: opts.RuntimeName,
-		gc:          DefaultContainerGCPolicy(),
-		reasons:     map[types.UID]map[string]podstate.ContainerWaiting{},
+		opts:         opts,
+		rs:           opts.Runtime,
+		recorder:     recorder,
+		clock:        opts.Clock,
+		backOff:      opts.ContainerBackOff,
+		http:         httpClient,
+		metrics:      pm,
+		cfsQuota:     opts.CPUCFSQuota == nil || *opts.CPUCFSQuota,
+		runtimeName:  opts.RuntimeName,
+		gc:           DefaultContainerGCPolicy(),
+		reasons:      map[types.UID]map[string]podstate.ContainerWaiting{},
+		actuated:     map[string]*v1.ResourceRequirements{},
+		resizeErrors: map[types.UID]string{},
 	}
 	if opts.ContainerGC != nil {
 		m.gc = *opts.ContainerGC
@@ -407,6 +422,7 @@ func (m *PodManager) ImagePullTime(uid types.UID) time.Duration { return m.image
 func (m *PodManager) forget(uid types.UID) {
 	m.mu.Lock()
 	delete(m.reasons, uid)
+	delete(m.resizeErrors, uid)
 	m.mu.Unlock()
 	m.images.forget(uid)
 }

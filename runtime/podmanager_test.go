@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/nodekit/nodekit/podstate"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -969,10 +972,119 @@ func TestHostnameOverride(t *testing.T) {
 	}
 }
 
-// TestContainerResourcesRecorded: the runtime records the requests and
-// limits a container was created with, and reports them in its status
-// whatever the spec says later (no in-place resize).
-func TestContainerResourcesRecorded(t *testing.T) {
+// TestResizeInPlace: a running container whose allocation changes is
+// resized with UpdateContainerResources (same container, no restart), its
+// status reports the new actuated resources and what the runtime reports,
+// and the pod's cgroup grows before the containers and shrinks after them:
+// memory grows here (pod cgroup first, the container still at its old
+// limit), cpu shrinks (container first).
+func TestResizeInPlace(t *testing.T) {
+	type podCgroupCall struct {
+		memLimit, cpuLimit   string
+		ctrMemory, ctrCPUQta int64
+	}
+	var calls []podCgroupCall
+	var h *harness
+	h = newHarness(t, fakecri.Options{}, func(o *runtime.PodManagerOptions) {
+		o.UpdatePodCgroup = func(_ context.Context, pod *v1.Pod) error {
+			c := pod.Spec.Containers[0]
+			l := h.status(pod).Container("app").Reported.Limits
+			q := l[v1.ResourceCPU]
+			calls = append(calls, podCgroupCall{memLimit: c.Resources.Limits.Memory().String(), cpuLimit: c.Resources.Limits.Cpu().String(),
+				ctrMemory: l.Memory().Value(), ctrCPUQta: q.MilliValue()})
+			return nil
+		}
+	})
+	app := ctr("app")
+	app.Resources = v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("200m"), v1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("400m"), v1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	pod := newPod("res", app)
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	before := h.container(pod, "app")
+	if before.Reported == nil || before.Reported.Limits.Memory().Value() != 64<<20 {
+		t.Fatalf("runtime-reported resources %v, want the 64Mi limit", before.Reported)
+	}
+
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("128Mi")
+	pod.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("100m")
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceCPU] = resource.MustParse("300m")
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	c := h.container(pod, "app")
+	if c.ID != before.ID || c.RestartCount != 0 {
+		t.Fatalf("container %s (restarts %d), want %s resized in place", c.ID, c.RestartCount, before.ID)
+	}
+	if podstate.ResizeNeeded(c.Resources, &pod.Spec.Containers[0].Resources) {
+		t.Errorf("actuated %v, want the allocation %v", c.Resources, pod.Spec.Containers[0].Resources)
+	}
+	if got := c.Reported.Limits.Memory().Value(); got != 128<<20 {
+		t.Errorf("runtime memory limit %d, want 128Mi", got)
+	}
+	if q := c.Reported.Limits[v1.ResourceCPU]; q.MilliValue() != 300 {
+		t.Errorf("runtime cpu limit %s, want 300m", q.String())
+	}
+	want := []podCgroupCall{
+		{memLimit: "128Mi", cpuLimit: "400m", ctrMemory: 64 << 20, ctrCPUQta: 400},  // memory grows: pod first
+		{memLimit: "128Mi", cpuLimit: "300m", ctrMemory: 128 << 20, ctrCPUQta: 300}, // cpu shrinks: containers first
+	}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Errorf("pod cgroup updates %+v, want %+v", calls, want)
+	}
+	if n := h.cri.Calls("UpdateContainerResources"); n != 2 {
+		t.Errorf("UpdateContainerResources called %d times, want 2 (memory, then cpu)", n)
+	}
+	// Nothing left to do: no further calls.
+	if res := h.sync(pod, nil); res.Err != nil || h.cri.Calls("UpdateContainerResources") != 2 || len(calls) != 2 {
+		t.Errorf("second sync: %v, %d updates, %d pod cgroup updates", res.Err, h.cri.Calls("UpdateContainerResources"), len(calls))
+	}
+}
+
+// TestResizeRestartContainer: a resize of a resource whose resizePolicy is
+// RestartContainer restarts the container (whatever the pod's restart
+// policy), which comes back with its allocation.
+func TestResizeRestartContainer(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	app := ctr("app")
+	app.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
+	app.ResizePolicy = []v1.ContainerResizePolicy{{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer}}
+	pod := newPod("res", app)
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	before := h.container(pod, "app")
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("128Mi")
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	c := h.container(pod, "app")
+	if c.ID == before.ID || c.RestartCount != 1 || c.State != podstate.ContainerStateRunning {
+		t.Fatalf("container %s restarts %d state %s, want a new running instance", c.ID, c.RestartCount, c.State)
+	}
+	if !c.Resources.Limits.Memory().Equal(resource.MustParse("128Mi")) {
+		t.Errorf("new instance created with %v, want the 128Mi allocation", c.Resources)
+	}
+	if n := h.cri.Calls("UpdateContainerResources"); n != 0 {
+		t.Errorf("UpdateContainerResources called %d times, want a restart only", n)
+	}
+	found := false
+	for _, e := range h.events() {
+		found = found || strings.Contains(e, "Container app resize requires restart")
+	}
+	if !found {
+		t.Errorf("no kill event with the resize restart message: %v", h.events())
+	}
+}
+
+// TestResizeFailureRetried: a runtime that refuses the update fails the
+// sync with ErrResizePodInPlace and a ResizeError event; what runs is
+// unchanged and the next sync tries again.
+func TestResizeFailureRetried(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
 	app := ctr("app")
 	app.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
@@ -980,12 +1092,52 @@ func TestContainerResourcesRecorded(t *testing.T) {
 	if res := h.sync(pod, nil); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("128Mi")
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("32Mi")
+	if err := h.cri.SetError("UpdateContainerResources", status.Error(codes.Unknown, "memory usage above the new limit")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.sync(pod, nil)
+	if !errors.Is(res.Err, runtime.ErrResizePodInPlace) {
+		t.Fatalf("sync error %v, want ErrResizePodInPlace", res.Err)
+	}
+	if msg := h.pm.ResizeError(pod.UID); !strings.Contains(msg, "memory usage above the new limit") {
+		t.Errorf("ResizeError %q, want the runtime's refusal", msg)
+	}
+	if c := h.container(pod, "app"); !c.Resources.Limits.Memory().Equal(resource.MustParse("64Mi")) {
+		t.Errorf("actuated %v after a refused resize, want 64Mi", c.Resources)
+	}
+	if err := h.cri.SetError("UpdateContainerResources", nil); err != nil {
+		t.Fatal(err)
+	}
 	if res := h.sync(pod, nil); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	c := h.container(pod, "app")
-	if c.RestartCount != 0 || c.Resources == nil || !c.Resources.Limits.Memory().Equal(resource.MustParse("64Mi")) {
-		t.Fatalf("container %+v, want the first instance reporting the 64Mi it was created with", c)
+	if c := h.container(pod, "app"); !c.Resources.Limits.Memory().Equal(resource.MustParse("32Mi")) {
+		t.Errorf("actuated %v after the retry, want 32Mi", c.Resources)
+	}
+	if msg := h.pm.ResizeError(pod.UID); msg != "" {
+		t.Errorf("ResizeError %q after a successful retry", msg)
+	}
+}
+
+// TestResizeMemoryBelowUsage: a memory limit cut below what the container
+// uses (fakecri reports 4 MiB) is refused before anything changes, with the
+// kubelet's message, and no UpdateContainerResources call.
+func TestResizeMemoryBelowUsage(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	app := ctr("app")
+	app.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}}
+	pod := newPod("res", app)
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	pod.Spec.Containers[0].Resources.Limits[v1.ResourceMemory] = resource.MustParse("2Mi")
+	res := h.sync(pod, nil)
+	want := fmt.Sprintf(`cannot decrease memory limits: attempting to set container "app" memory limit (%d) below current usage (%d)`, 2<<20, fakecri.DefaultContainerMemory)
+	if !errors.Is(res.Err, runtime.ErrResizePodInPlace) || !strings.Contains(h.pm.ResizeError(pod.UID), want) {
+		t.Fatalf("sync error %v, ResizeError %q; want %q", res.Err, h.pm.ResizeError(pod.UID), want)
+	}
+	if n := h.cri.Calls("UpdateContainerResources"); n != 0 {
+		t.Errorf("UpdateContainerResources called %d times", n)
 	}
 }

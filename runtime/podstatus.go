@@ -135,7 +135,8 @@ func (m *PodManager) containerStatus(ctx context.Context, cs *runtimeapi.Contain
 		Hash:         rec.hash,
 		RestartCount: rec.restartCount,
 		SandboxID:    sandboxID,
-		Resources:    rec.resources,
+		Resources:    m.actuatedResources(cs.GetId(), rec.resources),
+		Reported:     reportedResources(cs.GetResources().GetLinux()),
 	}
 	if out.Name == "" {
 		out.Name = cs.GetMetadata().GetName()

@@ -88,7 +88,8 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 		"attempt", actions.attempt, "initToStart", actions.initToStart, "containersToStart", actions.containersToStart,
 		"ephemeralToStart", actions.ephemeralToStart, "containersToKill", len(actions.containersToKill))
 	s.idle = !actions.killPod && !actions.createSandbox && len(actions.initToStart) == 0 &&
-		len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 && len(actions.containersToKill) == 0
+		len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 && len(actions.containersToKill) == 0 &&
+		!actions.resizePod
 	if actions.createSandbox && actions.sandboxID != "" {
 		m.recorder.Eventf(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
@@ -109,6 +110,20 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 				return
 			}
 		}
+	}
+	if actions.resizePod && !actions.killPod {
+		// Resized in place before anything starts, as the kubelet: a
+		// container restarted for its resize policy comes back in a pod
+		// cgroup already grown for it.
+		err := s.resize(ctx, actions)
+		m.setResizeError(pod.UID, err)
+		if err != nil {
+			logger.Error(err, "Pod resize failed; the next sync retries it")
+			s.fail(err)
+			return
+		}
+	} else if !actions.killPod {
+		m.setResizeError(pod.UID, nil)
 	}
 	if !actions.createSandbox {
 		// Keep only the newest exited instance of each init container.
@@ -393,5 +408,6 @@ func (m *PodManager) removeContainer(ctx context.Context, id string) error {
 	if err := m.rs.RemoveContainer(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
+	m.forgetActuated(id)
 	return nil
 }

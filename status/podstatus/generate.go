@@ -8,7 +8,7 @@ import (
 	"github.com/nodekit/nodekit/podstate"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	netutils "k8s.io/utils/net"
@@ -49,6 +49,23 @@ type GenerateOptions struct {
 	// nil keeps the class already in the pod's status, which the API server
 	// sets when it creates a pod.
 	QOSClass func(*v1.Pod) v1.PodQOSClass
+	// ResizePending, when set, is why the agent has not allocated the
+	// resources the pod's spec asks for: the PodResizePending condition.
+	// The pod given to Generate and Normalize is then the allocated pod
+	// (its spec with the resources the node allocated), as it is whenever
+	// the agent tracks allocations.
+	ResizePending *ResizePending
+	// ResizeError is why the runtime failed to actuate the allocation the
+	// last time it tried (it tries again): the PodResizeInProgress
+	// condition then has reason Error and this message. Empty: no failure.
+	ResizeError string
+}
+
+// ResizePending is a resize the node did not allocate: Reason is
+// v1.PodReasonDeferred (it does not fit now; it is tried again) or
+// v1.PodReasonInfeasible (it never will), Message the admission's.
+type ResizePending struct {
+	Reason, Message string
 }
 
 // Generate returns the API status of pod from its runtime status rs, as the
@@ -99,64 +116,46 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	}
 	g.applyProbes(s.ContainerStatuses, pod.Spec.Containers, false)
 	g.applyProbes(s.InitContainerStatuses, pod.Spec.InitContainers, true)
-	s.Resources, s.AllocatedResources = podResources(g.appliedPod())
+	s.Resources, s.AllocatedResources = podResources(pod)
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
 	finish(pod, &s, old, readyToStartContainersCondition(pod, rs))
-	if !isTerminal(s.Phase) && g.resizeAsked() {
-		s.Conditions = append(s.Conditions, condition(pod, v1.PodResizePending, v1.ConditionTrue, v1.PodReasonInfeasible, resizeInfeasibleMessage))
+	if !isTerminal(s.Phase) {
+		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, g.resizeInProgress())...)
 	}
 	g.setHostIPs(&s)
 	return s
 }
 
-// resizeInfeasibleMessage is the kubelet's PodResizePending message on a
-// node that does not resize pods in place.
-const resizeInfeasibleMessage = "In-place pod resize is not supported on this node"
-
-// appliedResources are the resources container instance cs runs with: those
-// it was created with, or spec's when the runtime did not record them.
-func appliedResources(cs *podstate.ContainerStatus, spec *v1.Container) *v1.ResourceRequirements {
-	if cs != nil && cs.Resources != nil {
-		return cs.Resources
+// resizeConditions are the kubelet's resize conditions: PodResizePending
+// for a resize the node did not allocate, PodResizeInProgress while what
+// runs differs from the allocation (reason Error with the runtime's
+// failure, when actuating it failed).
+func resizeConditions(pod *v1.Pod, opts GenerateOptions, inProgress bool) []v1.PodCondition {
+	var out []v1.PodCondition
+	if p := opts.ResizePending; p != nil {
+		out = append(out, condition(pod, v1.PodResizePending, v1.ConditionTrue, p.Reason, p.Message))
 	}
-	return &spec.Resources
-}
-
-// appliedPod is the pod with each container's resources those its newest
-// instance runs with, for the pod-level resources of the status.
-func (g *generator) appliedPod() *v1.Pod {
-	var out *v1.Pod
-	replace := func(list func(*v1.Pod) []v1.Container) {
-		for i := range list(g.pod) {
-			c := &list(g.pod)[i]
-			cs := g.latest(c.Name)
-			if cs == nil || cs.Resources == nil || resourcesEqual(cs.Resources, &c.Resources) {
-				continue
-			}
-			if out == nil {
-				out = g.pod.DeepCopy()
-			}
-			list(out)[i].Resources = *cs.Resources.DeepCopy()
+	if inProgress {
+		reason := ""
+		if opts.ResizeError != "" {
+			reason = v1.PodReasonError
 		}
-	}
-	replace(func(p *v1.Pod) []v1.Container { return p.Spec.InitContainers })
-	replace(func(p *v1.Pod) []v1.Container { return p.Spec.Containers })
-	if out == nil {
-		return g.pod
+		out = append(out, condition(pod, v1.PodResizeInProgress, v1.ConditionTrue, reason, opts.ResizeError))
 	}
 	return out
 }
 
-// resizeAsked reports whether the spec asks a running container for other
-// requests or limits than it was created with: a resize, which this node
-// does not do in place (PodResizePending, Infeasible).
-func (g *generator) resizeAsked() bool {
+// resizeInProgress reports whether a running container of the (allocated)
+// pod runs with other resources than it was allocated: the allocation is
+// not actuated yet.
+func (g *generator) resizeInProgress() bool {
+	active := g.rs.ActiveSandboxID()
 	for _, list := range [][]v1.Container{g.pod.Spec.InitContainers, g.pod.Spec.Containers} {
 		for i := range list {
 			cs := g.latest(list[i].Name)
-			if cs != nil && cs.State == podstate.ContainerStateRunning && cs.Resources != nil && !resourcesEqual(cs.Resources, &list[i].Resources) {
+			if cs != nil && cs.State == podstate.ContainerStateRunning && cs.SandboxID == active && podstate.ResizeNeeded(cs.Resources, &list[i].Resources) {
 				return true
 			}
 		}
@@ -164,9 +163,58 @@ func (g *generator) resizeAsked() bool {
 	return false
 }
 
-// resourcesEqual compares requests and limits by value.
-func resourcesEqual(a, b *v1.ResourceRequirements) bool {
-	return equality.Semantic.DeepEqual(a.Requests, b.Requests) && equality.Semantic.DeepEqual(a.Limits, b.Limits)
+// Thresholds of the kubelet's cm package below which the runtime's values
+// do not say what was asked: the smallest CPU limit (millicores) a CFS
+// quota enforces, and the smallest cpu.shares.
+const (
+	minMilliCPULimit = 10
+	minShares        = 2
+)
+
+// statusResources are a container's status.resources, as the kubelet's
+// convertContainerStatusResources: its allocated requests and limits, and
+// for a running container the CPU request, CPU limit and memory limit it
+// runs with (what the runtime reports, else what the agent actuated), the
+// memory request as actuated. A CPU value at or below what the runtime can
+// express keeps the allocated one when that is too, so 1m is not reported
+// as 2m.
+func statusResources(spec *v1.Container, cs *podstate.ContainerStatus) *v1.ResourceRequirements {
+	r := spec.Resources.DeepCopy()
+	if cs.State != podstate.ContainerStateRunning {
+		return r
+	}
+	value := func(name v1.ResourceName, limit bool) (resource.Quantity, bool) {
+		for _, src := range []*v1.ResourceRequirements{cs.Reported, cs.Resources} {
+			if src == nil {
+				continue
+			}
+			l := src.Requests
+			if limit {
+				l = src.Limits
+			}
+			if q, ok := l[name]; ok && !q.IsZero() {
+				return q.DeepCopy(), true
+			}
+		}
+		return resource.Quantity{}, false
+	}
+	if r.Limits != nil {
+		if q, ok := value(v1.ResourceCPU, true); ok && (q.MilliValue() > minMilliCPULimit || r.Limits.Cpu().MilliValue() > minMilliCPULimit) {
+			r.Limits[v1.ResourceCPU] = q
+		}
+		if q, ok := value(v1.ResourceMemory, true); ok {
+			r.Limits[v1.ResourceMemory] = q
+		}
+	}
+	if r.Requests != nil {
+		if q, ok := value(v1.ResourceCPU, false); ok && (q.MilliValue() > minShares || r.Requests.Cpu().MilliValue() > minShares) {
+			r.Requests[v1.ResourceCPU] = q
+		}
+		if q, ok := value(v1.ResourceMemory, false); ok {
+			r.Requests[v1.ResourceMemory] = q
+		}
+	}
+	return r
 }
 
 // Normalize returns the API status of pod from the status a pod-level
@@ -197,9 +245,13 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 	}
 	foreign := s.Conditions
 	s.Conditions = nil
+	backendResizing := false
 	for _, c := range foreign {
 		if !IsKubeletCondition(c.Type) {
 			s.Conditions = append(s.Conditions, c)
+		}
+		if c.Type == v1.PodResizeInProgress && c.Status == v1.ConditionTrue {
+			backendResizing = true
 		}
 	}
 	if s.QOSClass == "" {
@@ -225,6 +277,10 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 	finish(pod, &s, old, started)
 	if reason != "" || message != "" {
 		s.Reason, s.Message = reason, message
+	}
+	if !isTerminal(s.Phase) {
+		// The backend says whether it is still applying an allocation.
+		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, backendResizing)...)
 	}
 	if len(s.HostIPs) == 0 && len(opts.HostIPs) > 0 {
 		for _, ip := range opts.HostIPs {
@@ -505,11 +561,10 @@ func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatu
 		Image:        image,
 		ImageID:      imageID,
 		ContainerID:  cid,
-		// Without in-place resize, what runs is what the container was
-		// created with (recorded by the runtime); the spec only when that
-		// is unknown.
-		Resources:          appliedResources(cs, spec).DeepCopy(),
-		AllocatedResources: appliedResources(cs, spec).Requests.DeepCopy(),
+		// What runs (the runtime's view), and what the node allocated
+		// (spec is the allocated pod's).
+		Resources:          statusResources(spec, cs),
+		AllocatedResources: spec.Resources.Requests.DeepCopy(),
 	}
 	switch {
 	case cs.State == podstate.ContainerStateRunning:

@@ -575,26 +575,32 @@ func TestNeedsReadinessSync(t *testing.T) {
 	}
 }
 
-// TestResizeIsNotClaimed: the node does not resize containers in place, so
-// after the spec's resources change (a resize) the status reports what the
-// running container was created with, not the spec, and PodResizePending
-// says the resize is Infeasible with the kubelet's message for a node
-// without in-place resize.
-func TestResizeIsNotClaimed(t *testing.T) {
-	created := v1.ResourceRequirements{
-		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
-		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("200m")},
+// TestResizeInProgress: pod is the allocated pod; while the running
+// container's actuated resources differ from the allocation the status says
+// PodResizeInProgress, allocatedResources are the allocation and resources
+// are what the runtime reports the container runs with, never the spec.
+func TestResizeInProgress(t *testing.T) {
+	actuated := v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("200m"), v1.ResourceMemory: resource.MustParse("128Mi")},
 	}
 	p := testPod(v1.RestartPolicyAlways, "a")
-	p.Spec.Containers[0].Resources = *created.DeepCopy()
+	p.Spec.Containers[0].Resources = *actuated.DeepCopy()
 	c := running("a", t0)
-	c.Resources = created.DeepCopy()
-
+	c.Resources = actuated.DeepCopy()
+	c.Reported = &v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("200m"), v1.ResourceMemory: resource.MustParse("128Mi")},
+	}
 	s := podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{})
+	if cond := findCond(s, v1.PodResizeInProgress); cond != nil {
+		t.Errorf("nothing to resize, yet %+v", cond)
+	}
 	if cond := findCond(s, v1.PodResizePending); cond != nil {
-		t.Errorf("no resize asked, yet %+v", cond)
+		t.Errorf("nothing pending, yet %+v", cond)
 	}
 
+	// The allocation grows; the runtime still runs the old values.
 	p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("500m")
 	p.Spec.Containers[0].Resources.Limits[v1.ResourceCPU] = resource.MustParse("1")
 	s = podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{})
@@ -602,14 +608,85 @@ func TestResizeIsNotClaimed(t *testing.T) {
 	if got := cs.Resources.Requests[v1.ResourceCPU]; got.Cmp(resource.MustParse("100m")) != 0 {
 		t.Errorf("status resources request cpu %s, want the 100m the container runs with", got.String())
 	}
-	if got := cs.AllocatedResources[v1.ResourceCPU]; got.Cmp(resource.MustParse("100m")) != 0 {
-		t.Errorf("allocated cpu %s, want 100m", got.String())
+	if got := cs.Resources.Limits[v1.ResourceMemory]; got.Cmp(resource.MustParse("128Mi")) != 0 {
+		t.Errorf("status resources memory limit %s, want 128Mi", got.String())
 	}
-	if got := s.Resources.Limits[v1.ResourceCPU]; got.Cmp(resource.MustParse("200m")) != 0 {
-		t.Errorf("pod-level cpu limit %s, want the 200m applied", got.String())
+	if got := cs.AllocatedResources[v1.ResourceCPU]; got.Cmp(resource.MustParse("500m")) != 0 {
+		t.Errorf("allocated cpu %s, want the allocation's 500m", got.String())
 	}
+	if got := s.AllocatedResources[v1.ResourceCPU]; got.Cmp(resource.MustParse("500m")) != 0 {
+		t.Errorf("pod allocated cpu %s, want 500m", got.String())
+	}
+	cond := findCond(s, v1.PodResizeInProgress)
+	if cond == nil || cond.Status != v1.ConditionTrue || cond.ObservedGeneration != p.Generation || cond.Reason != "" {
+		t.Errorf("PodResizeInProgress = %+v, want True at generation %d", cond, p.Generation)
+	}
+	// The runtime refused it: reason Error with its message.
+	s = podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{ResizeError: "cannot set memory limit"})
+	if cond := findCond(s, v1.PodResizeInProgress); cond == nil || cond.Reason != v1.PodReasonError || cond.Message != "cannot set memory limit" {
+		t.Errorf("failed resize: PodResizeInProgress = %+v, want reason Error", cond)
+	}
+
+	// Actuated: the condition goes, the status shows the new values.
+	c.Resources = p.Spec.Containers[0].Resources.DeepCopy()
+	c.Reported.Requests[v1.ResourceCPU] = resource.MustParse("500m")
+	c.Reported.Limits[v1.ResourceCPU] = resource.MustParse("1")
+	s = podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{})
+	if cond := findCond(s, v1.PodResizeInProgress); cond != nil {
+		t.Errorf("resize actuated, yet %+v", cond)
+	}
+	if got := s.ContainerStatuses[0].Resources.Limits[v1.ResourceCPU]; got.Cmp(resource.MustParse("1")) != 0 {
+		t.Errorf("status cpu limit %s, want 1", got.String())
+	}
+}
+
+// TestResizePending: a resize the agent did not allocate is reported with
+// the reason and message it gives, at the pod's generation, and not on a
+// finished pod.
+func TestResizePending(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	msg := "Node didn't have enough resource: cpu, requested: 4000, used: 100, capacity: 2000"
+	opts := podstatus.GenerateOptions{ResizePending: &podstatus.ResizePending{Reason: v1.PodReasonDeferred, Message: msg}}
+	s := podstatus.Generate(p, rt(running("a", t0)), nil, opts)
 	cond := findCond(s, v1.PodResizePending)
-	if cond == nil || cond.Status != v1.ConditionTrue || cond.Reason != "Infeasible" || cond.Message != "In-place pod resize is not supported on this node" {
-		t.Errorf("PodResizePending = %+v, want True, Infeasible", cond)
+	if cond == nil || cond.Status != v1.ConditionTrue || cond.Reason != v1.PodReasonDeferred || cond.Message != msg || cond.ObservedGeneration != 3 {
+		t.Errorf("PodResizePending = %+v", cond)
+	}
+	n := podstatus.Normalize(p, &v1.PodStatus{Phase: v1.PodRunning}, opts)
+	if cond := findCond(n, v1.PodResizePending); cond == nil || cond.Reason != v1.PodReasonDeferred {
+		t.Errorf("Normalize: PodResizePending = %+v", cond)
+	}
+	n = podstatus.Normalize(p, &v1.PodStatus{Phase: v1.PodSucceeded}, opts)
+	if cond := findCond(n, v1.PodResizePending); cond != nil {
+		t.Errorf("finished pod: %+v", cond)
+	}
+}
+
+// TestStatusResourcesBelowRuntimeMinimum: a CPU request and limit below
+// what cpu.shares and the CFS quota express (1m → 2 shares, 5m → a 10m
+// quota) are reported as allocated, as the kubelet does, so a resize to
+// such values completes.
+func TestStatusResourcesBelowRuntimeMinimum(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	p.Spec.Containers[0].Resources = v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1m")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("5m")},
+	}
+	c := running("a", t0)
+	c.Resources = p.Spec.Containers[0].Resources.DeepCopy()
+	c.Reported = &v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2m")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("10m")},
+	}
+	s := podstatus.Generate(p, rt(c), nil, podstatus.GenerateOptions{})
+	r := s.ContainerStatuses[0].Resources
+	if got := r.Requests[v1.ResourceCPU]; got.Cmp(resource.MustParse("1m")) != 0 {
+		t.Errorf("cpu request %s, want 1m", got.String())
+	}
+	if got := r.Limits[v1.ResourceCPU]; got.Cmp(resource.MustParse("5m")) != 0 {
+		t.Errorf("cpu limit %s, want 5m", got.String())
+	}
+	if _, ok := r.Limits[v1.ResourceMemory]; ok {
+		t.Errorf("memory limit reported that neither the spec nor the runtime has: %v", r.Limits)
 	}
 }

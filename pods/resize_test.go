@@ -1,0 +1,165 @@
+package pods
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/resources/allocation"
+	"github.com/nodekit/nodekit/status/podstatus"
+)
+
+// allocRuntime is a fakeRuntime that records, by pod, the resources of
+// the pod it was last asked to sync (the allocation) and the pending
+// resize of the last status it generated.
+type allocRuntime struct {
+	*fakeRuntime
+	mu      sync.Mutex
+	synced  map[types.UID]string
+	pending map[types.UID]*podstatus.ResizePending
+}
+
+func (r *allocRuntime) SyncPod(ctx context.Context, pod *v1.Pod) SyncResult {
+	r.mu.Lock()
+	r.synced[pod.UID] = pod.Spec.Containers[0].Resources.Requests.Cpu().String()
+	r.mu.Unlock()
+	return r.fakeRuntime.SyncPod(ctx, pod)
+}
+
+func (r *allocRuntime) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
+	r.mu.Lock()
+	r.pending[pod.UID] = opts.ResizePending
+	r.mu.Unlock()
+	return r.fakeRuntime.PodStatus(ctx, pod, opts)
+}
+
+func (r *allocRuntime) state(uid types.UID) (string, *podstatus.ResizePending) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[uid], r.pending[uid]
+}
+
+func cpuPod(name string, gen int64, cpu string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name), Generation: gen,
+			Annotations: map[string]string{podsource.ConfigSourceAnnotationKey: podsource.APIServerSource}},
+		Spec: v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "c", Image: "busybox",
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}}}}},
+	}
+}
+
+// TestResizeAdmission: a resize that fits the node's allocatable beside
+// the other pods' allocations is allocated (checkpointed, synced to the
+// runtime, ResizeStarted); one that does not is Deferred with the
+// predicate's message, the runtime keeping the old allocation, and is
+// allocated once another pod's resources are freed; a resize of pod-level
+// resources is Infeasible.
+func TestResizeAdmission(t *testing.T) {
+	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi"),
+	}}}
+	rec := record.NewFakeRecorder(100)
+	root := t.TempDir()
+	allocs := allocation.New(allocation.Options{RootDir: root})
+	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: rec, Allocations: allocs,
+		Node:  func() (*v1.Node, bool) { return node, true },
+		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	send := func(op podsource.Op, pods ...*v1.Pod) {
+		t.Helper()
+		select {
+		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the controller did not take a %s update", op)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	events := func(reason string) bool {
+		for {
+			select {
+			case e := <-rec.Events:
+				if strings.Contains(e, reason) {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	}
+
+	a, b := cpuPod("a", 1, "300m"), cpuPod("b", 1, "500m")
+	send(podsource.OpAdd, a, b)
+	waitFor("both pods synced", func() bool {
+		ca, _ := rt.state("a")
+		cb, _ := rt.state("b")
+		return ca == "300m" && cb == "500m"
+	})
+
+	// a grows to 400m: 400m + 500m fit in 1 CPU.
+	a = cpuPod("a", 2, "400m")
+	send(podsource.OpUpdate, a)
+	waitFor("a's resize allocated", func() bool { cpu, p := rt.state("a"); return cpu == "400m" && p == nil })
+	waitFor("ResizeStarted", func() bool { return events("ResizeStarted") })
+	if got, _, _ := allocation.New(allocation.Options{RootDir: root}).AllocatedPod(cpuPod("a", 2, "1")); got.Spec.Containers[0].Resources.Requests.Cpu().String() != "400m" {
+		t.Errorf("checkpoint in %s holds %s for a, want 400m", filepath.Join(root, allocation.CheckpointFile), got.Spec.Containers[0].Resources.Requests.Cpu())
+	}
+
+	// a grows to 600m: 600m + 500m do not fit now: Deferred, the runtime
+	// keeps running the 400m allocation.
+	a = cpuPod("a", 3, "600m")
+	send(podsource.OpUpdate, a)
+	waitFor("a's resize deferred", func() bool { _, p := rt.state("a"); return p != nil })
+	cpu, p := rt.state("a")
+	want := "Node didn't have enough resource: cpu, requested: 600, used: 500, capacity: 1000"
+	if cpu != "400m" || p.Reason != v1.PodReasonDeferred || p.Message != want {
+		t.Errorf("deferred resize: runtime synced %s, pending %+v; want 400m, Deferred %q", cpu, p, want)
+	}
+	waitFor("ResizeDeferred", func() bool { return events("ResizeDeferred") })
+
+	// b goes: the deferred resize is allocated.
+	send(podsource.OpRemove, b)
+	waitFor("a's deferred resize allocated", func() bool { cpu, p := rt.state("a"); return cpu == "600m" && p == nil })
+
+	// A resize of pod-level resources is not done in place: Infeasible.
+	pl := cpuPod("pl", 1, "100m")
+	pl.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}
+	send(podsource.OpAdd, pl)
+	waitFor("pl synced", func() bool { cpu, _ := rt.state("pl"); return cpu == "100m" })
+	pl = pl.DeepCopy()
+	pl.Generation = 2
+	pl.Spec.Resources.Requests[v1.ResourceCPU] = resource.MustParse("200m")
+	send(podsource.OpUpdate, pl)
+	waitFor("pod-level resize infeasible", func() bool { _, p := rt.state("pl"); return p != nil && p.Reason == v1.PodReasonInfeasible })
+	if _, p := rt.state("pl"); p.Message != podLevelResizeInfeasible {
+		t.Errorf("infeasible message %q", p.Message)
+	}
+}

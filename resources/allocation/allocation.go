@@ -1,0 +1,315 @@
+// Package allocation keeps the resources the node allocated to each
+// admitted pod, for in-place pod resize (InPlacePodVerticalScaling, GA
+// since Kubernetes 1.35), as the kubelet's allocation manager: a pod's
+// spec says what its containers ask for, the allocation what the node
+// agreed to give them. They differ while a resize is pending (it does not
+// fit yet); the runtime actuates the allocation, never the spec.
+//
+// The allocations are checkpointed in <root-dir>/allocated_pods_state in
+// the kubelet's format (the JSON of {data, checksum}, data the JSON of
+// {"entries": {<pod UID>: {ContainerResources, PodLevelResources}}}, the
+// checksum the kubelet checkpoint manager's FNV-32a of the data's spew
+// dump), so an agent that replaces a kubelet on a node, or the other way
+// round, keeps the resources running pods were given.
+//
+// Whether a resize fits is the pod controller's admission (pods.Controller
+// with Options.Allocations); Manager only records and applies allocations.
+package allocation
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/dump"
+)
+
+// CheckpointFile is the checkpoint's name in the root directory, the
+// kubelet's.
+const CheckpointFile = "allocated_pods_state"
+
+// Options configures a Manager.
+type Options struct {
+	// RootDir is the agent's root directory (kubelet --root-dir); the
+	// checkpoint is CheckpointFile in it. Empty keeps the allocations in
+	// memory only.
+	RootDir string
+}
+
+// podInfo is one pod's allocation, as the kubelet's state.PodResourceInfo.
+type podInfo struct {
+	ContainerResources map[string]v1.ResourceRequirements
+	PodLevelResources  *v1.ResourceRequirements
+	// EmptyDirVolumeLimits is kept for the kubelet's format; memory-backed
+	// volume resize (alpha) is not done.
+	EmptyDirVolumeLimits map[string]*resource.Quantity
+}
+
+type checkpointInfo struct {
+	Entries map[types.UID]podInfo `json:"entries,omitempty"`
+}
+
+type checkpoint struct {
+	Data     string `json:"data"`
+	Checksum uint64 `json:"checksum"`
+}
+
+// Manager records the resources allocated to pods. Its methods are safe for
+// concurrent use. Use New.
+type Manager struct {
+	path string
+
+	mu      sync.Mutex
+	entries map[types.UID]podInfo
+	loaded  bool
+}
+
+// New returns a Manager; it does no I/O (the checkpoint is read on first
+// use, and a corrupt one is reported by every method until it is removed).
+func New(opts Options) *Manager {
+	m := &Manager{entries: map[types.UID]podInfo{}}
+	if opts.RootDir != "" {
+		m.path = filepath.Join(opts.RootDir, CheckpointFile)
+	}
+	return m
+}
+
+// checksum is the kubelet checkpoint manager's checksum of data.
+func checksum(data string) uint64 {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%v", dump.ForHash(data))
+	return uint64(h.Sum32())
+}
+
+// loadLocked reads the checkpoint once. A missing file is an empty state; a
+// corrupt one is an error (the kubelet refuses to start on it too), and is
+// reported every time until it is removed.
+func (m *Manager) loadLocked() error {
+	if m.loaded || m.path == "" {
+		m.loaded = true
+		return nil
+	}
+	blob, err := os.ReadFile(m.path)
+	if errors.Is(err, os.ErrNotExist) {
+		m.loaded = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pod allocation checkpoint %s: %w", m.path, err)
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(blob, &cp); err != nil {
+		return fmt.Errorf("parse pod allocation checkpoint %s: %w", m.path, err)
+	}
+	if sum := checksum(cp.Data); sum != cp.Checksum {
+		return fmt.Errorf("pod allocation checkpoint %s is corrupt: checksum %d, expected %d", m.path, sum, cp.Checksum)
+	}
+	var info checkpointInfo
+	if err := json.Unmarshal([]byte(cp.Data), &info); err != nil {
+		return fmt.Errorf("parse pod allocation checkpoint %s: %w", m.path, err)
+	}
+	for uid, e := range info.Entries {
+		m.entries[uid] = e
+	}
+	m.loaded = true
+	return nil
+}
+
+// storeLocked writes the checkpoint atomically (a temporary file renamed
+// over the old one).
+func (m *Manager) storeLocked() error {
+	if m.path == "" {
+		return nil
+	}
+	data, err := json.Marshal(checkpointInfo{Entries: m.entries})
+	if err != nil {
+		return fmt.Errorf("marshal pod allocation checkpoint: %w", err)
+	}
+	blob, err := json.Marshal(checkpoint{Data: string(data), Checksum: checksum(string(data))})
+	if err != nil {
+		return fmt.Errorf("marshal pod allocation checkpoint: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(m.path), 0o750); err != nil {
+		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(m.path), ".tmp-"+CheckpointFile)
+	if err != nil {
+		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, err)
+	}
+	_, werr := tmp.Write(blob)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), m.path)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, werr)
+	}
+	return nil
+}
+
+// infoFor is the allocation pod's spec asks for.
+func infoFor(pod *v1.Pod) podInfo {
+	info := podInfo{ContainerResources: map[string]v1.ResourceRequirements{}}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			info.ContainerResources[list[i].Name] = *list[i].Resources.DeepCopy()
+		}
+	}
+	if pod.Spec.Resources != nil {
+		info.PodLevelResources = pod.Spec.Resources.DeepCopy()
+	}
+	return info
+}
+
+// AllocatedPod returns pod with the resources allocated to it in place of
+// those its spec asks for, and whether they differ (a resize the node has
+// not allocated). A pod without an allocation is returned as it is, not
+// differing. pod is not modified; the result shares no memory with it when
+// they differ.
+func (m *Manager) AllocatedPod(pod *v1.Pod) (*v1.Pod, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.loadLocked(); err != nil {
+		return pod, false, err
+	}
+	info, ok := m.entries[pod.UID]
+	if !ok {
+		return pod, false, nil
+	}
+	out, changed := applyInfo(pod, info)
+	return out, changed, nil
+}
+
+// applyInfo returns pod with info's resources, copied only when they
+// differ.
+func applyInfo(pod *v1.Pod, info podInfo) (*v1.Pod, bool) {
+	var out *v1.Pod
+	clone := func() {
+		if out == nil {
+			out = pod.DeepCopy()
+		}
+	}
+	for _, init := range []bool{true, false} {
+		list := pod.Spec.Containers
+		if init {
+			list = pod.Spec.InitContainers
+		}
+		for i := range list {
+			r, ok := info.ContainerResources[list[i].Name]
+			if !ok || resourcesEqual(&r, &list[i].Resources) {
+				continue
+			}
+			clone()
+			target := out.Spec.Containers
+			if init {
+				target = out.Spec.InitContainers
+			}
+			target[i].Resources = *r.DeepCopy()
+		}
+	}
+	if info.PodLevelResources != nil && pod.Spec.Resources != nil && !resourcesEqual(info.PodLevelResources, pod.Spec.Resources) {
+		clone()
+		out.Spec.Resources = info.PodLevelResources.DeepCopy()
+	}
+	if out == nil {
+		return pod, false
+	}
+	return out, true
+}
+
+// resourcesEqual compares requests and limits by value.
+func resourcesEqual(a, b *v1.ResourceRequirements) bool {
+	return equality.Semantic.DeepEqual(a.Requests, b.Requests) && equality.Semantic.DeepEqual(a.Limits, b.Limits)
+}
+
+// SetAllocated records the resources pod's spec asks for as its allocation
+// (at admission, and when a resize is accepted) and writes the checkpoint.
+func (m *Manager) SetAllocated(pod *v1.Pod) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.loadLocked(); err != nil {
+		return err
+	}
+	info := infoFor(pod)
+	if old, ok := m.entries[pod.UID]; ok && equality.Semantic.DeepEqual(old, info) {
+		return nil
+	}
+	m.entries[pod.UID] = info
+	if err := m.storeLocked(); err != nil {
+		return fmt.Errorf("allocate resources of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// Allocated reports whether the pod with uid has an allocation.
+func (m *Manager) Allocated(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.loadLocked(); err != nil {
+		return false
+	}
+	_, ok := m.entries[uid]
+	return ok
+}
+
+// RemovePod forgets the allocation of the pod with uid.
+func (m *Manager) RemovePod(uid types.UID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.loadLocked(); err != nil {
+		return err
+	}
+	if _, ok := m.entries[uid]; !ok {
+		return nil
+	}
+	delete(m.entries, uid)
+	if err := m.storeLocked(); err != nil {
+		return fmt.Errorf("remove allocation of pod %s: %w", uid, err)
+	}
+	return nil
+}
+
+// RemoveOrphans forgets the allocations of every pod keep does not report
+// as known (pods removed while the agent was down). keep is called without
+// the Manager's lock held, so it may take locks of its own.
+func (m *Manager) RemoveOrphans(keep func(types.UID) bool) error {
+	m.mu.Lock()
+	if err := m.loadLocked(); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	uids := make([]types.UID, 0, len(m.entries))
+	for uid := range m.entries {
+		uids = append(uids, uid)
+	}
+	m.mu.Unlock()
+	var drop []types.UID
+	for _, uid := range uids {
+		if !keep(uid) {
+			drop = append(drop, uid)
+		}
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, uid := range drop {
+		delete(m.entries, uid)
+	}
+	return m.storeLocked()
+}
