@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodekit/nodekit/agent/agenttest"
@@ -35,10 +34,7 @@ func TestHealthyStartLogsNoError(t *testing.T) {
 	}})
 	ctx := agenttest.Context(t)
 	node.WaitReady(ctx)
-	// The API server's default, which the fake clientset does not apply.
-	pod := agenttest.Pod("web", "busybox")
-	pod.Spec.DNSPolicy = v1.DNSClusterFirst
-	pod = node.CreatePod(ctx, pod)
+	pod := node.CreatePod(ctx, agenttest.Pod("web", "busybox"))
 	node.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
 }
 

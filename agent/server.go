@@ -115,11 +115,11 @@ func provideServerOptions(p serverOptionsParams) (server.Options, error) {
 		o.Summary = p.Stats.Summary
 		o.CPUAndMemory = p.Stats.CPUAndMemory
 		resource := prometheus.NewRegistry()
-		if err := resource.Register(stats.ResourceMetricsCollector(p.Stats)); err != nil {
+		if err := resource.Register(stats.ResourceMetricsCollector(p.Stats, p.Logger)); err != nil {
 			return o, fmt.Errorf("node API: /metrics/resource: %w", err)
 		}
 		cadvisor := prometheus.NewRegistry()
-		if err := cadvisor.Register(stats.CadvisorCollector(p.Stats, stats.CadvisorOptions{Machine: nodeMachine(p.Node.Node)})); err != nil {
+		if err := cadvisor.Register(stats.CadvisorCollector(p.Stats, stats.CadvisorOptions{Machine: nodeMachine(p.Node.Node), Logger: p.Logger})); err != nil {
 			return o, fmt.Errorf("node API: /metrics/cadvisor: %w", err)
 		}
 		o.ResourceMetrics, o.CadvisorMetrics = resource, cadvisor
@@ -265,7 +265,7 @@ func registerNodeMetrics(p nodeMetricsParams) error {
 		}
 	}
 	if p.Stats != nil && p.VolumeStats != nil {
-		if err := p.Registerer.Register(stats.VolumeStatsCollector(p.Stats)); err != nil {
+		if err := p.Registerer.Register(stats.VolumeStatsCollector(p.Stats, p.Logger)); err != nil {
 			return fmt.Errorf("register kubelet_volume_stats metrics: %w", err)
 		}
 	}

@@ -51,7 +51,10 @@
 //     host's memory: MemoryPressure with the kubelet's reason, a new
 //     BestEffort pod rejected, the running BestEffort pod evicted before
 //     the Guaranteed one, the condition cleared after the transition
-//     period, and an emptyDir over its sizeLimit evicted.
+//     period, and an emptyDir over its sizeLimit evicted. PID pressure
+//     (pidpressure_test.go) set relative to the host's free PIDs:
+//     PIDPressure and its taint, the pod with the most processes evicted,
+//     the condition cleared.
 //   - The node API (nodeapi_test.go): an agent whose address sits on a veth
 //     of a network namespace, with a serving certificate from an approved
 //     kubelet-serving CSR, driven by kubectl (logs, exec, attach,
@@ -61,7 +64,9 @@
 //     with the API server unreachable, then their mirror pods, a deleted
 //     mirror pod coming back, an edited manifest replacing its pod, a
 //     manifest URL adding and removing pods; a manifest moved out and back
-//     while its pod still stops runs again.
+//     while its pod still stops runs again. Standalone on containerd
+//     (standalone_test.go): no kubeconfig, a static pod runs, the read-only
+//     port's /pods lists it, removing its manifest stops it.
 //   - Joining and handover (bootstrap_test.go, handover_test.go): TLS
 //     bootstrap as kubeadm join does it (a bootstrap token, the certificate
 //     approved and issued by the controller manager, no new request on a

@@ -87,8 +87,17 @@ func run(m *testing.M) (code int) {
 		}
 		os.RemoveAll(env.dir)
 	}()
+	hostBefore, err := snapshotHostPaths()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: %v\n", err)
+		return 1
+	}
 	setup(ctx)
 	code = m.Run()
+	if err := checkHostPaths(hostBefore); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: %v\n", err)
+		code = 1
+	}
 	// Whatever ran, the node identities kept to their privilege.
 	switch {
 	case env.cp != nil && env.broken == nil && env.sentinel != nil:

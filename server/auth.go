@@ -248,7 +248,7 @@ func (a *x509Authenticator) authenticate(r *http.Request) (*User, bool, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return nil, false, nil
 	}
-	pool, err := a.cas.pool()
+	pool, err := a.cas.pool(klog.FromContext(r.Context()))
 	if err != nil {
 		return nil, false, err
 	}

@@ -147,9 +147,6 @@ func New(opts Options) (*Server, error) {
 		}
 		s.readOnly = s.metrics.instrument("readonly", ro, s.readOnly)
 	}
-	if o.EnableSystemLogQuery {
-		klog.Background().Info("enableSystemLogQuery is not implemented: /logs/ serves files only")
-	}
 	return s, nil
 }
 
@@ -258,6 +255,9 @@ func (s *Server) ReadOnlyHandler() http.Handler { return s.readOnly }
 func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	o := s.opts
+	if o.EnableSystemLogQuery {
+		logger.Info("enableSystemLogQuery is not implemented: /logs/ serves files only")
+	}
 	var servers []*http.Server
 	var listeners []net.Listener
 	served := false
@@ -403,7 +403,7 @@ func (s *Server) tlsConfig(ctx context.Context) (*tls.Config, func(), error) {
 				return nil, nil, err
 			}
 		}
-		kp := &keyPairFiles{certFile: certFile, keyFile: keyFile, clock: o.Clock, interval: defaultCertReloadCheckInterval}
+		kp := &keyPairFiles{certFile: certFile, keyFile: keyFile, clock: o.Clock, interval: defaultCertReloadCheckInterval, logger: logger}
 		if _, err := kp.current(); err != nil {
 			return nil, nil, fmt.Errorf("failed to load certificate: %w", err)
 		}
@@ -411,7 +411,7 @@ func (s *Server) tlsConfig(ctx context.Context) (*tls.Config, func(), error) {
 	}
 	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return current() }
 	if s.cas != nil {
-		pool, err := s.cas.pool()
+		pool, err := s.cas.pool(logger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("unable to load client CA file %s: %w", s.cas.path, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
@@ -65,7 +66,9 @@ type caBundle struct {
 	checked time.Time
 }
 
-func (c *caBundle) pool() (*x509.CertPool, error) {
+// pool returns the bundle, re-read when the file changed; a bundle that
+// became unreadable keeps the previous one, with an error on logger.
+func (c *caBundle) pool(logger logr.Logger) (*x509.CertPool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
@@ -83,7 +86,7 @@ func (c *caBundle) pool() (*x509.CertPool, error) {
 	}
 	if err != nil {
 		if c.p != nil {
-			klog.Background().Error(err, "Keeping the previous client CA bundle", "file", c.path)
+			logger.Error(err, "Keeping the previous client CA bundle", "file", c.path)
 			return c.p, nil
 		}
 		return nil, fmt.Errorf("load client CA file %s: %w", c.path, err)
@@ -100,6 +103,8 @@ type keyPairFiles struct {
 	certFile, keyFile string
 	clock             clock.PassiveClock
 	interval          time.Duration
+	// logger takes the error when a changed pair cannot be read.
+	logger logr.Logger
 
 	mu       sync.Mutex
 	cert     *tls.Certificate
@@ -123,7 +128,7 @@ func (k *keyPairFiles) current() (*tls.Certificate, error) {
 	cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
 	if err != nil {
 		if k.cert != nil {
-			klog.Background().Error(err, "Keeping the previous serving certificate", "certFile", k.certFile, "keyFile", k.keyFile)
+			k.logger.Error(err, "Keeping the previous serving certificate", "certFile", k.certFile, "keyFile", k.keyFile)
 			return k.cert, nil
 		}
 		return nil, fmt.Errorf("load serving certificate %s, %s: %w", k.certFile, k.keyFile, err)

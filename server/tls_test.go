@@ -17,10 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
@@ -437,5 +439,49 @@ func TestServingTemplateNeedsAnIP(t *testing.T) {
 	tmpl := servingTemplate(testNode, nodeAddresses)()
 	if tmpl == nil || tmpl.Subject.CommonName != "system:node:node-a" || len(tmpl.IPAddresses) != 2 {
 		t.Errorf("template %+v", tmpl)
+	}
+}
+
+// A serving pair or client CA bundle that becomes unreadable keeps the last
+// good one with an error on the node's logger (it names the node), not on
+// klog's global one.
+func TestReloadErrorsOnTheNodesLogger(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "ca")
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	writePair(t, ca, certFile, keyFile, "first")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	logger := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{}).WithValues("node", "node-a")
+	clk := clocktesting.NewFakeClock(time.Now())
+	kp := &keyPairFiles{certFile: certFile, keyFile: keyFile, clock: clk, interval: time.Second, logger: logger}
+	cas := &caBundle{path: caFile, clock: clk, interval: time.Second}
+	if _, err := kp.current(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cas.pool(logger); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{certFile, caFile} {
+		if err := os.WriteFile(f, []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Step(time.Second)
+	if c, err := kp.current(); err != nil || c == nil {
+		t.Fatalf("after a broken pair: %v, %v; want the previous one", c, err)
+	}
+	if p, err := cas.pool(logger); err != nil || p == nil {
+		t.Fatalf("after a broken bundle: %v, %v; want the previous one", p, err)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("logged %q, want the two reload errors", lines)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"node"="node-a"`) {
+			t.Errorf("line %s does not name the node", l)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -31,6 +32,9 @@ type CadvisorOptions struct {
 	// Options.SysRoot and Options.ProcRoot, with no machine ID or system
 	// UUID. It must be safe for concurrent use.
 	Machine func() (MachineInfo, error)
+	// Logger, the node's, takes the errors of collections and is in the
+	// context of the provider's calls; none by default.
+	Logger logr.Logger
 }
 
 // cAdvisor's labels on every container metric, as the kubelet sets them
@@ -92,12 +96,13 @@ var (
 // exported. Register it in the registry that serves /metrics/cadvisor; it
 // is safe for concurrent use.
 func CadvisorCollector(p *Provider, o CadvisorOptions) prometheus.Collector {
-	return &cadvisorCollector{p: p, machine: o.Machine}
+	return &cadvisorCollector{p: p, machine: o.Machine, logger: o.Logger}
 }
 
 type cadvisorCollector struct {
 	p       *Provider
 	machine func() (MachineInfo, error)
+	logger  logr.Logger
 }
 
 func (c *cadvisorCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -169,12 +174,12 @@ func (r cadvisorRow) seen(start, now time.Time) {
 }
 
 func (c *cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), c.logger), collectTimeout)
 	defer cancel()
 	c.collectMachine(ch)
 	s, err := c.p.get(ctx, true)
 	if err != nil {
-		klog.Background().Error(err, "Couldn't get containers")
+		c.logger.Error(err, "Couldn't get containers")
 		ch <- prometheus.MustNewConstMetric(cadvisorScrapeErrorDesc, prometheus.GaugeValue, 1)
 		return
 	}
@@ -279,7 +284,7 @@ func (c *cadvisorCollector) podCgroups(ctx context.Context) map[types.UID]string
 	}
 	names, err := cg.ListPods(ctx)
 	if err != nil {
-		klog.Background().V(2).Info("Cannot list the pod cgroups", "err", err)
+		klog.FromContext(ctx).V(2).Info("Cannot list the pod cgroups", "err", err)
 	}
 	out := make(map[types.UID]string, len(names))
 	for uid, n := range names {
@@ -295,7 +300,7 @@ func (c *cadvisorCollector) collectMachine(ch chan<- prometheus.Metric) {
 	}
 	m, err := read()
 	if err != nil {
-		klog.Background().V(2).Info("Cannot read the machine info", "err", err)
+		c.logger.V(2).Info("Cannot read the machine info", "err", err)
 		return
 	}
 	labels := []string{m.MachineID, m.SystemUUID, m.BootID}

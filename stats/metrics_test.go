@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,7 +84,7 @@ pod_memory_working_set_bytes{namespace="default",pod="web"} 1.34217728e+08 17723
 # TYPE resource_scrape_error gauge
 resource_scrape_error 0
 `
-	if err := testutil.CollectAndCompare(stats.ResourceMetricsCollector(fixedSummary{s: s}), strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(stats.ResourceMetricsCollector(fixedSummary{s: s}, logr.Discard()), strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
 
@@ -91,7 +93,7 @@ resource_scrape_error 0
 # TYPE resource_scrape_error gauge
 resource_scrape_error 1
 `
-	if err := testutil.CollectAndCompare(stats.ResourceMetricsCollector(fixedSummary{err: errors.New("no runtime")}), strings.NewReader(wantErr)); err != nil {
+	if err := testutil.CollectAndCompare(stats.ResourceMetricsCollector(fixedSummary{err: errors.New("no runtime")}, logr.Discard()), strings.NewReader(wantErr)); err != nil {
 		t.Error(err)
 	}
 }
@@ -234,6 +236,24 @@ func TestCadvisorCollectorMachineAndError(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+// A failed collection's error goes to the node's logger, which names the
+// node, not to klog's global one.
+func TestCollectorsLogOnTheNodesLogger(t *testing.T) {
+	var lines []string
+	logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 2}).WithValues("node", "node-a")
+	failing := errors.New("runtime down")
+	testutil.CollectAndCount(stats.ResourceMetricsCollector(fixedSummary{err: failing}, logger))
+	testutil.CollectAndCount(stats.VolumeStatsCollector(fullSummary{err: failing}, logger))
+	if len(lines) != 2 {
+		t.Fatalf("logged %q, want the two collectors' errors", lines)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"node"="node-a"`) || !strings.Contains(l, "runtime down") {
+			t.Errorf("line %s: want the node's name and the error", l)
 		}
 	}
 }

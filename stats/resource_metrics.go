@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -54,13 +55,16 @@ var (
 // collection (bounded by a one-minute timeout), with the samples' times as
 // timestamps. scrape_error, deprecated in 1.29 and hidden by the kubelet
 // since 1.30, is not exported. Register it in the registry that serves
-// /metrics/resource; it is safe for concurrent use.
-func ResourceMetricsCollector(src CPUAndMemorySource) prometheus.Collector {
-	return &resourceCollector{src: src}
+// /metrics/resource; it is safe for concurrent use. logger (the node's)
+// takes a failed collection's error and is in the context src is called
+// with.
+func ResourceMetricsCollector(src CPUAndMemorySource, logger logr.Logger) prometheus.Collector {
+	return &resourceCollector{src: src, logger: logger}
 }
 
 type resourceCollector struct {
-	src CPUAndMemorySource
+	src    CPUAndMemorySource
+	logger logr.Logger
 }
 
 func (c *resourceCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -74,11 +78,11 @@ func (c *resourceCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), c.logger), collectTimeout)
 	defer cancel()
 	s, err := c.src.CPUAndMemory(ctx)
 	if err != nil {
-		klog.Background().Error(err, "Error getting summary for resourceMetric prometheus endpoint")
+		c.logger.Error(err, "Error getting summary for resourceMetric prometheus endpoint")
 		ch <- prometheus.MustNewConstMetric(resourceScrapeErrorDesc, prometheus.GaugeValue, 1)
 		return
 	}

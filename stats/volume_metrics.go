@@ -3,6 +3,7 @@ package stats
 import (
 	"context"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -35,13 +36,15 @@ var (
 // stats leave nil is not exported. Volumes without a claim have no series,
 // as in the kubelet. Each collection reads the Summary (the provider's
 // cache, up to Options.MaxAge old), bounded by a one-minute timeout; on an
-// error it exports nothing. It is safe for concurrent use.
-func VolumeStatsCollector(src SummarySource) prometheus.Collector {
-	return &volumeStatsCollector{src: src}
+// error it exports nothing (logged at --v=2 on logger, the node's, which is
+// also in the context src is called with). It is safe for concurrent use.
+func VolumeStatsCollector(src SummarySource, logger logr.Logger) prometheus.Collector {
+	return &volumeStatsCollector{src: src, logger: logger}
 }
 
 type volumeStatsCollector struct {
-	src SummarySource
+	src    SummarySource
+	logger logr.Logger
 }
 
 func (c *volumeStatsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -54,11 +57,11 @@ func (c *volumeStatsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *volumeStatsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), c.logger), collectTimeout)
 	defer cancel()
 	s, err := c.src.Summary(ctx)
 	if err != nil {
-		klog.Background().V(2).Info("No volume stats for /metrics", "err", err)
+		c.logger.V(2).Info("No volume stats for /metrics", "err", err)
 		return
 	}
 	seen := map[statsapi.PVCReference]bool{}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -60,10 +61,10 @@ kubelet_volume_stats_inodes_used{namespace="default",persistentvolumeclaim="data
 kubelet_volume_stats_used_bytes{namespace="batch",persistentvolumeclaim="cache"} 5
 kubelet_volume_stats_used_bytes{namespace="default",persistentvolumeclaim="data"} 1.073741824e+09
 `
-	if err := testutil.CollectAndCompare(stats.VolumeStatsCollector(fullSummary{s: s}), strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(stats.VolumeStatsCollector(fullSummary{s: s}, logr.Discard()), strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(stats.VolumeStatsCollector(fullSummary{err: errors.New("runtime down")})); n != 0 {
+	if n := testutil.CollectAndCount(stats.VolumeStatsCollector(fullSummary{err: errors.New("runtime down")}, logr.Discard())); n != 0 {
 		t.Errorf("%d series when the summary fails, want 0", n)
 	}
 }

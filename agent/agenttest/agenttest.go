@@ -322,12 +322,16 @@ func NodeCondition(node *v1.Node, t v1.NodeConditionType) v1.NodeCondition {
 }
 
 // Pod returns a pod named name in namespace "default" with one container
-// "app" running image, with a UID; CreatePod binds it to the node.
+// "app" running image, with a UID and dnsPolicy ClusterFirst (the API
+// server's default, which the fake clientset does not apply: without it the
+// agent logs the pod's invalid DNS policy as an error); CreatePod binds it
+// to the node.
 func Pod(name, image string) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
 		Spec: v1.PodSpec{
 			Containers: []v1.Container{{Name: "app", Image: image, ImagePullPolicy: v1.PullIfNotPresent}},
+			DNSPolicy:  v1.DNSClusterFirst,
 		},
 	}
 }

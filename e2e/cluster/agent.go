@@ -79,6 +79,8 @@ type Agent struct {
 
 	binary string
 	args   []string
+	// prepare, when set, runs before each start.
+	prepare func() error
 
 	mu   sync.Mutex
 	proc *process
@@ -263,6 +265,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer a.mu.Unlock()
 	if a.proc != nil && !a.proc.exited() {
 		return nil
+	}
+	if a.prepare != nil {
+		if err := a.prepare(); err != nil {
+			return fmt.Errorf("start agent %s: %w", a.Name, err)
+		}
 	}
 	p, err := startProcess("agent "+a.Name, a.LogPath, a.binary, a.args, nil)
 	if err != nil {

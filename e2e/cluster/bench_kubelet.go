@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -119,6 +121,15 @@ type KubeletOptions struct {
 // SaveKernelTunables to restore them. It writes container log symlinks to
 // /var/log/containers, which it removes with the containers, and leaves its
 // root directory mounted (see UnmountUnder).
+//
+// The kubelet has paths of the host built in: its device plugin socket is
+// always /var/lib/kubelet/device-plugins/kubelet.sock, whatever --root-dir
+// says. So it runs in a mount namespace of its own in which
+// /var/lib/kubelet is a directory under Dir (as a NodeRoot's), and its
+// certificates are in Dir/pki (--cert-dir): nothing it writes reaches the
+// host's /var/lib/kubelet. Its root directory is a shared bind mount made
+// on the host before it starts, so the volumes it mounts there (secrets,
+// projected tokens) reach containerd, which runs outside the namespace.
 func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 	if opts.Binary == "" || opts.NodeName == "" || opts.RuntimeEndpoint == "" || opts.CgroupRoot == "" {
 		return nil, errors.New("new kubelet: Binary, NodeName, RuntimeEndpoint and CgroupRoot are required")
@@ -160,13 +171,35 @@ func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 	if err := os.WriteFile(a.ConfigPath, data, 0o644); err != nil {
 		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
 	}
-	a.args = []string{
+	root := filepath.Join(a.Dir, "root")
+	tools := map[string]string{}
+	for _, name := range []string{"unshare", "mount", "findmnt"} {
+		if tools[name], err = exec.LookPath(name); err != nil {
+			return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+		}
+	}
+	cover, err := coverScript(filepath.Join(a.Dir, "host"), tools["mount"], []string{"/var/lib/kubelet"})
+	if err != nil {
+		return nil, fmt.Errorf("new kubelet %s: %w", a.Name, err)
+	}
+	script := append(append([]string{"set -e"}, cover...), `exec "$@"`)
+	// unshare and sh exec the kubelet: its PID is the process's.
+	a.binary = tools["unshare"]
+	a.args = []string{"--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", strings.Join(script, "\n"), "kubelet",
+		opts.Binary,
 		"--kubeconfig=" + a.Kubeconfig,
 		"--config=" + a.ConfigPath,
 		"--hostname-override=" + a.Name,
 		"--node-ip=" + a.IP,
-		"--root-dir=" + filepath.Join(a.Dir, "root"),
+		"--root-dir=" + root,
+		"--cert-dir=" + filepath.Join(a.Dir, "pki"),
 		"--v=" + strconv.Itoa(opts.Verbosity),
+	}
+	a.prepare = func() error {
+		if err := os.MkdirAll(root, 0o750); err != nil {
+			return err
+		}
+		return sharedBindMount(root)
 	}
 	return a, nil
 }

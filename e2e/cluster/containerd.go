@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -795,9 +796,25 @@ func alive(pid int) bool {
 
 // unmountUnder detaches every mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	targets, err := mountsUnder(dir)
 	if err != nil {
 		return err
+	}
+	sort.Slice(targets, func(i, j int) bool { return len(targets[i]) > len(targets[j]) })
+	var errs []error
+	for _, t := range targets {
+		if err := syscall.Unmount(t, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsUnder lists the mount points at or below dir, in mountinfo's order.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	var targets []string
@@ -812,17 +829,26 @@ func unmountUnder(dir string) error {
 			targets = append(targets, target)
 		}
 	}
-	if err := s.Err(); err != nil {
+	return targets, s.Err()
+}
+
+// sharedBindMount makes dir a bind mount of itself with shared propagation
+// unless it is a mount point already, so that mounts made below it in
+// another mount namespace whose copy of it is its peer appear on the host.
+func sharedBindMount(dir string) error {
+	targets, err := mountsUnder(dir)
+	if err != nil {
 		return err
 	}
-	sort.Slice(targets, func(i, j int) bool { return len(targets[i]) > len(targets[j]) })
-	var errs []error
-	for _, t := range targets {
-		if err := syscall.Unmount(t, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", t, err))
+	if !slices.Contains(targets, dir) {
+		if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount %s: %w", dir, err)
 		}
 	}
-	return errors.Join(errs...)
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", dir, err)
+	}
+	return nil
 }
 
 // unescapeMountPath undoes mountinfo's octal escapes (\040 for space, …).

@@ -55,30 +55,11 @@ func NewNodeRoot(ctx context.Context, dir string) (_ *NodeRoot, err error) {
 	}
 	r := &NodeRoot{Dir: dir, nsenter: tools["nsenter"]}
 	ready := filepath.Join(dir, ".ready")
-	script := []string{"set -e"}
-	for _, p := range NodeRootPaths {
-		src := r.Path(p)
-		if err := os.MkdirAll(src, 0o755); err != nil {
-			return nil, fmt.Errorf("node root: %w", err)
-		}
-		if _, err := os.Stat(p); err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("node root: %w", err)
-			}
-			parent := filepath.Dir(p)
-			upper := filepath.Join(dir, ".overlay", strings.ReplaceAll(strings.Trim(parent, "/"), "/", "-"))
-			for _, d := range []string{"upper", "work"} {
-				if err := os.MkdirAll(filepath.Join(upper, d), 0o755); err != nil {
-					return nil, fmt.Errorf("node root: %w", err)
-				}
-			}
-			script = append(script,
-				fmt.Sprintf("%s -t overlay nodekit-node-root -o lowerdir=%s,upperdir=%s,workdir=%s %s",
-					tools["mount"], parent, filepath.Join(upper, "upper"), filepath.Join(upper, "work"), parent),
-				"mkdir -p "+p)
-		}
-		script = append(script, fmt.Sprintf("%s --bind %s %s", tools["mount"], src, p))
+	cover, err := coverScript(dir, tools["mount"], NodeRootPaths)
+	if err != nil {
+		return nil, fmt.Errorf("node root: %w", err)
 	}
+	script := append([]string{"set -e"}, cover...)
 	script = append(script, "touch "+ready, "exec "+tools["sleep"]+" infinity")
 	r.holder, err = startProcess("node root "+dir, filepath.Join(dir, "node-root.log"), tools["unshare"],
 		[]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n")}, nil)
@@ -102,7 +83,52 @@ func NewNodeRoot(ctx context.Context, dir string) (_ *NodeRoot, err error) {
 // Path is where p, a path under one of NodeRootPaths inside the namespace,
 // is on the host.
 func (r *NodeRoot) Path(p string) string {
-	return filepath.Join(r.Dir, filepath.FromSlash(p))
+	return coveredPath(r.Dir, p)
+}
+
+// coveredPath is where coverScript keeps p's content: under dir.
+func coveredPath(dir, p string) string {
+	return filepath.Join(dir, filepath.FromSlash(p))
+}
+
+// coverScript returns the shell lines that, run in a new mount namespace,
+// cover each of paths with an empty directory of its own under dir
+// (coveredPath, created here). Where a path does not exist on the host, its
+// parent is covered with an overlay whose upper layer is under dir, in
+// which the mount point is made, so the host's directories stay as they
+// are. First the mount that holds each path (or its parent) is made private
+// in the namespace, so that none of these mounts reaches the host even
+// when the namespace's mounts started as peers of the host's (unshare
+// --propagation unchanged on a host whose / is shared).
+func coverScript(dir, mount string, paths []string) ([]string, error) {
+	var script []string
+	for _, p := range paths {
+		src := coveredPath(dir, p)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(p); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+			parent := filepath.Dir(p)
+			upper := filepath.Join(dir, ".overlay", strings.ReplaceAll(strings.Trim(parent, "/"), "/", "-"))
+			for _, d := range []string{"upper", "work"} {
+				if err := os.MkdirAll(filepath.Join(upper, d), 0o755); err != nil {
+					return nil, err
+				}
+			}
+			script = append(script,
+				fmt.Sprintf(`%s --make-private "$(findmnt -n -o TARGET --target %s)"`, mount, parent),
+				fmt.Sprintf("%s -t overlay nodekit-node-root -o lowerdir=%s,upperdir=%s,workdir=%s %s",
+					mount, parent, filepath.Join(upper, "upper"), filepath.Join(upper, "work"), parent),
+				"mkdir -p "+p)
+		} else {
+			script = append(script, fmt.Sprintf(`%s --make-private "$(findmnt -n -o TARGET --target %s)"`, mount, p))
+		}
+		script = append(script, fmt.Sprintf("%s --bind %s %s", mount, src, p))
+	}
+	return script, nil
 }
 
 // Command returns argv run inside the namespace: nsenter, which enters it
