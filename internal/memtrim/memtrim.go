@@ -77,14 +77,19 @@ func Release() (Result, error) {
 type mapping struct{ start, end uintptr }
 
 // readOnlyMappings returns the private mappings of path that are neither
-// writable nor shared, from a /proc/<pid>/maps listing.
+// writable nor shared, from a /proc/<pid>/maps listing. A path replaced on
+// disk while the process runs is listed with " (deleted)" appended (and
+// os.Executable strips it); its mappings still count.
 func readOnlyMappings(r io.Reader, path string) ([]mapping, error) {
 	var out []mapping
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || strings.Join(fields[5:], " ") != path {
+		if len(fields) < 6 {
+			continue
+		}
+		if name := strings.Join(fields[5:], " "); name != path && name != path+" (deleted)" {
 			continue
 		}
 		perms := fields[1]

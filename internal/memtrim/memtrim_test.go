@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,13 +15,15 @@ func TestReadOnlyMappings(t *testing.T) {
 045c7000-04600000 rw-p 00000000 00:00 0
 7f57eed96000-7f57eeeec000 r-xp 00026000 fe:00 326269                     /usr/lib/x86_64-linux-gnu/libc.so.6
 7f0000000000-7f0000001000 r--s 00000000 fe:00 10707487                   /usr/bin/node agent
+7f0000002000-7f0000003000 r--p 00000000 fe:00 10707488                   /usr/bin/node agent (deleted)
+7f0000004000-7f0000005000 r--p 00000000 fe:00 10707489                   /usr/bin/node agent2
 `
 	got, err := readOnlyMappings(strings.NewReader(maps), "/usr/bin/node agent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []mapping{{0x400000, 0x212e000}, {0x212e000, 0x451a000}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	want := []mapping{{0x400000, 0x212e000}, {0x212e000, 0x451a000}, {0x7f0000002000, 0x7f0000003000}}
+	if !slices.Equal(got, want) {
 		t.Errorf("readOnlyMappings = %x, want %x (the writable, shared, anonymous and other files' mappings left out)", got, want)
 	}
 	if _, err := readOnlyMappings(strings.NewReader("zz-00 r--p 0 fe:00 1 /x\n"), "/x"); err == nil {
