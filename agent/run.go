@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -70,7 +71,7 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 		return 1
 	}
 	trimDone := make(chan struct{})
-	go releaseStartupMemory(logger, trimDone)
+	go releaseStartupMemory(logger, trimDone, startupSettle, memtrim.Release)
 	sig := <-app.Wait()
 	close(trimDone)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
@@ -101,21 +102,33 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 // Ready is 0.2-0.3 s in nodebench).
 const startupSettle = 5 * time.Second
 
+// releaseStartupMemoryEnv, set to false (strconv.ParseBool), keeps the
+// agent from releasing its startup memory.
+const releaseStartupMemoryEnv = "NODEKIT_RELEASE_STARTUP_MEMORY"
+
 // releaseStartupMemory gives back what the agent touched only to start
-// (memtrim.Release) once it settled, unless done closes first or
-// NODEKIT_RELEASE_STARTUP_MEMORY=false is in the environment. RSS falls by
-// about a third (docs/performance.md); the cost is one collection and the
-// minor faults that map back the executable's pages still in use.
-func releaseStartupMemory(logger klog.Logger, done <-chan struct{}) {
-	if v, ok := os.LookupEnv("NODEKIT_RELEASE_STARTUP_MEMORY"); ok && v == "false" {
-		return
+// (release: memtrim.Release) settle after it is called, unless done closes
+// first or NODEKIT_RELEASE_STARTUP_MEMORY=false is in the environment. RSS
+// falls by a quarter to a third (docs/performance.md); the cost is one
+// collection and the minor faults that map back the executable's pages
+// still in use.
+func releaseStartupMemory(logger klog.Logger, done <-chan struct{}, settle time.Duration, release func() (memtrim.Result, error)) {
+	if v, ok := os.LookupEnv(releaseStartupMemoryEnv); ok {
+		release, err := strconv.ParseBool(v)
+		switch {
+		case err != nil:
+			logger.Error(err, "Ignoring an invalid setting, releasing the startup memory as by default", "env", releaseStartupMemoryEnv, "value", v)
+		case !release:
+			logger.V(2).Info("Not releasing the memory used only at startup", "env", releaseStartupMemoryEnv)
+			return
+		}
 	}
 	select {
 	case <-done:
 		return
-	case <-time.After(startupSettle):
+	case <-time.After(settle):
 	}
-	res, err := memtrim.Release()
+	res, err := release()
 	if err != nil {
 		logger.Error(err, "Cannot release the memory used only at startup")
 		return
