@@ -78,14 +78,14 @@ func TestFormat(t *testing.T) {
 }
 
 func TestParseProcStats(t *testing.T) {
-	status := []byte("Name:\tnodeagent\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nThreads:\t12\n")
+	status := []byte("Name:\tnodeagent\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nRssAnon:\t   10240 kB\nRssFile:\t   30720 kB\nRssShmem:\t       0 kB\nThreads:\t12\n")
 	// A command name with a space and a parenthesis; utime 150, stime 50.
 	stat := []byte("4242 (node agent)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 50 0 0 20 0 12 0 100 900000 10240 18446744073709551615")
 	st, err := parseProcStats(4242, status, stat)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ProcStats{RSS: 40 << 20, PeakRSS: 50 << 20, CPU: 2 * time.Second}
+	want := ProcStats{RSS: 40 << 20, PeakRSS: 50 << 20, RSSAnon: 10 << 20, RSSFile: 30 << 20, CPU: 2 * time.Second}
 	if st != want {
 		t.Errorf("parseProcStats = %+v, want %+v", st, want)
 	}

@@ -18,6 +18,12 @@ const userHZ = 100
 type ProcStats struct {
 	// RSS is VmRSS and PeakRSS VmHWM of /proc/<pid>/status, in bytes.
 	RSS, PeakRSS uint64
+	// RSSAnon and RSSFile split RSS (RssAnon and RssFile of
+	// /proc/<pid>/status, in bytes): anonymous memory (heap, stacks, the
+	// runtime's own) and file-backed pages (the executable's text and
+	// read-only data, shared libraries); RSS less both is shared memory.
+	// Zero on kernels older than 4.5, which do not report them.
+	RSSAnon, RSSFile uint64
 	// CPU is utime + stime of /proc/<pid>/stat: the CPU time all of the
 	// process's threads used so far, in 10 ms steps.
 	CPU time.Duration
@@ -43,7 +49,7 @@ func parseProcStats(pid int, status, stat []byte) (ProcStats, error) {
 	s := bufio.NewScanner(bytes.NewReader(status))
 	for s.Scan() {
 		key, value, ok := strings.Cut(s.Text(), ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
+		if !ok || (key != "VmRSS" && key != "VmHWM" && key != "RssAnon" && key != "RssFile") {
 			continue
 		}
 		fields := strings.Fields(value)
@@ -54,10 +60,15 @@ func parseProcStats(pid int, status, stat []byte) (ProcStats, error) {
 		if err != nil {
 			return ProcStats{}, fmt.Errorf("process %d: %s: %w", pid, key, err)
 		}
-		if key == "VmRSS" {
+		switch key {
+		case "VmRSS":
 			st.RSS, haveRSS = kb<<10, true
-		} else {
+		case "VmHWM":
 			st.PeakRSS = kb << 10
+		case "RssAnon":
+			st.RSSAnon = kb << 10
+		case "RssFile":
+			st.RSSFile = kb << 10
 		}
 	}
 	if !haveRSS {

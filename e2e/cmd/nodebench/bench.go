@@ -63,10 +63,13 @@ type node struct {
 
 // idleFigures are what an idle window measured of one node.
 type idleFigures struct {
-	window   time.Duration
-	rss      uint64
-	cpu      time.Duration
-	requests bench.Requests
+	window time.Duration
+	rss    uint64
+	// rssAnon and rssFile split rss: anonymous (heap, stacks, runtime)
+	// and file-backed (the executable's pages, shared libraries).
+	rssAnon, rssFile uint64
+	cpu              time.Duration
+	requests         bench.Requests
 	// From nodekit's metrics (zero for the kubelet).
 	leaseRenewals, nodeStatusPatches, podStatusPatches float64
 }
@@ -548,7 +551,8 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 	}
 	for i, n := range nodes {
 		after := afters[i]
-		f := &idleFigures{window: to.Sub(from), rss: after.stats.RSS, cpu: after.stats.CPU - before[i].stats.CPU}
+		f := &idleFigures{window: to.Sub(from), rss: after.stats.RSS, rssAnon: after.stats.RSSAnon, rssFile: after.stats.RSSFile,
+			cpu: after.stats.CPU - before[i].stats.CPU}
 		if n.nodekit {
 			delta := func(name string, labels map[string]string) float64 {
 				return after.metrics.Sum(name, labels) - before[i].metrics.Sum(name, labels)
@@ -567,8 +571,8 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 				b.logf("heap profile of %s: %v", n.agent.Name, err)
 			}
 		}
-		b.logf("idle %s: RSS %s, CPU %s over %s, requests: %s", n.agent.Name, bench.FormatMiB(f.rss),
-			f.cpu, f.window.Round(time.Millisecond), f.requests)
+		b.logf("idle %s: RSS %s (anonymous %s, file-backed %s), CPU %s over %s, requests: %s", n.agent.Name, bench.FormatMiB(f.rss),
+			bench.FormatMiB(f.rssAnon), bench.FormatMiB(f.rssFile), f.cpu, f.window.Round(time.Millisecond), f.requests)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ func TestQuickRunProducesFigures(t *testing.T) {
 		"start → Ready, fakecri, agent registers the Node",
 		"start → Ready, fakecri, Node pre-registered",
 		"RSS idle, fakecri",
+		"RSS idle, fakecri: anonymous / file-backed",
 		"RSS with 10 pods running, fakecri",
 		"idle CPU, fakecri",
 		"nb-fakecri: Lease updates",

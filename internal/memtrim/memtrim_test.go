@@ -1,0 +1,69 @@
+package memtrim
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestReadOnlyMappings(t *testing.T) {
+	const maps = `00400000-0212e000 r-xp 00000000 fe:00 10707487                           /usr/bin/node agent
+0212e000-0451a000 r--p 01d2e000 fe:00 10707487                           /usr/bin/node agent
+0451a000-045c7000 rw-p 0411a000 fe:00 10707487                           /usr/bin/node agent
+045c7000-04600000 rw-p 00000000 00:00 0
+7f57eed96000-7f57eeeec000 r-xp 00026000 fe:00 326269                     /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000000000-7f0000001000 r--s 00000000 fe:00 10707487                   /usr/bin/node agent
+7f0000002000-7f0000003000 r--p 00000000 fe:00 10707488                   /usr/bin/node agent (deleted)
+7f0000004000-7f0000005000 r--p 00000000 fe:00 10707489                   /usr/bin/node agent2
+`
+	got, err := readOnlyMappings(strings.NewReader(maps), "/usr/bin/node agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mapping{{0x400000, 0x212e000}, {0x212e000, 0x451a000}, {0x7f0000002000, 0x7f0000003000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("readOnlyMappings = %x, want %x (the writable, shared, anonymous and other files' mappings left out)", got, want)
+	}
+	if _, err := readOnlyMappings(strings.NewReader("zz-00 r--p 0 fe:00 1 /x\n"), "/x"); err == nil {
+		t.Error("malformed address: no error")
+	}
+}
+
+// rssFile is RssFile of /proc/self/status in kB.
+func rssFile(t *testing.T) uint64 {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Skip("the kernel reports no RssFile")
+	return 0
+}
+
+func TestReleaseUnmapsTheExecutable(t *testing.T) {
+	before := rssFile(t)
+	res, err := Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := rssFile(t)
+	if res.Mappings < 1 || res.Bytes == 0 {
+		t.Errorf("Release = %+v, want the executable's read-only mappings", res)
+	}
+	// The test binary's pages in use come back at once (this code, the
+	// runtime's), but not all of them.
+	if after >= before {
+		t.Errorf("RssFile %d kB before Release, %d kB after: nothing released", before, after)
+	}
+}
