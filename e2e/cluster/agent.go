@@ -114,6 +114,23 @@ func (c *ControlPlane) newNodeProcess(what, name, ip, binary string) (a *Agent, 
 	return a, healthzPort, apiPort, nil
 }
 
+// sharedDiskEvictionHard is the evictionHard of every node the harness
+// starts: the kubelet's default memory threshold, and disk thresholds at
+// 1 %. Every node's root and image filesystems are the test host's one
+// disk, which the kubelet's measure (reserved and foreign blocks count as
+// used) can put below the default 10 % / 15 % on a shared machine: each
+// node would report DiskPressure, be tainted and evict pods a test did not
+// ask to. A test of disk eviction sets its own thresholds.
+func sharedDiskEvictionHard() map[string]string {
+	return map[string]string{
+		"memory.available":   "100Mi",
+		"nodefs.available":   "1%",
+		"nodefs.inodesFree":  "1%",
+		"imagefs.available":  "1%",
+		"imagefs.inodesFree": "1%",
+	}
+}
+
 // NewAgent prepares a node agent: it issues the node's client certificate
 // (system:node:<name>) and kubeconfig and writes its KubeletConfiguration
 // under Dir/nodes/<name>. It starts nothing; call Start.
@@ -156,7 +173,8 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 		// pods. TestImageGCOnContainerd sets its own threshold.
 		"imageGCHighThresholdPercent": 100,
 		// Test hosts may have swap on; the agents' containers get NoSwap.
-		"failSwapOn": false,
+		"failSwapOn":   false,
+		"evictionHard": sharedDiskEvictionHard(),
 	}
 	if opts.NodeStatusUpdateFrequency > 0 {
 		cfg["nodeStatusUpdateFrequency"] = opts.NodeStatusUpdateFrequency.String()

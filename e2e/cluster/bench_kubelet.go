@@ -158,6 +158,7 @@ func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 		"cgroupRoot":               opts.CgroupRoot,
 		"failCgroupV1":             false,
 		"failSwapOn":               false,
+		"evictionHard":             sharedDiskEvictionHard(),
 		"podLogsDir":               filepath.Join(a.Dir, "pod-logs"),
 		"authentication": map[string]any{
 			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
