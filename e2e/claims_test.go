@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -19,6 +22,7 @@ var claimTests = []podTest{
 	{name: "hostPath directory is the host's, DirectoryOrCreate creates it", run: testHostPath},
 	{name: "tcpSocket readiness probe follows the listener", run: testTCPSocketReadiness},
 	{name: "imagePullSecrets pull from a registry that wants credentials", run: testPullSecret},
+	{name: "container GC keeps one dead instance per container, never the running one", run: testContainerGC},
 }
 
 // TestReadmeClaimsOnContainerd runs claimTests on a node agent of its own
@@ -125,4 +129,70 @@ func testTCPSocketReadiness(t *testing.T, n *podNode) {
 	if after := c.LastTransitionTime.Sub(cs.State.Running.StartedAt.Time); after < 2*time.Second {
 		t.Errorf("ready %s after the container started, before it listened (3 s)", after)
 	}
+}
+
+// containerGCTimeout bounds the wait for a container garbage collection
+// pass: they run every minute (the kubelet's ContainerGCPeriod), so two
+// periods and a margin.
+const containerGCTimeout = 2*time.Minute + 15*time.Second
+
+// testContainerGC: a container that fails twice, then runs (its runs are
+// counted in an emptyDir, which outlives them), leaves two dead instances
+// in the runtime; the periodic garbage collection removes the older one —
+// the kubelet keeps --maximum-dead-containers-per-container (1) — and never
+// the running one. Dead containers are counted in the CRI, as `crictl ps
+// -a` shows them.
+func testContainerGC(t *testing.T, n *podNode) {
+	pod := n.pod("gc", "sh", "-c", `n=$(ls /runs | wc -l); touch /runs/$n; [ "$n" -ge 2 ] && exec sleep 3600; exit 1`)
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "runs", MountPath: "/runs"}}
+	pod.Spec.Volumes = []v1.Volume{{Name: "runs", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	pod = n.createPod(t, pod)
+	// From the first run on: the dead instances seen, by attempt; the
+	// running one's ID once it runs.
+	dead := map[uint32]bool{}
+	var running string
+	deadNow := func() []uint32 {
+		var attempts []uint32
+		for _, c := range n.criContainers(t, pod.UID, false) {
+			switch c.State {
+			case runtimeapi.ContainerState_CONTAINER_RUNNING:
+				if running != "" && c.Id != running {
+					t.Fatalf("container %s runs, want %s (the third run, which never exits)", c.Id, running)
+				}
+				if c.Metadata.Attempt == 2 {
+					running = c.Id
+				}
+			case runtimeapi.ContainerState_CONTAINER_EXITED:
+				dead[c.Metadata.Attempt] = true
+				attempts = append(attempts, c.Metadata.Attempt)
+			}
+		}
+		return attempts
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, podTimeout, true, func(context.Context) (bool, error) {
+		deadNow()
+		return running != "" && dead[0] && dead[1], nil
+	})
+	if err != nil {
+		t.Fatalf("no third run with two dead instances before it within %s: dead %v, running %q", podTimeout, dead, running)
+	}
+	start := time.Now()
+	var left []uint32
+	err = wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, containerGCTimeout, true, func(context.Context) (bool, error) {
+		left = deadNow()
+		if len(left) == 0 {
+			t.Fatalf("every dead instance was removed; the newest is kept (--maximum-dead-containers-per-container 1)")
+		}
+		return len(left) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("dead instances %v still in the runtime %s later, want one after a garbage collection pass", left, containerGCTimeout)
+	}
+	if left[0] != 1 {
+		t.Errorf("the garbage collector kept attempt %d, want the newest dead one (1)", left[0])
+	}
+	if got := n.criContainers(t, pod.UID, true); len(got) != 1 || got[0].Id != running {
+		t.Errorf("running containers after GC %v, want %s", got, running)
+	}
+	t.Logf("garbage collection left the newest dead instance and the running one, %s after the third run was seen", time.Since(start).Round(time.Second))
 }
