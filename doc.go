@@ -27,6 +27,9 @@
 //     plugin registration handshake (CSI drivers register through it).
 //   - devices: device plugins (extended resources, allocation at
 //     admission); devices/internal/checkpoint is its checkpoint file.
+//   - podresources: the pod resources API (pod-resources/kubelet.sock).
+//   - resources/allocation: the resources allocated to each pod (in-place
+//     resize's checkpoint, <root-dir>/allocated_pods_state).
 //   - prober: liveness, readiness and startup probes.
 //   - status: node registration, the node status setters and the
 //     reporter; status/podstatus: a pod's API status and the pod status
@@ -41,7 +44,8 @@
 //     an fx lifecycle), fxgroup (the typed As* registration helpers),
 //     ordered (name and order resolution of setters and admit handlers),
 //     timers, clientmetrics (client-go's metrics), testenv (what a test
-//     does when the machine lacks something).
+//     does when the machine lacks something), memtrim (the start-up pages
+//     given back to the kernel).
 //   - examples/...: runnable agents: nodeagent (the kubelet replacement),
 //     standalone (no API server), customstatus and customsource (an
 //     embedder's setter and pod source), podsim (a pod-level backend).
