@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -101,13 +102,26 @@ type Driver struct {
 	// stageContexts are the publish contexts NodeStageVolume was given,
 	// by volume ID.
 	stageContexts map[string]map[string]string
+	// published is when NodePublishVolume last returned success, by
+	// volume ID.
+	published map[string]time.Time
 }
 
 // New returns a stopped driver.
 func New(opts Options) *Driver {
 	return &Driver{opts: opts, statuses: make(chan *registerapi.RegistrationStatus, 16),
 		expanded: map[string]int64{}, calls: map[string]int{}, failPublish: map[string]string{}, tmpfs: map[string]string{},
-		stageContexts: map[string]map[string]string{}}
+		stageContexts: map[string]map[string]string{}, published: map[string]time.Time{}}
+}
+
+// Published returns when NodePublishVolume of volumeID last returned
+// success (this process's clock, taken as the call returns), zero if it
+// never did. nodebench times pod bound → volume published → Running
+// with it.
+func (d *Driver) Published(volumeID string) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.published[volumeID]
 }
 
 // StageContext returns the publish context NodeStageVolume of volumeID
@@ -366,6 +380,9 @@ func (n node) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeR
 	if err := bindMount(src, target, req.GetReadonly()); err != nil {
 		return nil, err
 	}
+	n.d.mu.Lock()
+	n.d.published[id] = time.Now()
+	n.d.mu.Unlock()
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
 

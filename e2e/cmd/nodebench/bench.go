@@ -133,6 +133,8 @@ type benchmark struct {
 	// an idle node (see variantArgs).
 	ctrdVariants   []*node
 	kubelet        *node
+	csi            *csiFigures
+	csiSkipped     string // why the CSI figures are missing with containerd
 	fleet          *fleetFigures
 	runtimeVersion string
 
@@ -448,6 +450,11 @@ func (b *benchmark) nodekitNodes(ctx context.Context) (err error) {
 	}
 	if b.ctrdNode != nil {
 		if err := b.burst(ctx, b.ctrdNode, "nodebench-nodekit", b.opts.containerdPods); err != nil {
+			return err
+		}
+		if b.opts.csiPods == 0 {
+			b.csiSkipped = "-csi-pods=0"
+		} else if err := b.csiBurst(ctx, b.ctrdNode); err != nil {
 			return err
 		}
 	}

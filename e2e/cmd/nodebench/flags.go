@@ -15,6 +15,7 @@ type options struct {
 	kubelet        bool
 	fakePods       int
 	containerdPods int
+	csiPods        int
 	idle           time.Duration
 	settle         time.Duration
 	startRuns      int
@@ -55,6 +56,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.BoolVar(&o.kubelet, "kubelet", true, "measure the upstream kubelet on the same containerd as the anchor (needs containerd)")
 	fs.IntVar(&o.fakePods, "pods", 100, "pods created at once on the fake runtime")
 	fs.IntVar(&o.containerdPods, "containerd-pods", 30, "pods created at once on containerd (nodekit and kubelet)")
+	fs.IntVar(&o.csiPods, "csi-pods", 5, "pods created at once on containerd, each with a volume of the e2e CSI driver (static PV and claim): bound → volume published → Running (0 skips)")
 	fs.DurationVar(&o.idle, "idle", time.Minute, "idle window for CPU and API traffic")
 	fs.DurationVar(&o.settle, "settle", 10*time.Second, "wait after a node turned Ready before its idle window")
 	fs.IntVar(&o.startRuns, "start-runs", 3, "start → Ready runs per case on the fake runtime (the median is reported)")
@@ -93,6 +95,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-containerd=%s: want auto, on or off", o.containerd)
 	case o.fakePods < 1 || o.containerdPods < 1:
 		return options{}, fmt.Errorf("-pods and -containerd-pods must be at least 1")
+	case o.csiPods < 0:
+		return options{}, fmt.Errorf("-csi-pods=%d: must not be negative", o.csiPods)
 	case o.idle < time.Second:
 		return options{}, fmt.Errorf("-idle=%s: want at least 1s", o.idle)
 	case o.settle < 0:

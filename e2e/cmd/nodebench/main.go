@@ -7,6 +7,11 @@
 //     containerd), create → Running and bound → Running as a watching client
 //     sees them (p50/p90/p99), the same less the runtime's own time, and the
 //     agent's CPU time over the burst;
+//   - CSI volumes on containerd: -csi-pods pods at once, each mounting its
+//     own static PV of the e2e CSI driver (package csidriver, run in this
+//     process and registered through the agent's plugins_registry): pod
+//     bound → the driver's NodePublishVolume returned → Running, p50/p99
+//     (nodekit only);
 //   - node startup: process start → Ready=True seen by a watch, with the
 //     Node registered by the agent and pre-registered by an admin;
 //   - memory and idle CPU: VmRSS idle and with the pods running, utime+stime

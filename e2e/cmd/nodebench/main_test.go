@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodekit/nodekit/internal/testenv"
 
@@ -55,6 +56,9 @@ func TestQuickRunProducesFigures(t *testing.T) {
 	if line := findLine(out.String(), "pods at once, containerd: create → Running p50"); nodekitCell(line) != notRun {
 		t.Errorf("containerd row without containerd: %s", line)
 	}
+	if line := findLine(out.String(), "pods with a CSI volume each, containerd: pod bound → volume published"); nodekitCell(line) != notRun {
+		t.Errorf("CSI row without containerd: %q", line)
+	}
 	if !strings.Contains(out.String(), "kubelet anchor not measured: -kubelet=false") {
 		t.Error("the table does not say the kubelet was not measured")
 	}
@@ -94,14 +98,50 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.fakePods != 100 || o.containerdPods != 30 || o.nodes != 100 || o.containerd != "auto" || !o.kubelet {
+	if o.fakePods != 100 || o.containerdPods != 30 || o.nodes != 100 || o.containerd != "auto" || !o.kubelet || o.csiPods != 5 {
 		t.Errorf("defaults = %+v", o)
 	}
 	for _, args := range [][]string{
-		{"-containerd=maybe"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"extra"},
+		{"-containerd=maybe"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"extra"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}
+	}
+}
+
+// TestReportCSI checks the CSI rows: each segment's p50 / p99 from the
+// samples, the kubelet column saying the anchor does not run it.
+func TestReportCSI(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	b := &benchmark{opts: options{csiPods: 3}, csi: &csiFigures{
+		boundToPublished:   ms(30, 10, 20),
+		publishedToRunning: ms(200, 100, 300),
+		boundToRunning:     ms(230, 110, 320),
+	}}
+	b.reportCSI()
+	want := map[string]string{
+		"3 pods with a CSI volume each, containerd: pod bound → volume published p50/p99": "20 ms / 30 ms",
+		"3 pods with a CSI volume each, containerd: volume published → Running p50/p99":   "200 ms / 300 ms",
+		"3 pods with a CSI volume each, containerd: pod bound → Running p50/p99":          "230 ms / 320 ms",
+	}
+	if len(b.table.Rows) != len(want) {
+		t.Fatalf("rows = %+v, want %d", b.table.Rows, len(want))
+	}
+	for _, r := range b.table.Rows {
+		if want[r.Metric] != r.Value || r.Kubelet != "nodekit only" {
+			t.Errorf("row %+v: want value %q, kubelet \"nodekit only\"", r, want[r.Metric])
+		}
+	}
+	b = &benchmark{opts: options{csiPods: 3}, csiSkipped: "-csi-pods=0"}
+	b.reportCSI()
+	if b.table.Rows[0].Value != notRun || len(b.table.Notes) != 1 || !strings.Contains(b.table.Notes[0], "-csi-pods=0") {
+		t.Errorf("skipped CSI burst: rows %+v, notes %q", b.table.Rows, b.table.Notes)
 	}
 }

@@ -62,6 +62,7 @@ func (b *benchmark) report() {
 		"times are taken when a watching client receives the events")
 	t.Note("runtime (CRI) time per pod: the runtime's timestamps, sandbox CreatedAt to container StartedAt; it includes the agent's own calls in between, so the overhead less CRI time is a lower bound of the agent's share")
 	b.reportPods()
+	b.reportCSI()
 	b.reportStartup()
 	b.reportResources()
 	b.reportTraffic()
@@ -176,6 +177,34 @@ func (b *benchmark) reportPods() {
 	b.reportBreakdown(b.fake, fmt.Sprintf("%d pods at once, fakecri", fp), true)
 	b.reportBreakdown(b.ctrdNode, fmt.Sprintf("%d pods at once, containerd", pods), false)
 	t.Note("a burst's requests count from its first create to %s after its last pod ran", burstTail)
+}
+
+// reportCSI adds the rows of the CSI burst: each segment's p50/p99.
+func (b *benchmark) reportCSI() {
+	t := &b.table
+	what := fmt.Sprintf("%d pods with a CSI volume each, containerd", b.opts.csiPods)
+	for _, seg := range []struct {
+		name    string
+		samples func(*csiFigures) []time.Duration
+	}{
+		{"pod bound → volume published", func(f *csiFigures) []time.Duration { return f.boundToPublished }},
+		{"volume published → Running", func(f *csiFigures) []time.Duration { return f.publishedToRunning }},
+		{"pod bound → Running", func(f *csiFigures) []time.Duration { return f.boundToRunning }},
+	} {
+		row := bench.Row{Metric: what + ": " + seg.name + " p50/p99", Value: notRun, Kubelet: "nodekit only"}
+		if b.csi != nil {
+			d := bench.Summarize(seg.samples(b.csi))
+			row.Value = fmt.Sprintf("%s / %s", bench.FormatDuration(d.P50), bench.FormatDuration(d.P99))
+		}
+		t.Add(row)
+	}
+	if b.csiSkipped != "" {
+		t.Note("CSI figures not measured: %s", b.csiSkipped)
+	}
+	if b.csi != nil {
+		t.Note("CSI pods: the e2e module's CSI driver (e2e/csidriver, stage + publish as bind mounts) runs in nodebench's process, registered through the agent's plugins_registry; " +
+			"each pod mounts its own static PV through a pre-bound claim; volume published is when the driver's NodePublishVolume returned, on the watching client's clock; the kubelet anchor does not run it")
+	}
 }
 
 // reportBreakdown adds the rows and the note of a nodekit node's burst
