@@ -86,6 +86,7 @@ var podTests = []podTest{
 	{name: "sysctls admitted by the allowlist", run: testSysctls},
 	{name: "safe sysctl applied", containerdOnly: true, run: testSafeSysctlApplied},
 	{name: "active deadline fails the pod", run: testActiveDeadline},
+	{name: "readiness gates set by another writer", run: testReadinessGates},
 	{name: "pod spec admission", run: testPodSpecAdmission},
 	{name: "hostname override", containerdOnly: true, run: testHostnameOverride},
 	{name: "in-place resize", containerdOnly: true, run: testInPlaceResize},

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/pods"
@@ -162,4 +165,36 @@ func testHostnameOverride(t *testing.T, n *podNode) {
 	if got := strings.TrimSpace(cs.State.Terminated.Message); got != "custom.host-name" {
 		t.Errorf("hostname in the pod = %q, want custom.host-name", got)
 	}
+}
+
+// testReadinessGates: a pod with two readiness gates is Running but not
+// Ready (ReadinessGatesNotReady) until another writer sets both gate
+// conditions True through the status subresource, then Ready; one gate set
+// False makes it not Ready again, as upstream's "should support pod
+// readiness gates [NodeConformance]".
+func testReadinessGates(t *testing.T, n *podNode) {
+	const gateA, gateB = "k8s.io/test-condition1", "k8s.io/test-condition2"
+	pod := n.pod("readiness-gates", "sleep", "3600")
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: gateA}, {ConditionType: gateB}}
+	pod = n.createPod(t, pod)
+	notReady := func(p *v1.Pod) bool {
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReady {
+				return p.Status.Phase == v1.PodRunning && c.Status == v1.ConditionFalse && c.Reason == "ReadinessGatesNotReady"
+			}
+		}
+		return false
+	}
+	waitForPod(t, pod.Namespace, pod.Name, "Running, not Ready for want of its gates", notReady)
+	setGates := func(a, b v1.ConditionStatus) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q},{"type":%q,"status":%q}]}}`, gateA, a, gateB, b)
+		if _, err := env.cp.Client().CoreV1().Pods(pod.Namespace).Patch(t.Context(), pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatalf("patch the status of pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+	}
+	setGates(v1.ConditionTrue, v1.ConditionTrue)
+	waitForPod(t, pod.Namespace, pod.Name, "Ready once both gates are True", isPodReady)
+	setGates(v1.ConditionTrue, v1.ConditionFalse)
+	waitForPod(t, pod.Namespace, pod.Name, "not Ready again once one gate is False", notReady)
 }

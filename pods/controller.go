@@ -355,8 +355,12 @@ func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 			c.mu.Unlock()
 			alloc, _ := c.allocatedPod(ctx, pod)
 			c.store.update(alloc)
+			// The sync generates the status from the pod it is given:
+			// the worker gets this object, with the gate conditions
+			// another writer just set, as the kubelet's
+			// HandlePodReconcile updates its pod worker.
 			if podstatus.NeedsReadinessSync(pod) {
-				c.workers.poke(pod.UID)
+				c.workers.reconcile(pod)
 			}
 		}
 	case podsource.OpMirror:

@@ -40,7 +40,11 @@ type fakeRuntime struct {
 	// killErr, when set, fails every KillPod once the pod is stopped (a
 	// volume that cannot be torn down).
 	killErr error
-	events  chan *podstate.PodLifecycleEvent
+	// generate, when set, makes PodStatus generate a running pod's status
+	// with podstatus.Generate from the pod it is given (its one container
+	// "app" running), so conditions follow that pod object.
+	generate bool
+	events   chan *podstate.PodLifecycleEvent
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -51,6 +55,12 @@ func (r *fakeRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstatus.G
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
+	case r.running[pod.UID] && r.generate:
+		started := time.Unix(1, 0)
+		rs := &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, Containers: []*podstate.ContainerStatus{
+			{ID: "c1", Type: "containerd", Name: "app", State: podstate.ContainerStateRunning, CreatedAt: started, StartedAt: started},
+		}}
+		return podstatus.Generate(pod, rs, nil, opts), nil
 	case r.running[pod.UID]:
 		return v1.PodStatus{Phase: v1.PodRunning}, nil
 	case opts.Terminal:
@@ -900,4 +910,54 @@ func (h *controllerHarness) counter(name, static string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestReadinessGatesFollowAStatusOnlyUpdate: another writer sets a pod's
+// readiness gate conditions through the status subresource (the source's
+// RECONCILE update); the status the agent then generates is Ready from that
+// pod object, not the one it admitted, and turns not Ready again when a gate
+// goes False, as the kubelet's HandlePodReconcile.
+func TestReadinessGatesFollowAStatusOnlyUpdate(t *testing.T) {
+	h := newControllerHarness(t)
+	h.rt.mu.Lock()
+	h.rt.generate = true
+	h.rt.mu.Unlock()
+	pod := churnPod(1)
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "k8s.io/gate-a"}, {ConditionType: "k8s.io/gate-b"}}
+	h.send(podsource.OpAdd, pod)
+	ready := func() *v1.PodCondition {
+		st, _ := h.statuses.GetPodStatus(pod.UID)
+		for i := range st.Conditions {
+			if st.Conditions[i].Type == v1.PodReady {
+				return &st.Conditions[i]
+			}
+		}
+		return nil
+	}
+	h.waitFor("Ready False for want of its gates", func() bool {
+		c := ready()
+		return c != nil && c.Status == v1.ConditionFalse && c.Reason == "ReadinessGatesNotReady"
+	})
+	// The API pod as the source sees it: the agent's status with both
+	// gates set by another writer.
+	gates := func(b v1.ConditionStatus) *v1.Pod {
+		p := pod.DeepCopy()
+		p.Status, _ = h.statuses.GetPodStatus(pod.UID)
+		p.Status = *p.Status.DeepCopy()
+		p.Status.Conditions = slices.DeleteFunc(p.Status.Conditions, func(c v1.PodCondition) bool { return strings.HasPrefix(string(c.Type), "k8s.io/gate-") })
+		p.Status.Conditions = append(p.Status.Conditions,
+			v1.PodCondition{Type: "k8s.io/gate-a", Status: v1.ConditionTrue},
+			v1.PodCondition{Type: "k8s.io/gate-b", Status: b})
+		return p
+	}
+	h.send(podsource.OpReconcile, gates(v1.ConditionTrue))
+	h.waitFor("Ready True once both gates are True", func() bool {
+		c := ready()
+		return c != nil && c.Status == v1.ConditionTrue
+	})
+	h.send(podsource.OpReconcile, gates(v1.ConditionFalse))
+	h.waitFor("Ready False again once one gate is False", func() bool {
+		c := ready()
+		return c != nil && c.Status == v1.ConditionFalse && c.Reason == "ReadinessGatesNotReady"
+	})
 }

@@ -102,6 +102,24 @@ func (p *podWorkers) update(ctx context.Context, pod *v1.Pod, terminate, removed
 	w.poke()
 }
 
+// reconcile hands pod, of which only the status changed in its source, to
+// its worker and triggers a sync, if the pod has a worker: the sync
+// generates the status from this object, so conditions other writers own
+// (readiness gates) are the ones just seen. A pod without a worker (rejected,
+// or its worker ended) is left alone.
+func (p *podWorkers) reconcile(pod *v1.Pod) {
+	p.mu.Lock()
+	w := p.workers[pod.UID]
+	p.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.work.Pod = pod
+	w.mu.Unlock()
+	w.poke()
+}
+
 // poke triggers a sync of the pod with uid, if it has a worker.
 func (p *podWorkers) poke(uid types.UID) {
 	p.mu.Lock()
