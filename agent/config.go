@@ -416,6 +416,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if p := kc.CrashLoopBackOff.MaxContainerRestartPeriod; p != nil && (p.Duration < time.Second || p.Duration > defaultMaxContainerBackOff) {
+		errs = append(errs, fmt.Errorf("invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: %v seconds) must be set between 1s and 300s", p.Duration.Seconds()))
+	}
 	errs = append(errs, c.validateGC()...)
 	return joinInline(errs)
 }

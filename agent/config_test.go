@@ -216,6 +216,38 @@ func fsBool(fs *pflag.FlagSet, name string) bool {
 // TestImplementedSettingsAreReal checks that every entry of the table of
 // implemented settings names a KubeletConfiguration setting or a flag, so
 // an entry cannot silently go stale.
+// TestCrashLoopBackOffMax: crashLoopBackOff.maxContainerRestartPeriod
+// reaches the runtime's back-off cap (300s by default, as the kubelet's),
+// and a value outside 1s…300s is refused with the kubelet's message.
+func TestCrashLoopBackOffMax(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want time.Duration
+		err  string
+	}{
+		{"", 300 * time.Second, ""},
+		{"crashLoopBackOff:\n  maxContainerRestartPeriod: 30s\n", 30 * time.Second, ""},
+		{"crashLoopBackOff:\n  maxContainerRestartPeriod: 500ms\n", 0, "must be set between 1s and 300s"},
+		{"crashLoopBackOff:\n  maxContainerRestartPeriod: 301s\n", 0, "must be set between 1s and 300s"},
+	} {
+		file := writeFile(t, "kubelet.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+tc.file)
+		cfg, err := ParseFlags(klog.Background(), []string{"--config=" + file, "--hostname-override=n"})
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err %v, want it to mention %q", tc.file, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.file, err)
+		}
+		o, err := cfg.PodManagerOptions(nil, nil)
+		if err != nil || o.MaxContainerBackOff != tc.want {
+			t.Errorf("%q: MaxContainerBackOff %v (%v), want %v", tc.file, o.MaxContainerBackOff, err, tc.want)
+		}
+	}
+}
+
 func TestImplementedSettingsAreReal(t *testing.T) {
 	paths := map[string]bool{}
 	for _, p := range settingPaths() {

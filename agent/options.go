@@ -3,15 +3,17 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/nodekit/nodekit/certificate"
 	"net"
 	"path/filepath"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodekit/nodekit/certificate"
 	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/lease"
@@ -260,7 +262,18 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		SeccompDefault:        kc.SeccompDefault != nil && *kc.SeccompDefault,
 		SeccompProfileRoot:    filepath.Join(cfg.RootDir, "seccomp"),
 		Swap:                  &runtime.SwapOptions{Behavior: kc.MemorySwap.SwapBehavior, Critical: eviction.IsCriticalPod},
+		MaxContainerBackOff:   maxContainerRestartPeriod(kc),
 	}, nil
+}
+
+// maxContainerRestartPeriod is crashLoopBackOff.maxContainerRestartPeriod
+// (set by the defaults while the KubeletCrashLoopBackOffMax gate is on), 0
+// for the runtime's default.
+func maxContainerRestartPeriod(kc *kubeletconfig.KubeletConfiguration) time.Duration {
+	if p := kc.CrashLoopBackOff.MaxContainerRestartPeriod; p != nil {
+		return p.Duration
+	}
+	return 0
 }
 
 // ContainerGCPolicy returns the container garbage collection policy of the

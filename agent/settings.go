@@ -110,6 +110,10 @@ var implementedSettings = map[string]string{
 	"clusterDomain":            "",
 	"resolvConf":               "",
 
+	// The cap of a crashing container's restart back-off (runtime/:
+	// PodManagerOptions.MaxContainerBackOff).
+	"crashLoopBackOff.maxContainerRestartPeriod": "",
+
 	// Container and image garbage collection, container log rotation
 	// (runtime/: ImageGC, LogRotator, the container GC policy).
 	"imageGCHighThresholdPercent":             "",

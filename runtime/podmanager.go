@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,11 +121,17 @@ type PodManagerOptions struct {
 	RuntimeHandler func(ctx context.Context, runtimeClassName string) (string, error)
 
 	// ContainerBackOff paces restarts of crashing containers
-	// (CrashLoopBackOff); nil means 10s doubling to 5m on Clock, reset after
-	// a container ran for 10 minutes. ImageBackOff paces failed image pulls
-	// (ImagePullBackOff); nil means 10s doubling to 5m.
+	// (CrashLoopBackOff); nil means 10s doubling to MaxContainerBackOff on
+	// Clock, reset after a container ran for twice that. ImageBackOff
+	// paces failed image pulls (ImagePullBackOff); nil means 10s doubling
+	// to 5m.
 	ContainerBackOff *flowcontrol.Backoff
 	ImageBackOff     *flowcontrol.Backoff
+	// MaxContainerBackOff caps the default ContainerBackOff (the kubelet's
+	// crashLoopBackOff.maxContainerRestartPeriod); a cap under 10s is also
+	// the first delay, as the kubelet's. 0 means DefaultMaxContainerBackOff.
+	// Ignored when ContainerBackOff is set.
+	MaxContainerBackOff time.Duration
 	// MaxParallelImagePulls bounds concurrent image pulls: 0 or 1 pulls one
 	// image at a time (the kubelet's serializeImagePulls default), n > 1 at
 	// most n, a negative value any number.
@@ -254,7 +261,8 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		}
 	}
 	if opts.ContainerBackOff == nil {
-		opts.ContainerBackOff = flowcontrol.NewFakeBackOff(DefaultContainerBackOff, DefaultMaxContainerBackOff, opts.Clock)
+		limit := cmp.Or(opts.MaxContainerBackOff, DefaultMaxContainerBackOff)
+		opts.ContainerBackOff = flowcontrol.NewFakeBackOff(min(DefaultContainerBackOff, limit), limit, opts.Clock)
 	}
 	if opts.ImageBackOff == nil {
 		opts.ImageBackOff = flowcontrol.NewFakeBackOff(DefaultImageBackOff, DefaultMaxImageBackOff, opts.Clock)

@@ -332,6 +332,44 @@ func TestCrashLoopBackOff(t *testing.T) {
 	}
 }
 
+// TestMaxContainerBackOff: crashLoopBackOff.maxContainerRestartPeriod
+// caps the restart delays (10s, 20s, then the cap), and a cap under 10s is
+// the first delay too, as the kubelet's.
+func TestMaxContainerBackOff(t *testing.T) {
+	for _, tc := range []struct {
+		limit  time.Duration
+		delays []time.Duration
+	}{
+		{30 * time.Second, []time.Duration{10, 20, 30, 30}},
+		{5 * time.Second, []time.Duration{5, 5, 5}},
+	} {
+		t.Run(tc.limit.String(), func(t *testing.T) {
+			h := newHarness(t, fakecri.Options{}, func(o *runtime.PodManagerOptions) { o.MaxContainerBackOff = tc.limit })
+			pod := newPod("crash", ctr("app"))
+			if res := h.sync(pod, nil); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			h.exitNow(pod, "app", 1)
+			if res := h.sync(pod, nil); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			for i, delay := range tc.delays {
+				delay *= time.Second
+				h.exitNow(pod, "app", 1)
+				crashed := h.clk.Now()
+				res := h.sync(pod, nil)
+				if !errors.Is(res.Err, podstate.ErrCrashLoopBackOff) || !res.RetryAt.Equal(crashed.Add(delay)) {
+					t.Fatalf("crash %d: err %v, retry at %v; want CrashLoopBackOff until %v", i, res.Err, res.RetryAt, crashed.Add(delay))
+				}
+				h.clk.Step(delay)
+				if res := h.sync(pod, nil); res.Err != nil || len(res.Waiting) != 0 {
+					t.Fatalf("crash %d: sync after back-off: %+v", i, res)
+				}
+			}
+		})
+	}
+}
+
 func TestInitContainersRunInOrder(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
 	pod := newPod("init", ctr("app"))
