@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,33 +68,6 @@ func (a *Agent) Pid() int {
 		return 0
 	}
 	return a.proc.pid()
-}
-
-// RSS returns the agent's resident set size in bytes (VmRSS).
-func (a *Agent) RSS() (int64, error) {
-	pid := a.Pid()
-	if pid == 0 {
-		return 0, fmt.Errorf("rss of agent %s: not running", a.Name)
-	}
-	return processRSS(pid)
-}
-
-// processRSS reads VmRSS of pid from /proc.
-func processRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse VmRSS of pid %d: %q", pid, v)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // SetAPIServer points the agent's kubeconfig at server (an APIProxy's URL)
