@@ -23,6 +23,13 @@ import (
 // minutes on two cores (less once the control plane is built: most packages
 // are shared); a cached one returns at once.
 func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
+	return buildKubernetesCommand(ctx, opts, "kubelet")
+}
+
+// buildKubernetesCommand builds k8s.io/kubernetes/cmd/<name> at the version
+// e2e/tools pins in a copy of the tools module with -mod=mod, cached in
+// <cache>/<name>-<version>/bin, and returns the binary's path.
+func buildKubernetesCommand(ctx context.Context, opts BuildOptions, name string) (string, error) {
 	opts, goBin, err := opts.complete()
 	if err != nil {
 		return "", err
@@ -32,14 +39,14 @@ func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
 		return "", err
 	}
 	ldflags := versionLDFlags(k8sVersion)
-	binDir := filepath.Join(opts.CacheDir, "kubelet-"+k8sVersion, "bin")
-	bin := filepath.Join(binDir, "kubelet")
-	err = buildInToolsCopy(ctx, opts, goBin, "kubelet-"+k8sVersion, binDir, []string{bin}, []byte(ldflags), func(build func(env []string, args ...string) error, staging string) error {
-		fmt.Fprintf(opts.Log, "building kubelet %s into %s\n", k8sVersion, binDir)
-		return build(nil, "build", "-ldflags", ldflags, "-o", filepath.Join(staging, "kubelet"), kubernetesModule+"/cmd/kubelet")
+	binDir := filepath.Join(opts.CacheDir, name+"-"+k8sVersion, "bin")
+	bin := filepath.Join(binDir, name)
+	err = buildInToolsCopy(ctx, opts, goBin, name+"-"+k8sVersion, binDir, []string{bin}, []byte(ldflags), func(build func(env []string, args ...string) error, staging string) error {
+		fmt.Fprintf(opts.Log, "building %s %s into %s\n", name, k8sVersion, binDir)
+		return build(nil, "build", "-ldflags", ldflags, "-o", filepath.Join(staging, name), kubernetesModule+"/cmd/"+name)
 	})
 	if err != nil {
-		return "", fmt.Errorf("build kubelet %s: %w", k8sVersion, err)
+		return "", fmt.Errorf("build %s %s: %w", name, k8sVersion, err)
 	}
 	return bin, nil
 }
