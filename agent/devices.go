@@ -51,15 +51,14 @@ type deviceParams struct {
 	fx.In
 
 	Config *Config
-	Store  *pods.Store
-	// Loop is the pod lifecycle loop's SourcesReady (Volumes provides
-	// it): the sources' first updates handled, not only received, as the
-	// kubelet's sourcesReady. While the loop admits the pods it found on
-	// an agent restart the sources are not ready, so their running
-	// containers keep their checkpointed devices even before their
-	// plugin registers again; podsource.Config.AllReady is already true
-	// then, and rejected those pods.
-	Loop    *podKnown
+	// Store gives the active pods and the loop's SourcesReady: the
+	// sources' first updates handled, not only received, as the kubelet's
+	// sourcesReady. While the loop admits the pods it found on an agent
+	// restart the sources are not ready, so their running containers keep
+	// their checkpointed devices even before their plugin registers again;
+	// podsource.Config.AllReady is already true then, and rejected those
+	// pods.
+	Store   *pods.Store
 	Runtime cri.RuntimeService
 	Logger  logr.Logger `optional:"true"`
 }
@@ -68,7 +67,7 @@ func provideDeviceOptions(p deviceParams) devices.Options {
 	return devices.Options{
 		PluginDir:        filepath.Join(p.Config.RootDir, "device-plugins"),
 		ActivePods:       p.Store.Active,
-		SourcesReady:     p.Loop.sourcesReady,
+		SourcesReady:     p.Store.SourcesReady,
 		ContainerRunning: initialRunning(p.Runtime, p.Logger),
 	}
 }

@@ -2,13 +2,9 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/eviction"
@@ -46,7 +42,9 @@ type DeleteUnusedImagesFunc func(ctx context.Context) error
 // the agent's registry.
 //
 // It needs a *stats.Provider, a *pods.Store and a *pods.Controller in the
-// graph (CRI and Core provide them); CRI includes it. The manager's inputs
+// graph (CRI and Core provide them); CRI includes it. Admission and the
+// node status read the *eviction.Pressure the manager sets, so the loop
+// that admits pods does not depend on the manager that evicts through it. The manager's inputs
 // are in the graph to replace with fx.Decorate: eviction.Options (derived
 // by Config.EvictionOptions), eviction.SummaryFunc,
 // eviction.ActivePodsFunc, eviction.KillPodFunc, eviction.PodCleanedUpFunc;
@@ -54,24 +52,22 @@ type DeleteUnusedImagesFunc func(ctx context.Context) error
 // the optional DeleteUnusedContainersFunc and DeleteUnusedImagesFunc.
 var Eviction = fx.Options(
 	fx.Provide(
-		newPodLoopRef,
 		provideEvictionOptions,
 		// Fresh stats on every pass, as the kubelet's manager asks for
 		// them: passes come early after a memcg notification or an
 		// eviction, when a cached summary would show the node as it was.
 		func(p *stats.Provider) eviction.SummaryFunc { return p.FreshSummary },
 		func(s *pods.Store) eviction.ActivePodsFunc { return s.Active },
-		func(l *podLoopRef) eviction.KillPodFunc { return l.killPod },
-		func(l *podLoopRef) eviction.PodCleanedUpFunc { return l.podTerminated },
-		func(m *eviction.Manager) status.PressureFuncs {
-			return status.PressureFuncs{Memory: m.IsUnderMemoryPressure, Disk: m.IsUnderDiskPressure, PID: m.IsUnderPIDPressure}
+		// Admission and the node status read the manager's conditions
+		// from the *eviction.Pressure, not the manager, which evicts
+		// through the loop that admits pods.
+		func(c *pods.Controller) eviction.KillPodFunc { return c.KillPod },
+		func(c *pods.Controller) eviction.PodCleanedUpFunc { return c.PodTerminated },
+		func(p *eviction.Pressure) status.PressureFuncs {
+			return status.PressureFuncs{Memory: p.IsUnderMemoryPressure, Disk: p.IsUnderDiskPressure, PID: p.IsUnderPIDPressure}
 		},
 	),
 	pods.AsDefaultAdmitHandler(pods.AdmitEviction, pods.OrderEviction, evictionAdmitHandler),
-	// The Controller admits pods through the eviction manager, so the
-	// manager cannot take the Controller as a dependency: it gets it here,
-	// once both are built and before either runs.
-	fx.Invoke(func(l *podLoopRef, c *pods.Controller) { l.c.Store(c) }),
 	eviction.Module,
 )
 
@@ -132,7 +128,7 @@ type evictionParams struct {
 	fx.In
 
 	Config  *Config
-	Loop    *podLoopRef
+	Loop    *pods.Controller
 	Cgroups *cgroupdriver.Manager `optional:"true"`
 	Driver  cgroupdriver.Driver   `optional:"true"`
 	Logger  logr.Logger           `optional:"true"`
@@ -152,7 +148,7 @@ func provideEvictionOptions(p evictionParams) eviction.Options {
 	if p.DeleteUnusedContainers != nil {
 		o.DeleteUnusedContainers = eviction.ReclaimFunc(p.DeleteUnusedContainers)
 	} else {
-		o.DeleteUnusedContainers = p.Loop.deleteAllUnusedContainers
+		o.DeleteUnusedContainers = p.Loop.DeleteAllUnusedContainers
 	}
 	if p.DeleteUnusedImages != nil {
 		o.DeleteUnusedImages = eviction.ReclaimFunc(p.DeleteUnusedImages)
@@ -165,41 +161,11 @@ func provideEvictionOptions(p evictionParams) eviction.Options {
 	return o
 }
 
-// podLoopRef hands the pod lifecycle loop to the eviction manager's funcs:
-// the loop admits pods through the manager, so the manager cannot depend on
-// it; Eviction's fx.Invoke sets it before anything runs.
-type podLoopRef struct {
-	c atomic.Pointer[pods.Controller]
-}
-
-func newPodLoopRef() *podLoopRef { return &podLoopRef{} }
-
-func (l *podLoopRef) killPod(ctx context.Context, pod *v1.Pod, grace *int64, statusFn func(*v1.PodStatus)) error {
-	c := l.c.Load()
-	if c == nil {
-		return fmt.Errorf("evict pod %s/%s: the pod lifecycle loop is not built", pod.Namespace, pod.Name)
-	}
-	return c.KillPod(ctx, pod, grace, statusFn)
-}
-
-func (l *podLoopRef) podTerminated(uid types.UID) bool {
-	c := l.c.Load()
-	return c != nil && c.PodTerminated(uid)
-}
-
-func (l *podLoopRef) deleteAllUnusedContainers(ctx context.Context) error {
-	c := l.c.Load()
-	if c == nil {
-		return nil
-	}
-	return c.DeleteAllUnusedContainers(ctx)
-}
-
 // evictionAdmitHandler is the eviction manager's pressure check, the first
 // of the pod admit handlers as in the kubelet.
-func evictionAdmitHandler(m *eviction.Manager) pods.AdmitHandler {
+func evictionAdmitHandler(p *eviction.Pressure) pods.AdmitHandler {
 	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
-		ok, reason, message := m.Admit(a.Pod)
+		ok, reason, message := p.Admit(a.Pod)
 		return pods.AdmitResult{Admit: ok, Reason: reason, Message: message}
 	})
 }

@@ -236,8 +236,11 @@ func TestEvictionOptionsFromConfig(t *testing.T) {
 	}
 	client := fake.NewClientset()
 	app := fx.New(fx.Supply(cfg), agent.Module, fx.Replace(&agent.Clients{Client: client, Heartbeat: client}), fx.NopLogger)
-	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "eviction: thresholds: ") {
-		t.Errorf("agent build with evictionHard memory.available<-1Gi: err = %v, want the eviction manager's", err)
+	// Whichever piece reads the thresholds first (the node status's
+	// allocatable or the eviction manager) refuses them in the kubelet's
+	// words.
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "eviction threshold memory.available must be positive: -1Gi") {
+		t.Errorf("agent build with evictionHard memory.available<-1Gi: err = %v, want the kubelet's error", err)
 	}
 }
 

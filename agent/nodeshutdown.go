@@ -2,7 +2,6 @@ package agent
 
 import (
 	"path/filepath"
-	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
@@ -40,22 +39,15 @@ const (
 // (Sources), or add one with nodeshutdown.AsSource.
 var NodeShutdown = fx.Options(
 	fx.Provide(
-		newShutdownLoopRef,
-		func() *reporterRef { return &reporterRef{} },
 		provideNodeShutdownOptions,
 		func(s *pods.Store) nodeshutdown.ActivePodsFunc { return s.Active },
-		func(l *shutdownLoopRef) nodeshutdown.KillPodFunc { return l.killPod },
+		func(c *pods.Controller) nodeshutdown.KillPodFunc { return c.KillPod },
 	),
+	// Admission and the Ready condition read the *nodeshutdown.Gate the
+	// manager sets, not the manager, which acts through the loop and the
+	// status reporter that read them.
 	pods.AsAdmitHandler(AdmitNodeShutdown, OrderNodeShutdown, nodeShutdownAdmitHandler),
 	status.AsHealthCheck(nodeShutdownHealthCheck),
-	// The Controller admits pods through the manager, so the manager gets
-	// the Controller here, once both are built and before either runs.
-	// The status reporter is Ready only through the manager's health
-	// check, so the manager gets the reporter the same way.
-	fx.Invoke(func(l *shutdownLoopRef, c *pods.Controller, rr *reporterRef, r *status.Reporter) {
-		l.c.Store(c)
-		rr.r.Store(r)
-	}),
 	nodeshutdown.Module,
 )
 
@@ -79,7 +71,7 @@ type nodeShutdownParams struct {
 	fx.In
 
 	Config   *Config
-	Reporter *reporterRef
+	Reporter *status.Reporter
 	Node     *status.NodeWatch
 	Logger   logr.Logger `optional:"true"`
 }
@@ -89,7 +81,7 @@ type nodeShutdownParams struct {
 // Config.NodeShutdownSignal is set.
 func provideNodeShutdownOptions(p nodeShutdownParams) (nodeshutdown.Options, error) {
 	o := p.Config.NodeShutdownOptions()
-	o.SyncNodeStatus = p.Reporter.syncNow
+	o.SyncNodeStatus = p.Reporter.SyncNow
 	o.NodeRef = NodeEventRef(p.Config.NodeName, p.Node)
 	periods, err := nodeshutdown.GracePeriods(o.GracePeriod, o.GracePeriodCriticalPods, o.GracePeriodByPodPriority)
 	if err != nil || len(periods) == 0 {
@@ -130,36 +122,19 @@ func nodeShutdownSources(logger logr.Logger, logind, signal bool, periods []kube
 	return sources
 }
 
-// shutdownLoopRef hands the pod lifecycle loop to the node shutdown
-// manager, which the loop admits pods through (see podLoopRef).
-type shutdownLoopRef struct{ podLoopRef }
-
-func newShutdownLoopRef() *shutdownLoopRef { return &shutdownLoopRef{} }
-
-// reporterRef hands the status reporter to the node shutdown manager.
-type reporterRef struct {
-	r atomic.Pointer[status.Reporter]
-}
-
-func (rr *reporterRef) syncNow() {
-	if r := rr.r.Load(); r != nil {
-		r.SyncNow()
-	}
-}
-
 // nodeShutdownAdmitHandler rejects pods while the node shuts down.
-func nodeShutdownAdmitHandler(m *nodeshutdown.Manager) pods.AdmitHandler {
+func nodeShutdownAdmitHandler(g *nodeshutdown.Gate) pods.AdmitHandler {
 	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
-		ok, reason, message := m.Admit(a.Pod)
+		ok, reason, message := g.Admit(a.Pod)
 		return pods.AdmitResult{Admit: ok, Reason: reason, Message: message}
 	})
 }
 
 // nodeShutdownHealthCheck makes the node NotReady while it shuts down, with
 // the kubelet's message.
-func nodeShutdownHealthCheck(m *nodeshutdown.Manager) status.HealthCheck {
+func nodeShutdownHealthCheck(g *nodeshutdown.Gate) status.HealthCheck {
 	return status.HealthCheck{Name: "NodeShutdown", Healthy: func() (bool, error) {
-		err := m.ShutdownStatus()
+		err := g.ShutdownStatus()
 		return err == nil, err
 	}}
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"sync/atomic"
 
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
@@ -31,7 +30,6 @@ import (
 // to change the periods or the mounter; add plugins with volume.AsPlugin.
 var Volumes = fx.Options(
 	fx.Provide(
-		newPodKnown,
 		volumeOptions,
 		func(m *volume.Manager) runtime.VolumeManager { return volumeManager{m} },
 		func(m *volume.Manager) runtime.SecretGetter { return m.Secret },
@@ -47,45 +45,14 @@ var Volumes = fx.Options(
 		return p
 	}),
 	volume.Module,
-	fx.Invoke(func(k *podKnown, c *pods.Controller, b *runtime.Backend) {
-		k.set(c, func(uid types.UID) bool { return c.PodKnown(uid) || b.HasPod(uid) })
-	}),
 )
 
-// podKnown is Options.PodKnown and Options.SourcesReady of the volume
-// manager, resolved once the pod lifecycle loop exists (the loop depends
-// on the backend, which depends on the volume manager). Until then every
-// pod counts as known and the sources as not ready, so nothing is cleaned
-// up.
-type podKnown struct {
-	f atomic.Pointer[podLoop]
-}
-
-// podLoop is what the volume manager asks the pod lifecycle loop.
-type podLoop struct {
-	loop  *pods.Controller
-	known func(types.UID) bool
-}
-
-func newPodKnown() *podKnown { return &podKnown{} }
-
-func (k *podKnown) set(c *pods.Controller, known func(types.UID) bool) {
-	k.f.Store(&podLoop{loop: c, known: known})
-}
-
-func (k *podKnown) known(uid types.UID) bool {
-	f := k.f.Load()
-	return f == nil || f.known(uid)
-}
-
-// sourcesReady is the loop's: every source's first update handled, not
-// only received.
-func (k *podKnown) sourcesReady() bool {
-	f := k.f.Load()
-	return f != nil && f.loop.SourcesReady()
-}
-
-func volumeOptions(cfg *Config, node *status.NodeWatch, known *podKnown, _ dataDirs) volume.Options {
+// volumeOptions completes Config.VolumeOptions from the graph. "Pod known"
+// and the sources' readiness come from the pods.Store and the PLEG's
+// runtime.PodCache, which the pod lifecycle loop and the PLEG write: the
+// loop depends on the backend, which mounts through the volume manager, so
+// the manager reads what they record instead of depending on them.
+func volumeOptions(cfg *Config, node *status.NodeWatch, loop *pods.Store, runtimePods *runtime.PodCache, _ dataDirs) volume.Options {
 	o := cfg.VolumeOptions()
 	o.NodeAllocatable = node.Allocatable
 	o.NodeLabels = func() map[string]string {
@@ -94,8 +61,8 @@ func volumeOptions(cfg *Config, node *status.NodeWatch, known *podKnown, _ dataD
 		}
 		return nil
 	}
-	o.SourcesReady = known.sourcesReady
-	o.PodKnown = known.known
+	o.SourcesReady = loop.SourcesReady
+	o.PodKnown = func(uid types.UID) bool { return loop.Known(uid) || runtimePods.HasPod(uid) }
 	return o
 }
 

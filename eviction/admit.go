@@ -2,6 +2,8 @@ package eviction
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -12,6 +14,53 @@ import (
 // of an admission the manager rejects.
 const Reason = "Evicted"
 
+// Pressure holds the node's pressure conditions as the Manager last set
+// them (Options.Pressure): what admission and the node status read, without
+// depending on the Manager. The zero value is ready to use and reports no
+// pressure. Its methods are cheap, never block and are safe for concurrent
+// use.
+type Pressure struct {
+	mu         sync.RWMutex
+	conditions []v1.NodeConditionType
+}
+
+// NewPressure returns a Pressure with no condition.
+func NewPressure() *Pressure { return &Pressure{} }
+
+// set replaces the conditions.
+func (p *Pressure) set(conditions []v1.NodeConditionType) {
+	p.mu.Lock()
+	p.conditions = conditions
+	p.mu.Unlock()
+}
+
+// IsUnderMemoryPressure reports the MemoryPressure condition
+// (status.PressureFuncs.Memory).
+func (p *Pressure) IsUnderMemoryPressure() bool { return p.UnderPressure(v1.NodeMemoryPressure) }
+
+// IsUnderDiskPressure reports the DiskPressure condition.
+func (p *Pressure) IsUnderDiskPressure() bool { return p.UnderPressure(v1.NodeDiskPressure) }
+
+// IsUnderPIDPressure reports the PIDPressure condition.
+func (p *Pressure) IsUnderPIDPressure() bool { return p.UnderPressure(v1.NodePIDPressure) }
+
+// UnderPressure reports whether condition (a built-in pressure condition or
+// one an embedder's Signal sets) is currently true.
+func (p *Pressure) UnderPressure(condition v1.NodeConditionType) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return slices.Contains(p.conditions, condition)
+}
+
+// Conditions returns the pressure conditions currently true, in a fixed
+// order (MemoryPressure, DiskPressure, PIDPressure, then others by name).
+// The caller owns the slice.
+func (p *Pressure) Conditions() []v1.NodeConditionType {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return slices.Clone(p.conditions)
+}
+
 // Admit decides whether pod may start on the node given the pressure
 // conditions, as the kubelet's eviction admit handler: with no condition,
 // or for a critical pod, admit; under MemoryPressure alone, reject only
@@ -20,10 +69,10 @@ const Reason = "Evicted"
 // condition reject every pod. A rejection has reason "Evicted" and the
 // message "The node had condition: [MemoryPressure]. ". Admit does not
 // modify pod, does not block and is safe for concurrent use.
-func (m *Manager) Admit(pod *v1.Pod) (admit bool, reason, message string) {
-	m.mu.RLock()
-	conds := m.conditions
-	m.mu.RUnlock()
+func (p *Pressure) Admit(pod *v1.Pod) (admit bool, reason, message string) {
+	p.mu.RLock()
+	conds := p.conditions
+	p.mu.RUnlock()
 	if len(conds) == 0 || IsCriticalPod(pod) {
 		return true, "", ""
 	}

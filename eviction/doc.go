@@ -73,6 +73,9 @@
 //
 // # Conditions and admission
 //
+// The Manager sets the conditions in a Pressure (Options.Pressure; the
+// Manager embeds it), which readers take instead of the Manager: the pod
+// loop admits pods by it while the Manager evicts through the loop.
 // IsUnderMemoryPressure, IsUnderDiskPressure and IsUnderPIDPressure are the
 // node status setters' pressure funcs (status.PressureFuncs). Admit is the
 // kubelet's eviction admit handler: no pressure or a critical pod admits;

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,6 +135,11 @@ type Options struct {
 	Clock clock.Clock
 	// Registerer, when set, gets the manager's metrics.
 	Registerer prometheus.Registerer
+	// Pressure receives the pressure conditions the Manager observes, for
+	// readers that cannot depend on the Manager (admission: the pod loop
+	// the Manager evicts through admits pods by it). nil: a Pressure of the
+	// Manager's own.
+	Pressure *Pressure
 }
 
 // resolved is a threshold whose signal is known: sig indexes
@@ -176,8 +180,10 @@ type Manager struct {
 	lastObs          []observed
 	memcg            *memcgNotifiers
 
-	mu         sync.RWMutex
-	conditions []v1.NodeConditionType
+	// Pressure holds the conditions Run sets; its methods (Admit,
+	// IsUnderMemoryPressure, UnderPressure, Conditions, ...) are the
+	// Manager's.
+	*Pressure
 
 	// trigger starts a pass before the interval ends (memcg notifications).
 	trigger chan struct{}
@@ -223,7 +229,11 @@ func New(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Pressure == nil {
+		opts.Pressure = &Pressure{}
+	}
 	return &Manager{
+		Pressure: opts.Pressure,
 		opts:     opts,
 		clock:    opts.Clock,
 		recorder: rec,
@@ -239,33 +249,6 @@ func New(opts Options) (*Manager, error) {
 // Thresholds returns the parsed thresholds (before the containerfs ones
 // derived from the disk layout). The caller owns the slice.
 func (m *Manager) Thresholds() []Threshold { return slices.Clone(m.config) }
-
-// IsUnderMemoryPressure reports the MemoryPressure condition. Cheap; safe
-// for concurrent use (status.PressureFuncs.Memory).
-func (m *Manager) IsUnderMemoryPressure() bool { return m.UnderPressure(v1.NodeMemoryPressure) }
-
-// IsUnderDiskPressure reports the DiskPressure condition.
-func (m *Manager) IsUnderDiskPressure() bool { return m.UnderPressure(v1.NodeDiskPressure) }
-
-// IsUnderPIDPressure reports the PIDPressure condition.
-func (m *Manager) IsUnderPIDPressure() bool { return m.UnderPressure(v1.NodePIDPressure) }
-
-// UnderPressure reports whether condition (a built-in pressure condition or
-// one an embedder's Signal sets) is currently true.
-func (m *Manager) UnderPressure(condition v1.NodeConditionType) bool {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return slices.Contains(m.conditions, condition)
-}
-
-// Conditions returns the pressure conditions currently true, in a fixed
-// order (MemoryPressure, DiskPressure, PIDPressure, then others by name).
-// The caller owns the slice.
-func (m *Manager) Conditions() []v1.NodeConditionType {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return slices.Clone(m.conditions)
-}
 
 // Run watches the signals every MonitoringInterval (sooner when a memcg
 // threshold fires) and acts on them until ctx is done; it then returns nil.
@@ -551,9 +534,7 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 		graceMet = append(graceMet, i)
 	}
 
-	m.mu.Lock()
-	m.conditions = conditions
-	m.mu.Unlock()
+	m.set(conditions)
 	m.firstObserved = firstObserved
 	m.met = graceMet
 

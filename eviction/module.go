@@ -24,15 +24,18 @@ func AsSignal(signal any) fx.Option {
 }
 
 // Module provides the *Manager, built from the graph's Options, and runs it
-// for the application's lifetime. Options fields left nil are filled from
+// for the application's lifetime, and the *Pressure it sets its conditions
+// in: admission and the node status read that one, so they need not depend
+// on the Manager (which evicts through the pod loop that admits by it).
+// Options fields left nil are filled from
 // the graph: Summary, ActivePods, KillPod and PodCleanedUp from the
 // optional SummaryFunc, ActivePodsFunc, KillPodFunc and PodCleanedUpFunc;
-// Recorder, Clock and Registerer from the optional record.EventRecorder,
+// Pressure from the graph's; Recorder, Clock and Registerer from the optional record.EventRecorder,
 // clock.Clock and prometheus.Registerer. Signals in the SignalGroup value
 // group (AsSignal) are appended to Options.Signals. The manager logs with the optional
 // logr.Logger (klog's by default) under the name "eviction".
 var Module = fx.Options(
-	fx.Provide(provide),
+	fx.Provide(NewPressure, provide),
 	fx.Invoke(func(*Manager) {}),
 )
 
@@ -46,6 +49,7 @@ type Params struct {
 	KillPod      KillPodFunc      `optional:"true"`
 	PodCleanedUp PodCleanedUpFunc `optional:"true"`
 	Signals      []Signal         `group:"eviction_signals"`
+	Pressure     *Pressure
 
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
@@ -68,6 +72,9 @@ func provide(p Params) (*Manager, error) {
 	}
 	if o.PodCleanedUp == nil {
 		o.PodCleanedUp = p.PodCleanedUp
+	}
+	if o.Pressure == nil {
+		o.Pressure = p.Pressure
 	}
 	if len(p.Signals) > 0 {
 		o.Signals = append(append([]Signal(nil), o.Signals...), p.Signals...)

@@ -19,7 +19,8 @@ import (
 )
 
 // TestModuleWiresTheGraph gives the module its funcs and a signal through
-// the graph and checks that Run evicts with them and stops with the app.
+// the graph and checks that Run evicts with them, sets its condition in the
+// graph's *Pressure, and stops with the app.
 func TestModuleWiresTheGraph(t *testing.T) {
 	var mu sync.Mutex
 	var killed []string
@@ -37,6 +38,7 @@ func TestModuleWiresTheGraph(t *testing.T) {
 		Rank: func([]*v1.Pod, eviction.PodStatsFunc) {},
 	}
 	var m *eviction.Manager
+	var pressure *eviction.Pressure
 	reg := prometheus.NewPedanticRegistry()
 	app := fxtest.New(t,
 		fx.Supply(eviction.Options{Thresholds: eviction.ThresholdConfig{Hard: map[string]string{"custom.available": "10"}}}),
@@ -59,7 +61,7 @@ func TestModuleWiresTheGraph(t *testing.T) {
 		),
 		eviction.AsSignal(custom),
 		eviction.Module,
-		fx.Populate(&m),
+		fx.Populate(&m, &pressure),
 	)
 	app.RequireStart()
 	deadline := time.Now().Add(10 * time.Second)
@@ -77,6 +79,9 @@ func TestModuleWiresTheGraph(t *testing.T) {
 	}
 	if !m.UnderPressure("ThingPressure") {
 		t.Error("the group's signal set no condition")
+	}
+	if !pressure.UnderPressure("ThingPressure") {
+		t.Error("the graph's *Pressure, which admission reads, does not show the Manager's condition")
 	}
 	app.RequireStop()
 	if mfs, err := reg.Gather(); err != nil || len(mfs) == 0 {

@@ -15,7 +15,10 @@
 // With no grace period set the Manager is disabled and watches nothing.
 //
 // When a shutdown is signalled the Manager:
-//   - reports it: ShutdownStatus returns ErrShuttingDown, which the agent
+//   - reports it in its Gate (Options.Gate; the Manager embeds it, and
+//     admission and the Ready condition read it instead of the Manager,
+//     which kills pods through the loop and syncs the reporter that read
+//     it): ShutdownStatus returns ErrShuttingDown, which the agent
 //     makes a health check of the Ready condition (Ready=False, reason
 //     KubeletNotReady, message "node is shutting down"), and the Node
 //     status is synced at once (Options.SyncNodeStatus); a NodeShutdown

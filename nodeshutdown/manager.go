@@ -86,6 +86,11 @@ type Options struct {
 	ActivePods ActivePodsFunc
 	// KillPod kills one pod.
 	KillPod KillPodFunc
+	// Gate receives whether the node shuts down, for readers that cannot
+	// depend on the Manager (admission and the Ready condition: the pod
+	// loop and the status reporter the Manager acts through read it). nil:
+	// a Gate of the Manager's own.
+	Gate *Gate
 	// SyncNodeStatus, when set, is called (without waiting for it) as soon
 	// as the shutdown starts or is cancelled, so the Node's Ready condition
 	// tells without waiting for the next status update.
@@ -124,8 +129,9 @@ type Manager struct {
 	periods []kubeletconfig.ShutdownGracePeriodByPodPriority
 	metrics *metrics
 
-	mu           sync.Mutex
-	shuttingDown bool
+	// Gate holds whether the node shuts down; its ShutdownStatus and
+	// Admit are the Manager's.
+	*Gate
 	// process serializes shutdowns: a second signal waits for the first.
 	process sync.Mutex
 }
@@ -147,7 +153,10 @@ func New(opts Options) (*Manager, error) {
 	if opts.RetryPeriod <= 0 {
 		opts.RetryPeriod = time.Second
 	}
-	m := &Manager{opts: opts, periods: periods}
+	if opts.Gate == nil {
+		opts.Gate = &Gate{}
+	}
+	m := &Manager{Gate: opts.Gate, opts: opts, periods: periods}
 	if m.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, err
 	}
@@ -217,27 +226,6 @@ func (m *Manager) Periods() []kubeletconfig.ShutdownGracePeriodByPodPriority {
 // function PeriodRequested).
 func (m *Manager) PeriodRequested() time.Duration { return PeriodRequested(m.periods) }
 
-// ShutdownStatus returns ErrShuttingDown while the node shuts down (from
-// the signal until a cancellation), nil otherwise. It gates the node's
-// Ready condition.
-func (m *Manager) ShutdownStatus() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.shuttingDown {
-		return ErrShuttingDown
-	}
-	return nil
-}
-
-// Admit rejects every pod while the node shuts down, with the kubelet's
-// reason and message.
-func (m *Manager) Admit(*v1.Pod) (ok bool, reason, message string) {
-	if m.ShutdownStatus() != nil {
-		return false, ReasonNotAdmitted, MessageNotAdmitted
-	}
-	return true, "", ""
-}
-
 // Run watches every Source until ctx is done, restarting a Watch that
 // failed after RetryPeriod (doubling up to a minute), and handles their
 // signals. A disabled Manager only waits for ctx. Run blocks and returns
@@ -300,9 +288,7 @@ func (m *Manager) Handle(ctx context.Context, shuttingDown bool) {
 	}
 	m.process.Lock()
 	defer m.process.Unlock()
-	m.mu.Lock()
-	m.shuttingDown = shuttingDown
-	m.mu.Unlock()
+	m.set(shuttingDown)
 	what := "Shutdown manager detected shutdown cancellation"
 	if shuttingDown {
 		what = "Shutdown manager detected shutdown event"

@@ -23,15 +23,17 @@ func AsSource(source any) fx.Option {
 }
 
 // Module provides the *Manager, built from the graph's Options, and runs it
-// for the application's lifetime. Options fields left nil are filled from
-// the graph: ActivePods and KillPod from the optional ActivePodsFunc and
-// KillPodFunc; Recorder, Clock and Registerer from the optional
+// for the application's lifetime, and the *Gate it records a shutdown in:
+// admission and the Ready condition read that one, so they need not depend
+// on the Manager (which kills pods through the loop that admits by it).
+// Options fields left nil are filled from the graph: ActivePods and KillPod
+// from the optional ActivePodsFunc and KillPodFunc; Gate from the graph's; Recorder, Clock and Registerer from the optional
 // record.EventRecorder, clock.Clock and prometheus.Registerer. Sources in
 // the SourceGroup value group (AsSource) are appended to Options.Sources (when both
 // are empty, the Manager watches nothing and acts only on Handle). The manager logs with the
 // optional logr.Logger (klog's by default) under the name "nodeshutdown".
 var Module = fx.Options(
-	fx.Provide(provide),
+	fx.Provide(NewGate, provide),
 	fx.Invoke(func(*Manager) {}),
 )
 
@@ -43,6 +45,7 @@ type Params struct {
 	ActivePods ActivePodsFunc `optional:"true"`
 	KillPod    KillPodFunc    `optional:"true"`
 	Sources    []Source       `group:"node_shutdown_sources"`
+	Gate       *Gate
 
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
@@ -59,6 +62,9 @@ func provide(p Params) (*Manager, error) {
 	}
 	if o.KillPod == nil {
 		o.KillPod = p.KillPod
+	}
+	if o.Gate == nil {
+		o.Gate = p.Gate
 	}
 	if len(p.Sources) > 0 {
 		o.Sources = append([]Source(nil), o.Sources...)

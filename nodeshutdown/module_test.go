@@ -27,12 +27,13 @@ func (s chanSource) Watch(ctx context.Context, handle func(context.Context, bool
 	}
 }
 
-// TestModule: the Manager takes its funcs from the graph and watches the
-// sources of the SourceGroup.
+// TestModule: the Manager takes its funcs from the graph, watches the
+// sources of the SourceGroup and records a shutdown in the graph's *Gate.
 func TestModule(t *testing.T) {
 	src := make(chanSource)
 	killed := make(chan string, 1)
 	var m *nodeshutdown.Manager
+	var gate *nodeshutdown.Gate
 	app := fxtest.New(t,
 		fx.Supply(nodeshutdown.Options{GracePeriod: 10 * time.Second}),
 		fx.Provide(
@@ -48,7 +49,7 @@ func TestModule(t *testing.T) {
 		),
 		nodeshutdown.AsSource(func() nodeshutdown.Source { return src }),
 		nodeshutdown.Module,
-		fx.Populate(&m),
+		fx.Populate(&m, &gate),
 	)
 	app.RequireStart()
 	defer app.RequireStop()
@@ -56,7 +57,7 @@ func TestModule(t *testing.T) {
 	if name := <-killed; name != "p" {
 		t.Errorf("killed %s, want p", name)
 	}
-	if m.ShutdownStatus() == nil {
-		t.Error("the node does not report the shutdown")
+	if m.ShutdownStatus() == nil || gate.ShutdownStatus() == nil {
+		t.Error("the node does not report the shutdown in the graph's *Gate")
 	}
 }

@@ -137,10 +137,9 @@ type Controller struct {
 	// orphanMirrors is set while orphaned mirror pods are being deleted.
 	orphanMirrors atomic.Bool
 	// handledSources are the sources whose first update the loop has
-	// handled; only the loop's goroutine touches it. sourcesReady is set
-	// once it holds every one of Sources.Names.
+	// handled; only the loop's goroutine touches it. The Store's
+	// SourcesReady is set once it holds every one of Sources.Names.
 	handledSources map[string]bool
-	sourcesReady   atomic.Bool
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRecord
@@ -229,7 +228,7 @@ func New(opts Options) (*Controller, error) {
 	c.static = newStaticStarts()
 	c.handledSources = map[string]bool{}
 	if len(opts.Sources.Names()) == 0 {
-		c.sourcesReady.Store(true)
+		c.store.sourcesReady.Store(true)
 	}
 	if opts.Mirrors != nil {
 		ms, ok := opts.Sources.(MirrorSources)
@@ -239,6 +238,7 @@ func New(opts Options) (*Controller, error) {
 		c.mirrorSources = ms
 	}
 	c.workers = newPodWorkers(c.syncPodRecovering, opts.Clock, m.observeWorker)
+	c.workers.track = func(uid types.UID, running bool) { c.store.setKnown(uid, knownWorker, running) }
 	c.workers.finished = c.workerFinished
 	return c, nil
 }
@@ -302,7 +302,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // it has handled one of every source, SourcesReady turns true. Called by
 // the loop only, after handle returned.
 func (c *Controller) sourceHandled(source string) {
-	if c.sourcesReady.Load() || c.handledSources[source] {
+	if c.store.SourcesReady() || c.handledSources[source] {
 		return
 	}
 	c.handledSources[source] = true
@@ -311,17 +311,11 @@ func (c *Controller) sourceHandled(source string) {
 			return
 		}
 	}
-	c.sourcesReady.Store(true)
+	c.store.sourcesReady.Store(true)
 }
 
-// SourcesReady reports whether the loop has handled the first update of
-// every pod source (admitted its pods, started their workers): from then
-// on a pod the loop does not know is one no source wants, and its
-// containers, volumes and directories may be removed. Housekeeping,
-// container garbage collection and the volume manager's orphan cleanup wait
-// for it, as the kubelet's sourcesReady. It never turns false; it does not
-// block.
-func (c *Controller) SourcesReady() bool { return c.sourcesReady.Load() }
+// SourcesReady is Store.SourcesReady of the Controller's Store.
+func (c *Controller) SourcesReady() bool { return c.store.SourcesReady() }
 
 func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 	logger := klog.FromContext(ctx)
@@ -394,6 +388,7 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 	}
 	r := &podRecord{pod: pod, firstSeen: c.clock.Now(), trackStart: pod.Status.StartTime == nil && !isUnschedulable(pod)}
 	c.pods[pod.UID] = r
+	c.store.setKnown(pod.UID, knownRecord, true)
 	if o, ok := c.opts.Statuses.(podstatus.StartObserver); ok && r.trackStart {
 		o.PodSeen(pod.UID, r.firstSeen)
 	}
@@ -503,6 +498,7 @@ func (c *Controller) remove(ctx context.Context, pod *v1.Pod) {
 	rejected := ok && r.rejected
 	if rejected {
 		delete(c.pods, pod.UID)
+		c.store.setKnown(pod.UID, knownRecord, false)
 	}
 	c.mu.Unlock()
 	if rejected {
@@ -820,6 +816,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	}
 	c.mu.Lock()
 	delete(c.pods, pod.UID)
+	c.store.setKnown(pod.UID, knownRecord, false)
 	delete(c.terminateRetries, pod.UID)
 	c.mu.Unlock()
 	logger.V(2).Info("Pod removed")
@@ -998,19 +995,8 @@ func (c *Controller) known(uid types.UID) bool {
 	return ok
 }
 
-// PodKnown reports whether the Controller still has business with pod
-// uid: a source delivered it and it was not removed yet, it has a worker
-// (it may be stopping), or housekeeping is stopping it as an orphan. A pod
-// it does not know may have leftovers on the node that are safe to clean
-// up (the volume manager's orphaned pod directories). Safe for concurrent
-// use; it does not block.
-func (c *Controller) PodKnown(uid types.UID) bool {
-	c.mu.Lock()
-	_, ok := c.pods[uid]
-	ok = ok || c.orphans[uid]
-	c.mu.Unlock()
-	return ok || c.workers.known(uid)
-}
+// PodKnown is Store.Known of the Controller's Store.
+func (c *Controller) PodKnown(uid types.UID) bool { return c.store.Known(uid) }
 
 // runHousekeeping looks for orphans every HousekeepingPeriod until ctx is
 // done.
@@ -1099,6 +1085,7 @@ func (c *Controller) housekeeping(ctx context.Context) {
 		skip := known || c.orphans[pod.UID] || c.workers.known(pod.UID)
 		if !skip {
 			c.orphans[pod.UID] = true
+			c.store.setKnown(pod.UID, knownOrphan, true)
 		}
 		c.mu.Unlock()
 		if skip {
@@ -1108,6 +1095,7 @@ func (c *Controller) housekeeping(ctx context.Context) {
 			defer func() {
 				c.mu.Lock()
 				delete(c.orphans, pod.UID)
+				c.store.setKnown(pod.UID, knownOrphan, false)
 				c.mu.Unlock()
 			}()
 			log := logger.WithValues("pod", klog.KObj(pod), "podUID", pod.UID)

@@ -245,8 +245,11 @@ func (h *controllerHarness) sizes() string {
 	c.workers.mu.Lock()
 	workers := len(c.workers.workers)
 	c.workers.mu.Unlock()
-	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d terminateRetries=%d workers=%d active=%d statuses=%d",
-		pods, orphans, stopped, retries, workers, c.store.Len(), h.statuses.len())
+	c.store.mu.RLock()
+	known := len(c.store.known)
+	c.store.mu.RUnlock()
+	return fmt.Sprintf("records=%d orphans=%d killWaiters=%d terminateRetries=%d workers=%d active=%d known=%d statuses=%d",
+		pods, orphans, stopped, retries, workers, c.store.Len(), known, h.statuses.len())
 }
 
 func churnPod(i int) *v1.Pod {
@@ -279,6 +282,39 @@ func TestChurnLeavesNothingBehind(t *testing.T) {
 	if len(h.rt.removed) != n || len(h.rt.running) != 0 {
 		t.Errorf("runtime: %d pods removed, %d running; want %d and 0", len(h.rt.removed), len(h.rt.running), n)
 	}
+}
+
+// TestStoreKnowsWhatTheLoopKnows: the Store, which the volume manager
+// reads without depending on the loop, says the sources are ready once the
+// loop handled their first update, and knows a pod from its delivery until
+// its worker stopped and removed it, and an orphan while housekeeping stops
+// it.
+func TestStoreKnowsWhatTheLoopKnows(t *testing.T) {
+	h := newControllerHarness(t)
+	store := h.c.Store()
+	orphan := churnPod(9)
+	h.rt.killGate = make(chan struct{})
+	h.rt.orphans = []*v1.Pod{orphan}
+	if store.SourcesReady() || store.Known(orphan.UID) {
+		t.Fatalf("before any update: SourcesReady %v, orphan known %v; want false, false", store.SourcesReady(), store.Known(orphan.UID))
+	}
+	pod := churnPod(1)
+	h.send(podsource.OpAdd, pod)
+	h.waitFor("the sources ready", store.SourcesReady)
+	if !store.Known(pod.UID) {
+		t.Error("a delivered pod is not known")
+	}
+	h.waitFor("the orphan known while housekeeping stops it", func() bool {
+		h.clock.Step(DefaultHousekeepingPeriod)
+		return store.Known(orphan.UID)
+	})
+	h.rt.mu.Lock()
+	h.rt.orphans = nil
+	h.rt.mu.Unlock()
+	close(h.rt.killGate)
+	h.waitFor("the orphan forgotten once stopped", func() bool { return !store.Known(orphan.UID) })
+	h.send(podsource.OpRemove, pod)
+	h.waitFor("the removed pod forgotten", func() bool { return !store.Known(pod.UID) })
 }
 
 // TestNothingIsRemovedBeforeEverySourceReported: neither housekeeping nor
@@ -873,7 +909,7 @@ func TestRemovedAgainBeforeRestartStaysGone(t *testing.T) {
 	h.waitFor("the restart request dropped", func() bool { return !h.restartRequested(pod.UID) })
 	close(gate)
 	h.waitFor("every record gone", func() bool {
-		return h.sizes() == "records=0 orphans=0 killWaiters=0 terminateRetries=0 workers=0 active=0 statuses=0"
+		return h.sizes() == "records=0 orphans=0 killWaiters=0 terminateRetries=0 workers=0 active=0 known=0 statuses=0"
 	})
 	if got := h.counter("kubelet_restarted_pods_total", "true"); got != 0 {
 		t.Errorf("restarted_pods_total{static=true} = %v, want 0", got)

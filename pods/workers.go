@@ -45,6 +45,9 @@ type podWorkers struct {
 	// of the pod with uid has ended and is gone, so a pod with that UID
 	// gets a new worker from then on.
 	finished func(ctx context.Context, uid types.UID)
+	// track, when set, is told under mu when the pod with uid gets a
+	// worker (true) and when its worker is gone (false).
+	track func(uid types.UID, running bool)
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -81,6 +84,9 @@ func (p *podWorkers) update(ctx context.Context, pod *v1.Pod, terminate, removed
 		}
 		w = &podWorker{notify: make(chan struct{}, 1)}
 		p.workers[pod.UID] = w
+		if p.track != nil {
+			p.track(pod.UID, true)
+		}
 		p.wg.Add(1)
 		go p.run(ctx, pod.UID, w)
 	}
@@ -209,6 +215,9 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 		if done {
 			p.mu.Lock()
 			delete(p.workers, uid)
+			if p.track != nil {
+				p.track(uid, false)
+			}
 			p.mu.Unlock()
 			if p.finished != nil {
 				p.finished(ctx, uid)

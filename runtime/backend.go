@@ -289,19 +289,6 @@ func (b *Backend) DeleteAllUnusedContainers(ctx context.Context, known, active f
 	return b.pm.DeleteAllUnusedContainers(ctx, func(uid types.UID) bool { return !known(uid) }, active)
 }
 
-// HasPod reports whether the runtime holds anything of pod uid (a sandbox
-// or a container, running or not) as the PLEG's cache last saw it, and
-// true for every pod until the PLEG has listed the runtime once. It does
-// not call the runtime: a pod created since the last relist may be
-// missing. For the volume manager's orphan cleanup.
-func (b *Backend) HasPod(uid types.UID) bool {
-	if b.opts.PLEG.relistTime.Load() == nil {
-		return true
-	}
-	st, _ := b.cache.Get(uid)
-	return st != nil && (len(st.Sandboxes) > 0 || len(st.Containers) > 0)
-}
-
 // pullSecrets fetches the pod's imagePullSecrets; a missing one is logged
 // and skipped, as the kubelet does.
 func (b *Backend) pullSecrets(ctx context.Context, pod *v1.Pod) []v1.Secret {

@@ -79,9 +79,8 @@ func (f *fakeVolumes) history() []string {
 
 // TestBackendVolumes: the Backend mounts a pod's volumes before its sync
 // (nothing starts while they fail), passes them to the containers, and
-// unmounts them once the pod is stopped and before it is removed; HasPod
-// answers from the PLEG's cache, true for every pod before its first
-// relist.
+// unmounts them once the pod is stopped and before it is removed; the
+// PLEG's cache HasPod, true for every pod before its first relist.
 func TestBackendVolumes(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
 	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk})
@@ -94,7 +93,7 @@ func TestBackendVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !b.HasPod("anything") {
+	if !pleg.Cache().HasPod("anything") {
 		t.Error("HasPod is false before the PLEG listed the runtime")
 	}
 	pod := newPod("vols", ctr("app"))
@@ -123,12 +122,12 @@ func TestBackendVolumes(t *testing.T) {
 		t.Errorf("the container does not mount the volume manager's path: %v", h.cri.ContainerConfig(c.ID).Mounts)
 	}
 
-	// The PLEG lists the runtime once: HasPod answers from its cache.
+	// The PLEG lists the runtime once: HasPod answers from what it read.
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error)
 	go func() { done <- pleg.Run(ctx) }()
-	poll(t, func() bool { return !b.HasPod("unknown") })
-	if !b.HasPod(pod.UID) {
+	poll(t, func() bool { return !pleg.Cache().HasPod("unknown") })
+	if !pleg.Cache().HasPod(pod.UID) {
 		t.Error("HasPod is false for the pod the runtime runs")
 	}
 	cancel()

@@ -62,6 +62,21 @@ func (c *PodCache) getLocked(uid types.UID) cacheEntry {
 	return e
 }
 
+// HasPod reports whether the runtime holds anything of pod uid (a sandbox
+// or a container, running or not) as the PLEG last read it, and true for
+// every pod until the PLEG has completed a first relist (UpdateTime). It
+// does not call the runtime: a pod created since the last relist may be
+// missing. For the volume manager's orphan cleanup.
+func (c *PodCache) HasPod(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timestamp.IsZero() {
+		return true
+	}
+	e, ok := c.pods[uid]
+	return ok && e.status != nil && (len(e.status.Sandboxes) > 0 || len(e.status.Containers) > 0)
+}
+
 // fresh reports whether e (of pod uid) is newer than t: it was read after
 // t, or a complete relist started after t (when nothing changed for the
 // pod, its status is still the latest).

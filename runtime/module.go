@@ -67,6 +67,7 @@ func provide(p Params) (Result, error) {
 // runtime side of pod syncing, leave PodsModule out and provide a
 // pods.Runtime yourself.
 var PodsModule = fx.Options(fx.Provide(
+	providePodCache,
 	providePods,
 	fx.Annotate(func(b *Backend) *Backend { return b }, fx.As(new(pods.Runtime))),
 ))
@@ -77,6 +78,7 @@ type PodsParams struct {
 
 	Options        PodManagerOptions
 	PLEGOptions    PLEGOptions `optional:"true"`
+	Cache          *PodCache
 	RuntimeService cri.RuntimeService
 	ImageService   cri.ImageManagerService
 	Cgroups        PodCgroups            `optional:"true"`
@@ -97,8 +99,20 @@ type PodsResult struct {
 
 	PodManager *PodManager
 	PLEG       *PLEG
-	Cache      *PodCache
 	Backend    *Backend
+}
+
+// providePodCache is the PLEG's cache: PLEGOptions.Cache, or a new one. It
+// is a value of its own in the graph, so what only reads it (the volume
+// manager's HasPod) need not depend on the Backend.
+func providePodCache(p struct {
+	fx.In
+	PLEG PLEGOptions `optional:"true"`
+}) *PodCache {
+	if p.PLEG.Cache != nil {
+		return p.PLEG.Cache
+	}
+	return NewPodCache()
 }
 
 func providePods(p PodsParams) (PodsResult, error) {
@@ -123,6 +137,7 @@ func providePods(p PodsParams) (PodsResult, error) {
 		return PodsResult{}, err
 	}
 	popts := p.PLEGOptions
+	popts.Cache = p.Cache
 	if popts.Pods == nil {
 		popts.Pods = pm
 	}
@@ -148,5 +163,5 @@ func providePods(p PodsParams) (PodsResult, error) {
 		return PodsResult{}, err
 	}
 	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pleg", pleg.Run)
-	return PodsResult{PodManager: pm, PLEG: pleg, Cache: pleg.Cache(), Backend: backend}, nil
+	return PodsResult{PodManager: pm, PLEG: pleg, Backend: backend}, nil
 }

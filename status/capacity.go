@@ -93,7 +93,8 @@ func parseEvictionHard(statements map[string]string) (map[v1.ResourceName]thresh
 				return nil, fmt.Errorf("eviction threshold %s=%q: %w", signal, value, err)
 			}
 			if q.Sign() <= 0 {
-				return nil, fmt.Errorf("eviction threshold %s=%q: must be positive", signal, value)
+				// The kubelet's words, as the eviction manager's.
+				return nil, fmt.Errorf("eviction threshold %s must be positive: %s", signal, &q)
 			}
 			t.quantity = &q
 		}

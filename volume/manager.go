@@ -93,7 +93,7 @@ type Options struct {
 	// from a running pod not synced yet after a restart).
 	PodKnown func(uid types.UID) bool
 	// SourcesReady reports whether the pod lifecycle loop has handled the
-	// first update of every pod source (pods.Controller.SourcesReady);
+	// first update of every pod source (pods.Store.SourcesReady);
 	// until then no orphan is removed. nil means ready.
 	SourcesReady func() bool
 	// ResyncPeriod (default DefaultResyncPeriod) and CleanupPeriod
