@@ -1,10 +1,7 @@
 package agent
 
 import (
-	"context"
-
 	"go.uber.org/fx"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -31,7 +28,7 @@ import (
 var Volumes = fx.Options(
 	fx.Provide(
 		volumeOptions,
-		func(m *volume.Manager) runtime.VolumeManager { return volumeManager{m} },
+		func(m *volume.Manager) runtime.VolumeManager { return m },
 		func(m *volume.Manager) runtime.SecretGetter { return m.Secret },
 		func(m *volume.Manager) status.VolumesInUseFuncs {
 			return status.VolumesInUseFuncs{Synced: m.ReconcilerSynced, InUse: m.VolumesInUse}
@@ -64,30 +61,6 @@ func volumeOptions(cfg *Config, node *status.NodeWatch, loop *pods.Store, runtim
 	o.SourcesReady = loop.SourcesReady
 	o.PodKnown = func(uid types.UID) bool { return loop.Known(uid) || runtimePods.HasPod(uid) }
 	return o
-}
-
-// volumeManager adapts *volume.Manager to runtime.VolumeManager.
-type volumeManager struct{ m *volume.Manager }
-
-func (v volumeManager) MountPod(ctx context.Context, pod *v1.Pod) (map[string]runtime.Volume, error) {
-	mounted, err := v.m.MountPod(ctx, pod)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]runtime.Volume, len(mounted))
-	for name, m := range mounted {
-		out[name] = runtime.Volume{HostPath: m.Path, ReadOnly: m.ReadOnly, SELinuxRelabel: m.SELinuxRelabel}
-	}
-	return out, nil
-}
-
-func (v volumeManager) UnmountPod(ctx context.Context, uid types.UID) error {
-	return v.m.UnmountPod(ctx, uid)
-}
-
-func (v volumeManager) SubPath(ctx context.Context, s runtime.SubPathSpec) (string, error) {
-	return v.m.SubPath(ctx, volume.SubPathSpec{PodUID: s.PodUID, VolumeName: s.VolumeName, VolumePath: s.VolumePath,
-		SubPath: s.SubPath, ContainerName: s.ContainerName, MountIndex: s.MountIndex})
 }
 
 type csiPluginParams struct {

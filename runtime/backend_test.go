@@ -18,6 +18,7 @@ import (
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 	"github.com/nodekit/nodekit/status/podstatus"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // fakeVolumes is a VolumeManager that records calls; MountPod fails while
@@ -37,16 +38,16 @@ func (f *fakeVolumes) record(call string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeVolumes) MountPod(_ context.Context, pod *v1.Pod) (map[string]runtime.Volume, error) {
+func (f *fakeVolumes) MountPod(_ context.Context, pod *v1.Pod) (map[string]volume.Mounted, error) {
 	f.record("mount " + pod.Name)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return nil, f.err
 	}
-	out := map[string]runtime.Volume{}
+	out := map[string]volume.Mounted{}
 	for _, vol := range pod.Spec.Volumes {
-		out[vol.Name] = runtime.Volume{HostPath: filepath.Join(f.dir, vol.Name), ReadOnly: true}
+		out[vol.Name] = volume.Mounted{Path: filepath.Join(f.dir, vol.Name), ReadOnly: true}
 	}
 	return out, nil
 }
@@ -58,7 +59,7 @@ func (f *fakeVolumes) UnmountPod(_ context.Context, uid types.UID) error {
 	return f.unmountErr
 }
 
-func (f *fakeVolumes) SubPath(_ context.Context, s runtime.SubPathSpec) (string, error) {
+func (f *fakeVolumes) SubPath(_ context.Context, s volume.SubPathSpec) (string, error) {
 	return filepath.Join(s.VolumePath, s.SubPath), nil
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
 )
 
 func TestEnvFromSources(t *testing.T) {
@@ -125,8 +126,8 @@ func TestVolumeMounts(t *testing.T) {
 		{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
 	}
 	vols := h.volumes(pod)
-	var subPaths []runtime.SubPathSpec
-	vols.SubPath = func(_ context.Context, s runtime.SubPathSpec) (string, error) {
+	var subPaths []volume.SubPathSpec
+	vols.SubPath = func(_ context.Context, s volume.SubPathSpec) (string, error) {
 		subPaths = append(subPaths, s)
 		return "/bound/" + strconv.Itoa(s.MountIndex), nil
 	}
@@ -138,13 +139,13 @@ func TestVolumeMounts(t *testing.T) {
 	for _, m := range h.cri.ContainerConfig(h.container(pod, "app").ID).Mounts {
 		got[m.ContainerPath] = m
 	}
-	scratch := vols.Mounted["scratch"].HostPath
+	scratch := vols.Mounted["scratch"].Path
 	for path, want := range map[string]*runtimeapi.Mount{
 		"/host":      {HostPath: hostDir, Readonly: true},
 		"/scratch":   {HostPath: scratch, SelinuxRelabel: true},
 		"/sub":       {HostPath: "/bound/2", SelinuxRelabel: true},
 		"/expr":      {HostPath: "/bound/3", SelinuxRelabel: true},
-		"/etc/hosts": {HostPath: vols.Mounted["config"].HostPath, Readonly: true, SelinuxRelabel: true},
+		"/etc/hosts": {HostPath: vols.Mounted["config"].Path, Readonly: true, SelinuxRelabel: true},
 	} {
 		m := got[path]
 		if m == nil || m.HostPath != want.HostPath || m.Readonly != want.Readonly || m.SelinuxRelabel != want.SelinuxRelabel {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
 )
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -131,13 +132,13 @@ func (h *harness) sync(pod *v1.Pod, probes runtime.ProbeResults, secrets ...v1.S
 // volume but hostPath relabeled; subPaths are joined to the volume's path.
 func (h *harness) volumes(pod *v1.Pod) runtime.PodVolumes {
 	h.t.Helper()
-	out := runtime.PodVolumes{Mounted: map[string]runtime.Volume{},
-		SubPath: func(_ context.Context, s runtime.SubPathSpec) (string, error) {
+	out := runtime.PodVolumes{Mounted: map[string]volume.Mounted{},
+		SubPath: func(_ context.Context, s volume.SubPathSpec) (string, error) {
 			return filepath.Join(s.VolumePath, s.SubPath), nil
 		}}
 	for _, vol := range pod.Spec.Volumes {
 		if vol.HostPath != nil {
-			out.Mounted[vol.Name] = runtime.Volume{HostPath: vol.HostPath.Path}
+			out.Mounted[vol.Name] = volume.Mounted{Path: vol.HostPath.Path}
 			continue
 		}
 		kind := "empty-dir"
@@ -151,7 +152,7 @@ func (h *harness) volumes(pod *v1.Pod) runtime.PodVolumes {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			h.t.Fatal(err)
 		}
-		out.Mounted[vol.Name] = runtime.Volume{HostPath: dir, ReadOnly: vol.EmptyDir == nil, SELinuxRelabel: true}
+		out.Mounted[vol.Name] = volume.Mounted{Path: dir, ReadOnly: vol.EmptyDir == nil, SELinuxRelabel: true}
 	}
 	return out
 }

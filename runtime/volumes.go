@@ -12,39 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/volume"
 )
 
-// Volume is one of a pod's volumes as the volume manager set it up, for
-// the runtime to mount into containers.
-type Volume struct {
-	// HostPath is the volume's path on the node.
-	HostPath string
-	// ReadOnly means every mount of the volume is read-only, whatever the
-	// volumeMount says (configMap, secret, downwardAPI and projected
-	// volumes).
-	ReadOnly bool
-	// SELinuxRelabel asks the runtime to relabel the volume for the
-	// container's SELinux context (CRI Mount.selinux_relabel).
-	SELinuxRelabel bool
-}
-
-// SubPathSpec is a container's volume mount with a subPath (or an expanded
-// subPathExpr), for VolumeManager.SubPath.
-type SubPathSpec struct {
-	PodUID types.UID
-	// VolumeName names the volume; VolumePath is its Volume.HostPath.
-	VolumeName string
-	VolumePath string
-	// SubPath is the path inside the volume, relative.
-	SubPath string
-	// ContainerName and MountIndex (the mount's index in the container's
-	// volumeMounts) name the bind mount.
-	ContainerName string
-	MountIndex    int
-}
-
 // VolumeManager sets up and tears down the volumes of the node's pods for
-// the Backend: volume.Manager, adapted by the agent, is one. Its methods
+// the Backend: *volume.Manager is one; the values it hands over are the
+// volume package's (volume.Mounted, volume.SubPathSpec). Its methods
 // are safe for concurrent use and may block for I/O and API calls, bounded
 // by ctx.
 type VolumeManager interface {
@@ -55,14 +29,14 @@ type VolumeManager interface {
 	// FailedMount events itself. An error with a method RetryAt()
 	// time.Time (non-zero) says when the volumes are tried again: the pod
 	// is synced again then, instead of after the loop's error back-off.
-	MountPod(ctx context.Context, pod *v1.Pod) (map[string]Volume, error)
+	MountPod(ctx context.Context, pod *v1.Pod) (map[string]volume.Mounted, error)
 	// UnmountPod tears down the volumes of pod uid once none of its
 	// containers runs. It is idempotent.
 	UnmountPod(ctx context.Context, uid types.UID) error
 	// SubPath resolves a subPath volume mount to the host path to mount
 	// instead of the volume, safely (a bind mount of the subPath), and
 	// returns errors in the kubelet's words.
-	SubPath(ctx context.Context, spec SubPathSpec) (string, error)
+	SubPath(ctx context.Context, spec volume.SubPathSpec) (string, error)
 }
 
 // PodVolumes are the mounted volumes of one pod, for SyncPod.
@@ -70,10 +44,10 @@ type PodVolumes struct {
 	// Mounted are the pod's volumes by name (MountPod's answer). A
 	// container mounting a volume that is not here does not start
 	// (CreateContainerConfigError "cannot find volume ...").
-	Mounted map[string]Volume
+	Mounted map[string]volume.Mounted
 	// SubPath resolves volume mounts with a subPath or subPathExpr; nil
 	// makes such mounts fail to start.
-	SubPath func(ctx context.Context, spec SubPathSpec) (string, error)
+	SubPath func(ctx context.Context, spec volume.SubPathSpec) (string, error)
 }
 
 // volumeMounts returns the CRI mounts of c's volumeMounts, as the
@@ -95,7 +69,7 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 		if err := checkRecursiveReadOnly(vm); err != nil {
 			return nil, false, err
 		}
-		host := vol.HostPath
+		host := vol.Path
 		sub := vm.SubPath
 		if vm.SubPathExpr != "" {
 			var err error
@@ -108,7 +82,7 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 				return nil, false, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q", vm.Name, c.Name)
 			}
 			var err error
-			host, err = vols.SubPath(ctx, SubPathSpec{PodUID: pod.UID, VolumeName: vm.Name, VolumePath: vol.HostPath,
+			host, err = vols.SubPath(ctx, volume.SubPathSpec{PodUID: pod.UID, VolumeName: vm.Name, VolumePath: vol.Path,
 				SubPath: sub, ContainerName: c.Name, MountIndex: i})
 			if err != nil {
 				return nil, false, err
