@@ -1,7 +1,6 @@
 package cgroupdriver
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/utils/clock"
@@ -33,9 +32,7 @@ type Params struct {
 	Driver     Driver
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provideManager(p Params) (*Manager, error) {
@@ -47,10 +44,5 @@ func provideManager(p Params) (*Manager, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	m, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "cgroupdriver", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "cgroupdriver", New, opts)
 }

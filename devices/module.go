@@ -1,7 +1,6 @@
 package devices
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
@@ -24,9 +23,7 @@ type Params struct {
 
 	Options    Options
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provideManager(p Params) (*Manager, error) {
@@ -34,10 +31,5 @@ func provideManager(p Params) (*Manager, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	m, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "devices", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "devices", New, opts)
 }

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
@@ -29,9 +28,7 @@ type Params struct {
 	Client     kubernetes.Interface
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Controller, error) {
@@ -45,10 +42,5 @@ func provide(p Params) (*Controller, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	c, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "lease", c.Run)
-	return c, nil
+	return runner.Start(p.Deps, "lease", New, opts)
 }

@@ -1,7 +1,6 @@
 package nodeshutdown
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/tools/record"
@@ -50,9 +49,7 @@ type Params struct {
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Manager, error) {
@@ -83,10 +80,5 @@ func provide(p Params) (*Manager, error) {
 	if o.Registerer == nil {
 		o.Registerer = p.Registerer
 	}
-	m, err := New(o)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "nodeshutdown", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "nodeshutdown", New, o)
 }

@@ -3,7 +3,6 @@ package pluginmanager
 import (
 	"fmt"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
@@ -28,9 +27,7 @@ type Params struct {
 	Options    Options
 	Handlers   []TypedHandler        `group:"plugin_handlers"`
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Manager, error) {
@@ -49,10 +46,5 @@ func provide(p Params) (*Manager, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	m, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "pluginmanager", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "pluginmanager", New, opts)
 }

@@ -1,7 +1,6 @@
 package podresources
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
@@ -25,9 +24,7 @@ type Params struct {
 
 	Options    Options
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provideServer(p Params) (*Server, error) {
@@ -35,10 +32,5 @@ func provideServer(p Params) (*Server, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	s, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "podresources", s.Run)
-	return s, nil
+	return runner.Start(p.Deps, "podresources", New, opts)
 }

@@ -1,7 +1,6 @@
 package podsource
 
 import (
-	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -25,13 +24,11 @@ var Module = fx.Options(
 type Params struct {
 	fx.In
 
-	Options    Options              `optional:"true"`
-	Sources    []Source             `group:"pod_sources"`
-	Clock      clock.Clock          `optional:"true"`
-	Recorder   record.EventRecorder `optional:"true"`
-	Logger     logr.Logger          `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	Options  Options              `optional:"true"`
+	Sources  []Source             `group:"pod_sources"`
+	Clock    clock.Clock          `optional:"true"`
+	Recorder record.EventRecorder `optional:"true"`
+	runner.Deps
 }
 
 func provide(p Params) (*Config, error) {
@@ -50,10 +47,5 @@ func provide(p Params) (*Config, error) {
 	if opts.Recorder == nil {
 		opts.Recorder = p.Recorder
 	}
-	c, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "podsource", c.Run)
-	return c, nil
+	return runner.Start(p.Deps, "podsource", New, opts)
 }

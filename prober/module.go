@@ -1,7 +1,6 @@
 package prober
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/tools/record"
@@ -50,9 +49,7 @@ type Params struct {
 	Clock           clock.Clock           `optional:"true"`
 	ProbeRegisterer prometheus.Registerer `name:"probe_metrics" optional:"true"`
 	Registerer      prometheus.Registerer `optional:"true"`
-	Logger          logr.Logger           `optional:"true"`
-	Lifecycle       fx.Lifecycle
-	Shutdowner      fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Manager, error) {
@@ -79,10 +76,5 @@ func provide(p Params) (*Manager, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	m, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "prober", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "prober", New, opts)
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
@@ -45,9 +44,7 @@ type Params struct {
 	Client     kubernetes.Interface  `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Server, error) {
@@ -64,10 +61,5 @@ func provide(p Params) (*Server, error) {
 		opts.Registerer = p.Registerer
 	}
 	opts.Routes = append(append([]Route(nil), opts.Routes...), p.Routes...)
-	s, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "server", s.Run)
-	return s, nil
+	return runner.Start(p.Deps, "server", New, opts)
 }

@@ -1,7 +1,6 @@
 package status
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
@@ -114,9 +113,7 @@ type Params struct {
 	Node       *NodeWatch            `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provideReporter(p Params) (*Reporter, error) {
@@ -134,10 +131,5 @@ func provideReporter(p Params) (*Reporter, error) {
 		o.Node = p.Node
 	}
 	o.Setters = append(append([]OrderedSetter(nil), o.Setters...), p.Setters...)
-	r, err := New(o)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "status", r.Run)
-	return r, nil
+	return runner.Start(p.Deps, "status", New, o)
 }

@@ -1,7 +1,6 @@
 package volume
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
@@ -42,9 +41,7 @@ type Params struct {
 	Recorder   record.EventRecorder  `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Manager, error) {
@@ -62,10 +59,5 @@ func provide(p Params) (*Manager, error) {
 		opts.Clock = p.Clock
 	}
 	opts.Plugins = append(append([]Plugin(nil), opts.Plugins...), p.Plugins...)
-	m, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "volume", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "volume", New, opts)
 }

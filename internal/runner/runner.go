@@ -76,6 +76,28 @@ func Hook(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, name string, ru
 	})
 }
 
+// Deps are what Hook needs from an fx graph, to embed in a module's fx.In
+// parameters: the optional logger, the lifecycle and the shutdowner.
+type Deps struct {
+	fx.In
+
+	Logger     logr.Logger `optional:"true"`
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+// Start is a module's provide-and-run: it builds a component with
+// newFn(opts) and, when that succeeds, runs the component's Run under name
+// for the application's lifetime (Hook on d). It returns newFn's answer.
+func Start[O any, T interface{ Run(context.Context) error }](d Deps, name string, newFn func(O) (T, error), opts O) (T, error) {
+	t, err := newFn(opts)
+	if err != nil {
+		return t, err
+	}
+	Hook(d.Lifecycle, d.Shutdowner, d.Logger, name, t.Run)
+	return t, nil
+}
+
 // Failures is an fx.Shutdowner that remembers the first component whose Run
 // failed (see Hook) before it shuts the application down through the
 // Shutdowner it wraps. An application decorates fx.Shutdowner with it

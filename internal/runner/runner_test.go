@@ -167,3 +167,48 @@ func TestHookQuietOnlyAboutTheStop(t *testing.T) {
 		t.Errorf("log lines:\n%s\nwant the error before the stop and the real one, not the cancellation", got)
 	}
 }
+
+// component is what Start builds in TestStart: its Run marks it running
+// until its context ends.
+type component struct{ running, stopped chan struct{} }
+
+func (c *component) Run(ctx context.Context) error {
+	close(c.running)
+	<-ctx.Done()
+	close(c.stopped)
+	return nil
+}
+
+// TestStart: a module's provide-and-run builds the component from its
+// options and runs it from start to stop; a constructor's error is
+// returned and nothing is hooked.
+func TestStart(t *testing.T) {
+	newComponent := func(fail bool) (*component, error) {
+		if fail {
+			return nil, errors.New("bad options")
+		}
+		return &component{running: make(chan struct{}), stopped: make(chan struct{})}, nil
+	}
+	var c *component
+	app := fxtest.New(t, fx.Invoke(func(d Deps) error {
+		var err error
+		c, err = Start(d, "component", newComponent, false)
+		return err
+	}))
+	app.RequireStart()
+	<-c.running
+	app.RequireStop()
+	select {
+	case <-c.stopped:
+	default:
+		t.Error("the component still runs after the app stopped")
+	}
+
+	err := fx.New(fx.NopLogger, fx.Invoke(func(d Deps) error {
+		_, err := Start(d, "component", newComponent, true)
+		return err
+	})).Err()
+	if err == nil || !strings.Contains(err.Error(), "bad options") {
+		t.Errorf("Start with a failing constructor: %v, want its error", err)
+	}
+}

@@ -1,7 +1,6 @@
 package podstatus
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
@@ -44,9 +43,7 @@ type Params struct {
 	Pods       PodGetter             `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provide(p Params) (*Manager, error) {
@@ -67,10 +64,5 @@ func provide(p Params) (*Manager, error) {
 		// NewManager defaults a zero logger to klog's.
 		opts.Logger = p.Logger
 	}
-	m, err := NewManager(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "podstatus", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "podstatus", NewManager, opts)
 }
