@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -167,6 +168,54 @@ func startManager(t *testing.T, opts Options) (*Manager, func()) {
 	return m, stop
 }
 
+// podSet is the active pods a test hands a Manager (Options.ActivePods).
+type podSet struct {
+	mu   sync.Mutex
+	pods map[types.UID]*v1.Pod
+}
+
+func newPodSet() *podSet { return &podSet{pods: map[types.UID]*v1.Pod{}} }
+
+func (s *podSet) add(pod *v1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pods[pod.UID] = pod
+}
+
+func (s *podSet) remove(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pods, uid)
+}
+
+func (s *podSet) active() []*v1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.pods))
+}
+
+// startWithPlugin starts a Manager on opts (startManager) and a fake
+// plugin serving devs of testResource on "p.sock" in opts.PluginDir,
+// preferring prefer, registers the plugin and waits until the node shows
+// its devices (all in capacity, the healthy ones allocatable).
+func startWithPlugin(t *testing.T, opts Options, pluginOpts *pluginapi.DevicePluginOptions, devs []*pluginapi.Device, prefer ...string) (*Manager, *fakePlugin, func()) {
+	t.Helper()
+	m, stop := startManager(t, opts)
+	p := newFakePlugin(t, opts.PluginDir, "p.sock", pluginOpts, devs)
+	p.prefer = prefer
+	if err := register(t, m, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: testResource}); err != nil {
+		t.Fatal(err)
+	}
+	healthy := 0
+	for _, d := range devs {
+		if d.Health == pluginapi.Healthy {
+			healthy++
+		}
+	}
+	waitCounts(t, m, int64(len(devs)), int64(healthy))
+	return m, p, stop
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -238,27 +287,10 @@ func TestRegisterRejectsBadRequests(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "device-plugins")
 	clk := clocktesting.NewFakePassiveClock(time.Now())
-	var mu sync.Mutex
-	active := map[types.UID]*v1.Pod{}
-	activePods := func() []*v1.Pod {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []*v1.Pod
-		for _, p := range active {
-			out = append(out, p)
-		}
-		return out
-	}
-	opts := Options{PluginDir: dir, Clock: clk, ActivePods: activePods}
-	m, stop := startManager(t, opts)
+	active := newPodSet()
+	opts := Options{PluginDir: dir, Clock: clk, ActivePods: active.active}
+	m, p, stop := startWithPlugin(t, opts, &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}, devices(4), "dev-3", "dev-1")
 	ctx := context.Background()
-
-	p := newFakePlugin(t, dir, "p.sock", &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}, devices(4))
-	p.prefer = []string{"dev-3", "dev-1"}
-	if err := register(t, m, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: testResource}); err != nil {
-		t.Fatal(err)
-	}
-	waitCounts(t, m, 4, 4)
 
 	// An unhealthy device leaves allocatable, not capacity.
 	p.updates <- devices(4, "dev-0")
@@ -273,7 +305,7 @@ func TestLifecycle(t *testing.T) {
 
 	// The plugin's preferred devices are allocated.
 	pod1 := testPod("uid-1", 2)
-	active[pod1.UID] = pod1
+	active.add(pod1)
 	if err := m.Allocate(ctx, pod1); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +343,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Only dev-2 is left healthy and free.
 	pod2 := testPod("uid-2", 2)
-	active[pod2.UID] = pod2
+	active.add(pod2)
 	err := m.Allocate(ctx, pod2)
 	var aerr *AdmissionError
 	if !errors.As(err, &aerr) || aerr.Reason() != "UnexpectedAdmissionError" ||
@@ -355,9 +387,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// pod1 terminates: its devices are free for the next pod.
-	mu.Lock()
-	delete(active, pod1.UID)
-	mu.Unlock()
+	active.remove(pod1.UID)
 	pod3 := testPod("uid-3", 3)
 	if err := m.Allocate(ctx, pod3); err != nil {
 		t.Fatalf("Allocate after pod1 terminated: %v", err)

@@ -2,13 +2,11 @@ package devices
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -40,29 +38,14 @@ func equalDevices(a, b []*podresourcesv1.ContainerDevices) bool {
 // devices of pods no longer active freed by UpdateAllocatedDevices.
 func TestPodResourcesDevices(t *testing.T) {
 	dir := t.TempDir() + "/device-plugins"
-	var mu sync.Mutex
-	active := map[types.UID]*v1.Pod{}
-	activePods := func() []*v1.Pod {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []*v1.Pod
-		for _, p := range active {
-			out = append(out, p)
-		}
-		return out
-	}
-	m, _ := startManager(t, Options{PluginDir: dir, ActivePods: activePods})
+	active := newPodSet()
 	devs := []*pluginapi.Device{
 		{ID: "dev-0", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
 		{ID: "dev-1", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}, {ID: 1}}}},
 		{ID: "dev-2", Health: pluginapi.Healthy},
 		{ID: "dev-3", Health: pluginapi.Unhealthy},
 	}
-	newFakePlugin(t, dir, "p.sock", &pluginapi.DevicePluginOptions{}, devs)
-	if err := register(t, m, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: testResource}); err != nil {
-		t.Fatal(err)
-	}
-	waitCounts(t, m, 4, 3)
+	m, _, _ := startWithPlugin(t, Options{PluginDir: dir, ActivePods: active.active}, &pluginapi.DevicePluginOptions{}, devs)
 
 	allocatable := []*podresourcesv1.ContainerDevices{podResourcesDevice("dev-0", 0), podResourcesDevice("dev-1", 0), podResourcesDevice("dev-1", 1), podResourcesDevice("dev-2")}
 	if got := m.AllocatableDevices(); !equalDevices(got, allocatable) {
@@ -70,7 +53,7 @@ func TestPodResourcesDevices(t *testing.T) {
 	}
 
 	pod := testPod("uid-1", 3)
-	active[pod.UID] = pod
+	active.add(pod)
 	if err := m.Allocate(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +79,7 @@ func TestPodResourcesDevices(t *testing.T) {
 		t.Errorf("AllocatableDevices after a restart, before the plugin registers = %v, want none", got)
 	}
 
-	mu.Lock()
-	delete(active, pod.UID)
-	mu.Unlock()
+	active.remove(pod.UID)
 	m.UpdateAllocatedDevices()
 	if got := m.ContainerDevices("uid-1", "c"); got != nil {
 		t.Errorf("ContainerDevices of a pod no longer active = %v, want nil", got)
@@ -110,12 +91,7 @@ func TestPodResourcesDevices(t *testing.T) {
 // other pods, and resources with enough allocatable, see the node as is.
 func TestNodeForAdmission(t *testing.T) {
 	dir := t.TempDir() + "/device-plugins"
-	m, _ := startManager(t, Options{PluginDir: dir})
-	newFakePlugin(t, dir, "p.sock", &pluginapi.DevicePluginOptions{}, devices(4))
-	if err := register(t, m, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: testResource}); err != nil {
-		t.Fatal(err)
-	}
-	waitCounts(t, m, 4, 4)
+	m, _, _ := startWithPlugin(t, Options{PluginDir: dir}, &pluginapi.DevicePluginOptions{}, devices(4))
 	for _, uid := range []string{"uid-1", "uid-2"} {
 		if err := m.Allocate(context.Background(), testPod(uid, 2)); err != nil {
 			t.Fatal(err)
