@@ -498,14 +498,7 @@ func TestKillPodThenPodTerminated(t *testing.T) {
 	sources := &fakeSources{updates: make(chan podsource.Update, 1)}
 	rt := newFakeRuntime()
 	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	c, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode})
 
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}}
 	sources.updates <- podsource.Update{Op: podsource.OpAdd, Pods: []*v1.Pod{pod}, Source: "api"}
@@ -814,6 +807,70 @@ func TestPanickingAdmitHandlerRejectsThePod(t *testing.T) {
 				t.Error("no event for the rejected pod")
 			}
 		})
+	}
+}
+
+// panickingRuntime is a fakeRuntime whose SyncPod panics until calm is
+// set: a backend with a bug.
+type panickingRuntime struct {
+	*fakeRuntime
+	calm atomic.Bool
+}
+
+func (r *panickingRuntime) SyncPod(ctx context.Context, pod *v1.Pod) SyncResult {
+	if !r.calm.Load() {
+		panic("backend bug")
+	}
+	return r.fakeRuntime.SyncPod(ctx, pod)
+}
+
+// runController builds a Controller on opts and runs it until the test
+// ends; it returns the Controller and Run's context.
+func runController(t *testing.T, opts Options) (*Controller, context.Context) {
+	t.Helper()
+	c, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c, ctx
+}
+
+// TestPanickingSyncIsRetried: a Runtime whose SyncPod panics does not take
+// the loop down: the pod gets a FailedSync warning event naming the panic,
+// other pods run, and the pod is synced again after the error back-off and
+// runs once the runtime stops panicking.
+func TestPanickingSyncIsRetried(t *testing.T) {
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	rec := record.NewFakeRecorder(10)
+	clk := testclock.NewFakeClock(time.Now())
+	rt := &panickingRuntime{fakeRuntime: newFakeRuntime()}
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Node: knownNode, Recorder: rec, Clock: clk})
+	pod := churnPod(1)
+	select {
+	case sources.updates <- podsource.Update{Op: podsource.OpAdd, Source: podsource.APIServerSource, Pods: []*v1.Pod{pod}}:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the loop did not take the pod")
+	}
+	select {
+	case ev := <-rec.Events:
+		if !strings.HasPrefix(ev, "Warning FailedSync Error syncing pod: pod sync panicked: backend bug") {
+			t.Errorf("event %q, want a FailedSync warning naming the panic", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no FailedSync event for the panicking sync")
+	}
+	rt.calm.Store(true)
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		clk.Step(syncErrorBackOff)
+		st, ok := statuses.GetPodStatus(pod.UID)
+		return ok && st.Phase == v1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("the pod did not run once the runtime stopped panicking: %v", err)
 	}
 }
 

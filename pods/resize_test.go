@@ -76,17 +76,10 @@ func TestResizeAdmission(t *testing.T) {
 	rec := record.NewFakeRecorder(100)
 	root := t.TempDir()
 	allocs := allocation.New(allocation.Options{RootDir: root})
-	c, err := New(Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: rec, Allocations: allocs,
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: rec, Allocations: allocs,
 		Node:  func() (*v1.Node, bool) { return node, true },
 		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	send := func(op podsource.Op, pods ...*v1.Pod) {
 		t.Helper()
 		select {
