@@ -201,8 +201,15 @@ func assignUID(action k8stesting.Action) (bool, runtime.Object, error) {
 
 // Config returns a complete agent Config for node name on the CRI endpoint,
 // with its directories under a temporary directory, the healthz server and
-// the kubelet API on free loopback ports, --node-ip 127.0.0.1 and no
-// cgroups per QoS; args are more kubelet flags.
+// the kubelet API on free loopback ports, --node-ip 127.0.0.1, no cgroups
+// per QoS and disk eviction thresholds of 1 %; args are more kubelet flags.
+//
+// The node's root directory is on the test host's disk, which a shared
+// machine can fill past the kubelet's default thresholds (10 % nodefs, 15 %
+// imagefs): the node would report DiskPressure and refuse every pod. A test
+// that wants other thresholds passes its own --eviction-hard (the later flag
+// replaces this one) or sets cfg.Kubelet.EvictionHard; an evictionHard in a
+// --config file does not apply, as the kubelet's flags win over its file.
 func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 	t.Helper()
 	dir := TempDir(t)
@@ -224,6 +231,8 @@ func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 		"--cgroups-per-qos=false",
 		// Tests run on machines with swap too.
 		"--fail-swap-on=false",
+		// The host's disk is not the test's to judge.
+		"--eviction-hard=memory.available<100Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%,imagefs.inodesFree<1%",
 	}, args...))
 	if err != nil {
 		t.Fatal(err)
