@@ -342,7 +342,7 @@ func (b *benchmark) newFakeNode(name string) (*node, error) {
 // pod logs in its own directory).
 func (b *benchmark) newNodekitAgent(name, endpoint string, extraArgs ...string) (*cluster.Agent, error) {
 	return b.cp.NewAgent(cluster.AgentOptions{
-		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: extraArgs,
+		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: append(extraArgs, b.opts.agentArgs...),
 	})
 }
 
