@@ -71,7 +71,10 @@ type DeployOptions struct {
 // kube-controller-manager approves its requests for node client
 // certificates); a ClusterRole and binding that allow deleting exactly the
 // fleet's Node objects (by name, as listed for Shards × NodesPerShard,
-// since a node may not delete itself); and the StatefulSet. Each node
+// since a node may not delete itself); one that allows reading Services
+// (what every node may read too), so that a shard runs one informer on
+// them for all its nodes instead of one watch per node; and the
+// StatefulSet. Each node
 // then acts as system:node:<name> with its own certificate, limited by the
 // Node authorizer and NodeRestriction like a kubelet.
 //
@@ -108,6 +111,11 @@ func Deployment(o DeployOptions) ([]runtime.Object, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 		ObjectMeta: meta(o.Name+":delete-nodes", ""),
 		Rules:      []rbacv1.PolicyRule{{Verbs: []string{"delete"}, APIGroups: []string{""}, Resources: []string{"nodes"}, ResourceNames: names}},
+	}
+	reader := &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: meta(o.Name+":read-services", ""),
+		Rules:      []rbacv1.PolicyRule{{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"services"}}},
 	}
 	memory := o.MemoryPerNode.DeepCopy()
 	memory.Mul(int64(o.NodesPerShard))
@@ -155,6 +163,8 @@ func Deployment(o DeployOptions) ([]runtime.Object, error) {
 		binding(o.Name+":nodeclient", "system:certificates.k8s.io:certificatesigningrequests:nodeclient"),
 		deleter,
 		binding(o.Name+":delete-nodes", deleter.Name),
+		reader,
+		binding(o.Name+":read-services", reader.Name),
 		set,
 	}, nil
 }

@@ -19,7 +19,7 @@ func TestDeploymentGrantsOnlyWhatShardsNeed(t *testing.T) {
 	}
 	var roles []string
 	var set *appsv1.StatefulSet
-	var deleter *rbacv1.ClusterRole
+	var deleter, reader *rbacv1.ClusterRole
 	for _, obj := range objs {
 		switch o := obj.(type) {
 		case *rbacv1.ClusterRoleBinding:
@@ -28,7 +28,11 @@ func TestDeploymentGrantsOnlyWhatShardsNeed(t *testing.T) {
 			}
 			roles = append(roles, o.RoleRef.Name)
 		case *rbacv1.ClusterRole:
-			deleter = o
+			if o.Name == "sim:read-services" {
+				reader = o
+			} else {
+				deleter = o
+			}
 		case *appsv1.StatefulSet:
 			set = o
 		case *v1.ServiceAccount:
@@ -37,7 +41,7 @@ func TestDeploymentGrantsOnlyWhatShardsNeed(t *testing.T) {
 		}
 	}
 	slices.Sort(roles)
-	want := []string{"sim:delete-nodes", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", "system:node-bootstrapper"}
+	want := []string{"sim:delete-nodes", "sim:read-services", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", "system:node-bootstrapper"}
 	if !slices.Equal(roles, want) {
 		t.Errorf("bound roles %v, want %v", roles, want)
 	}
@@ -48,6 +52,9 @@ func TestDeploymentGrantsOnlyWhatShardsNeed(t *testing.T) {
 	wantNames := []string{"sim-0-0001", "sim-0-0002", "sim-1-0001", "sim-1-0002", "sim-2-0001", "sim-2-0002"}
 	if !slices.Equal(r.Verbs, []string{"delete"}) || !slices.Equal(r.Resources, []string{"nodes"}) || !slices.Equal(r.ResourceNames, wantNames) {
 		t.Errorf("node-deleting rule %+v, want delete on nodes %v only", r, wantNames)
+	}
+	if reader == nil || len(reader.Rules) != 1 || !slices.Equal(reader.Rules[0].Resources, []string{"services"}) || slices.Contains(reader.Rules[0].Verbs, "create") {
+		t.Errorf("services role %+v, want read on services only", reader)
 	}
 	if set == nil || *set.Spec.Replicas != 3 || set.Spec.Template.Spec.ServiceAccountName != "sim" {
 		t.Fatalf("StatefulSet %+v, want 3 replicas with the service account", set)

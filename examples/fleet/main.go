@@ -11,8 +11,9 @@
 //	      --image=nodekit.local/fleet:1 --shards=10 --nodes=1000 | kubectl apply -f -
 //
 // The manifests are agent/fleet.Deployment's: the ServiceAccount, its RBAC
-// (CSR bootstrap, auto-approval of node client certificates, delete on the
-// fleet's Node objects by name) and the StatefulSet.
+// (CSR bootstrap, auto-approval of node client certificates, read on
+// Services for the shard's one Services informer, delete on the fleet's
+// Node objects by name) and the StatefulSet.
 package main
 
 import (
@@ -38,6 +39,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/agent/fleet"
 )
 
@@ -108,6 +110,17 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	client, err := clientFor(o.bootstrap)
+	if err != nil {
+		return err
+	}
+	// One informer on the Services for the shard (the service account may
+	// read them) instead of one watch per node.
+	services, runServices := agent.NewServiceLister(client)
+	svcCtx, stopServices := context.WithCancel(ctx)
+	servicesDone := make(chan struct{})
+	go func() { defer close(servicesDone); runServices(svcCtx) }()
+	defer func() { stopServices(); <-servicesDone }()
 	names := fleet.NodeNames(o.shard, o.nodes)
 	opts := fleet.Options{
 		Names: names, Dir: filepath.Join(o.dir, "nodes"), SocketDir: filepath.Join(o.dir, "s"),
@@ -115,6 +128,7 @@ func run(ctx context.Context, args []string) error {
 		NodeIP:              func(int) string { return o.nodeIP },
 		Labels:              map[string]string{fleet.Label: o.fleet, fleet.ShardLabel: o.shard},
 		Parallel:            o.parallel,
+		Services:            services,
 		Log:                 os.Stderr,
 	}
 	if o.taint {
@@ -128,7 +142,7 @@ func run(ctx context.Context, args []string) error {
 		err = f.Stop()
 	}
 	if o.deleteNodes {
-		err = errors.Join(err, deleteNodes(context.WithoutCancel(ctx), o.bootstrap, names))
+		err = errors.Join(err, deleteNodes(context.WithoutCancel(ctx), client, names))
 	}
 	return err
 }
@@ -156,17 +170,22 @@ func serviceAccountKubeconfig(server, path string) (string, error) {
 	return path, nil
 }
 
-// deleteNodes deletes the shard's Node objects with the shard's own
-// credentials (a node may not delete itself), retrying for a minute.
-func deleteNodes(ctx context.Context, kubeconfig string, names []string) error {
+// clientFor returns a client with the credentials of kubeconfig.
+func clientFor(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("delete nodes: %w", err)
+		return nil, fmt.Errorf("shard credentials: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("delete nodes: %w", err)
+		return nil, fmt.Errorf("shard credentials: %w", err)
 	}
+	return client, nil
+}
+
+// deleteNodes deletes the shard's Node objects with the shard's own
+// credentials (a node may not delete itself), retrying for a minute.
+func deleteNodes(ctx context.Context, client kubernetes.Interface, names []string) error {
 	var errs []error
 	for _, name := range names {
 		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
