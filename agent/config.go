@@ -86,7 +86,7 @@ type Config struct {
 	// MaxParallelPodStarts is runtime.PodManagerOptions.MaxParallelPodStarts
 	// (--max-parallel-pod-starts, nodekit's own flag): how many pods create
 	// their sandbox and start their containers at once, the earliest bound
-	// first. 0 means runtime.DefaultMaxParallelPodStarts() (two per CPU), a
+	// first. 0 means runtime.DefaultMaxParallelPodStarts() (four per CPU), a
 	// negative value no bound (every pod at once, as the kubelet).
 	MaxParallelPodStarts int
 
