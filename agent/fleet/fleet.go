@@ -153,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	return f, nil
 }
 
-// Args are the agent flags of a simulated node: its name and runtime, no
+// args are the agent flags of a simulated node: its name and runtime, no
 // cgroups of its own, no kubelet API, no healthz listener.
 func args(name, ip, kubeconfig, endpoint, root string, labels map[string]string, taints []string) []string {
 	a := []string{
