@@ -12,12 +12,12 @@ import (
 
 // DefaultMaxParallelPodStarts returns the default of
 // PodManagerOptions.MaxParallelPodStarts on this machine: four pods per CPU
-// (runtime.NumCPU), at least 4. nodebench swept 1, 2, 4, 8 and no bound
+// (runtime.NumCPU), at least 4. nodebench swept 1 to 16 and no bound
 // against containerd 1.6 on a 2-core machine, beside the kubelet
 // (docs/performance.md): 8 finished the first half of a 30-pod burst in
 // under half the kubelet's time and the last pod well before it; fewer
-// left the runtime idle between calls (its calls wait on I/O), no bound
-// advanced every pod together as the kubelet does.
+// left the runtime idle between calls (its calls wait on I/O), more or no
+// bound advanced every pod together as the kubelet does.
 func DefaultMaxParallelPodStarts() int {
 	return max(4, 4*goruntime.NumCPU())
 }
