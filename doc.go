@@ -7,7 +7,8 @@
 //   - agent: the composition root: Config (a KubeletConfiguration plus the
 //     kubelet's command-line flags) and agent.Module, which wires every
 //     default piece; agent/agenttest starts whole agents in tests, on a
-//     fake clientset and runtime/fakecri.
+//     fake clientset and runtime/fakecri; agent/fleet runs many simulated
+//     nodes in one process and deploys them as shards.
 //   - podstate: the runtime-neutral pod and container state the other
 //     modules read, and the one restart decision.
 //   - pods: the pod lifecycle loop (admission, one worker per pod, graceful
@@ -48,7 +49,8 @@
 //     given back to the kernel).
 //   - examples/...: runnable agents: nodeagent (the kubelet replacement),
 //     standalone (no API server), customstatus and customsource (an
-//     embedder's setter and pod source), podsim (a pod-level backend).
+//     embedder's setter and pod source), podsim (a pod-level backend),
+//     fleet (a shard of simulated nodes).
 //
 // The e2e module (e2e/, its own go.mod) tests agents against a real control
 // plane and containerd, and holds nodebench, the benchmark.

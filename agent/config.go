@@ -83,6 +83,12 @@ type Config struct {
 	// systemd-logind, whose init system or operator sends it before
 	// stopping the node. Off, SIGPWR keeps its default action.
 	NodeShutdownSignal bool
+	// MaxParallelPodStarts is runtime.PodManagerOptions.MaxParallelPodStarts
+	// (--max-parallel-pod-starts, nodekit's own flag): how many pods create
+	// their sandbox and start their containers at once, the earliest bound
+	// first. 0 means runtime.DefaultMaxParallelPodStarts() (four per CPU), a
+	// negative value no bound (every pod at once, as the kubelet).
+	MaxParallelPodStarts int
 
 	// HealthzListener and NodeAPIListener, when set, are where the healthz
 	// and metrics server and the node API (server.Options.Listener) serve

@@ -263,6 +263,7 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		SeccompProfileRoot:    filepath.Join(cfg.RootDir, "seccomp"),
 		Swap:                  &runtime.SwapOptions{Behavior: kc.MemorySwap.SwapBehavior, Critical: eviction.IsCriticalPod},
 		MaxContainerBackOff:   maxContainerRestartPeriod(kc),
+		MaxParallelPodStarts:  cfg.MaxParallelPodStarts,
 	}, nil
 }
 

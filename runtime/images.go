@@ -87,8 +87,9 @@ func defaultTag(image string) (string, reference.Named, error) {
 // image, Always (and IfNotPresent when absent) pull with the credentials of
 // pullSecrets matching the image's registry, each in turn, anonymously when
 // none match. A failed pull backs off per pod and image (ImagePullBackOff).
-// withUser also looks up the image's user (for runAsNonRoot).
-func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool) imageResult {
+// withUser also looks up the image's user (for runAsNonRoot). turn, the
+// sync's turn to start, is given up for the pull and taken again after it.
+func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn) imageResult {
 	logger := klog.FromContext(ctx)
 	image, named, err := defaultTag(c.Image)
 	if err != nil {
@@ -143,6 +144,12 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 	}
 	im.recorder.Event(ref, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
 	start := im.clock.Now()
+	turn.pause()
+	defer func() {
+		if err := turn.resume(ctx); err != nil {
+			logger.V(4).Info("Interrupted waiting for a turn to start after a pull", "pod", klog.KObj(pod), "err", err)
+		}
+	}()
 	if im.tokens != nil {
 		select {
 		case im.tokens <- struct{}{}:

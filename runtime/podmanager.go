@@ -136,6 +136,15 @@ type PodManagerOptions struct {
 	// image at a time (the kubelet's serializeImagePulls default), n > 1 at
 	// most n, a negative value any number.
 	MaxParallelImagePulls int
+	// MaxParallelPodStarts bounds how many pods create their sandbox and
+	// start their containers at once (nodekit's own setting; the kubelet
+	// starts every pod at once). A free turn goes to the pod bound to the
+	// node earliest, so under a burst the first pods run while later ones
+	// wait, instead of all of them finishing together at the end; a pod
+	// gives its turn up while it pulls an image. Syncs that only stop
+	// containers take no turn. 0 means DefaultMaxParallelPodStarts(), a
+	// negative value no bound.
+	MaxParallelPodStarts int
 	// RegistryPullQPS and RegistryBurst rate-limit image pulls (the
 	// kubelet's registryPullQPS and registryBurst); zero QPS means no limit.
 	RegistryPullQPS float32
@@ -194,6 +203,7 @@ type PodManager struct {
 	clock    clock.Clock
 	backOff  *flowcontrol.Backoff
 	images   *imageManager
+	starts   *startQueue // nil: no bound
 	http     *http.Client
 	metrics  *podMetrics
 	cfsQuota bool
@@ -297,6 +307,11 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	if opts.ContainerGC != nil {
 		m.gc = *opts.ContainerGC
 	}
+	if opts.MaxParallelPodStarts == 0 {
+		opts.MaxParallelPodStarts = DefaultMaxParallelPodStarts()
+	}
+	m.opts.MaxParallelPodStarts = opts.MaxParallelPodStarts
+	m.starts = newStartQueue(opts.MaxParallelPodStarts)
 	m.images = newImageManager(opts.Images, recorder, opts.ImageBackOff, opts.Clock, opts.MaxParallelImagePulls, opts.RegistryPullQPS, opts.RegistryBurst)
 	return m, nil
 }

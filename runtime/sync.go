@@ -66,8 +66,11 @@ type podSync struct {
 	sandboxID   string
 	sandboxCfg  *runtimeapi.PodSandboxConfig
 	podIPs      []string
-	errs        []error
-	retryAt     time.Time
+	// turn is the sync's turn to create and start (PodManager.starts),
+	// taken before the sandbox or the first container.
+	turn    *startTurn
+	errs    []error
+	retryAt time.Time
 	// idle: the computed actions were empty.
 	idle bool
 }
@@ -131,13 +134,21 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	}
 
 	s.sandboxID, s.podIPs = actions.sandboxID, s.status.IPs
+	if !actions.createSandbox && len(actions.initToStart) == 0 && len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 {
+		return
+	}
+	if m.starts != nil {
+		s.turn = &startTurn{q: m.starts, bound: boundTime(pod)}
+		if err := s.turn.resume(ctx); err != nil {
+			s.fail(fmt.Errorf("wait for a turn to start pod %s: %w", podDesc(pod), err))
+			return
+		}
+		defer s.turn.pause()
+	}
 	if actions.createSandbox {
 		if !s.createSandbox(ctx, actions.attempt) {
 			return
 		}
-	}
-	if !actions.createSandbox && len(actions.initToStart) == 0 && len(actions.containersToStart) == 0 && len(actions.ephemeralToStart) == 0 {
-		return
 	}
 	// A sandbox just created comes with its config; the kubelet generates
 	// it again here (and records DNS warnings twice).
@@ -266,7 +277,7 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", msg)
 		return &podstate.ContainerWaiting{Reason: reason, Message: msg}
 	}
-	img := m.images.ensure(ctx, pod, c, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c))
+	img := m.images.ensure(ctx, pod, c, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c), s.turn)
 	if img.err != nil {
 		s.retry(img.retryAt)
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", img.err)
@@ -302,7 +313,14 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		if len(s.podIPs) > 0 {
 			podIP = s.podIPs[0]
 		}
-		if msg, err := m.runHook(ctx, pod, c, id, c.Lifecycle.PostStart, func(context.Context) (string, error) { return podIP, nil }); err != nil {
+		// The hook is the pod's own code and may take long: it runs
+		// without a turn.
+		s.turn.pause()
+		msg, err := m.runHook(ctx, pod, c, id, c.Lifecycle.PostStart, func(context.Context) (string, error) { return podIP, nil })
+		if rerr := s.turn.resume(ctx); rerr != nil {
+			klog.FromContext(ctx).V(4).Info("Interrupted waiting for a turn to start after a postStart hook", "err", rerr)
+		}
+		if err != nil {
 			klog.FromContext(ctx).Error(err, "PostStart hook failed", "container", c.Name)
 			m.recorder.Eventf(ref, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed")
 			if kerr := m.killContainer(ctx, pod, id, c.Name, "FailedPostStartHook", killReasonOther, nil, nil); kerr != nil {

@@ -62,8 +62,9 @@ func BuildImages(ctx context.Context, src Source, dir string, log io.Writer) ([]
 	return []string{pauseTar, busyboxTar}, nil
 }
 
-// BuildProgramImage builds the e2e module's main package pkg (such as
-// "./images/grpchealth") as a static binary and writes a one-layer image
+// BuildProgramImage builds the main package pkg (a directory of the e2e
+// module such as "./images/grpchealth", or an import path such as
+// "github.com/nodekit/nodekit/examples/fleet") as a static binary and writes a one-layer image
 // tagged ref holding only it, at /<base name of pkg>, as its entrypoint,
 // as a docker archive in dir for Containerd.ImportImage. It returns the
 // archive's path.

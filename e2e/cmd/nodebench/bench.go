@@ -115,8 +115,10 @@ type benchmark struct {
 	cp       *cluster.ControlPlane
 	client   kubernetes.Interface
 	agentBin string
-	ctrd     *cluster.Containerd
-	cleanups []func() error // run in reverse order by close
+	// podStarts are the -pod-starts bursts.
+	podStarts []podStartsRun
+	ctrd      *cluster.Containerd
+	cleanups  []func() error // run in reverse order by close
 	// cgroups are removed by close after the cleanups, once containerd
 	// and every agent are gone.
 	cgroups []func() error
@@ -206,6 +208,9 @@ func (b *benchmark) run(ctx context.Context) error {
 		return err
 	}
 	if err := b.nodekitNodes(ctx); err != nil {
+		return err
+	}
+	if err := b.podStartsSweep(ctx); err != nil {
 		return err
 	}
 	if err := b.kubeletAnchor(ctx); err != nil {
@@ -342,7 +347,7 @@ func (b *benchmark) newFakeNode(name string) (*node, error) {
 // pod logs in its own directory).
 func (b *benchmark) newNodekitAgent(name, endpoint string, extraArgs ...string) (*cluster.Agent, error) {
 	return b.cp.NewAgent(cluster.AgentOptions{
-		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: extraArgs,
+		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: append(extraArgs, b.opts.agentArgs...),
 	})
 }
 
@@ -641,6 +646,38 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s", n.agent.Name,
 		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS))
 	return bench.DeletePods(ctx, b.client, ns, deleteTimeout)
+}
+
+// podStartsSweep runs the containerd burst again on a fresh nodekit agent
+// for each -pod-starts value of --max-parallel-pod-starts (after the main
+// containerd agent stopped: two agents on one runtime kill each other's
+// pods).
+func (b *benchmark) podStartsSweep(ctx context.Context) error {
+	if b.ctrd == nil {
+		return nil
+	}
+	for i, limit := range b.opts.podStarts {
+		n, err := b.newContainerdNode(fmt.Sprintf("starts%d", i), fmt.Sprintf("nb-starts-%d", i), fmt.Sprintf("--max-parallel-pod-starts=%d", limit))
+		if err != nil {
+			return err
+		}
+		if _, err := b.timeStart(ctx, n); err != nil {
+			return errors.Join(err, b.stopNode(context.WithoutCancel(ctx), n))
+		}
+		b.logf("pod starts sweep: --max-parallel-pod-starts=%d", limit)
+		err = b.burst(ctx, n, fmt.Sprintf("nodebench-starts-%d", i), b.opts.containerdPods)
+		if err = errors.Join(err, b.stopNode(context.WithoutCancel(ctx), n)); err != nil {
+			return err
+		}
+		b.podStarts = append(b.podStarts, podStartsRun{limit: limit, burst: n.burst})
+	}
+	return nil
+}
+
+// podStartsRun is one -pod-starts burst.
+type podStartsRun struct {
+	limit int
+	burst *bench.BurstResult
 }
 
 // kubeletAnchor runs the upstream kubelet on containerd after nodekit's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,6 +33,8 @@ type options struct {
 	compare        string
 	compareFrom    string
 	quick          bool
+	agentArgs      []string
+	podStarts      []int
 }
 
 // quickDefaults replace the defaults of the flags a -quick run does not set
@@ -72,6 +75,21 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.compare, "compare", "", "print the change of every figure against this earlier -json table")
 	fs.StringVar(&o.compareFrom, "from", "", "with -compare: compare this -json table instead of running the benchmark")
 	fs.StringVar(&o.dir, "dir", "", "keep all state and logs in this directory (default: a temporary one, removed unless the run fails)")
+	fs.Func("pod-starts", "also run the containerd burst on a fresh nodekit agent with each of these --max-parallel-pod-starts values (comma separated, e.g. 1,2,4,8,-1)", func(s string) error {
+		o.podStarts = nil
+		for _, f := range strings.Split(s, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("-pod-starts: %q is not a number", f)
+			}
+			o.podStarts = append(o.podStarts, v)
+		}
+		return nil
+	})
+	fs.Func("agent-args", "extra flags for every nodekit agent process, separated by spaces (e.g. -agent-args=--max-parallel-pod-starts=2)", func(s string) error {
+		o.agentArgs = strings.Fields(s)
+		return nil
+	})
 	fs.BoolVar(&o.quick, "quick", false, "a small run on the fake runtime only (defaults: "+quickSummary()+"); flags given explicitly still apply")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err

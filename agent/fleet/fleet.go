@@ -1,0 +1,283 @@
+// Package fleet runs many simulated nodes in one process: each a complete
+// nodekit agent (agent.New, the whole fx graph) on its own in-process fake
+// runtime (runtime/fakecri on a unix socket of its own), with its own
+// client certificate, Prometheus registry and root directory. Their pods
+// "run" on the fake runtime; everything the API server sees (registration,
+// status, leases, pod status, events) is the real agent's.
+//
+// nodebench (e2e/cmd/nodebench) runs a fleet beside the control plane to
+// measure a node's cost; examples/fleet runs one as a shard of a
+// StatefulSet on Kubernetes itself, its nodes named after the shard's pod.
+//
+// Credentials come either from the caller (Options.Kubeconfig: a client
+// certificate per node issued beforehand) or from the agent's TLS
+// bootstrap (Options.BootstrapKubeconfig: each node requests its client
+// certificate with a CertificateSigningRequest, as a kubelet with
+// --bootstrap-kubeconfig does).
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/agent"
+	"github.com/nodekit/nodekit/certificate"
+	"github.com/nodekit/nodekit/runtime/fakecri"
+)
+
+// Options configure Start.
+type Options struct {
+	// Names are the nodes' names, one agent each. Required.
+	Names []string
+	// Dir holds a directory per node (<Dir>/<name>: its root directory,
+	// kubeconfig, certificates, pod logs). Required.
+	Dir string
+	// SocketDir holds the fake runtimes' sockets (<SocketDir>/<n>.sock).
+	// Unix socket paths are limited to 107 bytes: keep it short. Empty
+	// means a new temporary directory, removed by Stop.
+	SocketDir string
+	// Kubeconfig returns the kubeconfig of node i (Names[i]) with its
+	// client certificate. Exactly one of Kubeconfig and
+	// BootstrapKubeconfig is required.
+	Kubeconfig func(i int) string
+	// BootstrapKubeconfig holds credentials that may create
+	// CertificateSigningRequests (a bootstrap token, a service account's
+	// token): each node requests its client certificate with it
+	// (certificate.Bootstrap) and writes <Dir>/<name>/kubeconfig, which
+	// it then uses. The kube-controller-manager must approve and sign
+	// the requests (its csrapproving controller approves them when the
+	// requester may create certificatesigningrequests/nodeclient).
+	BootstrapKubeconfig string
+	// NodeIP returns node i's --node-ip; nil, or "", lets the agent find
+	// the machine's address.
+	NodeIP func(i int) string
+	// Labels are added to every node at registration (--node-labels);
+	// Taints registered with every node (--register-with-taints, as
+	// "<key>=<value>:<effect>").
+	Labels map[string]string
+	Taints []string
+	// Images are present in every node's fake runtime.
+	Images []*runtimeapi.Image
+	// Parallel is how many agents start at once (default 50).
+	Parallel int
+	// Services, when set, is the one ServiceLister of every agent (see
+	// agent.ServiceLister): no agent watches the Services itself. The
+	// caller runs it.
+	Services agent.ServiceLister
+	// Log receives progress messages; nil discards them. The agents log
+	// through klog, each line carrying the node's name.
+	Log io.Writer
+}
+
+// Fleet is a running set of simulated nodes.
+type Fleet struct {
+	// Names are the nodes' names, as in Options.
+	Names []string
+	// Started is how long starting every agent (its TLS bootstrap
+	// included) took, Options.Parallel at a time.
+	Started time.Duration
+
+	socketDir, ownSocketDir string
+	mu                      sync.Mutex
+	apps                    []*fx.App
+	stopCRI                 []func()
+}
+
+// Start builds and starts the agents, opts.Parallel at a time, and returns
+// once every agent's fx application started (the nodes turn Ready
+// afterwards). On failure it stops what it started. The caller must Stop
+// the fleet.
+func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
+	switch {
+	case len(opts.Names) == 0 || opts.Dir == "":
+		return nil, errors.New("start fleet: Names and Dir are required")
+	case (opts.Kubeconfig == nil) == (opts.BootstrapKubeconfig == ""):
+		return nil, errors.New("start fleet: exactly one of Kubeconfig and BootstrapKubeconfig is required")
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 50
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, f.Stop())
+		}
+	}()
+	if f.socketDir == "" {
+		if f.socketDir, err = os.MkdirTemp("", "nbf"); err != nil {
+			return nil, fmt.Errorf("start fleet: %w", err)
+		}
+		f.ownSocketDir = f.socketDir
+	} else if err := os.MkdirAll(f.socketDir, 0o755); err != nil {
+		return nil, fmt.Errorf("start fleet: %w", err)
+	}
+
+	began := time.Now()
+	sem := make(chan struct{}, opts.Parallel)
+	errs := make(chan error, len(opts.Names))
+	for i := range opts.Names {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			errs <- f.startNode(ctx, opts, i)
+		}()
+	}
+	var startErrs []error
+	for range opts.Names {
+		if err := <-errs; err != nil {
+			startErrs = append(startErrs, err)
+		}
+	}
+	if len(startErrs) > 0 {
+		return nil, fmt.Errorf("start fleet: %d of %d agents failed: %w", len(startErrs), len(opts.Names), errors.Join(startErrs...))
+	}
+	f.Started = time.Since(began)
+	fmt.Fprintf(opts.Log, "fleet: %d agents started in %s\n", len(opts.Names), f.Started.Round(time.Millisecond))
+	return f, nil
+}
+
+// args are the agent flags of a simulated node: its name and runtime, no
+// cgroups of its own, no kubelet API, no healthz listener.
+func args(name, ip, kubeconfig, endpoint, root string, labels map[string]string, taints []string) []string {
+	a := []string{
+		"--hostname-override=" + name,
+		"--kubeconfig=" + kubeconfig,
+		"--container-runtime-endpoint=" + endpoint,
+		"--root-dir=" + root,
+		"--cgroup-driver=cgroupfs",
+		// The fake runtime's pods have no cgroups: leave the host's alone.
+		"--cgroups-per-qos=false",
+		// A host may have swap on.
+		"--fail-swap-on=false",
+		// No healthz/metrics listener per node; each agent still has its
+		// own Prometheus registry.
+		"--healthz-port=0",
+	}
+	if ip != "" {
+		a = append(a, "--node-ip="+ip)
+	}
+	if len(labels) > 0 {
+		kv := make([]string, 0, len(labels))
+		for k, v := range labels {
+			kv = append(kv, k+"="+v)
+		}
+		sort.Strings(kv)
+		a = append(a, "--node-labels="+strings.Join(kv, ","))
+	}
+	if len(taints) > 0 {
+		a = append(a, "--register-with-taints="+strings.Join(taints, ","))
+	}
+	return a
+}
+
+func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
+	name := opts.Names[i]
+	dir := filepath.Join(opts.Dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	cri := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS, Images: opts.Images})
+	endpoint, stopCRI, err := cri.Start(filepath.Join(f.socketDir, fmt.Sprintf("%d.sock", i+1)))
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	f.mu.Lock()
+	f.stopCRI = append(f.stopCRI, stopCRI)
+	f.mu.Unlock()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if opts.Kubeconfig != nil {
+		kubeconfig = opts.Kubeconfig(i)
+	}
+	ip := ""
+	if opts.NodeIP != nil {
+		ip = opts.NodeIP(i)
+	}
+	root := filepath.Join(dir, "root")
+	cfg, err := agent.ParseFlags(klog.Background(), args(name, ip, kubeconfig, endpoint, root, opts.Labels, opts.Taints))
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	// Pod logs stay in the node's directory, not the host's /var/log/pods.
+	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "pod-logs")
+	// No kubelet API per node: every agent of the fleet would want port
+	// 10250 (and a key pair of its own).
+	cfg.Kubelet.EnableServer = ptr.To(false)
+	logger := klog.FromContext(ctx).WithValues("node", name)
+	if opts.BootstrapKubeconfig != "" {
+		cfg.BootstrapKubeconfigPath = opts.BootstrapKubeconfig
+		if err := certificate.Bootstrap(klog.NewContext(ctx, logger), cfg.BootstrapOptions()); err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+	}
+	extra := []fx.Option{fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", name) })}
+	if opts.Services != nil {
+		extra = append(extra, fx.Replace(opts.Services))
+	}
+	app := agent.New(cfg, extra...)
+	if err := app.Err(); err != nil {
+		return fmt.Errorf("node %s: build agent: %w", name, err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, app.StartTimeout())
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		return fmt.Errorf("node %s: start agent: %w", name, err)
+	}
+	f.mu.Lock()
+	f.apps = append(f.apps, app)
+	f.mu.Unlock()
+	return nil
+}
+
+// Stop stops every agent (in parallel) and fake runtime and removes the
+// sockets' directory if Start made it. The nodes' Node objects stay: the
+// caller deletes them (a node may not delete its own). It reports agents
+// that did not stop cleanly and may be called more than once.
+func (f *Fleet) Stop() error {
+	f.mu.Lock()
+	apps, stops := f.apps, f.stopCRI
+	f.apps, f.stopCRI = nil, nil
+	f.mu.Unlock()
+	errs := make(chan error, len(apps))
+	for _, app := range apps {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), app.StopTimeout())
+			defer cancel()
+			errs <- app.Stop(ctx)
+		}()
+	}
+	var all []error
+	for range apps {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	if f.ownSocketDir != "" {
+		if err := os.RemoveAll(f.ownSocketDir); err != nil {
+			all = append(all, err)
+		}
+	}
+	if len(all) > 0 {
+		return fmt.Errorf("stop fleet: %d agents did not stop cleanly: %w", len(all), errors.Join(all...))
+	}
+	return nil
+}
