@@ -98,7 +98,7 @@ func startRestartable(t *testing.T, cfg *agent.Config, client *fake.Clientset, h
 		if admitted.Add(1) != int64(holdAt) {
 			return pods.AdmitResult{Admit: true}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			running, err := rt.Backend.RunningPods(ctx)
