@@ -267,7 +267,6 @@ func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
 // (stopped when the test ends) and when it started.
 func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agent, time.Time) {
 	t.Helper()
-	ctx := t.Context()
 	start := time.Now()
 	k.stopped = true
 	err := k.kubelet.Stop()
@@ -288,18 +287,8 @@ func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agen
 	if agent.Dir != k.kubelet.Dir {
 		t.Fatalf("the agent's directory %s is not the kubelet's %s: they must share the root and pod logs directories", agent.Dir, k.kubelet.Dir)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log %s, last lines:\n%s", agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", k.name, err)
-		}
-	})
 	agentStart := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
+	startAgentNode(t, agent)
 	waitForNode(t, k.name, "Ready with a heartbeat from the agent", readyTimeout, func(n *v1.Node) bool {
 		c := readyCondition(n)
 		return c.Status == v1.ConditionTrue && c.LastHeartbeatTime.Time.After(agentStart.Add(-time.Second))
