@@ -89,16 +89,7 @@ func TestDiskPressureOnContainerd(t *testing.T) {
 	images := dialCRI(t, n.containerd).Images
 	imagesBefore := imageRefs(t, images)
 
-	diskPressure := func(status v1.ConditionStatus) func(*v1.Node) bool {
-		return func(node *v1.Node) bool {
-			c, _ := nodeCondition(node, v1.NodeDiskPressure)
-			return c.Status == status
-		}
-	}
-	node := waitForNode(t, n.name, "DiskPressure=False", readyTimeout, diskPressure(v1.ConditionFalse))
-	if c, _ := nodeCondition(node, v1.NodeDiskPressure); c.Reason != "KubeletHasNoDiskPressure" {
-		t.Errorf("DiskPressure=False reason %q, want KubeletHasNoDiskPressure", c.Reason)
-	}
+	diskPressure.wait(t, n.name, false, "", readyTimeout)
 
 	few := n.pod("few", "sleep", "3600")
 	few.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Mi")}
@@ -109,14 +100,8 @@ func TestDiskPressureOnContainerd(t *testing.T) {
 	fill.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	fill.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
 	fill = n.createPod(t, fill)
-	node = waitForNode(t, n.name, "DiskPressure=True", podTimeout, diskPressure(v1.ConditionTrue))
+	diskPressure.wait(t, n.name, true, "", podTimeout)
 	pressureAt := time.Now()
-	if c, _ := nodeCondition(node, v1.NodeDiskPressure); c.Reason != "KubeletHasDiskPressure" || c.Message != "kubelet has disk pressure" {
-		t.Errorf("DiskPressure=True: reason %q message %q, want KubeletHasDiskPressure, kubelet has disk pressure", c.Reason, c.Message)
-	}
-	waitForNode(t, n.name, "disk-pressure taint", podTimeout, func(node *v1.Node) bool {
-		return hasTaint(node, v1.TaintNodeDiskPressure, v1.TaintEffectNoSchedule)
-	})
 
 	got := waitForPod(t, fill.Namespace, fill.Name, "evicted", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
 	wantMessage := "The node was low on resource: ephemeral-storage. Threshold quantity: " + threshold + ", available: "
@@ -128,19 +113,10 @@ func TestDiskPressureOnContainerd(t *testing.T) {
 	// Its emptyDir gone, the pressure lifts: the condition clears after
 	// the transition period, the taint goes, and the other pod never
 	// stopped.
-	node = waitForNode(t, n.name, "DiskPressure=False after the eviction", podTimeout, func(node *v1.Node) bool {
-		c, _ := nodeCondition(node, v1.NodeDiskPressure)
-		return c.Status == v1.ConditionFalse && !hasTaint(node, v1.TaintNodeDiskPressure, v1.TaintEffectNoSchedule)
-	})
+	diskPressure.wait(t, n.name, false, "after the eviction", podTimeout)
 	t.Logf("DiskPressure=False and untainted %s after the pressure was seen (transition period %s)",
 		time.Since(pressureAt).Round(100*time.Millisecond), diskPressureTransitionPeriod)
-	if c, _ := nodeCondition(node, v1.NodeDiskPressure); c.Reason != "KubeletHasNoDiskPressure" {
-		t.Errorf("DiskPressure=False reason %q, want KubeletHasNoDiskPressure", c.Reason)
-	}
-	got = waitForPod(t, few.Namespace, few.Name, "Running and Ready", isPodReady)
-	if cs, _ := mainStatus(got); cs.RestartCount != 0 || cs.State.Running == nil {
-		t.Errorf("pod few: container %s, %d restarts; want running, never restarted (it was not the pod to evict)", stateString(cs.State), cs.RestartCount)
-	}
+	checkNotEvicted(t, few)
 	imagesAfter := imageRefs(t, images)
 	for _, ref := range imagesBefore {
 		if !slices.Contains(imagesAfter, ref) {
