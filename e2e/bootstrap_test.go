@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
@@ -11,7 +10,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -54,24 +52,7 @@ func TestTLSBootstrapOnFakeCRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if !stopped {
-			if err := agent.Stop(); err != nil {
-				t.Errorf("stop agent %s: %v", name, err)
-			}
-		}
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 	waitForNode(t, name, "Ready", readyTimeout, isReady)
 	t.Logf("node Ready %v after the agent started with a bootstrap token only", time.Since(started).Round(time.Millisecond))
 
@@ -110,11 +91,9 @@ func TestTLSBootstrapOnFakeCRI(t *testing.T) {
 	if err := agent.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	stopped = true
 	if err := agent.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stopped = false
 	waitForNode(t, name, "Ready after the restart", readyTimeout, isReady)
 	if n := len(nodeClientCSRs(t, name)); n != 1 {
 		t.Errorf("%d client certificate requests after a restart with a valid certificate, want still 1", n)

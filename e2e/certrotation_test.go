@@ -87,17 +87,7 @@ func TestClientCertificateRotationOnFakeCRI(t *testing.T) {
 		t.Fatal(err)
 	}
 	servingApproved := approveServingRequests(t, client, name)
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 60))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 	current := filepath.Join(agent.Dir, "root", "pki", "kubelet-client-current.pem")
 	var first *x509.Certificate
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, readyTimeout, true, func(context.Context) (bool, error) {

@@ -42,7 +42,7 @@ func TestCSIHandoverFromKubelet(t *testing.T) {
 	const name = "csihov"
 	ns := name + "-" + fmt.Sprint(os.Getpid())
 	begin := time.Now()
-	k := startKubeletNode(t, name, ns)
+	k := startKubeletNode(t, name, ns, "")
 	d := startNamedCSIDriver(t, k.kubelet.Dir, name, e2eAttachCSIDriver, 0)
 	waitRegistration(t, d)
 	ensureNamedCSIDriverObject(t, e2eAttachCSIDriver, true)

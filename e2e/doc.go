@@ -54,7 +54,10 @@
 //     period, and an emptyDir over its sizeLimit evicted. PID pressure
 //     (pidpressure_test.go) set relative to the host's free PIDs:
 //     PIDPressure and its taint, the pod with the most processes evicted,
-//     the condition cleared.
+//     the condition cleared. Disk pressure (diskpressure_test.go) on a node
+//     whose root directory is a tmpfs of its own: DiskPressure and its
+//     taint, the pod that filled an emptyDir evicted, the condition
+//     cleared, the node's images all kept.
 //   - The node API (nodeapi_test.go): an agent whose address sits on a veth
 //     of a network namespace, with a serving certificate from an approved
 //     kubelet-serving CSR, driven by kubectl (logs, exec, attach,
@@ -71,7 +74,8 @@
 //     bootstrap as kubeadm join does it (a bootstrap token, the certificate
 //     approved and issued by the controller manager, no new request on a
 //     restart); the upstream kubelet (built into the cache on first use)
-//     replaced by an agent that adopts its containers without a restart;
+//     replaced by an agent that adopts its containers, static pods and
+//     mirror pods (the same UIDs) without a restart;
 //     `kubeadm join` itself bringing in a nodekit worker (kubeadm_test.go,
 //     in a mount namespace of its own, cluster.NodeRoot); the client
 //     certificate rotated under a 90 s signing duration with the Lease

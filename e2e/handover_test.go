@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -28,23 +29,46 @@ import (
 // more than one periodic resync of every adopted pod.
 const handoverSyncFrequency = 5 * time.Second
 
+// handoverRestartGrace is how long before the agent starts a container
+// must have started for the agent to take it as running before it (the
+// kubelet's 10 s, prober's kubeletRestartGracePeriod), with a margin for
+// the status's one-second resolution.
+const handoverRestartGrace = 12 * time.Second
+
 // TestHandoverFromKubelet replaces the upstream kubelet (v1.37.2) on a node
 // by a nodekit agent, as an operator would: the kubelet runs pods of several
-// shapes on containerd and is stopped; the agent starts with the same node
-// name, node IP, root directory, pod logs directory, cgroup root and
-// containerd. The agent must adopt every running container as it is: the
-// same container IDs, unchanged restart counts, no container started for an
-// old pod, the pods Running and Ready throughout; and it must then own them
-// (a new pod runs, a deleted old pod is stopped and removed).
+// shapes and two static pods (one shaped like kubeadm's control plane
+// manifests) on containerd and is stopped; the agent starts with the same
+// node name, node IP, root directory, pod logs directory, cgroup root,
+// manifest directory (--pod-manifest-path) and containerd. The agent must
+// adopt every running container as it is: the same container IDs,
+// unchanged restart counts, no container started for an old pod, the pods
+// Running and Ready throughout (the static pods Running: the startup probe
+// of one runs again before it is Ready, as under a restarted kubelet), the
+// static pods' mirror pods kept (the same
+// mirror pod UIDs and static pod UIDs: the agent gives a static pod the
+// kubelet's UID, so it finds the kubelet's mirror pod current); and it must
+// then own them (a new pod runs, a deleted old pod is stopped and removed,
+// an edited manifest restarts its pod once, as the kubelet would, and no
+// other).
 func TestHandoverFromKubelet(t *testing.T) {
 	requireContainerd(t)
 	t.Parallel()
 	ctx := t.Context()
 	const name = "handover"
 	ns := "handover-" + fmt.Sprint(os.Getpid())
-	k := startKubeletNode(t, name, ns)
-
+	// The namespace exists before the kubelet starts: it creates the
+	// mirror pods at once rather than on a later sync.
 	newNamespace(t, ns)
+	// The static pods, in the pods' namespace: a plain one, edited after
+	// the handover, and one shaped like kubeadm's control plane manifests.
+	manifests := t.TempDir()
+	webManifest := filepath.Join(manifests, "web.yaml")
+	writeManifest(t, webManifest, staticManifest(ns, "web", "1"))
+	writeManifest(t, filepath.Join(manifests, "control.yaml"), controlPlaneManifest(ns, "control", t.TempDir()))
+	webPod, controlPod := "web-"+name, "control-"+name
+	k := startKubeletNode(t, name, ns, manifests)
+
 	start := time.Now()
 	for _, p := range handoverPods(name, ns) {
 		if _, err := env.cp.Client().CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -55,10 +79,33 @@ func TestHandoverFromKubelet(t *testing.T) {
 	if _, err := env.cp.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	const wantPods = 5 // 3 pods and 2 replicas
+	const wantPods = 7 // 3 pods, 2 replicas and 2 mirror pods
 	before := waitForHandoverPods(t, ns, wantPods, "Running and Ready under the kubelet")
 	t.Logf("%d pods Running and Ready under the kubelet in %s", len(before), time.Since(start).Round(100*time.Millisecond))
+	for _, p := range []string{webPod, controlPod} {
+		if before[p].Annotations[configMirrorAnnotation] == "" {
+			t.Fatalf("pod %s is not the kubelet's mirror pod: no %s annotation", p, configMirrorAnnotation)
+		}
+	}
 	criBefore := runningContainers(t, k.cri.Runtime)
+	// Like the kubelet, the agent keeps the probe results of a container
+	// that started more than 10 s before it did (the kubelet's restart
+	// grace period); a younger one starts over (a startup probe not yet
+	// run: not started, not Ready), as on a kubelet restart. Hand over
+	// older containers only, as a node in service has: wait until the
+	// youngest one is old enough.
+	var youngest time.Time
+	for _, p := range before {
+		for _, cs := range p.Status.ContainerStatuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(youngest) {
+				youngest = r.StartedAt.Time
+			}
+		}
+	}
+	if d := time.Until(youngest.Add(handoverRestartGrace)); d > 0 {
+		t.Logf("waiting %s for the youngest container to be older than the restart grace period", d.Round(100*time.Millisecond))
+		time.Sleep(d)
+	}
 
 	agent, agentStart := k.handOver(t, "--sync-frequency="+handoverSyncFrequency.String())
 	cri := k.cri
@@ -81,6 +128,10 @@ func TestHandoverFromKubelet(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
+	waitForAPIPod(t, ns, controlPod, "the adopted static pod Ready again once its startup probe ran", func(p *v1.Pod) bool {
+		return p != nil && p.UID == before[controlPod].UID && isPodReady(p)
+	})
+	checkAdopted(t, ns, before, criBefore, runningContainers(t, cri.Runtime))
 	m, err := agent.Metrics(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -107,15 +158,141 @@ func TestHandoverFromKubelet(t *testing.T) {
 			t.Errorf("container %s of the deleted pod %s still runs", c.Id, victim)
 		}
 	}
+
+	// The agent owns the adopted static pods: an edited manifest restarts
+	// its pod once (a new pod UID, the old copy stopped first, the mirror
+	// pod replaced), as the kubelet does, and leaves the other one alone.
+	oldWeb := before[webPod]
+	writeManifest(t, webManifest, staticManifest(ns, "web", "2"))
+	edited := time.Now()
+	newMirror := waitForAPIPod(t, ns, webPod, "the mirror pod of the edited manifest, Running and Ready", func(p *v1.Pod) bool {
+		return p != nil && p.DeletionTimestamp == nil && p.Annotations[configMirrorAnnotation] != oldWeb.Annotations[configMirrorAnnotation] && isPodReady(p)
+	})
+	t.Logf("edited manifest: pod restarted and its mirror pod Ready %s after the edit", time.Since(edited).Round(100*time.Millisecond))
+	controlBefore := map[string]*v1.Pod{controlPod: before[controlPod]}
+	controlContainers := map[string]*runtimeapi.Container{}
+	for id, c := range criBefore {
+		if c.Labels[labelPodName] == controlPod {
+			controlContainers[id] = c
+		}
+	}
+	// Over two resyncs: the edited pod started once, the other one not at all.
+	deadline = time.Now().Add(2 * handoverSyncFrequency)
+	for {
+		checkRestartedOnce(t, cri.Runtime, ns, newMirror, oldWeb, criBefore)
+		checkAdopted(t, ns, controlBefore, controlContainers, runningContainers(t, cri.Runtime))
+		if t.Failed() {
+			t.FailNow()
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if m, err = agent.Metrics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Sum("kubelet_started_containers_total", nil); got != 2 {
+		t.Errorf("the agent started %v containers, want 2 (the new pod's and the edited static pod's)", got)
+	}
+}
+
+// checkRestartedOnce checks that the static pod whose manifest was edited
+// (its mirror pod was old, is now mirror) runs exactly one container that
+// did not run before the handover, runs the edited command and has not
+// restarted, and that its old container no longer runs.
+func checkRestartedOnce(t *testing.T, rs runtimeapi.RuntimeServiceClient, ns string, mirror, old *v1.Pod, criBefore map[string]*runtimeapi.Container) {
+	t.Helper()
+	var fresh []*runtimeapi.ContainerStatus
+	for _, c := range listContainers(t, rs, ns, mirror.Name) {
+		if _, adopted := criBefore[c.Id]; adopted {
+			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				t.Errorf("the old container %s of the edited static pod %s still runs", c.Id, mirror.Name)
+			}
+			continue
+		}
+		fresh = append(fresh, c)
+	}
+	if len(fresh) != 1 || fresh[0].State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		var states []string
+		for _, c := range fresh {
+			states = append(states, fmt.Sprintf("%s=%s/attempt %d", c.Id, c.State, c.GetMetadata().GetAttempt()))
+		}
+		t.Errorf("the edited static pod %s has new containers %v, want one, running", mirror.Name, states)
+		return
+	}
+	if got := strings.Join(containerCommand(t, rs, fresh[0].Id), " "); !strings.Contains(got, "version=2") {
+		t.Errorf("the edited static pod %s runs %q, want the edited command", mirror.Name, got)
+	}
+	pod, err := env.cp.Client().CoreV1().Pods(ns).Get(t.Context(), mirror.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("mirror pod %s: %v", mirror.Name, err)
+		return
+	}
+	if pod.UID == old.UID || pod.UID != mirror.UID {
+		t.Errorf("mirror pod %s has UID %s, want the edited pod's %s (the kubelet's was %s)", mirror.Name, pod.UID, mirror.UID, old.UID)
+	}
+	want := fmt.Sprintf("main=containerd://%s/restarts=0", fresh[0].Id)
+	if got := containerIDs(pod); got != want {
+		t.Errorf("mirror pod %s reports %s, want %s", mirror.Name, got, want)
+	}
+}
+
+// controlPlaneManifest is a static pod shaped like those kubeadm writes for
+// the control plane (host network, system-node-critical, RuntimeDefault
+// seccomp, a DirectoryOrCreate host path under dir, CPU request, startup
+// and liveness probes), running BusyboxImage.
+func controlPlaneManifest(ns, name, dir string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+  labels: {component: %[1]s, tier: control-plane}
+  annotations:
+    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://127.0.0.1:2379
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  securityContext:
+    seccompProfile: {type: RuntimeDefault}
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: %[1]s
+    image: %[3]s
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "exec sleep 3600"]
+    env:
+    - {name: GOMAXPROCS, value: "1"}
+    resources:
+      requests: {cpu: 10m}
+    startupProbe:
+      exec: {command: ["true"]}
+      periodSeconds: 2
+      timeoutSeconds: 10
+      failureThreshold: 24
+    livenessProbe:
+      exec: {command: ["true"]}
+      periodSeconds: 10
+      timeoutSeconds: 10
+      failureThreshold: 8
+    volumeMounts:
+    - {name: data, mountPath: /var/lib/%[1]s}
+  volumes:
+  - name: data
+    hostPath: {path: %[4]s, type: DirectoryOrCreate}
+`, name, ns, cluster.BusyboxImage, filepath.Join(dir, name))
 }
 
 // kubeletNode is a node run by the upstream kubelet (v1.37.2) on a
 // containerd of its own, to be handed over to a nodekit agent.
 type kubeletNode struct {
 	name, nodeIP, cgroupRoot string
-	cri                      *cluster.CRIClient
-	ctrd                     *cluster.Containerd
-	kubelet                  *cluster.Agent
+	// manifests is the static pod manifest directory ("" for none).
+	manifests string
+	cri       *cluster.CRIClient
+	ctrd      *cluster.Containerd
+	kubelet   *cluster.Agent
 	// stopped is set once the kubelet is stopped for the handover;
 	// released once it gave up its hold on the kernel tunables.
 	stopped, released bool
@@ -164,11 +341,12 @@ func (k *kubeletNode) releaseKernelTunables() error {
 }
 
 // startKubeletNode builds (cached) and starts the upstream kubelet as node
-// name on a containerd and cgroup root of its own and waits until the node
-// is Ready. Cleanup stops it (unless handed over), puts back the kernel
+// name on a containerd and cgroup root of its own, running the static pods
+// of the manifest directory manifests (none if ""), and waits until the
+// node is Ready. Cleanup stops it (unless handed over), puts back the kernel
 // tunables it set, removes the container log links of pods of namespace
 // ns it left, and unmounts its root directory.
-func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
+func startKubeletNode(t *testing.T, name, ns, manifests string) *kubeletNode {
 	t.Helper()
 	ctx := t.Context()
 	src, err := cluster.LocateSource()
@@ -185,7 +363,7 @@ func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
 	}
 	t.Logf("kubelet binary ready in %s", time.Since(start).Round(time.Second))
 
-	k := &kubeletNode{name: name}
+	k := &kubeletNode{name: name, manifests: manifests}
 	// The kubelet sets kernel tunables when it starts; put them back once
 	// no kubelet of a test runs.
 	if err := acquireKernelTunables(); err != nil {
@@ -223,6 +401,7 @@ func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
 	k.nodeIP = env.cp.AllocateNodeIP()
 	k.kubelet, err = env.cp.NewKubelet(cluster.KubeletOptions{
 		Binary: kubeletBin, NodeName: name, NodeIP: k.nodeIP, RuntimeEndpoint: k.ctrd.Endpoint, CgroupRoot: k.cgroupRoot,
+		StaticPodPath: manifests,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -262,12 +441,11 @@ func startKubeletNode(t *testing.T, name, ns string) *kubeletNode {
 
 // handOver stops the kubelet and starts a nodekit agent (with extraArgs)
 // with the same node name, node IP, root directory, pod logs directory,
-// cgroup root and containerd, as an operator would, and waits until the
-// node is Ready with a heartbeat of the agent. It returns the agent
-// (stopped when the test ends) and when it started.
+// cgroup root, manifest directory and containerd, as an operator would,
+// and waits until the node is Ready with a heartbeat of the agent. It
+// returns the agent (stopped when the test ends) and when it started.
 func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agent, time.Time) {
 	t.Helper()
-	ctx := t.Context()
 	start := time.Now()
 	k.stopped = true
 	err := k.kubelet.Stop()
@@ -278,9 +456,13 @@ func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agen
 	if err := k.releaseKernelTunables(); err != nil {
 		t.Error(err)
 	}
+	args := []string{"--cgroup-root=" + k.cgroupRoot}
+	if k.manifests != "" {
+		args = append(args, "--pod-manifest-path="+k.manifests)
+	}
 	agent, err := env.cp.NewAgent(cluster.AgentOptions{
 		Binary: env.agent, NodeName: k.name, NodeIP: k.nodeIP, RuntimeEndpoint: k.ctrd.Endpoint, CgroupDriver: "cgroupfs",
-		ExtraArgs: append([]string{"--cgroup-root=" + k.cgroupRoot}, extraArgs...),
+		ExtraArgs: append(args, extraArgs...),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -288,18 +470,8 @@ func (k *kubeletNode) handOver(t *testing.T, extraArgs ...string) (*cluster.Agen
 	if agent.Dir != k.kubelet.Dir {
 		t.Fatalf("the agent's directory %s is not the kubelet's %s: they must share the root and pod logs directories", agent.Dir, k.kubelet.Dir)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log %s, last lines:\n%s", agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", k.name, err)
-		}
-	})
 	agentStart := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
+	startAgentNode(t, agent)
 	waitForNode(t, k.name, "Ready with a heartbeat from the agent", readyTimeout, func(n *v1.Node) bool {
 		c := readyCondition(n)
 		return c.Status == v1.ConditionTrue && c.LastHeartbeatTime.Time.After(agentStart.Add(-time.Second))
@@ -437,6 +609,10 @@ func checkAdopted(t *testing.T, ns string, before map[string]*v1.Pod, criBefore,
 	oldUIDs := map[string]string{}
 	for name, old := range before {
 		oldUIDs[string(old.UID)] = name
+		static := old.Annotations[configMirrorAnnotation]
+		if static != "" {
+			oldUIDs[static] = name // a mirror pod's: its containers carry the static pod's UID
+		}
 		pod, err := env.cp.Client().CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Errorf("pod %s: %v", name, err)
@@ -446,7 +622,20 @@ func checkAdopted(t *testing.T, ns string, before map[string]*v1.Pod, criBefore,
 			t.Errorf("pod %s was replaced (uid %s, was %s)", name, pod.UID, old.UID)
 			continue
 		}
-		if !isPodReady(pod) {
+		if got := pod.Annotations[configMirrorAnnotation]; got != static {
+			t.Errorf("mirror pod %s names the static pod %q, was %q", name, got, static)
+		}
+		switch {
+		case static != "":
+			// A static pod's status starts afresh when the node agent
+			// restarts, the kubelet's too (its previous status is the
+			// manifest's, empty): a container with a startup probe is
+			// not started, so not Ready, until the probe has run again.
+			// It keeps running.
+			if pod.Status.Phase != v1.PodRunning {
+				t.Errorf("static pod %s is no longer Running:\n%s", name, describePod(t, pod))
+			}
+		case !isPodReady(pod):
 			t.Errorf("pod %s is no longer Running and Ready:\n%s", name, describePod(t, pod))
 		}
 		if got, want := containerIDs(pod), containerIDs(old); got != want {

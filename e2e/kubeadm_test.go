@@ -178,21 +178,7 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", name, err)
-		}
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 	if err := join.wait(3 * time.Minute); err != nil {
 		t.Fatalf("kubeadm join: %v\n%s", err, cluster.LogTail(join.log, 60))
 	}

@@ -126,7 +126,6 @@ func TestNodeAPIOnContainerd(t *testing.T) {
 // certificate.
 func newAPINode(t *testing.T, name string) *apiNode {
 	t.Helper()
-	ctx := t.Context()
 	n := &apiNode{name: name}
 	n.ip = newVethAddress(t)
 	n.cgroupRoot = newCgroupRoot(t, name)
@@ -154,18 +153,7 @@ func newAPINode(t *testing.T, name string) *apiNode {
 		stopApprover()
 		<-approverDone
 	})
-	if err := n.agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, n.agent.LogPath, cluster.LogTail(n.agent.LogPath, 40))
-		}
-		if err := n.agent.Stop(); err != nil {
-			t.Errorf("stop node %s: %v", name, err)
-		}
-		_ = env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	startAgentNode(t, n.agent)
 	n.ns = newNamespace(t, name)
 	waitForNode(t, name, "Ready", readyTimeout, isReady)
 	return n

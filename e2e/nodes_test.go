@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,43 @@ func newNode(t *testing.T, name string, opts nodeOptions) *testNode {
 		}
 	})
 	return n
+}
+
+// agentNodeOption varies what startAgentNode's cleanup accepts.
+type agentNodeOption int
+
+const (
+	// killedByTest: the test may end with the agent SIGKILLed (Agent.Kill)
+	// and not started again, so the final stop finding it killed is no
+	// error.
+	killedByTest agentNodeOption = iota + 1
+)
+
+// startAgentNode starts agent, failing the test if it does not become
+// healthy, and registers its cleanup (before starting it, so that an agent
+// that started but never became healthy is stopped too): the last 40 lines
+// of its log if the test failed, the agent stopped (an error unless it
+// exits 0 on SIGTERM, see killedByTest), and its Node deleted, so that
+// stopped nodes do not pile up as unhealthy (no Node is no error: a
+// standalone agent registers none, a handed-over node's may be gone).
+func startAgentNode(t *testing.T, agent *cluster.Agent, opts ...agentNodeOption) {
+	t.Helper()
+	mayBeKilled := slices.Contains(opts, killedByTest)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent %s log %s, last lines:\n%s", agent.Name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
+		}
+		if err := agent.Stop(); err != nil && !(mayBeKilled && strings.Contains(err.Error(), "signal: killed")) {
+			t.Errorf("stop agent %s: %v", agent.Name, err)
+		}
+		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), agent.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete node %s: %v", agent.Name, err)
+		}
+	})
+	if err := agent.Start(t.Context()); err != nil {
+		t.Fatalf("start agent %s: %v", agent.Name, err)
+	}
 }
 
 // waitForNode polls the Node until cond holds and returns it; on timeout it

@@ -49,29 +49,14 @@ func TestPIDPressureOnContainerd(t *testing.T) {
 			"evictionPressureTransitionPeriod": pidPressureTransitionPeriod.String(),
 		},
 	})
-	pidPressure := func(status v1.ConditionStatus) func(*v1.Node) bool {
-		return func(node *v1.Node) bool {
-			c, _ := nodeCondition(node, v1.NodePIDPressure)
-			return c.Status == status
-		}
-	}
-	node := waitForNode(t, n.name, "PIDPressure=False", readyTimeout, pidPressure(v1.ConditionFalse))
-	if c, _ := nodeCondition(node, v1.NodePIDPressure); c.Reason != "KubeletHasSufficientPID" {
-		t.Errorf("PIDPressure=False reason %q, want KubeletHasSufficientPID", c.Reason)
-	}
+	pidPressure.wait(t, n.name, false, "", readyTimeout)
 
 	few := n.createPod(t, n.pod("few", "sleep", "3600"))
 	waitForPod(t, few.Namespace, few.Name, "Running and Ready", isPodReady)
 	many := n.createPod(t, n.pod("many", "sh", "-c",
 		fmt.Sprintf(`i=0; while [ $i -lt %d ]; do sleep 3600 & i=$((i+1)); done; wait`, fill)))
-	node = waitForNode(t, n.name, "PIDPressure=True", podTimeout, pidPressure(v1.ConditionTrue))
+	pidPressure.wait(t, n.name, true, "", podTimeout)
 	pressureAt := time.Now()
-	if c, _ := nodeCondition(node, v1.NodePIDPressure); c.Reason != "KubeletHasInsufficientPID" || c.Message != "kubelet has insufficient PID available" {
-		t.Errorf("PIDPressure=True: reason %q message %q, want KubeletHasInsufficientPID, kubelet has insufficient PID available", c.Reason, c.Message)
-	}
-	waitForNode(t, n.name, "pid-pressure taint", podTimeout, func(node *v1.Node) bool {
-		return hasTaint(node, v1.TaintNodePIDPressure, v1.TaintEffectNoSchedule)
-	})
 
 	got := waitForPod(t, many.Namespace, many.Name, "evicted", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
 	if got.Status.Reason != "Evicted" || !strings.HasPrefix(got.Status.Message, "The node was low on resource: pids. ") {
@@ -82,18 +67,62 @@ func TestPIDPressureOnContainerd(t *testing.T) {
 	// Its processes gone, the pressure lifts: the condition clears after
 	// the transition period, the taint goes, and the other pod never
 	// stopped.
-	node = waitForNode(t, n.name, "PIDPressure=False after the eviction", podTimeout, func(node *v1.Node) bool {
-		c, _ := nodeCondition(node, v1.NodePIDPressure)
-		return c.Status == v1.ConditionFalse && !hasTaint(node, v1.TaintNodePIDPressure, v1.TaintEffectNoSchedule)
-	})
+	pidPressure.wait(t, n.name, false, "after the eviction", podTimeout)
 	t.Logf("PIDPressure=False and untainted %s after the pressure was seen (transition period %s)",
 		time.Since(pressureAt).Round(100*time.Millisecond), pidPressureTransitionPeriod)
-	if c, _ := nodeCondition(node, v1.NodePIDPressure); c.Reason != "KubeletHasSufficientPID" {
-		t.Errorf("PIDPressure=False reason %q, want KubeletHasSufficientPID", c.Reason)
+	checkNotEvicted(t, few)
+}
+
+// nodePressure is a node pressure condition as the kubelet reports it:
+// its type, the taint the node lifecycle controller gives it, and the
+// kubelet's reasons and message.
+type nodePressure struct {
+	condition                    v1.NodeConditionType
+	taint                        string
+	clearReason, reason, message string
+}
+
+var (
+	pidPressure = nodePressure{
+		condition: v1.NodePIDPressure, taint: v1.TaintNodePIDPressure,
+		clearReason: "KubeletHasSufficientPID", reason: "KubeletHasInsufficientPID", message: "kubelet has insufficient PID available",
 	}
-	got = waitForPod(t, few.Namespace, few.Name, "Running and Ready", isPodReady)
+	diskPressure = nodePressure{
+		condition: v1.NodeDiskPressure, taint: v1.TaintNodeDiskPressure,
+		clearReason: "KubeletHasNoDiskPressure", reason: "KubeletHasDiskPressure", message: "kubelet has disk pressure",
+	}
+)
+
+// wait waits until node has the condition True and its NoSchedule taint
+// (on), or the condition False and no taint, and checks the kubelet's
+// reason (and message) for it; what qualifies the wait in a failure.
+func (p nodePressure) wait(t *testing.T, node string, on bool, what string, timeout time.Duration) {
+	t.Helper()
+	status := v1.ConditionFalse
+	if on {
+		status = v1.ConditionTrue
+	}
+	desc := strings.TrimSpace(fmt.Sprintf("%s=%s, tainted %t %s", p.condition, status, on, what))
+	got := waitForNode(t, node, desc, timeout, func(n *v1.Node) bool {
+		c, _ := nodeCondition(n, p.condition)
+		return c.Status == status && hasTaint(n, p.taint, v1.TaintEffectNoSchedule) == on
+	})
+	c, _ := nodeCondition(got, p.condition)
+	switch {
+	case on && (c.Reason != p.reason || c.Message != p.message):
+		t.Errorf("%s=True: reason %q message %q, want %s, %s", p.condition, c.Reason, c.Message, p.reason, p.message)
+	case !on && c.Reason != p.clearReason:
+		t.Errorf("%s=False reason %q, want %s", p.condition, c.Reason, p.clearReason)
+	}
+}
+
+// checkNotEvicted checks that pod, on a node that was under pressure, is
+// still Running and Ready and never restarted: it was not the pod to evict.
+func checkNotEvicted(t *testing.T, pod *v1.Pod) {
+	t.Helper()
+	got := waitForPod(t, pod.Namespace, pod.Name, "Running and Ready", isPodReady)
 	if cs, _ := mainStatus(got); cs.RestartCount != 0 || cs.State.Running == nil {
-		t.Errorf("pod few: container %s, %d restarts; want running, never restarted (it was not the pod to evict)", stateString(cs.State), cs.RestartCount)
+		t.Errorf("pod %s: container %s, %d restarts; want running, never restarted (it was not the pod to evict)", pod.Name, stateString(cs.State), cs.RestartCount)
 	}
 }
 

@@ -47,21 +47,7 @@ func TestPodLevelNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("podsim log %s, last lines:\n%s", agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop podsim: %v", err)
-		}
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 	node := waitForNode(t, name, "Ready", readyTimeout, isReady)
 	t.Logf("podsim node Ready %v after start", time.Since(start).Round(time.Millisecond))
 	if v := node.Status.NodeInfo.ContainerRuntimeVersion; v != "podsim://0.1.0" {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,21 +107,7 @@ func newRelNode(t *testing.T, name string, o relOptions) *relNode {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil && !strings.Contains(err.Error(), "signal: killed") {
-			t.Errorf("stop node %s: %v", name, err)
-		}
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startAgentNode(t, agent, killedByTest)
 	n.ns = newNamespace(t, name)
 	waitForNode(t, name, "Ready", readyTimeout, isReady)
 	return n

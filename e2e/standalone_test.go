@@ -85,17 +85,7 @@ func TestStandaloneOnContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 
 	web := "web-" + name
 	running := waitForContainers(t, cri.Runtime, ns, web, "the static pod to run", func(cs []*runtimeapi.ContainerStatus) bool {

@@ -81,21 +81,7 @@ func TestStaticPodsOnContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", name, err)
-		}
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 
 	// The API server is unreachable: the static pod runs all the same.
 	web := "web-" + name

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -59,21 +57,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent %s log %s, last lines:\n%s", name, agent.LogPath, cluster.LogTail(agent.LogPath, 40))
-		}
-		if err := agent.Stop(); err != nil {
-			t.Errorf("stop agent %s: %v", name, err)
-		}
-		err := env.cp.Client().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete node %s: %v", name, err)
-		}
-	})
+	startAgentNode(t, agent)
 	waitForNode(t, name, "Ready", readyTimeout, isReady)
 	keeper := "keeper-" + name
 	mirror := waitForAPIPod(t, ns, keeper, "the mirror pod, Running", func(p *v1.Pod) bool {

@@ -110,6 +110,9 @@ type KubeletOptions struct {
 	// cgroup; it must exist (CreateCgroup). Required: two node agents
 	// sharing a kubepods cgroup remove each other's pod cgroups.
 	CgroupRoot string
+	// StaticPodPath is staticPodPath, the static pod manifest directory;
+	// empty runs no static pods.
+	StaticPodPath string
 	// Verbosity is --v (default 2).
 	Verbosity int
 }
@@ -170,6 +173,9 @@ func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 		"authentication": map[string]any{
 			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
 		},
+	}
+	if opts.StaticPodPath != "" {
+		cfg["staticPodPath"] = opts.StaticPodPath
 	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
