@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,9 +60,20 @@ func TestHandoverFromKubelet(t *testing.T) {
 	before := waitForHandoverPods(t, ns, wantPods, "Running and Ready under the kubelet")
 	t.Logf("%d pods Running and Ready under the kubelet in %s", len(before), time.Since(start).Round(100*time.Millisecond))
 	criBefore := runningContainers(t, k.cri.Runtime)
+	kubeletNode, err := env.cp.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(kubeletNode.Status.DeclaredFeatures, "RestartAllContainersOnContainerExits") {
+		t.Fatalf("the kubelet declared %v, want its default features (RestartAllContainersOnContainerExits among them)", kubeletNode.Status.DeclaredFeatures)
+	}
 
 	agent, agentStart := k.handOver(t, "--sync-frequency="+handoverSyncFrequency.String())
 	cri := k.cri
+	// The node declares the agent's features, not the kubelet's leftover.
+	waitForNode(t, name, "declaring nodekit's features only", time.Minute, func(n *v1.Node) bool {
+		return slices.Equal(n.Status.DeclaredFeatures, []string{"InPlacePodVerticalScalingInitContainers"})
+	})
 
 	// A pod created now runs only if the agent syncs pods: by then it has
 	// also synced every pod it found.
