@@ -37,6 +37,15 @@ echo "curl (stand-in): only curl [options] URL is supported" >&2
 exit 2
 `
 
+// bashStandIn is /bin/bash of the agnhost images: the upstream image has
+// bash, which probe tests run their scripts with (a SIGTERM trap, a loop);
+// busybox sh runs them.
+const bashStandIn = `#!/bin/sh
+# bash stand-in: busybox sh runs the script; bash's own extensions are not
+# supported.
+exec /bin/sh "$@"
+`
+
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // BuildTestImage writes ref, an image of upstream's e2e framework named by
@@ -47,8 +56,9 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //   - agnhost: the agnhost program (bins.Agnhost) as /agnhost (and
 //     /agnhost-2) over the busybox layer, entrypoint /agnhost, command
 //     pause, with the user-defined-in-image user (1000) and
-//     group-defined-in-image group (50000) the upstream image adds, and a
-//     curl that fetches its URL argument with busybox wget;
+//     group-defined-in-image group (50000) the upstream image adds, a
+//     curl that fetches its URL argument with busybox wget and a bash that
+//     is busybox sh;
 //   - busybox: BusyboxImage's layer, command sh;
 //   - pause: PauseImage's program;
 //   - nginx: agnhost serving HTTP on port 80 (netexec), standing in for
@@ -90,6 +100,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		}
 		l.file("agnhost", agnhost, 0o755)
 		l.file("usr/bin/curl", []byte(curlStandIn), 0o755)
+		l.file("bin/bash", []byte(bashStandIn), 0o755)
 		l.symlink("agnhost-2", "agnhost")
 		l.dir("uploads", 0o755)
 		l.dir("home/user-defined-in-image", 0o755)

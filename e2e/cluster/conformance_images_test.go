@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 
 // TestBuildTestImage builds the agnhost and nonroot stand-ins from a fake
 // agnhost program and checks what the framework relies on: the entrypoint
-// and command, the user, the program and the curl stand-in in the layer.
+// and command, the user, the program and the curl and bash stand-ins in the
+// layer.
 func TestBuildTestImage(t *testing.T) {
 	if err := checkStatic(busyboxPath); err != nil {
 		testenv.Unavailable(t, "a static busybox: %v", err)
@@ -42,10 +44,20 @@ func TestBuildTestImage(t *testing.T) {
 	if got := cfg.Cmd; len(got) != 1 || got[0] != "pause" {
 		t.Errorf("agnhost command = %q, want [pause]", got)
 	}
-	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/sh", "etc/passwd", "uploads"} {
+	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads"} {
 		if !files[f] {
 			t.Errorf("agnhost image lacks %s", f)
 		}
+	}
+
+	// The bash stand-in runs a probe test's kind of script with sh.
+	bash := filepath.Join(dir, "bash")
+	if err := os.WriteFile(bash, []byte(bashStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bash, "-c", `_term() { echo "$1"; }; trap '_term late' TERM; _term ok`).CombinedOutput()
+	if err != nil || string(out) != "ok\n" {
+		t.Errorf("bash stand-in: %q, %v; want ok", out, err)
 	}
 
 	ref = "nodekit.local/e2e/nonroot:1.5"
