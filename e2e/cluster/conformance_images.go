@@ -57,8 +57,9 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     /agnhost-2) over the busybox layer, entrypoint /agnhost, command
 //     pause, with the user-defined-in-image user (1000) and
 //     group-defined-in-image group (50000) the upstream image adds, a
-//     curl that fetches its URL argument with busybox wget and a bash that
-//     is busybox sh;
+//     curl that fetches its URL argument with busybox wget, a bash that is
+//     busybox sh, and the image's TLS key pair (/localhost.crt,
+//     /localhost.key) from the Kubernetes source;
 //   - busybox: BusyboxImage's layer, command sh;
 //   - pause: PauseImage's program;
 //   - nginx: agnhost serving HTTP on port 80 (netexec), standing in for
@@ -104,6 +105,17 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		l.symlink("agnhost-2", "agnhost")
 		l.dir("uploads", 0o755)
 		l.dir("home/user-defined-in-image", 0o755)
+		// netexec serves HTTPS with the image's /localhost.crt and
+		// /localhost.key (the https lifecycle hook tests).
+		if bins.Source != "" {
+			for _, f := range []string{"localhost.crt", "localhost.key"} {
+				data, err := os.ReadFile(filepath.Join(bins.Source, "test", "images", "agnhost", "porter", f))
+				if err != nil {
+					return nil, err
+				}
+				l.file(f, data, 0o644)
+			}
+		}
 		return l, nil
 	}
 	switch name {

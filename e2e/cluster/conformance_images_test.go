@@ -30,7 +30,17 @@ func TestBuildTestImage(t *testing.T) {
 	if err := os.WriteFile(fakeAgnhost, []byte("agnhost"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bins := ConformanceBinaries{Agnhost: fakeAgnhost}
+	// The source holds the image's TLS key pair.
+	porter := filepath.Join(dir, "src", "test", "images", "agnhost", "porter")
+	if err := os.MkdirAll(porter, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"localhost.crt", "localhost.key"} {
+		if err := os.WriteFile(filepath.Join(porter, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bins := ConformanceBinaries{Agnhost: fakeAgnhost, Source: filepath.Join(dir, "src")}
 
 	ref := "nodekit.local/e2e/agnhost:2.66.1"
 	archive, err := BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil)
@@ -44,7 +54,7 @@ func TestBuildTestImage(t *testing.T) {
 	if got := cfg.Cmd; len(got) != 1 || got[0] != "pause" {
 		t.Errorf("agnhost command = %q, want [pause]", got)
 	}
-	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads"} {
+	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads", "localhost.crt", "localhost.key"} {
 		if !files[f] {
 			t.Errorf("agnhost image lacks %s", f)
 		}
