@@ -20,7 +20,7 @@ var ErrNoLocalTestImage = errors.New("no local build of this image")
 
 // TestImageNames are the image names (the last element of the repository,
 // as in test/utils/image/manifest.go) BuildTestImage builds.
-var TestImageNames = []string{"agnhost", "busybox", "pause", "nginx", "kitten", "nautilus", "nonroot", "nonewprivs"}
+var TestImageNames = []string{"agnhost", "busybox", "pause", "nginx", "kitten", "nautilus", "nonroot", "nonewprivs", "glibc-dns-testing"}
 
 // curlStandIn is /usr/bin/curl of the agnhost images: the upstream image
 // has curl, which lifecycle hook tests run (curl http://host:port/path);
@@ -61,6 +61,8 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     busybox sh, and the image's TLS key pair (/localhost.crt,
 //     /localhost.key) from the Kubernetes source;
 //   - busybox: BusyboxImage's layer, command sh;
+//   - glibc-dns-testing: the same: the tests run hostname and hostname -f,
+//     which the static (glibc) busybox resolves from /etc/hosts;
 //   - pause: PauseImage's program;
 //   - nginx: agnhost serving HTTP on port 80 (netexec), standing in for
 //     nginx, which no test here exercises beyond serving;
@@ -148,7 +150,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 			}
 		}
 		config.Entrypoint, config.Cmd = []string{"/agnhost"}, []string{"test-webserver"}
-	case "busybox":
+	case "busybox", "glibc-dns-testing":
 		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
 			return fail(err)
 		}

@@ -78,6 +78,14 @@ func TestBuildTestImage(t *testing.T) {
 		t.Errorf("nonroot user = %q, want 1234", cfg.User)
 	}
 
+	ref = "nodekit.local/e2e/glibc-dns-testing:2.1.1"
+	if archive, err = BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, files := readTestImage(t, archive, ref); !files["bin/hostname"] || len(cfg.Cmd) != 1 || cfg.Cmd[0] != "sh" {
+		t.Errorf("glibc-dns-testing: command %q, hostname in the layer: %v; want sh and hostname", cfg.Cmd, files["bin/hostname"])
+	}
+
 	if _, err := BuildTestImage(t.Context(), Source{}, bins, "nodekit.local/e2e/perl:5.26", dir, nil); !errors.Is(err, ErrNoLocalTestImage) {
 		t.Errorf("perl: err = %v, want ErrNoLocalTestImage", err)
 	}
