@@ -60,7 +60,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     curl that fetches its URL argument with busybox wget, a bash that is
 //     busybox sh, and the image's TLS key pair (/localhost.crt,
 //     /localhost.key) from the Kubernetes source;
-//   - busybox: BusyboxImage's layer, command sh;
+//   - busybox: BusyboxImage's layer with /bin/sysctl, command sh;
 //   - glibc-dns-testing: the same: the tests run hostname and hostname -f,
 //     which the static (glibc) busybox resolves from /etc/hosts;
 //   - pause: PauseImage's program;
@@ -154,6 +154,9 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
 			return fail(err)
 		}
+		// The upstream busybox image has every applet in /bin; the sysctl
+		// tests run /bin/sysctl, which Debian's busybox puts in /sbin.
+		layer.symlink("bin/sysctl", "/bin/busybox")
 		config.Cmd = []string{"sh"}
 	case "nonroot":
 		if layer, err = busyboxLayer(ctx, "", ""); err != nil {

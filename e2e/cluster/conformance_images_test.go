@@ -82,8 +82,9 @@ func TestBuildTestImage(t *testing.T) {
 	if archive, err = BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, files := readTestImage(t, archive, ref); !files["bin/hostname"] || len(cfg.Cmd) != 1 || cfg.Cmd[0] != "sh" {
-		t.Errorf("glibc-dns-testing: command %q, hostname in the layer: %v; want sh and hostname", cfg.Cmd, files["bin/hostname"])
+	if cfg, files := readTestImage(t, archive, ref); !files["bin/hostname"] || !files["bin/sysctl"] || len(cfg.Cmd) != 1 || cfg.Cmd[0] != "sh" {
+		t.Errorf("glibc-dns-testing (the busybox image): command %q, hostname and /bin/sysctl in the layer: %v, %v; want sh and both",
+			cfg.Cmd, files["bin/hostname"], files["bin/sysctl"])
 	}
 
 	if _, err := BuildTestImage(t.Context(), Source{}, bins, "nodekit.local/e2e/perl:5.26", dir, nil); !errors.Is(err, ErrNoLocalTestImage) {
