@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,5 +239,23 @@ func TestNoCgroupManagerWithoutCgroupsPerQOS(t *testing.T) {
 		if (m != nil) != perQOS {
 			t.Errorf("cgroupsPerQOS=%t: cgroup manager built: %t", perQOS, m != nil)
 		}
+	}
+}
+
+// TestAgentReplacesAKubeletsDeclaredFeatures: a node taken over from a
+// kubelet carries the kubelet's status.declaredFeatures; the agent writes
+// its own, so that the scheduler places no pod needing what it does not do
+// (RestartAllContainers, pod-level resize, WebSockets to the node).
+func TestAgentReplacesAKubeletsDeclaredFeatures(t *testing.T) {
+	kubelets := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling",
+		"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "kubelets-node"},
+		Status: v1.NodeStatus{DeclaredFeatures: kubelets}})
+	n := agenttest.Start(t, agenttest.Options{Client: client})
+	ctx := agenttest.Context(t)
+	want := []string{"InPlacePodVerticalScalingInitContainers"}
+	node := n.WaitForNode(ctx, func(n *v1.Node) bool { return slices.Equal(n.Status.DeclaredFeatures, want) })
+	if node.UID != "kubelets-node" {
+		t.Errorf("node UID = %s: the agent re-created the node instead of taking it over", node.UID)
 	}
 }

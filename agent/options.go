@@ -13,6 +13,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodekit/nodekit"
 	"github.com/nodekit/nodekit/certificate"
 	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/eviction"
@@ -82,9 +83,15 @@ func (cfg *Config) StatusOptions(onRepeatedFailure func()) status.Options {
 
 // SetterOptions returns the options of the default node status setters:
 // addresses, capacity and allocatable (maxPods, podsPerCore, kubeReserved,
-// systemReserved, hard eviction thresholds), images, the kubelet port.
+// systemReserved, hard eviction thresholds), images, the kubelet port, and
+// the node features this agent implements (pods.NodeDeclaredFeatures, which
+// replace what a kubelet that ran the node before declared).
 func (cfg *Config) SetterOptions() (status.SetterOptions, error) {
 	kc := &cfg.Kubelet
+	declared, err := pods.NodeDeclaredFeatures(nodekit.KubeletVersion())
+	if err != nil {
+		return status.SetterOptions{}, err
+	}
 	kubeReserved, err := parseResourceList(kc.KubeReserved)
 	if err != nil {
 		return status.SetterOptions{}, fmt.Errorf("kubeReserved: %w", err)
@@ -105,6 +112,7 @@ func (cfg *Config) SetterOptions() (status.SetterOptions, error) {
 		NodeStatusMaxImages:             kc.NodeStatusMaxImages,
 		KubeletPort:                     kc.Port,
 		Roots:                           status.MachineRoots{RootDir: cfg.RootDir},
+		DeclaredFeatures:                declared,
 	}, nil
 }
 

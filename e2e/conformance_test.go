@@ -13,12 +13,13 @@ import (
 	"github.com/nodekit/nodekit/e2e/conformance"
 )
 
-// conformanceSubset are upstream [sig-node] [Conformance] tests (e2e.test
-// of the pinned Kubernetes) that CI runs against a nodekit node: tests that
-// pass on nodekit and on the kubelet here, chosen to cover the pod
-// lifecycle, container status, probes, lifecycle hooks, init containers,
-// the downward API, configMap/secret environment, security context, exec
-// through the kubelet API and in-place resize, within a few minutes. cmd/conformance runs
+// conformanceSubset are upstream [sig-node] [Conformance] and
+// [NodeConformance] tests (e2e.test of the pinned Kubernetes) that CI runs
+// against a nodekit node: tests that pass on nodekit and on the kubelet
+// here, chosen to cover the pod lifecycle, container status, probes,
+// lifecycle hooks, init containers, the downward API, configMap/secret
+// environment, security context, exec through the kubelet API, in-place
+// resize and spec.hostnameOverride, within a few minutes. cmd/conformance runs
 // the whole focus.
 var conformanceSubset = []string{
 	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
@@ -37,6 +38,7 @@ var conformanceSubset = []string{
 	"[sig-node] Variable Expansion should allow composing env vars into new env vars [Conformance] [NodeConformance]",
 	"[sig-node] Kubelet when scheduling a busybox command that always fails in a pod should have an terminated reason [Conformance] [NodeConformance]",
 	"[sig-node] Pod InPlace Resize Container burstable pods - extended 6 containers - various operations performed (including adding limits and requests) [MinimumKubeletVersion:1.34] [Conformance]",
+	"[sig-node] Override hostname of Pod a pod with only hostnameOverride field will have hostnameOverride as hostname [NodeConformance]",
 }
 
 // TestConformanceSubset runs conformanceSubset with upstream's e2e.test

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -106,9 +107,20 @@ func TestHandoverFromKubelet(t *testing.T) {
 		t.Logf("waiting %s for the youngest container to be older than the restart grace period", d.Round(100*time.Millisecond))
 		time.Sleep(d)
 	}
+	kubeletNode, err := env.cp.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(kubeletNode.Status.DeclaredFeatures, "RestartAllContainersOnContainerExits") {
+		t.Fatalf("the kubelet declared %v, want its default features (RestartAllContainersOnContainerExits among them)", kubeletNode.Status.DeclaredFeatures)
+	}
 
 	agent, agentStart := k.handOver(t, "--sync-frequency="+handoverSyncFrequency.String())
 	cri := k.cri
+	// The node declares the agent's features, not the kubelet's leftover.
+	waitForNode(t, name, "declaring nodekit's features only", time.Minute, func(n *v1.Node) bool {
+		return slices.Equal(n.Status.DeclaredFeatures, []string{"InPlacePodVerticalScalingInitContainers"})
+	})
 
 	// A pod created now runs only if the agent syncs pods: by then it has
 	// also synced every pod it found.

@@ -38,7 +38,10 @@
 // table. The admit handlers that refuse are the kubelet's: Sysctls
 // (SysctlForbidden), GeneralPredicates, AppArmor, PodFeatures and
 // DeclaredFeatures (PodFeatureUnsupported); spec.activeDeadlineSeconds
-// fails a pod that runs past it (DeadlineExceeded).
+// fails a pod that runs past it (DeadlineExceeded). NodeDeclaredFeatures is
+// what the node declares in status.declaredFeatures, the node features of
+// k8s.io/component-helpers/nodedeclaredfeatures it implements; a test fails
+// for a feature of that registry judged neither way.
 //
 // # In-place resize
 //

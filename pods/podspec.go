@@ -4,13 +4,21 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
 	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
-	ndffeatures "k8s.io/component-helpers/nodedeclaredfeatures/features"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/dranodeallocatableresources"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/draoptionalnodeoperations"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/extendwebsocketstokubelet"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/inplacepodresize"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/usernamespaceshostnetwork"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/volumebindmountoptions"
+	ndftypes "k8s.io/component-helpers/nodedeclaredfeatures/types"
 
 	"github.com/nodekit/nodekit/podstate"
 )
@@ -251,18 +259,71 @@ func PodFeatures() AdmitHandler {
 	})
 }
 
+// implementedFeatures are the node features of
+// k8s.io/component-helpers/nodedeclaredfeatures this node implements, by
+// the feature gate each one's discovery asks for: a running non-sidecar
+// init container is resized in place (runtime's computePodActions).
+var implementedFeatures = ndftypes.FeatureGateMap{
+	inplacepodresize.IPPRInitContainersFeatureGate: true,
+}
+
+// undeclaredFeatures are the node features of the registry this node does
+// not implement, with why: a pod needing one is not scheduled here (the
+// scheduler matches status.declaredFeatures) and is refused if bound
+// anyway. A feature upstream adds to the registry is in neither table, and
+// a test fails.
+var undeclaredFeatures = map[string]string{
+	restartallcontainers.RestartAllContainersOnContainerExits:      "RestartAllContainers restart rules are refused at admission",
+	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              "a resize of pod-level resources is left PodResizePending Infeasible",
+	inplacepodresize.IPPRMemoryBackedVolumesFeatureGate:            "memory-backed emptyDir size limits are not resized (alpha, off on the kubelet too)",
+	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: "the node API speaks SPDY only: the API server translates WebSockets (server/doc.go)",
+	usernamespaceshostnetwork.UserNamespacesHostNetworkSupport:     "user namespaces are refused at admission (alpha, off on the kubelet too)",
+	dranodeallocatableresources.DRANodeAllocatableResourcesFeature: "DRA is not implemented (alpha, off on the kubelet too)",
+	draoptionalnodeoperations.DRAOptionalNodeOperationsFeatureGate: "DRA is not implemented (alpha, off on the kubelet too)",
+	volumebindmountoptions.VolumeBindMountOptionsFeatureName:       "volumeMounts' bindMountOptions are not passed to the runtime",
+}
+
+// NodeDeclaredFeatures returns the node's status.declaredFeatures: the
+// features of k8s.io/component-helpers/nodedeclaredfeatures this node
+// implements, discovered as the kubelet discovers its own for
+// kubeletVersion (a feature past its registry MaxVersion is not declared),
+// sorted as the API requires. It is never nil, so that a node taken over
+// from a kubelet drops the kubelet's declaration.
+func NodeDeclaredFeatures(kubeletVersion string) ([]string, error) {
+	v, err := version.ParseSemantic(kubeletVersion)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet version %q: %w", kubeletVersion, err)
+	}
+	names := ndf.DefaultFramework.DiscoverNodeFeatures(&ndf.NodeConfiguration{FeatureGates: implementedFeatures, Version: v})
+	if names == nil {
+		names = []string{}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 // DeclaredFeatures is the kubelet's declared-features admit handler: a pod
 // that needs a node feature (k8s.io/component-helpers/nodedeclaredfeatures,
 // e.g. RestartAllContainersOnContainerExits for a RestartAllContainers
-// restart rule) the node's status.declaredFeatures does not list is
+// restart rule) this node does not implement (NodeDeclaredFeatures) is
 // refused with PodFeatureUnsupported, as on a kubelet without that
-// feature. kubeletVersion is the version the node reports.
+// feature. As the kubelet's, it matches the node's own features, not the
+// Node object's, which may still carry what a previous agent declared.
+// kubeletVersion is the version the node reports.
 func DeclaredFeatures(kubeletVersion string) (AdmitHandler, error) {
 	v, err := version.ParseSemantic(kubeletVersion)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet version %q: %w", kubeletVersion, err)
 	}
-	fw := ndf.New(ndffeatures.AllFeatures)
+	names, err := NodeDeclaredFeatures(kubeletVersion)
+	if err != nil {
+		return nil, err
+	}
+	fw := ndf.DefaultFramework
+	own, err := fw.MapSorted(names)
+	if err != nil {
+		return nil, fmt.Errorf("declared features %v: %w", names, err)
+	}
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		reqs, err := fw.InferForPodScheduling(&ndf.PodInfo{Spec: &a.Pod.Spec, Status: &a.Pod.Status}, v)
 		if err != nil {
@@ -271,11 +332,7 @@ func DeclaredFeatures(kubeletVersion string) (AdmitHandler, error) {
 		if reqs.IsEmpty() {
 			return AdmitResult{Admit: true}
 		}
-		node := a.Node
-		if node == nil {
-			node = &v1.Node{}
-		}
-		match, err := fw.MatchNode(reqs, node)
+		match, err := fw.MatchNodeFeatureSet(reqs, own)
 		if err != nil {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported, Message: fmt.Sprintf("Failed to match pod's feature requirements against the node: %v", err)}
 		}

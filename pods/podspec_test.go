@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	ndffeatures "k8s.io/component-helpers/nodedeclaredfeatures/features"
+	ndftypes "k8s.io/component-helpers/nodedeclaredfeatures/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -144,9 +146,11 @@ func TestDeclaredFeaturesRefusesRestartAllContainers(t *testing.T) {
 		r.Message != "Pod requires node features that are not available: RestartAllContainersOnContainerExits" {
 		t.Errorf("RestartAllContainers on a node not declaring it: %+v", r)
 	}
+	// A Node still carrying a kubelet's declaration (after a handover)
+	// does not make the feature this node's.
 	node.Status.DeclaredFeatures = []string{"RestartAllContainersOnContainerExits"}
-	if r := h.Admit(AdmitAttributes{Pod: pod, Node: node}); !r.Admit {
-		t.Errorf("declared: %+v", r)
+	if r := h.Admit(AdmitAttributes{Pod: pod, Node: node}); r.Admit || r.Reason != "PodFeatureUnsupported" {
+		t.Errorf("RestartAllContainers on a node whose object declares a kubelet's features: %+v", r)
 	}
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}, Node: admitNode()}); !r.Admit {
 		t.Errorf("plain pod: %+v", r)
@@ -181,5 +185,50 @@ func TestGeneralPredicatesOSAndGroupsPolicy(t *testing.T) {
 		if r.Admit != (tc.wantReason == "") || r.Reason != tc.wantReason {
 			t.Errorf("%s: %+v, want reason %q", tc.name, r, tc.wantReason)
 		}
+	}
+}
+
+func TestNodeDeclaredFeatures(t *testing.T) {
+	got, err := NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"InPlacePodVerticalScalingInitContainers"}; !slices.Equal(got, want) {
+		t.Errorf("NodeDeclaredFeatures = %v, want %v", got, want)
+	}
+	if _, err := NodeDeclaredFeatures("not a version"); err == nil {
+		t.Error("a kubelet version that does not parse was accepted")
+	}
+	// Every feature of the registry is either implemented or named as not,
+	// with a reason: a feature upstream adds fails here until judged.
+	for _, f := range ndffeatures.AllFeatures {
+		name := f.Name()
+		declared := slices.Contains(got, name)
+		reason, undeclared := undeclaredFeatures[name]
+		switch {
+		case declared && undeclared:
+			t.Errorf("%s is declared and listed as not implemented (%s)", name, reason)
+		case !declared && !undeclared:
+			t.Errorf("node feature %s is neither declared nor listed as not implemented with a reason", name)
+		}
+	}
+	for name := range undeclaredFeatures {
+		if !slices.ContainsFunc(ndffeatures.AllFeatures, func(f ndftypes.Feature) bool { return f.Name() == name }) {
+			t.Errorf("undeclaredFeatures lists %s, which the registry does not have", name)
+		}
+	}
+}
+
+func TestDeclaredFeaturesAdmitsWhatTheNodeDeclares(t *testing.T) {
+	h, err := DeclaredFeatures("v1.37.2+nodekit.0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bindMountOptions need VolumeBindMountOptions, not implemented.
+	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a",
+		VolumeMounts: []v1.VolumeMount{{Name: "v", MountPath: "/v", BindMountOptions: []string{string(v1.BindMountOptionNoExec)}}}}}}}
+	r := h.Admit(AdmitAttributes{Pod: pod, Node: admitNode()})
+	if r.Admit || r.Message != "Pod requires node features that are not available: VolumeBindMountOptions" {
+		t.Errorf("bindMountOptions: %+v", r)
 	}
 }

@@ -169,7 +169,12 @@ func (c *ControlPlane) NewKubelet(opts KubeletOptions) (*Agent, error) {
 		"failCgroupV1":             false,
 		"failSwapOn":               false,
 		"evictionHard":             sharedDiskEvictionHard(),
-		"podLogsDir":               filepath.Join(a.Dir, "pod-logs"),
+		// No image garbage collection by disk usage, as for the agent
+		// (NewAgent): on a host disk the kubelet measures 85 % full it
+		// removed the side-loaded pause image mid-run, and every later
+		// pod failed to get its sandbox.
+		"imageGCHighThresholdPercent": 100,
+		"podLogsDir":                  filepath.Join(a.Dir, "pod-logs"),
 		"authentication": map[string]any{
 			"x509": map[string]any{"clientCAFile": c.PKI.CA.Cert},
 		},

@@ -20,7 +20,7 @@ var ErrNoLocalTestImage = errors.New("no local build of this image")
 
 // TestImageNames are the image names (the last element of the repository,
 // as in test/utils/image/manifest.go) BuildTestImage builds.
-var TestImageNames = []string{"agnhost", "busybox", "pause", "nginx", "kitten", "nautilus", "nonroot", "nonewprivs"}
+var TestImageNames = []string{"agnhost", "busybox", "pause", "nginx", "kitten", "nautilus", "nonroot", "nonewprivs", "glibc-dns-testing"}
 
 // curlStandIn is /usr/bin/curl of the agnhost images: the upstream image
 // has curl, which lifecycle hook tests run (curl http://host:port/path);
@@ -37,6 +37,15 @@ echo "curl (stand-in): only curl [options] URL is supported" >&2
 exit 2
 `
 
+// bashStandIn is /bin/bash of the agnhost images: the upstream image has
+// bash, which probe tests run their scripts with (a SIGTERM trap, a loop);
+// busybox sh runs them.
+const bashStandIn = `#!/bin/sh
+# bash stand-in: busybox sh runs the script; bash's own extensions are not
+# supported.
+exec /bin/sh "$@"
+`
+
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // BuildTestImage writes ref, an image of upstream's e2e framework named by
@@ -47,9 +56,13 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //   - agnhost: the agnhost program (bins.Agnhost) as /agnhost (and
 //     /agnhost-2) over the busybox layer, entrypoint /agnhost, command
 //     pause, with the user-defined-in-image user (1000) and
-//     group-defined-in-image group (50000) the upstream image adds, and a
-//     curl that fetches its URL argument with busybox wget;
-//   - busybox: BusyboxImage's layer, command sh;
+//     group-defined-in-image group (50000) the upstream image adds, a
+//     curl that fetches its URL argument with busybox wget, a bash that is
+//     busybox sh, and the image's TLS key pair (/localhost.crt,
+//     /localhost.key) from the Kubernetes source;
+//   - busybox: BusyboxImage's layer with /bin/sysctl, command sh;
+//   - glibc-dns-testing: the same: the tests run hostname and hostname -f,
+//     which the static (glibc) busybox resolves from /etc/hosts;
 //   - pause: PauseImage's program;
 //   - nginx: agnhost serving HTTP on port 80 (netexec), standing in for
 //     nginx, which no test here exercises beyond serving;
@@ -90,9 +103,21 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		}
 		l.file("agnhost", agnhost, 0o755)
 		l.file("usr/bin/curl", []byte(curlStandIn), 0o755)
+		l.file("bin/bash", []byte(bashStandIn), 0o755)
 		l.symlink("agnhost-2", "agnhost")
 		l.dir("uploads", 0o755)
 		l.dir("home/user-defined-in-image", 0o755)
+		// netexec serves HTTPS with the image's /localhost.crt and
+		// /localhost.key (the https lifecycle hook tests).
+		if bins.Source != "" {
+			for _, f := range []string{"localhost.crt", "localhost.key"} {
+				data, err := os.ReadFile(filepath.Join(bins.Source, "test", "images", "agnhost", "porter", f))
+				if err != nil {
+					return nil, err
+				}
+				l.file(f, data, 0o644)
+			}
+		}
 		return l, nil
 	}
 	switch name {
@@ -125,10 +150,13 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 			}
 		}
 		config.Entrypoint, config.Cmd = []string{"/agnhost"}, []string{"test-webserver"}
-	case "busybox":
+	case "busybox", "glibc-dns-testing":
 		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
 			return fail(err)
 		}
+		// The upstream busybox image has every applet in /bin; the sysctl
+		// tests run /bin/sysctl, which Debian's busybox puts in /sbin.
+		layer.symlink("bin/sysctl", "/bin/busybox")
 		config.Cmd = []string{"sh"}
 	case "nonroot":
 		if layer, err = busyboxLayer(ctx, "", ""); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 
 // TestBuildTestImage builds the agnhost and nonroot stand-ins from a fake
 // agnhost program and checks what the framework relies on: the entrypoint
-// and command, the user, the program and the curl stand-in in the layer.
+// and command, the user, the program and the curl and bash stand-ins in the
+// layer.
 func TestBuildTestImage(t *testing.T) {
 	if err := checkStatic(busyboxPath); err != nil {
 		testenv.Unavailable(t, "a static busybox: %v", err)
@@ -28,7 +30,17 @@ func TestBuildTestImage(t *testing.T) {
 	if err := os.WriteFile(fakeAgnhost, []byte("agnhost"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bins := ConformanceBinaries{Agnhost: fakeAgnhost}
+	// The source holds the image's TLS key pair.
+	porter := filepath.Join(dir, "src", "test", "images", "agnhost", "porter")
+	if err := os.MkdirAll(porter, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"localhost.crt", "localhost.key"} {
+		if err := os.WriteFile(filepath.Join(porter, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bins := ConformanceBinaries{Agnhost: fakeAgnhost, Source: filepath.Join(dir, "src")}
 
 	ref := "nodekit.local/e2e/agnhost:2.66.1"
 	archive, err := BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil)
@@ -42,10 +54,20 @@ func TestBuildTestImage(t *testing.T) {
 	if got := cfg.Cmd; len(got) != 1 || got[0] != "pause" {
 		t.Errorf("agnhost command = %q, want [pause]", got)
 	}
-	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/sh", "etc/passwd", "uploads"} {
+	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads", "localhost.crt", "localhost.key"} {
 		if !files[f] {
 			t.Errorf("agnhost image lacks %s", f)
 		}
+	}
+
+	// The bash stand-in runs a probe test's kind of script with sh.
+	bash := filepath.Join(dir, "bash")
+	if err := os.WriteFile(bash, []byte(bashStandIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bash, "-c", `_term() { echo "$1"; }; trap '_term late' TERM; _term ok`).CombinedOutput()
+	if err != nil || string(out) != "ok\n" {
+		t.Errorf("bash stand-in: %q, %v; want ok", out, err)
 	}
 
 	ref = "nodekit.local/e2e/nonroot:1.5"
@@ -54,6 +76,15 @@ func TestBuildTestImage(t *testing.T) {
 	}
 	if cfg, _ := readTestImage(t, archive, ref); cfg.User != "1234" {
 		t.Errorf("nonroot user = %q, want 1234", cfg.User)
+	}
+
+	ref = "nodekit.local/e2e/glibc-dns-testing:2.1.1"
+	if archive, err = BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, files := readTestImage(t, archive, ref); !files["bin/hostname"] || !files["bin/sysctl"] || len(cfg.Cmd) != 1 || cfg.Cmd[0] != "sh" {
+		t.Errorf("glibc-dns-testing (the busybox image): command %q, hostname and /bin/sysctl in the layer: %v, %v; want sh and both",
+			cfg.Cmd, files["bin/hostname"], files["bin/sysctl"])
 	}
 
 	if _, err := BuildTestImage(t.Context(), Source{}, bins, "nodekit.local/e2e/perl:5.26", dir, nil); !errors.Is(err, ErrNoLocalTestImage) {

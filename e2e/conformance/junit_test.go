@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,20 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 	if got := r.NodekitOnlyFailures(); len(got) != 1 || got[0].Name != update {
 		t.Errorf("NodekitOnlyFailures = %+v, want only %q", got, update)
+	}
+}
+
+func TestResultMerge(t *testing.T) {
+	r := &Result{Agent: Nodekit, Duration: time.Minute, Cases: []Case{
+		{Name: "a", State: Passed},
+		{Name: "b", State: Failed, Reason: "[TIMEDOUT] suite timeout"},
+	}}
+	r.Merge(&Result{Agent: Nodekit, Duration: 2 * time.Minute, Cases: []Case{
+		{Name: "b", State: Passed},
+		{Name: "c", State: Failed, Reason: "no"},
+	}})
+	want := []Case{{Name: "a", State: Passed}, {Name: "b", State: Passed}, {Name: "c", State: Failed, Reason: "no"}}
+	if !reflect.DeepEqual(r.Cases, want) || r.Duration != 3*time.Minute {
+		t.Errorf("merged = %+v in %s, want %+v in 3m", r.Cases, r.Duration, want)
 	}
 }

@@ -38,6 +38,25 @@ func ReadResult(agent Agent, path string) (*Result, error) {
 	return &Result{Agent: agent, Cases: cases, Dir: filepath.Dir(path)}, nil
 }
 
+// Merge adds the cases of later, a run of the same agent made after r (a
+// focus run in chunks, or a test run again): a test in both takes later's
+// result. Durations add up.
+func (r *Result) Merge(later *Result) {
+	at := map[string]int{}
+	for i, c := range r.Cases {
+		at[c.Name] = i
+	}
+	for _, c := range later.Cases {
+		if i, ok := at[c.Name]; ok {
+			r.Cases[i] = c
+			continue
+		}
+		at[c.Name] = len(r.Cases)
+		r.Cases = append(r.Cases, c)
+	}
+	r.Duration += later.Duration
+}
+
 // Count returns how many cases ended in state s.
 func (r *Result) Count(s State) int {
 	n := 0

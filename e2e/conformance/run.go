@@ -51,8 +51,9 @@ type Options struct {
 	// Procs is the number of parallel ginkgo processes (default 1). Specs
 	// marked [Serial] run alone at the end either way.
 	Procs int
-	// Timeout bounds each agent's ginkgo run (ginkgo --timeout); default
-	// 2 hours.
+	// Timeout bounds each agent's ginkgo run (ginkgo --timeout: the specs
+	// not started by then are reported skipped); a ginkgo still running
+	// 3 minutes past it is killed and Run fails. Default 2 hours.
 	Timeout time.Duration
 	// Dir keeps the state and logs of the run: the control plane, each
 	// agent's containerd, node and report. Required.
@@ -408,7 +409,13 @@ func (r *runner) ginkgo(ctx context.Context, a Agent, dir string, node *cluster.
 		return nil, err
 	}
 	defer logFile.Close()
-	cmd := exec.CommandContext(ctx, r.bins.Ginkgo, args...)
+	// ginkgo ends the suite at --timeout itself, then runs the cleanups of
+	// the interrupted specs (each bounded by its grace period) and writes
+	// the report. A run still going well past that is killed, so a bound
+	// given to the runner holds (the machine's e2e lock is shared).
+	bounded, cancel := context.WithTimeout(ctx, r.opts.Timeout+ginkgoOverrun)
+	defer cancel()
+	cmd := exec.CommandContext(bounded, r.bins.Ginkgo, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+r.repoList)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -418,6 +425,12 @@ func (r *runner) ginkgo(ctx context.Context, a Agent, dir string, node *cluster.
 	fmt.Fprintf(logFile, "KUBE_TEST_REPO_LIST=%s %s %s\n", r.repoList, r.bins.Ginkgo, strings.Join(args, " "))
 	start := time.Now()
 	runErr := cmd.Run() // non-zero when a test failed: the report says which
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if runErr != nil && bounded.Err() != nil {
+		return nil, fmt.Errorf("ginkgo ran %s past its timeout %s and was killed (log %s)", ginkgoOverrun, r.opts.Timeout, logPath)
+	}
 	res := &Result{Agent: a, Duration: time.Since(start), Dir: dir}
 	f, err := os.Open(filepath.Join(reportDir, "junit_01.xml"))
 	if err != nil {
@@ -427,11 +440,12 @@ func (r *runner) ginkgo(ctx context.Context, a Agent, dir string, node *cluster.
 	if res.Cases, err = parseJUnit(f); err != nil {
 		return nil, err
 	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
 	return res, nil
 }
+
+// ginkgoOverrun is how long ginkgo may run past its --timeout (the
+// interrupted specs' cleanups, the report) before it is killed.
+const ginkgoOverrun = 3 * time.Minute
 
 // e2eFlags are e2e.test's flags for a cluster of one node that runs no
 // system pods: the admin kubeconfig, the skeleton provider, one node, no

@@ -44,10 +44,10 @@ func run(args []string) (err error) {
 	skip := fs.String("skip", "", "ginkgo --skip: tests of the focus not to run")
 	agents := fs.String("agents", "nodekit,kubelet", "comma-separated node agents to run against, in order: nodekit, kubelet")
 	procs := fs.Int("procs", 1, "parallel ginkgo processes ([Serial] tests run alone either way)")
-	timeout := fs.Duration("timeout", 2*time.Hour, "bound of each agent's run")
+	timeout := fs.Duration("timeout", 2*time.Hour, "bound of each agent's tests (ginkgo --timeout: the specs left are not run; ginkgo still running 3 min past it is killed)")
 	dir := fs.String("dir", "", "keep state, logs and reports in this directory (default: a temporary one, kept when a test fails)")
 	out := fs.String("out", "", "write the markdown table to this file instead of stdout")
-	fromJUnit := fs.String("junit", "", "write the table from existing JUnit reports instead of running: agent=path,... (e.g. nodekit=DIR/nodekit/report/junit_01.xml,kubelet=...)")
+	fromJUnit := fs.String("junit", "", "write the table from existing JUnit reports instead of running: agent=path,... (e.g. nodekit=DIR/nodekit/report/junit_01.xml,kubelet=...); several reports of one agent (a focus run in chunks) are merged, a test in a later one taking its result")
 	buildOnly := fs.Bool("build", false, "only build (or find in the cache) e2e.test, ginkgo, agnhost and nnp, and the kubelet when -agents has it, and print their paths")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,6 +81,10 @@ func run(args []string) (err error) {
 			res, err := conformance.ReadResult(conformance.Agent(agent), path)
 			if err != nil {
 				return err
+			}
+			if earlier := report.Result(res.Agent); earlier != nil {
+				earlier.Merge(res)
+				continue
 			}
 			report.Results = append(report.Results, res)
 		}
