@@ -18,6 +18,7 @@ import (
 	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/resources/cpumanager"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
@@ -60,6 +61,7 @@ var CRI = fx.Options(
 	VolumeStats,
 	Eviction,
 	Devices,
+	ResourceManagers,
 	PodResources,
 )
 
@@ -209,7 +211,8 @@ type podManagerParams struct {
 	Node     *status.NodeWatch
 	Services ServiceLister `optional:"true"`
 	Volumes  *volume.Manager
-	Devices  *devices.Manager `optional:"true"`
+	Devices  *devices.Manager    `optional:"true"`
+	CPUs     *cpumanager.Manager `optional:"true"`
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
@@ -237,9 +240,14 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	if p.Services != nil {
 		o.Services = p.Services
 	}
+	var hooks []containerConfigHook
 	if p.Devices != nil {
-		o.ContainerConfigHook = p.Devices.ApplyContainerConfig
+		hooks = append(hooks, p.Devices.ApplyContainerConfig)
 	}
+	if p.CPUs != nil {
+		hooks = append(hooks, p.CPUs.ApplyContainerConfig)
+	}
+	o.ContainerConfigHook = chainConfigHooks(hooks...)
 	return o, nil
 }
 

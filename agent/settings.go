@@ -157,6 +157,15 @@ var implementedSettings = map[string]string{
 	"shutdownGracePeriodCriticalPods":  "",
 	"shutdownGracePeriodByPodPriority": "",
 
+	// The CPU and topology managers (resources/, agent/resources.go).
+	"cpuManagerPolicy":             "",
+	"cpuManagerPolicyOptions":      "",
+	"cpuManagerReconcilePeriod":    "",
+	"reservedSystemCPUs":           "",
+	"topologyManagerPolicy":        "",
+	"topologyManagerScope":         "",
+	"topologyManagerPolicyOptions": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",
