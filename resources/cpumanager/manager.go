@@ -137,6 +137,12 @@ type Manager struct {
 	state   memState
 	// applied is the cpuset last given to each running container, by ID.
 	applied map[string]cpuset.CPUSet
+	// admitting is the pod being admitted, and since when: the pods loop
+	// adds it to the active pods only once every admit handler agreed, so
+	// until then (or until another pod is admitted, or a reconcile period
+	// passed: a later handler rejected it) its CPUs are not stale.
+	admitting     string
+	admittingFrom time.Time
 }
 
 // New checks the policy and its options with the kubelet's messages and
@@ -280,6 +286,9 @@ func (m *Manager) removeStaleLocked() {
 		return
 	}
 	active := map[string]map[string]bool{}
+	if m.admitting != "" && m.opts.Clock.Since(m.admittingFrom) < m.opts.ReconcilePeriod {
+		active[m.admitting] = nil
+	}
 	for _, p := range m.opts.ActivePods() {
 		cs := map[string]bool{}
 		for _, list := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
@@ -292,7 +301,7 @@ func (m *Manager) removeStaleLocked() {
 	changed := false
 	for pod, cs := range m.state.assignments {
 		for c := range cs {
-			if active[pod][c] {
+			if cs, ok := active[pod]; ok && (cs == nil || cs[c]) {
 				continue
 			}
 			m.logger.V(2).Info("CPU manager: releasing the CPUs of a container that is gone", "podUID", pod, "containerName", c, "cpus", cs[c].String())
@@ -304,6 +313,14 @@ func (m *Manager) removeStaleLocked() {
 		m.storeOrLog()
 		m.updateGauges()
 		m.poke()
+	}
+}
+
+// admit notes that pod is being admitted (under mu).
+func (m *Manager) admit(pod *v1.Pod) {
+	if m.admitting != string(pod.UID) {
+		m.admitting = string(pod.UID)
+		m.admittingFrom = m.opts.Clock.Now()
 	}
 }
 
@@ -323,6 +340,7 @@ func (m *Manager) GetTopologyHints(pod *v1.Pod, c *v1.Container) map[string][]to
 	if m.policy == nil || m.ensureLoaded() != nil {
 		return nil
 	}
+	m.admit(pod)
 	m.removeStaleLocked()
 	return m.policy.containerHints(&m.state, pod, c)
 }
@@ -334,6 +352,7 @@ func (m *Manager) GetPodTopologyHints(pod *v1.Pod) map[string][]topologymanager.
 	if m.policy == nil || m.ensureLoaded() != nil {
 		return nil
 	}
+	m.admit(pod)
 	m.removeStaleLocked()
 	return m.policy.podHints(&m.state, pod)
 }
@@ -351,6 +370,7 @@ func (m *Manager) Allocate(pod *v1.Pod, c *v1.Container) error {
 	if m.policy == nil {
 		return nil
 	}
+	m.admit(pod)
 	m.removeStaleLocked()
 	n, err := m.policy.allocate(&m.state, pod, c)
 	if n > 0 {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubetypes "k8s.io/kubelet/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodekit/nodekit/resources/topology"
@@ -213,8 +214,9 @@ func TestStaticPolicyLifecycle(t *testing.T) {
 	}
 
 	// Restart: a new Manager reads the assignment back.
+	clk := testingclock.NewFakeClock(time.Now())
 	m2, err := New(Options{Policy: PolicyStatic, ReservedCPUs: cpuset.New(0), Reserved: resource.MustParse("1"),
-		Machine: topology.Synthetic(1, 1, 2, 1, 1<<30), StateDir: dir, ActivePods: active.active, Runtime: rt})
+		Machine: topology.Synthetic(1, 1, 2, 1, 1<<30), StateDir: dir, ActivePods: active.active, Runtime: rt, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,9 @@ func TestStaticPolicyLifecycle(t *testing.T) {
 		t.Fatalf("readmission: %v, %s", err, m2.ExclusiveCPUs("g", "c0"))
 	}
 
+	// The pod goes (a reconcile period after its admission).
 	active.set(be)
+	clk.Step(DefaultReconcilePeriod)
 	m2.reconcile(context.Background())
 	if got := rt.cpuset("be-c0"); got != "0-1" {
 		t.Errorf("BestEffort on %q after the pod went, want 0-1", got)
@@ -382,7 +386,9 @@ func TestTopologyHints(t *testing.T) {
 		t.Errorf("BestEffort hints %v", h)
 	}
 	// The allocation follows the affinity.
-	m.opts.Affinity = func(string, string) topologymanager.TopologyHint { return topologymanager.TopologyHint{NUMANodeAffinity: mask(1), Preferred: true} }
+	m.opts.Affinity = func(string, string) topologymanager.TopologyHint {
+		return topologymanager.TopologyHint{NUMANodeAffinity: mask(1), Preferred: true}
+	}
 	m.policy.affinity = m.opts.Affinity
 	if err := m.Allocate(p, &p.Spec.Containers[0]); err != nil {
 		t.Fatal(err)
@@ -438,5 +444,40 @@ func TestStateOfAnotherPolicy(t *testing.T) {
 	p := guaranteed("p", "p", "1")
 	if err := static.Allocate(p, &p.Spec.Containers[0]); err == nil {
 		t.Fatal("Allocate succeeded on an unusable state")
+	}
+}
+
+// The pods loop makes a pod active only after every admit handler agreed:
+// its CPUs are not released meanwhile, but they are once another pod is
+// admitted and it never became active (a later handler rejected it), or a
+// reconcile period later.
+func TestAdmittingPodIsNotStale(t *testing.T) {
+	var active pods
+	rt := &fakeRuntime{cpusets: map[string]string{}}
+	clk := testingclock.NewFakeClock(time.Now())
+	m, err := New(Options{Policy: PolicyStatic, Reserved: resource.MustParse("1"), Machine: dualSocketHT(),
+		ActivePods: active.active, Runtime: rt, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := guaranteed("a", "a", "2")
+	if err := m.Allocate(a, &a.Spec.Containers[0]); err != nil {
+		t.Fatal(err)
+	}
+	m.reconcile(context.Background())
+	if m.ExclusiveCPUs("a", "c0").Size() != 2 {
+		t.Fatal("the CPUs of the pod being admitted were released")
+	}
+	b := guaranteed("b", "b", "1")
+	if err := m.Allocate(b, &b.Spec.Containers[0]); err != nil {
+		t.Fatal(err)
+	}
+	if m.ExclusiveCPUs("a", "c0").Size() != 0 {
+		t.Error("the CPUs of a pod rejected after allocation were kept past the next admission")
+	}
+	clk.Step(DefaultReconcilePeriod)
+	m.reconcile(context.Background())
+	if m.ExclusiveCPUs("b", "c0").Size() != 0 {
+		t.Error("the CPUs of a pod never admitted were kept past a reconcile period")
 	}
 }
