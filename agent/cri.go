@@ -19,6 +19,7 @@ import (
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/resources/cpumanager"
+	"github.com/nodekit/nodekit/resources/memorymanager"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
@@ -211,8 +212,9 @@ type podManagerParams struct {
 	Node     *status.NodeWatch
 	Services ServiceLister `optional:"true"`
 	Volumes  *volume.Manager
-	Devices  *devices.Manager    `optional:"true"`
-	CPUs     *cpumanager.Manager `optional:"true"`
+	Devices  *devices.Manager       `optional:"true"`
+	CPUs     *cpumanager.Manager    `optional:"true"`
+	Memory   *memorymanager.Manager `optional:"true"`
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
@@ -246,6 +248,9 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	}
 	if p.CPUs != nil {
 		hooks = append(hooks, p.CPUs.ApplyContainerConfig)
+	}
+	if p.Memory != nil {
+		hooks = append(hooks, p.Memory.ApplyContainerConfig)
 	}
 	o.ContainerConfigHook = chainConfigHooks(hooks...)
 	return o, nil

@@ -9,15 +9,15 @@ import (
 	"github.com/nodekit/nodekit/podresources"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/resources/cpumanager"
+	"github.com/nodekit/nodekit/resources/memorymanager"
 )
 
 // PodResources is the kubelet's pod resources API (podresources.Module) on
 // <root-dir>/pod-resources/kubelet.sock: the active pods' devices from the
-// device manager (Devices, when in the graph) and their exclusive CPUs
-// from the CPU manager (ResourceManagers). nodekit has no memory or DRA
-// manager yet, so memory and dynamic resources are empty, as the kubelet
-// reports them with its default policies; an embedder with such managers
-// sets them with fx.Decorate of podresources.Options. CRI includes it.
+// device manager (Devices, when in the graph), their exclusive CPUs and
+// NUMA memory from the CPU and memory managers (ResourceManagers). nodekit
+// has no DRA manager yet, so dynamic resources are empty; an embedder with
+// one sets them with fx.Decorate of podresources.Options. CRI includes it.
 var PodResources = fx.Options(
 	fx.Provide(providePodResourcesOptions),
 	podresources.Module,
@@ -28,8 +28,9 @@ type podResourcesParams struct {
 
 	Config  *Config
 	Store   *pods.Store
-	Devices *devices.Manager    `optional:"true"`
-	CPUs    *cpumanager.Manager `optional:"true"`
+	Devices *devices.Manager       `optional:"true"`
+	CPUs    *cpumanager.Manager    `optional:"true"`
+	Memory  *memorymanager.Manager `optional:"true"`
 }
 
 func providePodResourcesOptions(p podResourcesParams) podresources.Options {
@@ -42,6 +43,9 @@ func providePodResourcesOptions(p podResourcesParams) podresources.Options {
 	}
 	if p.CPUs != nil {
 		opts.CPUs = p.CPUs
+	}
+	if p.Memory != nil {
+		opts.Memory = p.Memory
 	}
 	return opts
 }

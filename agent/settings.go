@@ -157,7 +157,10 @@ var implementedSettings = map[string]string{
 	"shutdownGracePeriodCriticalPods":  "",
 	"shutdownGracePeriodByPodPriority": "",
 
-	// The CPU and topology managers (resources/, agent/resources.go).
+	// The CPU, memory and topology managers (resources/,
+	// agent/resources.go).
+	"memoryManagerPolicy":          "",
+	"reservedMemory":               "",
 	"cpuManagerPolicy":             "",
 	"cpuManagerPolicyOptions":      "",
 	"cpuManagerReconcilePeriod":    "",

@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/resources/internal/qos"
 	"github.com/nodekit/nodekit/resources/topology"
 	"github.com/nodekit/nodekit/resources/topologymanager"
 )
@@ -189,20 +189,13 @@ func (p *static) available(s *memState) cpuset.CPUSet {
 	return s.defaultSet.Difference(p.reserved)
 }
 
-func podQOS(pod *v1.Pod) v1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	return cgroupdriver.ComputePodQOS(pod)
-}
-
 func isIntegral(q resource.Quantity) bool { return q.Value()*1000 == q.MilliValue() }
 
 // guaranteedCPUs is the number of exclusive CPUs c gets: its integer CPU
 // request in a Guaranteed pod, else 0. Pod-level resources
 // (PodLevelResourceManagers, beta and off in 1.37) get none.
 func guaranteedCPUs(pod *v1.Pod, c *v1.Container) int {
-	if podQOS(pod) != v1.PodQOSGuaranteed || podLevelResources(pod) {
+	if qos.Of(pod) != v1.PodQOSGuaranteed || qos.PodLevelResources(pod) {
 		return 0
 	}
 	q := c.Resources.Requests[v1.ResourceCPU]
@@ -210,18 +203,6 @@ func guaranteedCPUs(pod *v1.Pod, c *v1.Container) int {
 		return 0
 	}
 	return int(q.Value())
-}
-
-func podLevelResources(pod *v1.Pod) bool {
-	r := pod.Spec.Resources
-	if r == nil {
-		return false
-	}
-	_, rc := r.Requests[v1.ResourceCPU]
-	_, rm := r.Requests[v1.ResourceMemory]
-	_, lc := r.Limits[v1.ResourceCPU]
-	_, lm := r.Limits[v1.ResourceMemory]
-	return rc || rm || lc || lm
 }
 
 // podGuaranteedCPUs is the most the pod holds at once: its app and sidecar

@@ -92,7 +92,9 @@ func Marshal(s State) ([]byte, error) {
 
 // Unmarshal parses a v4 or v2 checkpoint and verifies its checksum.
 func Unmarshal(blob []byte) (State, error) {
-	var cp CPUManagerCheckpoint
+	// Empty, not nil, as the kubelet's (the legacy checksum tells them
+	// apart).
+	cp := CPUManagerCheckpoint{CPUManagerCheckpointV2: CPUManagerCheckpointV2{Entries: map[string]map[string]string{}}}
 	if err := json.Unmarshal(blob, &cp); err != nil {
 		return State{}, fmt.Errorf("failed to deserialize cpu manager checkpoint: %w", err)
 	}
