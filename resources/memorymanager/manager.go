@@ -67,8 +67,8 @@ type Options struct {
 	// SourcesReady says whether every pod source has been seen (nil:
 	// always).
 	SourcesReady func() bool
-	// Clock dates admissions (default clock.RealClock{}).
-	Clock clock.PassiveClock
+	// Clock dates admissions and paces Run (default clock.RealClock{}).
+	Clock clock.WithTicker
 	// Registerer registers the kubelet's memory manager metrics; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
@@ -481,9 +481,10 @@ func (m *Manager) AllocatableMemory() []*podresourcesv1.ContainerMemory {
 	return toPodResources(m.allocatable)
 }
 
-// Run reads (or creates) the state file and waits until ctx is done. It
-// fails when the state file cannot be used, as the kubelet refuses to
-// start.
+// Run reads (or creates) the state file and, with the Static policy,
+// gives back the memory of pods no longer active every 10 seconds (the
+// kubelet does when their containers stop) until ctx is done. It fails
+// when the state file cannot be used, as the kubelet refuses to start.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	err := m.ensureLoaded()
@@ -491,8 +492,22 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("memory manager: %w", err)
 	}
-	<-ctx.Done()
-	return nil
+	if m.policy == nil {
+		<-ctx.Done()
+		return nil
+	}
+	t := m.opts.Clock.NewTicker(admissionWindow)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			m.mu.Lock()
+			m.removeStaleLocked()
+			m.mu.Unlock()
+		}
+	}
 }
 
 // metrics are the kubelet's memory manager metrics.

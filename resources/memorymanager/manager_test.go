@@ -4,9 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodekit/nodekit/resources/topology"
 	"github.com/nodekit/nodekit/resources/topologymanager"
@@ -195,5 +198,53 @@ func TestStateOfAnotherPolicy(t *testing.T) {
 	}
 	if err := static.Run(context.Background()); err == nil || !strings.Contains(err.Error(), `configured policy "Static" differs from state checkpoint policy "None"`) {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// Run gives back the memory of a pod that went, without waiting for the
+// next admission.
+func TestRunReleasesGonePods(t *testing.T) {
+	var active pods
+	clk := testingclock.NewFakeClock(time.Now())
+	m, err := New(Options{
+		Policy:                     PolicyStatic,
+		Machine:                    topology.Synthetic(1, 1, 1, 1, gi),
+		ReservedMemory:             []kubeletconfig.MemoryReservation{{NumaNode: 0, Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("100Mi")}}},
+		NodeAllocatableReservation: v1.ResourceList{v1.ResourceMemory: resource.MustParse("100Mi")},
+		ActivePods:                 active.active,
+		Clock:                      clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := guaranteed("p", "256Mi")
+	active.set(p)
+	if err := m.Allocate(p, &p.Spec.Containers[0]); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	active.set()
+	waitFor(t, "Run's ticker", clk.HasWaiters)
+	clk.Step(admissionWindow)
+	waitFor(t, "the memory released", func() bool { return len(m.MemoryNUMANodes("p", "c")) == 0 })
+}
+
+// waitFor polls cond for up to 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		runtime.Gosched()
 	}
 }
