@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +21,12 @@ import (
 )
 
 // TestCPUManagerStaticOnContainerd: an agent with cpuManagerPolicy static
-// and reservedSystemCPUs "0" on a 2-CPU machine reports 1 allocatable CPU;
+// and reservedSystemCPUs "0" (and memoryManagerPolicy Static with 100Mi
+// reserved on NUMA node 0) on a 2-CPU machine reports 1 allocatable CPU;
 // a BestEffort pod runs on both CPUs (its container cgroup's cpuset.cpus
 // 0-1); a Guaranteed pod with cpu 1 gets CPU 1 of its own (cpuset.cpus 1,
-// recorded in cpu_manager_state in the kubelet's format) and the
+// recorded in cpu_manager_state in the kubelet's format), its memory on a
+// NUMA node (cpuset.mems as memory_manager_state records it), and the
 // BestEffort container shrinks to CPU 0; once the Guaranteed pod is
 // deleted the BestEffort container is back on 0-1 and the state holds no
 // assignment.
@@ -46,8 +49,12 @@ func TestCPUManagerStaticOnContainerd(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	n := newContainerdPodNodeWith(t, "ctr-cpumanager", nodeOptions{kubeletConfig: map[string]any{
-		"cpuManagerPolicy":   "static",
-		"reservedSystemCPUs": "0",
+		"cpuManagerPolicy":    "static",
+		"reservedSystemCPUs":  "0",
+		"memoryManagerPolicy": "Static",
+		// The harness's evictionHard memory.available, as the kubelet
+		// requires reservedMemory to add up to what allocatable keeps back.
+		"reservedMemory": []any{map[string]any{"numaNode": 0, "limits": map[string]any{"memory": "100Mi"}}},
 	}})
 	node, err := env.cp.Client().CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 	if err != nil {
@@ -72,7 +79,19 @@ func TestCPUManagerStaticOnContainerd(t *testing.T) {
 	if g.Status.QOSClass != v1.PodQOSGuaranteed {
 		t.Fatalf("pod %s is %s, want Guaranteed", g.Name, g.Status.QOSClass)
 	}
-	checkCgroupFile(t, "cpuset", n.containerCgroup(t, statusOf(g, "main")), "cpuset.cpus", "1")
+	gCgroup := n.containerCgroup(t, statusOf(g, "main"))
+	checkCgroupFile(t, "cpuset", gCgroup, "cpuset.cpus", "1")
+	mem := readMemoryManagerState(t, filepath.Join(n.agent.Dir, "root", "memory_manager_state"))
+	blocks := mem.Entries[string(g.UID)]["main"]
+	if mem.PolicyName != "Static" || len(blocks) != 1 || blocks[0].Size != 64<<20 || len(blocks[0].NUMAAffinity) == 0 {
+		t.Errorf("memory_manager_state %+v, want Static with 64Mi for %s/main", mem, g.UID)
+	} else {
+		var nodes []string
+		for _, id := range blocks[0].NUMAAffinity {
+			nodes = append(nodes, strconv.Itoa(id))
+		}
+		checkCgroupFile(t, "cpuset", gCgroup, "cpuset.mems", strings.Join(nodes, ","))
+	}
 	waitForCgroupFile(t, "cpuset", beCgroup, "cpuset.cpus", shared)
 
 	statePath := filepath.Join(n.agent.Dir, "root", "cpu_manager_state")
@@ -96,6 +115,30 @@ func TestCPUManagerStaticOnContainerd(t *testing.T) {
 	if state.DefaultCPUSet != all || len(state.Entries) != 0 {
 		t.Errorf("cpu_manager_state after the pod went %+v, want defaultCpuSet %s and no entries", state, all)
 	}
+}
+
+// memoryManagerState is the part of the kubelet's memory_manager_state the
+// test reads (its v1 fields, which the v3 format keeps).
+type memoryManagerState struct {
+	PolicyName string `json:"policyName"`
+	Entries    map[string]map[string][]struct {
+		NUMAAffinity []int  `json:"numaAffinity"`
+		Type         string `json:"type"`
+		Size         uint64 `json:"size"`
+	} `json:"entries"`
+}
+
+func readMemoryManagerState(t *testing.T, path string) memoryManagerState {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s memoryManagerState
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s: %v: %s", path, err, b)
+	}
+	return s
 }
 
 // cpuManagerState is the part of the kubelet's cpu_manager_state the test
