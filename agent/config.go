@@ -368,7 +368,11 @@ func (c *Config) complete() error {
 	}
 	c.NodeName = strings.ToLower(strings.TrimSpace(name))
 	c.Hostname = c.NodeName
-	return c.Validate()
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	c.applyReservedSystemCPUs()
+	return nil
 }
 
 // Validate reports every invalid setting at once, in one line.
@@ -426,6 +430,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: %v seconds) must be set between 1s and 300s", p.Duration.Seconds()))
 	}
 	errs = append(errs, c.validateGC()...)
+	errs = append(errs, c.validateResourceManagers()...)
 	return joinInline(errs)
 }
 

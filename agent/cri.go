@@ -18,6 +18,8 @@ import (
 	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/resources/cpumanager"
+	"github.com/nodekit/nodekit/resources/memorymanager"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
@@ -35,7 +37,8 @@ import (
 // eviction manager read with the pods' volume usage (VolumeStats), the
 // eviction manager (Eviction), the volume manager (Volumes), and image
 // garbage collection and container log rotation (RuntimeGC), and the
-// device manager (Devices) and the pod resources API (PodResources). The CRI
+// device manager (Devices), the CPU, memory and topology managers
+// (ResourceManagers) and the pod resources API (PodResources). The CRI
 // services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
@@ -60,6 +63,7 @@ var CRI = fx.Options(
 	VolumeStats,
 	Eviction,
 	Devices,
+	ResourceManagers,
 	PodResources,
 )
 
@@ -209,7 +213,9 @@ type podManagerParams struct {
 	Node     *status.NodeWatch
 	Services ServiceLister `optional:"true"`
 	Volumes  *volume.Manager
-	Devices  *devices.Manager `optional:"true"`
+	Devices  *devices.Manager       `optional:"true"`
+	CPUs     *cpumanager.Manager    `optional:"true"`
+	Memory   *memorymanager.Manager `optional:"true"`
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
@@ -237,9 +243,17 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	if p.Services != nil {
 		o.Services = p.Services
 	}
+	var hooks []containerConfigHook
 	if p.Devices != nil {
-		o.ContainerConfigHook = p.Devices.ApplyContainerConfig
+		hooks = append(hooks, p.Devices.ApplyContainerConfig)
 	}
+	if p.CPUs != nil {
+		hooks = append(hooks, p.CPUs.ApplyContainerConfig)
+	}
+	if p.Memory != nil {
+		hooks = append(hooks, p.Memory.ApplyContainerConfig)
+	}
+	o.ContainerConfigHook = chainConfigHooks(hooks...)
 	return o, nil
 }
 

@@ -213,6 +213,8 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	f.str(&kc.TopologyManagerScope, "topology-manager-scope", "topologyManagerScope", "Topology manager scope.")
 	f.str(&kc.MemoryManagerPolicy, "memory-manager-policy", "memoryManagerPolicy", "Memory manager policy.")
 	f.str(&kc.ReservedSystemCPUs, "reserved-cpus", "reservedSystemCPUs", "CPUs reserved for the system.")
+	f.value(mapValue("=", &kc.CPUManagerPolicyOptions), "cpu-manager-policy-options", "cpuManagerPolicyOptions", "Options of the static CPU manager policy (key=value,…).")
+	f.value(mapValue("=", &kc.TopologyManagerPolicyOptions), "topology-manager-policy-options", "topologyManagerPolicyOptions", "Options of the topology manager policy (key=value,…).")
 	f.str(&kc.ContainerLogMaxSize, "container-log-max-size", "containerLogMaxSize", "Size at which a container log is rotated.")
 	f.int32(kc.ContainerLogMaxFiles, "container-log-max-files", "containerLogMaxFiles", "Container log files kept per container.")
 	f.int32(kc.ImageGCHighThresholdPercent, "image-gc-high-threshold", "imageGCHighThresholdPercent", "Disk usage percent at which image GC runs.")

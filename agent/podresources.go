@@ -8,15 +8,16 @@ import (
 	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/podresources"
 	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/resources/cpumanager"
+	"github.com/nodekit/nodekit/resources/memorymanager"
 )
 
 // PodResources is the kubelet's pod resources API (podresources.Module) on
 // <root-dir>/pod-resources/kubelet.sock: the active pods' devices from the
-// device manager (Devices, when in the graph). nodekit has no CPU, memory
-// or DRA manager yet, so CPU IDs, memory and dynamic resources are empty,
-// as the kubelet reports them with its default policies; an embedder with
-// such managers sets them with fx.Decorate of podresources.Options. CRI
-// includes it.
+// device manager (Devices, when in the graph), their exclusive CPUs and
+// NUMA memory from the CPU and memory managers (ResourceManagers). nodekit
+// has no DRA manager yet, so dynamic resources are empty; an embedder with
+// one sets them with fx.Decorate of podresources.Options. CRI includes it.
 var PodResources = fx.Options(
 	fx.Provide(providePodResourcesOptions),
 	podresources.Module,
@@ -27,7 +28,9 @@ type podResourcesParams struct {
 
 	Config  *Config
 	Store   *pods.Store
-	Devices *devices.Manager `optional:"true"`
+	Devices *devices.Manager       `optional:"true"`
+	CPUs    *cpumanager.Manager    `optional:"true"`
+	Memory  *memorymanager.Manager `optional:"true"`
 }
 
 func providePodResourcesOptions(p podResourcesParams) podresources.Options {
@@ -37,6 +40,12 @@ func providePodResourcesOptions(p podResourcesParams) podresources.Options {
 	}
 	if p.Devices != nil {
 		opts.Devices = p.Devices
+	}
+	if p.CPUs != nil {
+		opts.CPUs = p.CPUs
+	}
+	if p.Memory != nil {
+		opts.Memory = p.Memory
 	}
 	return opts
 }

@@ -157,6 +157,18 @@ var implementedSettings = map[string]string{
 	"shutdownGracePeriodCriticalPods":  "",
 	"shutdownGracePeriodByPodPriority": "",
 
+	// The CPU, memory and topology managers (resources/,
+	// agent/resources.go).
+	"memoryManagerPolicy":          "",
+	"reservedMemory":               "",
+	"cpuManagerPolicy":             "",
+	"cpuManagerPolicyOptions":      "",
+	"cpuManagerReconcilePeriod":    "",
+	"reservedSystemCPUs":           "",
+	"topologyManagerPolicy":        "",
+	"topologyManagerScope":         "",
+	"topologyManagerPolicyOptions": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",

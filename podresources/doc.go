@@ -15,10 +15,10 @@
 //   - devices: from the DevicesProvider (the device manager,
 //     devices.Manager): per container, resource and device ID, with the
 //     NUMA node the plugin reported.
-//   - CPU IDs and memory: from the CPUsProvider and MemoryProvider. nodekit
-//     has no CPU or memory manager yet, so the agent wires none and the
-//     answers are empty, which is what the kubelet reports with its
-//     default policies (cpuManagerPolicy none, memoryManagerPolicy None).
+//   - CPU IDs and memory: from the CPUsProvider and MemoryProvider, which
+//     the agent wires to resources/cpumanager and resources/memorymanager;
+//     with their default policies (cpuManagerPolicy none,
+//     memoryManagerPolicy None) the answers are empty, as the kubelet's.
 //     The pod-level CPU IDs and memory (feature PodLevelResourceManagers,
 //     off by default in 1.37) are not reported.
 //   - dynamic resources: from the DynamicResourcesProvider; empty until

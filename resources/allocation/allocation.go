@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"sync"
@@ -29,7 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/dump"
+
+	kubeletchecksum "github.com/nodekit/nodekit/internal/checksum"
 )
 
 // CheckpointFile is the checkpoint's name in the root directory, the
@@ -83,11 +83,7 @@ func New(opts Options) *Manager {
 }
 
 // checksum is the kubelet checkpoint manager's checksum of data.
-func checksum(data string) uint64 {
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%v", dump.ForHash(data))
-	return uint64(h.Sum32())
-}
+func checksum(data string) uint64 { return uint64(kubeletchecksum.New(data)) }
 
 // loadLocked reads the checkpoint once. A missing file is an empty state; a
 // corrupt one is an error (the kubelet refuses to start on it too), and is
