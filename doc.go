@@ -31,6 +31,14 @@
 //   - podresources: the pod resources API (pod-resources/kubelet.sock).
 //   - resources/allocation: the resources allocated to each pod (in-place
 //     resize's checkpoint, <root-dir>/allocated_pods_state).
+//   - resources/topology: the machine's CPUs, caches and NUMA nodes (from
+//     sysfs, or synthetic ones for tests); resources/topologymanager: the
+//     topology manager (policies, scopes, hint merging, admission);
+//     resources/cpumanager and resources/memorymanager: the CPU and memory
+//     managers (static policies, exclusive cpusets and NUMA memory), their
+//     state files in resources/cpumanager/internal/state and
+//     resources/memorymanager/internal/state; resources/internal/qos: the
+//     QoS facts they share.
 //   - prober: liveness, readiness and startup probes.
 //   - status: node registration, the node status setters and the
 //     reporter; status/podstatus: a pod's API status and the pod status
@@ -44,6 +52,7 @@
 //   - internal/...: the modules' plumbing, not for embedders: runner (Run on
 //     an fx lifecycle), fxgroup (the typed As* registration helpers),
 //     ordered (name and order resolution of setters and admit handlers),
+//     checksum (the kubelet's checkpoint checksum),
 //     timers, clientmetrics (client-go's metrics), testenv (what a test
 //     does when the machine lacks something), memtrim (the start-up pages
 //     given back to the kernel).

@@ -90,7 +90,6 @@ type cpuManagerParams struct {
 	Registerer prometheus.Registerer `optional:"true"`
 	Logger     logr.Logger           `optional:"true"`
 	Topology   *topologymanager.Manager
-	Loop       *podKnown
 	Runtime    cri.RuntimeService
 	Lifecycle  fx.Lifecycle
 	Shutdowner fx.Shutdowner
@@ -116,7 +115,7 @@ func provideCPUManager(p cpuManagerParams) (*cpumanager.Manager, error) {
 		StateDir:        p.Config.RootDir,
 		Affinity:        p.Topology.GetAffinity,
 		ActivePods:      p.Store.Active,
-		SourcesReady:    p.Loop.sourcesReady,
+		SourcesReady:    p.Store.SourcesReady,
 		Runtime:         p.Runtime,
 		Registerer:      p.Registerer,
 		Logger:          p.Logger,
@@ -138,7 +137,6 @@ type memoryManagerParams struct {
 	Registerer prometheus.Registerer `optional:"true"`
 	Logger     logr.Logger           `optional:"true"`
 	Topology   *topologymanager.Manager
-	Loop       *podKnown
 	// CPUs makes the CPU manager the topology manager's provider before
 	// the memory manager, as the kubelet's order.
 	CPUs       *cpumanager.Manager
@@ -160,7 +158,7 @@ func provideMemoryManager(p memoryManagerParams) (*memorymanager.Manager, error)
 		StateDir:                   p.Config.RootDir,
 		Affinity:                   p.Topology.GetAffinity,
 		ActivePods:                 p.Store.Active,
-		SourcesReady:               p.Loop.sourcesReady,
+		SourcesReady:               p.Store.SourcesReady,
 		Registerer:                 p.Registerer,
 		Logger:                     p.Logger,
 	})
