@@ -847,6 +847,16 @@ func testRuntimeLabels(t *testing.T, n *podNode) {
 	if sb.Id != c.PodSandboxId {
 		t.Errorf("the container is in sandbox %s, the pod's sandbox is %s", c.PodSandboxId, sb.Id)
 	}
+	if n.containerd != nil {
+		// What an operator sees: crictl finds the pod by its UID label.
+		out, err := n.containerd.Crictl(ctx, "pods", "--label", labelPodUID+"="+string(pod.UID), "-q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Fields(string(out)); len(got) != 1 || got[0] != sb.Id {
+			t.Errorf("crictl pods --label %s=%s -q lists %q, want the pod's sandbox %s", labelPodUID, pod.UID, got, sb.Id)
+		}
+	}
 
 	// The log: <podLogsDir>/<ns>_<name>_<uid>/<container>/<restart>.log.
 	status, err := n.cri.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})

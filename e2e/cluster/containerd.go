@@ -80,6 +80,7 @@ type Containerd struct {
 	binary     string   // the containerd executable
 	runc       string   // runc's path for containerd 2; Debian's on PATH for 1.6
 	ctr        string   // the ctr executable
+	crictl     string   // the crictl executable (BuildContainerd2's)
 	env        []string // the daemon's extra environment
 	network    string   // CNI network name, unique per instance
 	bridge     string   // Linux bridge the CNI plugin creates in the host
@@ -216,11 +217,19 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 				return nil, fmt.Errorf("start containerd: %w", err)
 			}
 		}
-		c.binary, c.ctr = bins.Containerd, bins.Ctr
+		c.binary, c.ctr, c.crictl = bins.Containerd, bins.Ctr, bins.Crictl
 		// containerd finds its shim on PATH before next to itself, and the
 		// shim finds runc on PATH: Debian's must not come first.
 		c.env = []string{"PATH=" + filepath.Dir(bins.Shim) + string(filepath.ListSeparator) + filepath.Dir(bins.Runc) + string(filepath.ListSeparator) + os.Getenv("PATH")}
 		c.runc = bins.Runc
+	} else {
+		opts, goBin, err := BuildOptions{Source: opts.Source, Log: opts.Log}.complete()
+		if err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
+		}
+		if _, c.crictl, err = buildCrictl(ctx, opts, goBin); err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
+		}
 	}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "nodekit-containerd-"); err != nil {
@@ -440,6 +449,10 @@ func (c *Containerd) writeConfig() error {
 	if err := os.WriteFile(c.configPath, []byte(cfg.String()), 0o644); err != nil {
 		return fmt.Errorf("containerd config: %w", err)
 	}
+	crictlConfig := fmt.Sprintf("runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 30\n", c.Endpoint, c.Endpoint)
+	if err := os.WriteFile(c.crictlConfigPath(), []byte(crictlConfig), 0o644); err != nil {
+		return fmt.Errorf("crictl config: %w", err)
+	}
 	cni := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       c.network,
@@ -624,6 +637,25 @@ func (c *Containerd) criReady(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Crictl runs crictl (the version e2e/tools/crictl pins) against the
+// daemon, as an operator inspects a node, and returns its standard output.
+func (c *Containerd) Crictl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.crictl, append([]string{"--config", c.crictlConfigPath()}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("crictl %s on %s: %w: %s", strings.Join(args, " "), c.Endpoint, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// crictlConfigPath is crictl's configuration for this daemon, which
+// writeConfig writes: `crictl --config <it> ps` inspects it by hand.
+func (c *Containerd) crictlConfigPath() string {
+	return filepath.Join(c.Dir, "crictl.yaml")
 }
 
 // Version returns the runtime's CRI name and version, e.g. "containerd" and

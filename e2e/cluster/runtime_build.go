@@ -72,7 +72,16 @@ func BuildContainerd2(ctx context.Context, opts BuildOptions) (ContainerdBinarie
 		return ContainerdBinaries{}, fmt.Errorf("%w (runc needs cgo: gcc, pkg-config and libseccomp-dev; hack/install-deps.sh installs them)", err)
 	}
 	bins.Runc = out[0]
-	bins.CrictlVersion, out, err = buildPinned(ctx, opts, goBin, pinnedTool{
+	if bins.CrictlVersion, bins.Crictl, err = buildCrictl(ctx, opts, goBin); err != nil {
+		return ContainerdBinaries{}, err
+	}
+	return bins, nil
+}
+
+// buildCrictl builds (or finds in the cache) the crictl e2e/tools/crictl
+// pins and returns its version and path.
+func buildCrictl(ctx context.Context, opts BuildOptions, goBin string) (string, string, error) {
+	version, out, err := buildPinned(ctx, opts, goBin, pinnedTool{
 		dir: "crictl", module: crictlModule, name: "crictl",
 		env: []string{"CGO_ENABLED=0"},
 		ldflags: func(version string) string {
@@ -81,10 +90,9 @@ func BuildContainerd2(ctx context.Context, opts BuildOptions) (ContainerdBinarie
 		pkgs: []string{crictlModule + "/cmd/crictl"},
 	})
 	if err != nil {
-		return ContainerdBinaries{}, err
+		return "", "", err
 	}
-	bins.Crictl = out[0]
-	return bins, nil
+	return version, out[0], nil
 }
 
 // pinnedTool is a set of programs built from one module that a module of
