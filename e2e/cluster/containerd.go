@@ -115,12 +115,12 @@ const ContainerdSeriesEnv = "NODEKIT_E2E_CONTAINERD"
 
 // DefaultContainerdSeries returns the series StartContainerd runs when
 // its options name none: $NODEKIT_E2E_CONTAINERD if set, else
-// ContainerdSeries16. It panics on any other value of the variable, which
+// ContainerdSeries2. It panics on any other value of the variable, which
 // is a mistake in how the tests were invoked.
 func DefaultContainerdSeries() ContainerdSeries {
 	switch v := ContainerdSeries(os.Getenv(ContainerdSeriesEnv)); v {
 	case "":
-		return ContainerdSeries16
+		return ContainerdSeries2
 	case ContainerdSeries2, ContainerdSeries16:
 		return v
 	default:

@@ -26,9 +26,9 @@ func TestRuntimeModulesPinned(t *testing.T) {
 }
 
 // TestDefaultContainerdSeries: $NODEKIT_E2E_CONTAINERD picks the series,
-// 1.6 when unset; any other value is a mistake that panics.
+// 2 when unset; any other value is a mistake that panics.
 func TestDefaultContainerdSeries(t *testing.T) {
-	for env, want := range map[string]ContainerdSeries{"": ContainerdSeries16, "2": ContainerdSeries2, "1.6": ContainerdSeries16} {
+	for env, want := range map[string]ContainerdSeries{"": ContainerdSeries2, "2": ContainerdSeries2, "1.6": ContainerdSeries16} {
 		t.Setenv(ContainerdSeriesEnv, env)
 		if got := DefaultContainerdSeries(); got != want {
 			t.Errorf("%s=%q: DefaultContainerdSeries() = %q, want %q", ContainerdSeriesEnv, env, got, want)
