@@ -127,8 +127,8 @@ func testDescribeNode(t *testing.T, n *podNode) {
 			t.Errorf("System Info %s = %q, want %q", check.name, got, check.want)
 		}
 	}
-	if !strings.HasPrefix(version, "1.6.") {
-		t.Logf("containerd is %s, not the 1.6 series Debian ships", version)
+	if want := map[cluster.ContainerdSeries]string{cluster.ContainerdSeries2: "v2.", cluster.ContainerdSeries16: "1.6."}[n.containerd.Series]; !strings.HasPrefix(version, want) {
+		t.Errorf("containerd %s reports version %s, want %s*", n.containerd.Series, version, want)
 	}
 	if got := d.fields["Addresses"]; got["InternalIP"] != n.agent.IP || got["Hostname"] != n.name {
 		t.Errorf("Addresses %v, want InternalIP %s and Hostname %s", got, n.agent.IP, n.name)

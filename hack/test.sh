@@ -13,10 +13,12 @@
 #      and the CRI runtime's replies (runtime.FuzzCRIReplies);
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
 #      control plane: about 10 minutes cold on 2 cores, seconds when cached,
-#      and kubeadm (e2e/kubeadm_test.go); then upstream's e2e.test, ginkgo and agnhost for the conformance
+#      and kubeadm (e2e/kubeadm_test.go), containerd 2, runc and crictl (the
+#      e2e suite's runtime; a few minutes cold); then upstream's e2e.test, ginkgo and agnhost for the conformance
 #      subset (e2e/conformance_test.go);
 #   6. the e2e suite (e2e/): agents against the real control plane, on
-#      containerd and on the fake runtime.
+#      containerd 2 (and its 1.6 lane, Debian's containerd) and on the fake
+#      runtime.
 #
 # Every step runs even if an earlier one failed; the script ends with each
 # step's result and go test's closing lines, and exits non-zero if any step

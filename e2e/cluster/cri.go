@@ -3,11 +3,16 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	ggcrtarball "github.com/google/go-containerregistry/pkg/v1/tarball"
 	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -35,11 +40,36 @@ func (c *Containerd) CRI() (*CRIClient, error) {
 }
 
 // ImportImage imports a docker-archive tarball (WriteImage, BuildImages)
-// into the daemon's CRI namespace, as `ctr images import` does, so that the
-// CRI lists it and pods run it without a pull.
+// into the daemon's CRI namespace, as `ctr images import` does, and returns
+// once the CRI lists each of its tags, so that pods run it without a pull
+// (containerd 2's CRI learns of an imported image from an event, a moment
+// after ctr returns).
 func (c *Containerd) ImportImage(ctx context.Context, tarball string) error {
-	if _, err := runCommand(ctx, c.Dir, nil, nil, "ctr", "--address", c.Socket, "--namespace", criNamespace, "images", "import", tarball); err != nil {
+	manifest, err := ggcrtarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(tarball) })
+	if err != nil {
 		return fmt.Errorf("import %s into containerd at %s: %w", tarball, c.Endpoint, err)
+	}
+	if _, err := runCommand(ctx, c.Dir, nil, nil, c.ctr, "--address", c.Socket, "--namespace", criNamespace, "images", "import", tarball); err != nil {
+		return fmt.Errorf("import %s into containerd at %s: %w", tarball, c.Endpoint, err)
+	}
+	conn, _, err := c.dialCRI()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	images := runtimeapi.NewImageServiceClient(conn)
+	for _, m := range manifest {
+		for _, tag := range m.RepoTags {
+			var last error
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				resp, err := images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: tag}})
+				last = err
+				return err == nil && resp.GetImage() != nil, nil
+			})
+			if err != nil {
+				return fmt.Errorf("import %s into containerd at %s: the CRI does not list %s (last error: %v): %w", tarball, c.Endpoint, tag, last, err)
+			}
+		}
 	}
 	return nil
 }
