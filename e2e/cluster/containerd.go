@@ -42,6 +42,16 @@ type ContainerdOptions struct {
 	StartTimeout time.Duration
 	// Log receives progress messages; nil discards them.
 	Log io.Writer
+	// Enter, when set, wraps containerd's command line (the program
+	// first), such as NodeRoot.Command: the daemon, its shims and their
+	// containers then run in the namespaces it enters, which resolve the
+	// containers' host paths and hold host-network pods. Clients (the CRI,
+	// ctr) still reach it through Socket.
+	Enter func(argv ...string) []string
+	// SandboxImage, when set, is the pod sandbox image containerd is
+	// configured with instead of PauseImage: PauseImage's program tagged
+	// with this name as well (kubeadm's pause image, for instance).
+	SandboxImage string
 }
 
 // Containerd is a containerd daemon from the Debian package, with runc and
@@ -67,6 +77,8 @@ type Containerd struct {
 	cniConfig  []byte
 	removeDir  bool
 	timeout    time.Duration
+	enter      func(argv ...string) []string
+	sandbox    string
 	log        io.Writer
 
 	mu     sync.Mutex
@@ -133,7 +145,10 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	c := &Containerd{Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log}
+	c := &Containerd{Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log, enter: opts.Enter, sandbox: opts.SandboxImage}
+	if c.sandbox == "" {
+		c.sandbox = PauseImage
+	}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "nodekit-containerd-"); err != nil {
 			return nil, fmt.Errorf("start containerd: %w", err)
@@ -175,6 +190,11 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	for _, image := range images {
 		if _, err := runCommand(ctx, c.Dir, nil, nil, "ctr", "--address", c.Socket, "--namespace", criNamespace, "images", "import", image); err != nil {
 			return nil, fmt.Errorf("start containerd: import %s: %w", image, err)
+		}
+	}
+	if c.sandbox != PauseImage {
+		if _, err := runCommand(ctx, c.Dir, nil, nil, "ctr", "--address", c.Socket, "--namespace", criNamespace, "images", "tag", "--force", PauseImage, c.sandbox); err != nil {
+			return nil, fmt.Errorf("start containerd: tag %s as the sandbox image: %w", PauseImage, err)
 		}
 	}
 	fmt.Fprintf(c.log, "containerd ready at %s (log %s)\n", c.Endpoint, c.LogPath)
@@ -262,7 +282,7 @@ disabled_plugins = [
 func (c *Containerd) writeConfig() error {
 	var cfg strings.Builder
 	err := containerdConfig.Execute(&cfg, map[string]string{
-		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": PauseImage, "CNIBinDir": cniPluginDir,
+		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": c.sandbox, "CNIBinDir": cniPluginDir,
 	})
 	if err != nil {
 		return fmt.Errorf("containerd config: %w", err)
@@ -333,7 +353,11 @@ func (c *Containerd) Start(ctx context.Context) error {
 	if c.proc != nil && !c.proc.exited() {
 		return nil
 	}
-	p, err := startProcess("containerd", c.LogPath, "containerd", []string{"--config", c.configPath}, nil)
+	argv := []string{"containerd", "--config", c.configPath}
+	if c.enter != nil {
+		argv = c.enter(argv...)
+	}
+	p, err := startProcess("containerd", c.LogPath, argv[0], argv[1:], nil)
 	if err != nil {
 		return err
 	}
