@@ -110,9 +110,12 @@ func TestKubeadmInitOnContainerd(t *testing.T) {
 		"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
 		// The harness's containerd runs runc with cgroupfs (kubeadm's
 		// default is systemd), the node's pods below a cgroup of the
-		// test's.
+		// test's. The harness's disk thresholds: below kubeadm's
+		// defaults, the shared disk would have the agent reclaim space by
+		// removing the side-loaded control plane images.
 		"cgroupDriver": "cgroupfs", "cgroupRoot": cgroupRoot,
 	}
+	maps.Copy(kubeletConfig, cluster.SharedDiskKubeletConfig())
 	if cgroupV1 {
 		kubeletConfig["failCgroupV1"] = false
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,8 +284,10 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 // control plane with its admin kubeconfig, and returns the token kubeadm
 // printed. The cluster-wide KubeletConfiguration sets what every node of
 // this cluster needs: the cgroupfs driver, no QoS cgroups on the fake
-// runtime (which runs no process), and on a cgroup v1 host failCgroupV1:
-// false.
+// runtime (which runs no process), the harness's disk thresholds (the
+// host's disk, shared, below kubeadm's defaults tainted the node with
+// DiskPressure and left the test's pod unscheduled), and on a cgroup v1
+// host failCgroupV1: false.
 func kubeadmPrepareJoin(t *testing.T, kubeadm string, extraEnv []string, dir, criEndpoint string, cgroupV1 bool) string {
 	t.Helper()
 	config := filepath.Join(dir, "kubeadm-init.yaml")
@@ -306,6 +309,7 @@ func kubeadmPrepareJoin(t *testing.T, kubeadm string, extraEnv []string, dir, cr
 		"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
 		"cgroupDriver": "cgroupfs", "cgroupsPerQOS": false,
 	}}
+	maps.Copy(docs[2], cluster.SharedDiskKubeletConfig())
 	if cgroupV1 {
 		docs[2]["failCgroupV1"] = false
 	}
