@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,26 +81,7 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 	}
 	dir := t.TempDir()
 
-	// The machine: kubelet on the PATH is nodekit's agent, beside the
-	// programs kubeadm's preflight requires. No systemctl: kubeadm then
-	// leaves starting the kubelet to the operator (here, the test).
-	binDir := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(env.agent, filepath.Join(binDir, "kubelet")); err != nil {
-		t.Fatal(err)
-	}
-	for _, tool := range []string{"losetup", "mount", "cp"} {
-		p, err := exec.LookPath(tool)
-		if err != nil {
-			t.Fatalf("kubeadm's preflight requires %s: %v", tool, err)
-		}
-		if err := os.Symlink(p, filepath.Join(binDir, tool)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kubeadmEnv := []string{"PATH=" + binDir}
+	binDir, kubeadmEnv := kubeadmMachine(t, dir)
 
 	fake := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS})
 	img, err := fakecri.NewImage(cluster.BusyboxImage, 2<<20)
@@ -163,13 +145,7 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 	// would (re)start the kubelet unit.
 	join.waitForLine(t, "[kubelet-start] Starting the kubelet")
 
-	// 10-kubeadm.conf: ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS
-	// $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS.
-	kubeadmArgs := kubeadmFlagsEnv(t, root.Path("/var/lib/kubelet/kubeadm-flags.env"))
-	argv := []string{filepath.Join(binDir, "kubelet"),
-		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
-		"--config=/var/lib/kubelet/config.yaml"}
-	argv = append(append(argv, kubeadmArgs...), extraArgs...)
+	argv, kubeadmArgs := kubeadmDropIn(t, binDir, root, extraArgs)
 	agent, err := cluster.NewCommandAgent(cluster.CommandAgentOptions{
 		Name: name, IP: ip, Dir: filepath.Join(dir, "agent"),
 		HealthzURL: fmt.Sprintf("http://%s:%d/healthz", ip, healthzPort),
@@ -294,8 +270,10 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 // control plane with its admin kubeconfig, and returns the token kubeadm
 // printed. The cluster-wide KubeletConfiguration sets what every node of
 // this cluster needs: the cgroupfs driver, no QoS cgroups on the fake
-// runtime (which runs no process), and on a cgroup v1 host failCgroupV1:
-// false.
+// runtime (which runs no process), the harness's disk thresholds (the
+// host's disk, shared, below kubeadm's defaults tainted the node with
+// DiskPressure and left the test's pod unscheduled), and on a cgroup v1
+// host failCgroupV1: false.
 func kubeadmPrepareJoin(t *testing.T, kubeadm string, extraEnv []string, dir, criEndpoint string, cgroupV1 bool) string {
 	t.Helper()
 	config := filepath.Join(dir, "kubeadm-init.yaml")
@@ -317,20 +295,11 @@ func kubeadmPrepareJoin(t *testing.T, kubeadm string, extraEnv []string, dir, cr
 		"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
 		"cgroupDriver": "cgroupfs", "cgroupsPerQOS": false,
 	}}
+	maps.Copy(docs[2], cluster.SharedDiskKubeletConfig())
 	if cgroupV1 {
 		docs[2]["failCgroupV1"] = false
 	}
-	var parts []string
-	for _, d := range docs {
-		data, err := yaml.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts = append(parts, string(data))
-	}
-	if err := os.WriteFile(config, []byte(strings.Join(parts, "---\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeYAMLDocs(t, config, docs...)
 	run := func(args ...string) string {
 		cmd := exec.CommandContext(t.Context(), kubeadm, append(args, "--config", config, "--kubeconfig", env.cp.AdminKubeconfig)...)
 		cmd.Env = append(os.Environ(), extraEnv...)
@@ -479,6 +448,46 @@ func (p *kubeadmProcess) wait(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("still running after %s", timeout)
 	}
+}
+
+// kubeadmMachine makes dir/bin, the PATH of a machine kubeadm sets up:
+// kubelet is nodekit's agent, beside the programs kubeadm's preflight
+// requires. There is no systemctl: kubeadm then leaves starting the kubelet
+// to the operator (the test, with kubeadmDropIn). It returns the directory
+// and kubeadm's environment.
+func kubeadmMachine(t *testing.T, dir string) (binDir string, kubeadmEnv []string) {
+	t.Helper()
+	binDir = filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(env.agent, filepath.Join(binDir, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{"losetup", "mount", "cp"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatalf("kubeadm's preflight requires %s: %v", tool, err)
+		}
+		if err := os.Symlink(p, filepath.Join(binDir, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return binDir, []string{"PATH=" + binDir}
+}
+
+// kubeadmDropIn returns the kubelet's command line as kubeadm's systemd
+// drop-in (10-kubeadm.conf) runs it on the node root's files —
+// ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS
+// $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS, with binDir's kubelet, the
+// operator's extraArgs — and the words of KUBELET_KUBEADM_ARGS.
+func kubeadmDropIn(t *testing.T, binDir string, root *cluster.NodeRoot, extraArgs []string) (argv, kubeadmArgs []string) {
+	t.Helper()
+	kubeadmArgs = kubeadmFlagsEnv(t, root.Path("/var/lib/kubelet/kubeadm-flags.env"))
+	argv = []string{filepath.Join(binDir, "kubelet"),
+		"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf",
+		"--config=/var/lib/kubelet/config.yaml"}
+	return append(append(argv, kubeadmArgs...), extraArgs...), kubeadmArgs
 }
 
 // kubeadmFlagsEnv reads KUBELET_KUBEADM_ARGS from kubeadm-flags.env and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -81,6 +82,8 @@ type Agent struct {
 	args   []string
 	// prepare, when set, runs before each start.
 	prepare func() error
+	// dial, when set, connects to HealthzURL.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
 
 	mu   sync.Mutex
 	proc *process
@@ -231,6 +234,9 @@ type CommandAgentOptions struct {
 	HealthzURL string
 	// Argv is the command line, program first. Required.
 	Argv []string
+	// Dial, when set, connects to HealthzURL (NodeRoot.Dial, for an agent
+	// in a network namespace of its own).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // NewCommandAgent prepares an agent that runs exactly opts.Argv: no flag,
@@ -248,7 +254,7 @@ func NewCommandAgent(opts CommandAgentOptions) (*Agent, error) {
 	return &Agent{
 		Name: opts.Name, IP: opts.IP, Dir: opts.Dir, HealthzURL: opts.HealthzURL,
 		LogPath: filepath.Join(opts.Dir, "agent.log"),
-		binary:  opts.Argv[0], args: opts.Argv[1:],
+		binary:  opts.Argv[0], args: opts.Argv[1:], dial: opts.Dial,
 	}, nil
 }
 
@@ -295,6 +301,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.proc = p
 	client := &http.Client{Timeout: 5 * time.Second}
+	if a.dial != nil {
+		client.Transport = &http.Transport{DialContext: a.dial, DisableKeepAlives: true}
+	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if p.exited() {
 			return false, p.exitErr()

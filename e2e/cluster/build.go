@@ -78,6 +78,24 @@ const (
 // ten minutes on two cores; a cached one returns at once. Concurrent callers
 // (several test processes) serialize on a lock file in the cache directory.
 func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error) {
+	return buildControlPlane(ctx, opts, false)
+}
+
+// BuildStaticControlPlane returns etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler (no kubectl) built with
+// CGO_ENABLED=0: statically linked, so that an image holding nothing but
+// the binary runs them (ControlPlaneImage), as kubeadm runs them in static
+// pods. They are cached beside BuildControlPlane's, in k8s-static-<version>
+// and etcd-static-<version>; with BuildControlPlane's build cached, a cold
+// build compiles little more than the packages that differ without cgo and
+// links (a few minutes on two cores).
+func BuildStaticControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error) {
+	return buildControlPlane(ctx, opts, true)
+}
+
+// buildControlPlane builds the control plane, statically (CGO_ENABLED=0,
+// without kubectl) when static is set.
+func buildControlPlane(ctx context.Context, opts BuildOptions, static bool) (Binaries, error) {
 	opts, goBin, err := opts.complete()
 	if err != nil {
 		return Binaries{}, err
@@ -86,20 +104,34 @@ func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error)
 	if err != nil {
 		return Binaries{}, err
 	}
-	goVersion, err := runCommand(ctx, opts.Source.Tools, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
+	var env []string
+	variant, linking := "", "dynamically linked where cgo is available"
+	if static {
+		env = []string{"CGO_ENABLED=0"}
+		variant, linking = "-static", "statically linked (CGO_ENABLED=0)"
+	}
+	goVersion, err := runCommand(ctx, opts.Source.Tools, env, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build control plane: %w", err)
 	}
 	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("build control plane: %w", err)
 	}
+	env = append([]string{"GOWORK=off"}, env...)
 
 	bins := Binaries{KubernetesVersion: k8sVersion, EtcdVersion: etcdVersion}
-	k8sDir := filepath.Join(opts.CacheDir, "k8s-"+k8sVersion, "bin")
+	k8sName := "k8s" + variant + "-" + k8sVersion
+	k8sDir := filepath.Join(opts.CacheDir, k8sName, "bin")
 	bins.KubeAPIServer = filepath.Join(k8sDir, "kube-apiserver")
 	bins.KubeControllerManager = filepath.Join(k8sDir, "kube-controller-manager")
 	bins.KubeScheduler = filepath.Join(k8sDir, "kube-scheduler")
-	bins.Kubectl = filepath.Join(k8sDir, "kubectl")
+	commands := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+	outputs := []string{bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler}
+	if !static {
+		bins.Kubectl = filepath.Join(k8sDir, "kubectl")
+		commands = append(commands, "kubectl")
+		outputs = append(outputs, bins.Kubectl)
+	}
 	ldflags := versionLDFlags(k8sVersion)
 	goMod, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.mod"))
 	if err != nil {
@@ -110,17 +142,15 @@ func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error)
 		return Binaries{}, fmt.Errorf("build control plane: %w", err)
 	}
 	k8sKey := cacheKey(goMod, goSum, goVersion, []byte(ldflags))
-	err = cached(opts.CacheDir, "k8s-"+k8sVersion, k8sDir, k8sKey,
-		[]string{bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl},
-		func(staging string) error {
-			fmt.Fprintf(opts.Log, "building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl %s into %s (cold: ~10 min on 2 cores)\n", k8sVersion, k8sDir)
-			args := []string{"build", "-ldflags", ldflags, "-o", staging + string(filepath.Separator)}
-			for _, cmd := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"} {
-				args = append(args, kubernetesModule+"/cmd/"+cmd)
-			}
-			_, err := runCommand(ctx, opts.Source.Tools, []string{"GOWORK=off"}, opts.Log, goBin, args...)
-			return err
-		})
+	err = cached(opts.CacheDir, k8sName, k8sDir, k8sKey, outputs, func(staging string) error {
+		fmt.Fprintf(opts.Log, "building %s %s, %s, into %s (cold: ~10 min on 2 cores)\n", strings.Join(commands, ", "), k8sVersion, linking, k8sDir)
+		args := []string{"build", "-ldflags", ldflags, "-o", staging + string(filepath.Separator)}
+		for _, cmd := range commands {
+			args = append(args, kubernetesModule+"/cmd/"+cmd)
+		}
+		_, err := runCommand(ctx, opts.Source.Tools, env, opts.Log, goBin, args...)
+		return err
+	})
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build kubernetes %s: %w", k8sVersion, err)
 	}
@@ -134,12 +164,13 @@ func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error)
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build etcd: %w", err)
 	}
-	etcdDir := filepath.Join(opts.CacheDir, "etcd-"+etcdVersion, "bin")
+	etcdName := "etcd" + variant + "-" + etcdVersion
+	etcdDir := filepath.Join(opts.CacheDir, etcdName, "bin")
 	bins.Etcd = filepath.Join(etcdDir, "etcd")
 	etcdKey := cacheKey(etcdMod, etcdSum, goVersion)
-	err = cached(opts.CacheDir, "etcd-"+etcdVersion, etcdDir, etcdKey, []string{bins.Etcd}, func(staging string) error {
-		fmt.Fprintf(opts.Log, "building etcd %s into %s\n", etcdVersion, etcdDir)
-		_, err := runCommand(ctx, etcdModDir, []string{"GOWORK=off"}, opts.Log, goBin, "build", "-o", filepath.Join(staging, "etcd"), etcdServerModule)
+	err = cached(opts.CacheDir, etcdName, etcdDir, etcdKey, []string{bins.Etcd}, func(staging string) error {
+		fmt.Fprintf(opts.Log, "building etcd %s, %s, into %s\n", etcdVersion, linking, etcdDir)
+		_, err := runCommand(ctx, etcdModDir, env, opts.Log, goBin, "build", "-o", filepath.Join(staging, "etcd"), etcdServerModule)
 		return err
 	})
 	if err != nil {

@@ -95,8 +95,8 @@ func TestBuildTestImage(t *testing.T) {
 // readTestImage returns the configuration and the file names of the
 // single-image docker archive at path.
 func readTestImage(t *testing.T, path, ref string) (cfg struct {
-	Entrypoint, Cmd []string
-	User            string
+	Entrypoint, Cmd, Env []string
+	User                 string
 }, files map[string]bool) {
 	t.Helper()
 	tag, err := name.NewTag(ref)
@@ -111,7 +111,7 @@ func readTestImage(t *testing.T, path, ref string) (cfg struct {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Entrypoint, cfg.Cmd, cfg.User = cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User
+	cfg.Entrypoint, cfg.Cmd, cfg.Env, cfg.User = cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Env, cf.Config.User
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	files = map[string]bool{}

@@ -48,6 +48,16 @@ type ContainerdOptions struct {
 	StartTimeout time.Duration
 	// Log receives progress messages; nil discards them.
 	Log io.Writer
+	// Enter, when set, wraps containerd's command line (the program
+	// first), such as NodeRoot.Command: the daemon, its shims and their
+	// containers then run in the namespaces it enters, which resolve the
+	// containers' host paths and hold host-network pods. Clients (the CRI,
+	// ctr) still reach it through Socket.
+	Enter func(argv ...string) []string
+	// SandboxImage, when set, is the pod sandbox image containerd is
+	// configured with instead of PauseImage: PauseImage's program tagged
+	// with this name as well (kubeadm's pause image, for instance).
+	SandboxImage string
 }
 
 // Containerd is a containerd daemon, containerd 2 built from the pinned Go
@@ -87,6 +97,8 @@ type Containerd struct {
 	cniConfig  []byte
 	removeDir  bool
 	timeout    time.Duration
+	enter      func(argv ...string) []string
+	sandbox    string
 	log        io.Writer
 
 	mu     sync.Mutex
@@ -209,7 +221,10 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	c := &Containerd{Series: opts.Series, Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log, binary: "containerd", ctr: "ctr"}
+	c := &Containerd{Series: opts.Series, Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log, binary: "containerd", ctr: "ctr", enter: opts.Enter, sandbox: opts.SandboxImage}
+	if c.sandbox == "" {
+		c.sandbox = PauseImage
+	}
 	if opts.Series == ContainerdSeries2 {
 		bins := opts.Binaries
 		if bins == (ContainerdBinaries{}) {
@@ -275,6 +290,11 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	for _, image := range images {
 		if err := c.ImportImage(ctx, image); err != nil {
 			return nil, fmt.Errorf("start containerd: %w", err)
+		}
+	}
+	if c.sandbox != PauseImage {
+		if _, err := runCommand(ctx, c.Dir, c.env, nil, c.ctr, "--address", c.Socket, "--namespace", criNamespace, "images", "tag", "--force", PauseImage, c.sandbox); err != nil {
+			return nil, fmt.Errorf("start containerd: tag %s as the sandbox image: %w", PauseImage, err)
 		}
 	}
 	fmt.Fprintf(c.log, "containerd %s ready at %s (log %s)\n", c.Series, c.Endpoint, c.LogPath)
@@ -440,7 +460,7 @@ func (c *Containerd) writeConfig() error {
 		}
 	}
 	err := tmpl.Execute(&cfg, map[string]string{
-		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": PauseImage, "CNIBinDir": cniPluginDir,
+		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": c.sandbox, "CNIBinDir": cniPluginDir,
 		"Runc": c.runc, "CDISpecDir": c.CDISpecDir,
 	})
 	if err != nil {
@@ -516,7 +536,11 @@ func (c *Containerd) Start(ctx context.Context) error {
 	if c.proc != nil && !c.proc.exited() {
 		return nil
 	}
-	p, err := startProcess("containerd", c.LogPath, c.binary, []string{"--config", c.configPath}, c.env)
+	argv := []string{c.binary, "--config", c.configPath}
+	if c.enter != nil {
+		argv = c.enter(argv...)
+	}
+	p, err := startProcess("containerd", c.LogPath, argv[0], argv[1:], c.env)
 	if err != nil {
 		return err
 	}

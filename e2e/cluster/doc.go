@@ -20,7 +20,10 @@
 // (BuildKubeadm) runs against the same control plane; a node it sets up
 // lives in a NodeRoot, a private mount namespace whose /etc/kubernetes and
 // /var/lib/kubelet are the test's, and its agent runs with the command
-// line kubeadm's files give it (NewCommandAgent).
+// line kubeadm's files give it (NewCommandAgent). A control plane kubeadm
+// sets up itself runs in a NodeRoot with a network namespace of its own
+// (NewNodeRootWith), containerd in it too, from images of statically built
+// binaries (BuildStaticControlPlane, ControlPlaneImage).
 //
 // Every server, daemon and agent is a child process in its own process group,
 // killed if the harness process dies; its output goes to a log file whose

@@ -54,7 +54,7 @@ func BuildImages(ctx context.Context, src Source, dir string, log io.Writer) ([]
 	busyboxTar := filepath.Join(dir, "busybox.tar")
 	err = writeImage(busyboxTar, BusyboxImage, busybox, v1.Config{
 		Cmd: []string{"sh"},
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Env: []string{"PATH=" + imagePath},
 	})
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func checkStatic(path string) error {
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked; install Debian's busybox-static", path)
+			return fmt.Errorf("%s is dynamically linked (install Debian's busybox-static for busybox; build Go programs with CGO_ENABLED=0)", path)
 		}
 	}
 	return nil
@@ -237,4 +237,33 @@ func writeImage(path, ref string, layer *layerBuilder, config v1.Config) error {
 		return fmt.Errorf("build image %s: %w", ref, err)
 	}
 	return nil
+}
+
+// imagePath is the PATH of the images the harness builds around one program.
+const imagePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ControlPlaneImage writes a one-layer image tagged ref holding the
+// statically linked program bin (BuildStaticControlPlane) at
+// /usr/local/bin/<base name>, on the image's PATH, as a docker archive in
+// dir for Containerd.ImportImage, and returns the archive's path. kubeadm's
+// static pod manifests run the control plane by its bare name
+// (`command: [kube-apiserver, …]`), so the image has no entrypoint. It
+// fails for a dynamically linked bin: the image has no loader.
+func ControlPlaneImage(bin, ref, dir string) (string, error) {
+	if err := checkStatic(bin); err != nil {
+		return "", fmt.Errorf("build image %s: %w", ref, err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return "", fmt.Errorf("build image %s: %w", ref, err)
+	}
+	name := filepath.Base(bin)
+	l := newLayer()
+	l.file("usr/local/bin/"+name, data, 0o755)
+	l.dir("tmp", 0o1777)
+	path := filepath.Join(dir, name+".tar")
+	if err := writeImage(path, ref, l, v1.Config{Env: []string{"PATH=" + imagePath}}); err != nil {
+		return "", err
+	}
+	return path, nil
 }

@@ -14,3 +14,15 @@ import "context"
 func BuildKubeadm(ctx context.Context, opts BuildOptions) (string, error) {
 	return buildKubernetesCommand(ctx, opts, "kubeadm")
 }
+
+// SharedDiskKubeletConfig returns the KubeletConfiguration fields every
+// node the harness starts has (NewAgent), for a node whose configuration
+// kubeadm writes: disk eviction thresholds at 1 % and no image garbage
+// collection by disk usage. Every node's disks are the test host's one
+// disk, which the kubelet's measure can put below kubeadm's default
+// thresholds (10 % and 15 % available) on a shared machine: the node
+// would report DiskPressure, be tainted, and reclaim space by removing the
+// images the harness side-loaded, which no registry serves.
+func SharedDiskKubeletConfig() map[string]any {
+	return map[string]any{"evictionHard": sharedDiskEvictionHard(), "imageGCHighThresholdPercent": 100}
+}

@@ -1,12 +1,19 @@
 package cluster
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // TestNodeRootIsPrivate runs a program in a NodeRoot that writes to
@@ -61,5 +68,70 @@ echo inside > /var/lib/kubelet/nodekit-node-root-probe/file`
 	}
 	if strings.Contains(string(mounts), "nodekit-node-root") {
 		t.Errorf("the node root's mounts reached the host:\n%s", mounts)
+	}
+}
+
+// TestNodeRootNetwork gives a NodeRoot a network namespace and a path the
+// host lacks: a program listening inside is reached through Dial at the
+// node's address, the host has neither the interface nor the path, and
+// the extra path is an empty directory of the node's.
+func TestNodeRootNetwork(t *testing.T) {
+	if os.Geteuid() != 0 {
+		requireOrSkip(t, errors.New("a mount and a network namespace need root"))
+	}
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		requireOrSkip(t, err)
+	}
+	missing := filepath.Join("/var/lib", "nodekit-node-root-probe-"+strconv.Itoa(os.Getpid()))
+	root, err := NewNodeRootWith(t.Context(), NodeRootOptions{Dir: t.TempDir(), Paths: []string{missing}, Address: "10.250.0.10/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(root.Close)
+	if root.Address != "10.250.0.10" {
+		t.Errorf("Address %q, want 10.250.0.10", root.Address)
+	}
+	if _, err := net.InterfaceByName(NodeRootInterface); err == nil {
+		t.Errorf("the host has the node's interface %s", NodeRootInterface)
+	}
+
+	// kubelet and etcd keep their paths; the extra one is the node's.
+	argv := root.Command("/bin/sh", "-c", "set -e; ls -A "+missing+"; touch "+missing+"/probe; ls -d /var/lib/kubelet")
+	if out, err := exec.CommandContext(t.Context(), argv[0], argv[1:]...).CombinedOutput(); err != nil || string(out) != "/var/lib/kubelet\n" {
+		t.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the host's %s after the node wrote to it: %v, want it absent", missing, err)
+	}
+	if _, err := os.Stat(root.Path(missing + "/probe")); err != nil {
+		t.Errorf("the node's %s: %v", missing, err)
+	}
+
+	argv = root.Command(busybox, "nc", "-l", "-p", "7777")
+	server := exec.CommandContext(t.Context(), argv[0], argv[1:]...)
+	server.Stdin = strings.NewReader("hello from the node\n")
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = server.Process.Kill()
+		_ = server.Wait()
+	})
+	var (
+		conn net.Conn
+		last error
+	)
+	err = wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		conn, last = root.Dial(ctx, "tcp", "10.250.0.10:7777")
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("dial the node's 10.250.0.10:7777: %v (last: %v)", err, last)
+	}
+	defer conn.Close()
+	got, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || got != "hello from the node\n" {
+		t.Errorf("read %q, %v from the node; want its greeting", got, err)
 	}
 }
