@@ -80,7 +80,7 @@ func TestKubeadmInitOnContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	static, err := cluster.BuildStaticControlPlane(ctx, cluster.BuildOptions{Source: src, Log: progress})
+	static, err := cluster.BuildControlPlane(ctx, cluster.BuildOptions{Source: src, Log: progress})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,9 @@
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit) the
 #      control plane: about 10 minutes cold on 2 cores, seconds when cached,
 #      and kubeadm (e2e/kubeadm_test.go), containerd 2, runc and crictl (the
-#      e2e suite's runtime; a few minutes cold), then the control plane again
-#      statically linked for kubeadm init's images (e2e/kubeadm_init_test.go,
-#      several minutes more cold); then upstream's e2e.test, ginkgo and agnhost for the conformance
+#      e2e suite's runtime; a few minutes cold); the control plane is built
+#      statically linked, so kubeadm init's images (e2e/kubeadm_init_test.go)
+#      hold the same binaries; then upstream's e2e.test, ginkgo and agnhost for the conformance
 #      subset (e2e/conformance_test.go);
 #   6. the e2e suite (e2e/): agents against the real control plane, on
 #      containerd 2 (and its 1.6 lane, Debian's containerd) and on the fake

@@ -74,28 +74,14 @@ const (
 
 // BuildControlPlane returns etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kubectl, building them with the go command when the
-// cache does not hold them for the pinned versions. A cold build takes about
-// ten minutes on two cores; a cached one returns at once. Concurrent callers
-// (several test processes) serialize on a lock file in the cache directory.
+// cache does not hold them for the pinned versions. They are built as
+// upstream releases them, with CGO_ENABLED=0: statically linked, so that an
+// image holding nothing but the binary runs them (ControlPlaneImage), as
+// kubeadm runs them in static pods, and one build serves both the harness's
+// control plane and kubeadm's. A cold build takes about ten minutes on two
+// cores; a cached one returns at once. Concurrent callers (several test
+// processes) serialize on a lock file in the cache directory.
 func BuildControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error) {
-	return buildControlPlane(ctx, opts, false)
-}
-
-// BuildStaticControlPlane returns etcd, kube-apiserver,
-// kube-controller-manager and kube-scheduler (no kubectl) built with
-// CGO_ENABLED=0: statically linked, so that an image holding nothing but
-// the binary runs them (ControlPlaneImage), as kubeadm runs them in static
-// pods. They are cached beside BuildControlPlane's, in k8s-static-<version>
-// and etcd-static-<version>; with BuildControlPlane's build cached, a cold
-// build compiles little more than the packages that differ without cgo and
-// links (a few minutes on two cores).
-func BuildStaticControlPlane(ctx context.Context, opts BuildOptions) (Binaries, error) {
-	return buildControlPlane(ctx, opts, true)
-}
-
-// buildControlPlane builds the control plane, statically (CGO_ENABLED=0,
-// without kubectl) when static is set.
-func buildControlPlane(ctx context.Context, opts BuildOptions, static bool) (Binaries, error) {
 	opts, goBin, err := opts.complete()
 	if err != nil {
 		return Binaries{}, err
@@ -104,12 +90,7 @@ func buildControlPlane(ctx context.Context, opts BuildOptions, static bool) (Bin
 	if err != nil {
 		return Binaries{}, err
 	}
-	var env []string
-	variant, linking := "", "dynamically linked where cgo is available"
-	if static {
-		env = []string{"CGO_ENABLED=0"}
-		variant, linking = "-static", "statically linked (CGO_ENABLED=0)"
-	}
+	env := []string{"CGO_ENABLED=0"}
 	goVersion, err := runCommand(ctx, opts.Source.Tools, env, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build control plane: %w", err)
@@ -120,18 +101,14 @@ func buildControlPlane(ctx context.Context, opts BuildOptions, static bool) (Bin
 	env = append([]string{"GOWORK=off"}, env...)
 
 	bins := Binaries{KubernetesVersion: k8sVersion, EtcdVersion: etcdVersion}
-	k8sName := "k8s" + variant + "-" + k8sVersion
+	k8sName := "k8s-" + k8sVersion
 	k8sDir := filepath.Join(opts.CacheDir, k8sName, "bin")
 	bins.KubeAPIServer = filepath.Join(k8sDir, "kube-apiserver")
 	bins.KubeControllerManager = filepath.Join(k8sDir, "kube-controller-manager")
 	bins.KubeScheduler = filepath.Join(k8sDir, "kube-scheduler")
-	commands := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
-	outputs := []string{bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler}
-	if !static {
-		bins.Kubectl = filepath.Join(k8sDir, "kubectl")
-		commands = append(commands, "kubectl")
-		outputs = append(outputs, bins.Kubectl)
-	}
+	bins.Kubectl = filepath.Join(k8sDir, "kubectl")
+	commands := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
+	outputs := []string{bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl}
 	ldflags := versionLDFlags(k8sVersion)
 	goMod, err := os.ReadFile(filepath.Join(opts.Source.Tools, "go.mod"))
 	if err != nil {
@@ -143,7 +120,7 @@ func buildControlPlane(ctx context.Context, opts BuildOptions, static bool) (Bin
 	}
 	k8sKey := cacheKey(goMod, goSum, goVersion, []byte(ldflags))
 	err = cached(opts.CacheDir, k8sName, k8sDir, k8sKey, outputs, func(staging string) error {
-		fmt.Fprintf(opts.Log, "building %s %s, %s, into %s (cold: ~10 min on 2 cores)\n", strings.Join(commands, ", "), k8sVersion, linking, k8sDir)
+		fmt.Fprintf(opts.Log, "building %s %s, statically linked, into %s (cold: ~10 min on 2 cores)\n", strings.Join(commands, ", "), k8sVersion, k8sDir)
 		args := []string{"build", "-ldflags", ldflags, "-o", staging + string(filepath.Separator)}
 		for _, cmd := range commands {
 			args = append(args, kubernetesModule+"/cmd/"+cmd)
@@ -164,12 +141,12 @@ func buildControlPlane(ctx context.Context, opts BuildOptions, static bool) (Bin
 	if err != nil {
 		return Binaries{}, fmt.Errorf("build etcd: %w", err)
 	}
-	etcdName := "etcd" + variant + "-" + etcdVersion
+	etcdName := "etcd-" + etcdVersion
 	etcdDir := filepath.Join(opts.CacheDir, etcdName, "bin")
 	bins.Etcd = filepath.Join(etcdDir, "etcd")
 	etcdKey := cacheKey(etcdMod, etcdSum, goVersion)
 	err = cached(opts.CacheDir, etcdName, etcdDir, etcdKey, []string{bins.Etcd}, func(staging string) error {
-		fmt.Fprintf(opts.Log, "building etcd %s, %s, into %s\n", etcdVersion, linking, etcdDir)
+		fmt.Fprintf(opts.Log, "building etcd %s, statically linked, into %s\n", etcdVersion, etcdDir)
 		_, err := runCommand(ctx, etcdModDir, env, opts.Log, goBin, "build", "-o", filepath.Join(staging, "etcd"), etcdServerModule)
 		return err
 	})

@@ -23,7 +23,7 @@
 // line kubeadm's files give it (NewCommandAgent). A control plane kubeadm
 // sets up itself runs in a NodeRoot with a network namespace of its own
 // (NewNodeRootWith), containerd in it too, from images of statically built
-// binaries (BuildStaticControlPlane, ControlPlaneImage).
+// binaries (BuildControlPlane builds them so, ControlPlaneImage).
 //
 // Every server, daemon and agent is a child process in its own process group,
 // killed if the harness process dies; its output goes to a log file whose

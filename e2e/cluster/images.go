@@ -243,7 +243,7 @@ func writeImage(path, ref string, layer *layerBuilder, config v1.Config) error {
 const imagePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // ControlPlaneImage writes a one-layer image tagged ref holding the
-// statically linked program bin (BuildStaticControlPlane) at
+// statically linked program bin (BuildControlPlane's) at
 // /usr/local/bin/<base name>, on the image's PATH, as a docker archive in
 // dir for Containerd.ImportImage, and returns the archive's path. kubeadm's
 // static pod manifests run the control plane by its bare name

@@ -7,7 +7,6 @@
 //	go -C e2e run ./cmd/localcluster up                  # one node, containerd if possible
 //	go -C e2e run ./cmd/localcluster up -nodes=3 -runtime=fakecri
 //	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane, kubeadm and containerd 2
-//	                                                     (and the static control plane kubeadm's images hold)
 //
 // up prints the admin kubeconfig, the images the nodes hold (no registry is
 // reachable from them) and a first kubectl run that works with them, and
@@ -49,10 +48,9 @@ const usage = `usage: localcluster <command> [flags]
 
 commands:
   build   build (or reuse from the cache) etcd, kube-apiserver,
-          kube-controller-manager, kube-scheduler, kubectl, kubeadm,
-          containerd 2, runc and crictl, then etcd and the control plane
-          again statically linked (the images of
-          TestKubeadmInitOnContainerd); print their paths
+          kube-controller-manager, kube-scheduler, kubectl (statically
+          linked, as released: kubeadm init's images hold them too),
+          kubeadm, containerd 2, runc and crictl; print their paths
   up      start a control plane and node agents, print how to reach them,
           and run until interrupted
 
@@ -84,12 +82,6 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Printf("containerd %s\n%s\n%s\n%s\nrunc %s\n%s\ncrictl %s\n%s\n", ctrd.Version, ctrd.Containerd, ctrd.Shim, ctrd.Ctr, ctrd.RuncVersion, ctrd.Runc, ctrd.CrictlVersion, ctrd.Crictl)
-		// The images of a kubeadm control plane: one static binary each.
-		static, err := cluster.BuildStaticControlPlane(ctx, cluster.BuildOptions{Log: os.Stderr})
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s\n%s\n%s\n%s\n", static.Etcd, static.KubeAPIServer, static.KubeControllerManager, static.KubeScheduler)
 		return nil
 	case "up":
 		opts := &upOptions{}
