@@ -35,7 +35,8 @@ import (
 // eviction manager read with the pods' volume usage (VolumeStats), the
 // eviction manager (Eviction), the volume manager (Volumes), and image
 // garbage collection and container log rotation (RuntimeGC), and the
-// device manager (Devices) and the pod resources API (PodResources). The CRI
+// device manager (Devices), Dynamic Resource Allocation (DRA) and the pod
+// resources API (PodResources). The CRI
 // services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
@@ -60,6 +61,7 @@ var CRI = fx.Options(
 	VolumeStats,
 	Eviction,
 	Devices,
+	DRA,
 	PodResources,
 )
 

@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"go.uber.org/fx"
+
+	"github.com/nodekit/nodekit/dra"
+	"github.com/nodekit/nodekit/pluginmanager"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/runtime"
+)
+
+// DRA is the kubelet's Dynamic Resource Allocation manager (dra.Module):
+// DRA drivers' kubelet plugins registered through the plugin manager
+// (type DRAPlugin), the ResourceClaims of the node's pods prepared before
+// their sandboxes are created and released once their containers stopped,
+// the claims' CDI devices in the containers' CRI configs (the pod manager's
+// runtime.DynamicResources), the claim checkpoint
+// <root-dir>/dra_manager_state, and the claims of pods no longer active
+// released once the pod sources are ready. CRI includes it. Change its
+// inputs with fx.Decorate of dra.Options.
+var DRA = fx.Options(
+	fx.Provide(
+		provideDRAOptions,
+		fx.Annotate(func(m *dra.Manager) *dra.Manager { return m }, fx.As(new(runtime.DynamicResources))),
+	),
+	pluginmanager.AsHandler(dra.PluginType, func(m *dra.Manager) pluginmanager.Handler { return m }),
+	dra.Module,
+)
+
+func provideDRAOptions(cfg *Config, store *pods.Store, loop *podKnown) dra.Options {
+	return dra.Options{
+		NodeName:     cfg.NodeName,
+		StateDir:     cfg.RootDir,
+		ActivePods:   store.Active,
+		SourcesReady: loop.sourcesReady,
+	}
+}
