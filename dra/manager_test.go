@@ -562,3 +562,29 @@ func TestResourceSlicesWiped(t *testing.T) {
 		t.Errorf("deletions %v", got)
 	}
 }
+
+// The pod resources API's view of a container's prepared claims, as the
+// kubelet's GetDynamicResources.
+func TestDynamicResourcesForPodResources(t *testing.T) {
+	d := startDriver(t)
+	pod := podWithClaim("p", "c")
+	m, _ := newTestManager(t, t.TempDir(), nil, allocatedClaim("c", pod))
+	register(t, m, d)
+	if got := m.DynamicResources(pod, &pod.Spec.Containers[0]); len(got) != 0 {
+		t.Errorf("before prepare: %v", got)
+	}
+	if err := m.PrepareResources(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	got := m.DynamicResources(pod, &pod.Spec.Containers[0])
+	if len(got) != 1 || got[0].ClaimName != "c" || got[0].ClaimNamespace != "default" || len(got[0].ClaimResources) != 1 {
+		t.Fatalf("dynamic resources %v", got)
+	}
+	r := got[0].ClaimResources[0]
+	if r.DriverName != testDriver || r.PoolName != testNode || r.DeviceName != "gpu-c" || len(r.CdiDevices) != 1 || r.CdiDevices[0].Name != "example.com/gpu=c" {
+		t.Errorf("claim resource %v", r)
+	}
+	if got := m.DynamicResources(pod, &pod.Spec.Containers[1]); len(got) != 0 {
+		t.Errorf("container without claims: %v", got)
+	}
+}
