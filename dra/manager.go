@@ -250,15 +250,17 @@ type claimRef struct {
 
 // podClaims returns the ResourceClaims pod uses: those of
 // spec.resourceClaims that exist (a template's claim named in the pod's
-// status) and the claim of its DRA-backed extended resources.
-func podClaims(pod *v1.Pod) ([]claimRef, error) {
+// status) and the claim of its DRA-backed extended resources. With
+// lenient, a claim whose name cannot be known (a template's claim not
+// created yet) is left out instead of failing.
+func podClaims(pod *v1.Pod, lenient bool) ([]claimRef, error) {
 	var refs []claimRef
 	for i := range pod.Spec.ResourceClaims {
 		name, owned, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil {
+		if err != nil && !lenient {
 			return nil, err
 		}
-		if name != nil {
+		if err == nil && name != nil {
 			refs = append(refs, claimRef{name: *name, owned: owned})
 		}
 	}
@@ -275,12 +277,36 @@ func newClaimInfo(claim *resourceapi.ResourceClaim) (*claimInfo, error) {
 		return nil, errors.New("not allocated")
 	}
 	drivers := map[string]driverState{}
+	total := map[string]int{}
+	skips := map[string]map[resourceapi.SkipNodeOperation]int{}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if len(r.SkipNodeOperations) > 0 {
-			// The kubelet v1.37 does not enable this alpha gate by default.
-			return nil, errors.New("DRAOptionalNodeOperations feature gate is disabled on kubelet")
-		}
 		drivers[r.Driver] = driverState{}
+		total[r.Driver]++
+		if skips[r.Driver] == nil {
+			skips[r.Driver] = map[resourceapi.SkipNodeOperation]int{}
+		}
+		if slices.Contains(r.SkipNodeOperations, resourceapi.SkipNodeOperationAll) {
+			skips[r.Driver][resourceapi.SkipNodeOperationAll]++
+			continue
+		}
+		for _, op := range r.SkipNodeOperations {
+			skips[r.Driver][op]++
+		}
+	}
+	// A driver all of whose results skip an operation would have it
+	// skipped: that needs the DRAOptionalNodeOperations gate (alpha, off
+	// in the kubelet v1.37), so the kubelet refuses the claim. Results
+	// that skip only some of a driver's operations change nothing.
+	for driver, ops := range skips {
+		all := ops[resourceapi.SkipNodeOperationAll]
+		for op, n := range ops {
+			if op != resourceapi.SkipNodeOperationAll {
+				n += all
+			}
+			if n == total[driver] {
+				return nil, errors.New("DRAOptionalNodeOperations feature gate is disabled on kubelet")
+			}
+		}
 	}
 	return &claimInfo{claimState: claimState{
 		ClaimUID: claim.UID, ClaimName: claim.Name, Namespace: claim.Namespace,
@@ -311,7 +337,7 @@ func (m *Manager) PrepareResources(ctx context.Context, pod *v1.Pod) error {
 }
 
 func (m *Manager) prepare(ctx context.Context, pod *v1.Pod) error {
-	refs, err := podClaims(pod)
+	refs, err := podClaims(pod, false)
 	if err != nil || len(refs) == 0 {
 		return err
 	}
@@ -502,13 +528,9 @@ func (m *Manager) unprepareForPod(ctx context.Context, pod *v1.Pod) error {
 		// whose name is not known (a template's claim never created) was
 		// never prepared; the kubelet fails here, and the pod never
 		// finishes terminating.
-		for i := range pod.Spec.ResourceClaims {
-			if name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i]); err == nil && name != nil {
-				names = append(names, *name)
-			}
-		}
-		if s := pod.Status.ExtendedResourceClaimStatus; s != nil {
-			names = append(names, s.ResourceClaimName)
+		refs, _ := podClaims(pod, true)
+		for _, r := range refs {
+			names = append(names, r.name)
 		}
 	}
 	return m.unprepare(ctx, pod.UID, pod.Namespace, names)

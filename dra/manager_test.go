@@ -461,6 +461,41 @@ func (b *betaDriver) NodeUnprepareResources(ctx context.Context, req *drapbv1bet
 	return out, nil
 }
 
+// Results that skip node operations need the DRAOptionalNodeOperations
+// gate, off in the kubelet v1.37: a claim all of whose results of a driver
+// skip an operation is refused as the kubelet refuses it; one that skips
+// it for some results only is prepared as usual.
+func TestSkipNodeOperations(t *testing.T) {
+	claim := func(skips ...[]resourceapi.SkipNodeOperation) *resourceapi.ResourceClaim {
+		c := allocatedClaim("c")
+		c.Status.Allocation.Devices.Results = nil
+		for i, s := range skips {
+			c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+				Request: "gpu", Driver: testDriver, Pool: testNode, Device: fmt.Sprintf("gpu-%d", i), SkipNodeOperations: s,
+			})
+		}
+		return c
+	}
+	prep := []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationNodePrepareResources}
+	all := []resourceapi.SkipNodeOperation{resourceapi.SkipNodeOperationAll}
+	for _, tc := range []struct {
+		name    string
+		claim   *resourceapi.ResourceClaim
+		refused bool
+	}{
+		{"none", claim(nil, nil), false},
+		{"some results", claim(prep, nil), false},
+		{"every result, one operation", claim(prep, prep), true},
+		{"every result, all and one", claim(all, prep), true},
+		{"every result, all", claim(all, all), true},
+	} {
+		_, err := newClaimInfo(tc.claim)
+		if refused := err != nil; refused != tc.refused {
+			t.Errorf("%s: error %v, want refused %v", tc.name, err, tc.refused)
+		}
+	}
+}
+
 func TestValidatePlugin(t *testing.T) {
 	m, _ := newTestManager(t, t.TempDir(), nil)
 	err := m.ValidatePlugin(t.Context(), testDriver, "/x.sock", []string{"v1alpha4.Node"})
