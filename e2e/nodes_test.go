@@ -36,6 +36,9 @@ type nodeOptions struct {
 	extraArgs []string
 	// kubeletConfig are more KubeletConfiguration fields.
 	kubeletConfig map[string]any
+	// containerdSeries is the containerd newContainerdPodNodeWith starts
+	// (empty: cluster.DefaultContainerdSeries).
+	containerdSeries cluster.ContainerdSeries
 }
 
 // testNode is a node agent process with its runtime.

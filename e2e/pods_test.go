@@ -90,6 +90,7 @@ var podTests = []podTest{
 	{name: "pod spec admission", run: testPodSpecAdmission},
 	{name: "hostname override", containerdOnly: true, run: testHostnameOverride},
 	{name: "in-place resize", containerdOnly: true, run: testInPlaceResize},
+	{name: "container events drive the PLEG", containerdOnly: true, run: testContainerEvents},
 }
 
 // TestPodsOnContainerd runs the pod tests and the node status tests that
@@ -139,12 +140,19 @@ func TestPodsOnFakeCRI(t *testing.T) {
 // name (under the suite's directory); it is stopped when the test ends.
 func startNodeContainerd(t *testing.T, name string) *cluster.Containerd {
 	t.Helper()
+	return startNodeContainerdSeries(t, name, "")
+}
+
+// startNodeContainerdSeries is startNodeContainerd for a containerd
+// series (empty: cluster.DefaultContainerdSeries).
+func startNodeContainerdSeries(t *testing.T, name string, series cluster.ContainerdSeries) *cluster.Containerd {
+	t.Helper()
 	src, err := cluster.LocateSource()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := cluster.StartContainerd(t.Context(), cluster.ContainerdOptions{
-		Source: src, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
+		Source: src, Series: series, Dir: filepath.Join(env.dir, "containerd-"+name), Log: progress,
 	})
 	if err != nil {
 		t.Fatalf("start containerd for %s: %v", name, err)
@@ -181,7 +189,7 @@ func newContainerdPodNodeWith(t *testing.T, name string, opts nodeOptions) *podN
 	t.Helper()
 	ctx := t.Context()
 	cgroupRoot := newCgroupRoot(t, name)
-	c := startNodeContainerd(t, name)
+	c := startNodeContainerdSeries(t, name, opts.containerdSeries)
 	cri := dialCRI(t, c)
 	runtimeName, _, err := c.Version(ctx)
 	if err != nil {
@@ -838,6 +846,16 @@ func testRuntimeLabels(t *testing.T, n *podNode) {
 	}
 	if sb.Id != c.PodSandboxId {
 		t.Errorf("the container is in sandbox %s, the pod's sandbox is %s", c.PodSandboxId, sb.Id)
+	}
+	if n.containerd != nil {
+		// What an operator sees: crictl finds the pod by its UID label.
+		out, err := n.containerd.Crictl(ctx, "pods", "--label", labelPodUID+"="+string(pod.UID), "-q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Fields(string(out)); len(got) != 1 || got[0] != sb.Id {
+			t.Errorf("crictl pods --label %s=%s -q lists %q, want the pod's sandbox %s", labelPodUID, pod.UID, got, sb.Id)
+		}
 	}
 
 	// The log: <podLogsDir>/<ns>_<name>_<uid>/<container>/<restart>.log.

@@ -2,9 +2,11 @@
 # install-deps.sh installs what nodekit's test suite needs on a Debian
 # (bookworm) machine and does nothing when it is all there already:
 #
-#   - Debian packages: containerd, runc, containernetworking-plugins (bridge,
-#     host-local, loopback), busybox-static (the e2e busybox image), iptables,
-#     iproute2, git, ca-certificates;
+#   - Debian packages: containerd, runc (the e2e harness's containerd 1.6
+#     lane), containernetworking-plugins (bridge, host-local, loopback),
+#     busybox-static (the e2e busybox image), iptables, iproute2, git,
+#     ca-certificates, and gcc, libc6-dev, pkg-config and libseccomp-dev, with
+#     which the harness builds runc (cgo) for its containerd 2;
 #   - the Go modules of the library and of the e2e module.
 #
 # The Go toolchain itself is not installed here: put Go (the version in
@@ -12,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(containerd runc containernetworking-plugins busybox-static iptables iproute2 git ca-certificates)
+packages=(containerd runc containernetworking-plugins busybox-static iptables iproute2 git ca-certificates gcc libc6-dev pkg-config libseccomp-dev)
 
 missing=()
 for p in "${packages[@]}"; do

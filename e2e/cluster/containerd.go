@@ -38,20 +38,35 @@ type ContainerdOptions struct {
 	// Dir holds containerd's root, state, socket, CNI config and log; empty
 	// means a new temporary directory, removed by Close.
 	Dir string
+	// Series picks the runtime: ContainerdSeries2 or ContainerdSeries16;
+	// empty means DefaultContainerdSeries().
+	Series ContainerdSeries
+	// Binaries are containerd 2's programs; zero means BuildContainerd2's
+	// (built once, then from the cache). Unused with ContainerdSeries16.
+	Binaries ContainerdBinaries
 	// StartTimeout bounds the wait for the CRI to report ready. Default 1m.
 	StartTimeout time.Duration
 	// Log receives progress messages; nil discards them.
 	Log io.Writer
 }
 
-// Containerd is a containerd daemon from the Debian package, with runc and
-// the cgroupfs driver, its root, state and socket under Dir, pod networking
-// by Debian's bridge and host-local CNI plugins, and PauseImage and
-// BusyboxImage imported. Its methods are safe for concurrent use.
+// Containerd is a containerd daemon, containerd 2 built from the pinned Go
+// modules (ContainerdSeries2) or Debian's 1.6 package (ContainerdSeries16),
+// with runc and the cgroupfs driver, its root, state and socket under Dir
+// (never Debian's /run/containerd), pod networking by Debian's bridge and
+// host-local CNI plugins, and PauseImage and BusyboxImage imported. Its
+// methods are safe for concurrent use.
 type Containerd struct {
+	// Series is the runtime's: ContainerdSeries2 or ContainerdSeries16.
+	Series ContainerdSeries
 	// Dir holds everything the daemon writes, except the few paths
-	// containerd 1.6 does not let a configuration move, which Close cleans.
+	// containerd does not let a configuration move, which Close cleans.
 	Dir string
+	// CDISpecDir is the directory of CDI specs containerd 2 reads
+	// (cdi_spec_dirs; CDI devices are enabled): a device plugin or DRA
+	// driver of a test writes its specs there. Empty on 1.6, which has no
+	// CDI.
+	CDISpecDir string
 	// Socket is the daemon's gRPC socket; Endpoint is the same as a CRI
 	// endpoint, unix://<Socket>.
 	Socket   string
@@ -62,8 +77,13 @@ type Containerd struct {
 	PodSubnet string
 
 	configPath string
-	network    string // CNI network name, unique per instance
-	bridge     string // Linux bridge the CNI plugin creates in the host
+	binary     string   // the containerd executable
+	runc       string   // runc's path for containerd 2; Debian's on PATH for 1.6
+	ctr        string   // the ctr executable
+	crictl     string   // the crictl executable (BuildContainerd2's)
+	env        []string // the daemon's extra environment
+	network    string   // CNI network name, unique per instance
+	bridge     string   // Linux bridge the CNI plugin creates in the host
 	cniConfig  []byte
 	removeDir  bool
 	timeout    time.Duration
@@ -74,7 +94,41 @@ type Containerd struct {
 	closed bool
 }
 
-// Paths containerd 1.6 uses whatever its configuration says.
+// ContainerdSeries names a containerd release series StartContainerd runs.
+type ContainerdSeries string
+
+// The series StartContainerd runs.
+const (
+	// ContainerdSeries2 is containerd 2 with runc, both built from the Go
+	// modules e2e/tools/containerd and e2e/tools/runc pin
+	// (BuildContainerd2): what Kubernetes 1.37 nodes run, with CDI and
+	// container events (the evented PLEG).
+	ContainerdSeries2 ContainerdSeries = "2"
+	// ContainerdSeries16 is Debian bookworm's containerd 1.6 and runc
+	// packages, which older nodes still run.
+	ContainerdSeries16 ContainerdSeries = "1.6"
+)
+
+// ContainerdSeriesEnv names the environment variable that sets
+// DefaultContainerdSeries: "2" or "1.6".
+const ContainerdSeriesEnv = "NODEKIT_E2E_CONTAINERD"
+
+// DefaultContainerdSeries returns the series StartContainerd runs when
+// its options name none: $NODEKIT_E2E_CONTAINERD if set, else
+// ContainerdSeries16. It panics on any other value of the variable, which
+// is a mistake in how the tests were invoked.
+func DefaultContainerdSeries() ContainerdSeries {
+	switch v := ContainerdSeries(os.Getenv(ContainerdSeriesEnv)); v {
+	case "":
+		return ContainerdSeries16
+	case ContainerdSeries2, ContainerdSeries16:
+		return v
+	default:
+		panic(fmt.Sprintf("%s=%q: want %q or %q", ContainerdSeriesEnv, v, ContainerdSeries2, ContainerdSeries16))
+	}
+}
+
+// Paths containerd uses whatever its configuration says.
 const (
 	shimSocketDir  = "/run/containerd/s"
 	cniResultsDir  = "/var/lib/cni/results"
@@ -83,15 +137,34 @@ const (
 	shimBinaryName = "containerd-shim-runc-v2"
 )
 
-// CheckContainerd reports what this machine lacks to run StartContainerd:
-// root, the containerd, runc and CNI plugin binaries, a static busybox and
-// the ip command. hack/install-deps.sh installs the Debian packages.
+// CheckContainerd reports what this machine lacks to run StartContainerd
+// with DefaultContainerdSeries: root, the CNI plugin binaries, a static
+// busybox and the ip command; for containerd 1.6 Debian's containerd and
+// runc, for containerd 2 the go command and a C compiler (BuildContainerd2
+// builds them). hack/install-deps.sh installs the Debian packages.
 func CheckContainerd() error {
+	return CheckContainerdSeries(DefaultContainerdSeries())
+}
+
+// CheckContainerdSeries is CheckContainerd for the given series.
+func CheckContainerdSeries(series ContainerdSeries) error {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root privileges (containerd and runc run as root)")
 	}
-	for _, cmd := range []string{"containerd", shimBinaryName, "ctr", "runc", "ip"} {
+	commands := []string{"ip"}
+	switch series {
+	case ContainerdSeries16:
+		commands = append(commands, "containerd", shimBinaryName, "ctr", "runc")
+	case ContainerdSeries2:
+		if _, err := goCommand(); err != nil {
+			missing = append(missing, err.Error())
+		}
+		commands = append(commands, "gcc", "pkg-config")
+	default:
+		return fmt.Errorf("containerd series %q: want %q or %q", series, ContainerdSeries2, ContainerdSeries16)
+	}
+	for _, cmd := range commands {
 		if _, err := exec.LookPath(cmd); err != nil {
 			missing = append(missing, cmd+" on PATH")
 		}
@@ -107,7 +180,7 @@ func CheckContainerd() error {
 		missing = append(missing, err.Error())
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("containerd runtime unavailable, missing: %s (hack/install-deps.sh installs the Debian packages containerd, runc, containernetworking-plugins, busybox-static, iproute2)", strings.Join(missing, "; "))
+		return fmt.Errorf("containerd %s unavailable, missing: %s (hack/install-deps.sh installs the Debian packages containerd, runc, containernetworking-plugins, busybox-static, iproute2, gcc, pkg-config, libseccomp-dev)", series, strings.Join(missing, "; "))
 	}
 	return nil
 }
@@ -119,7 +192,10 @@ var containerdInstances atomic.Uint32
 // runtime and the network ready. On failure it cleans up what it started.
 // The caller must Close the returned daemon.
 func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd, err error) {
-	if err := CheckContainerd(); err != nil {
+	if opts.Series == "" {
+		opts.Series = DefaultContainerdSeries()
+	}
+	if err := CheckContainerdSeries(opts.Series); err != nil {
 		return nil, err
 	}
 	if opts.Source == (Source{}) {
@@ -133,7 +209,28 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	c := &Containerd{Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log}
+	c := &Containerd{Series: opts.Series, Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log, binary: "containerd", ctr: "ctr"}
+	if opts.Series == ContainerdSeries2 {
+		bins := opts.Binaries
+		if bins == (ContainerdBinaries{}) {
+			if bins, err = BuildContainerd2(ctx, BuildOptions{Source: opts.Source, Log: opts.Log}); err != nil {
+				return nil, fmt.Errorf("start containerd: %w", err)
+			}
+		}
+		c.binary, c.ctr, c.crictl = bins.Containerd, bins.Ctr, bins.Crictl
+		// containerd finds its shim on PATH before next to itself, and the
+		// shim finds runc on PATH: Debian's must not come first.
+		c.env = []string{"PATH=" + filepath.Dir(bins.Shim) + string(filepath.ListSeparator) + filepath.Dir(bins.Runc) + string(filepath.ListSeparator) + os.Getenv("PATH")}
+		c.runc = bins.Runc
+	} else {
+		opts, goBin, err := BuildOptions{Source: opts.Source, Log: opts.Log}.complete()
+		if err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
+		}
+		if _, c.crictl, err = buildCrictl(ctx, opts, goBin); err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
+		}
+	}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "nodekit-containerd-"); err != nil {
 			return nil, fmt.Errorf("start containerd: %w", err)
@@ -156,6 +253,9 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	c.Endpoint = "unix://" + c.Socket
 	c.LogPath = filepath.Join(c.Dir, "containerd.log")
 	c.configPath = filepath.Join(c.Dir, "config.toml")
+	if c.Series == ContainerdSeries2 {
+		c.CDISpecDir = filepath.Join(c.Dir, "cdi")
+	}
 	instance := fmt.Sprintf("%d-%d", os.Getpid(), containerdInstances.Add(1))
 	c.network = "nodekit-e2e-" + instance
 	c.bridge = fmt.Sprintf("nk%x", sha256.Sum256([]byte(c.Dir)))[:15]
@@ -173,11 +273,11 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 		return nil, err
 	}
 	for _, image := range images {
-		if _, err := runCommand(ctx, c.Dir, nil, nil, "ctr", "--address", c.Socket, "--namespace", criNamespace, "images", "import", image); err != nil {
-			return nil, fmt.Errorf("start containerd: import %s: %w", image, err)
+		if err := c.ImportImage(ctx, image); err != nil {
+			return nil, fmt.Errorf("start containerd: %w", err)
 		}
 	}
-	fmt.Fprintf(c.log, "containerd ready at %s (log %s)\n", c.Endpoint, c.LogPath)
+	fmt.Fprintf(c.log, "containerd %s ready at %s (log %s)\n", c.Series, c.Endpoint, c.LogPath)
 	return c, nil
 }
 
@@ -259,16 +359,99 @@ disabled_plugins = [
     max_conf_num = 1
 `))
 
+// containerd2Config is containerd 2's configuration (version 4): the
+// same runtime as containerdConfig's, with CDI devices from CDISpecDir
+// and NRI's socket under Dir.
+var containerd2Config = template.Must(template.New("config2").Parse(`version = 4
+root = "{{.Dir}}/root"
+state = "{{.Dir}}/state"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+# Version 4 ignores the top-level [grpc] and [ttrpc] of earlier versions:
+# without these two, the daemon would serve on /run/containerd/containerd.sock.
+[plugins."io.containerd.server.v1.grpc"]
+  address = "{{.Socket}}"
+
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "{{.Socket}}.ttrpc"
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{{.Dir}}/opt"
+
+[plugins."io.containerd.nri.v1.nri"]
+  socket_path = "{{.Dir}}/nri.sock"
+  plugin_path = "{{.Dir}}/nri/plugins"
+  plugin_config_path = "{{.Dir}}/nri/conf.d"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{{.PauseImage}}"
+
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{{.Dir}}/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # As for 1.6: root lacks CAP_SYS_RESOURCE on some machines.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  # CDI devices are always on in containerd 2.
+  cdi_spec_dirs = ["{{.CDISpecDir}}"]
+
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "{{.Runc}}"
+        SystemdCgroup = false
+        Root = "{{.Dir}}/runc"
+
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{{.CNIBinDir}}"]
+    conf_dir = "{{.Dir}}/cni/net.d"
+    max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+`))
+
 func (c *Containerd) writeConfig() error {
 	var cfg strings.Builder
-	err := containerdConfig.Execute(&cfg, map[string]string{
+	tmpl := containerdConfig
+	if c.Series == ContainerdSeries2 {
+		tmpl = containerd2Config
+		if err := os.MkdirAll(c.CDISpecDir, 0o755); err != nil {
+			return fmt.Errorf("containerd config: %w", err)
+		}
+	}
+	err := tmpl.Execute(&cfg, map[string]string{
 		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": PauseImage, "CNIBinDir": cniPluginDir,
+		"Runc": c.runc, "CDISpecDir": c.CDISpecDir,
 	})
 	if err != nil {
 		return fmt.Errorf("containerd config: %w", err)
 	}
 	if err := os.WriteFile(c.configPath, []byte(cfg.String()), 0o644); err != nil {
 		return fmt.Errorf("containerd config: %w", err)
+	}
+	crictlConfig := fmt.Sprintf("runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 30\n", c.Endpoint, c.Endpoint)
+	if err := os.WriteFile(c.crictlConfigPath(), []byte(crictlConfig), 0o644); err != nil {
+		return fmt.Errorf("crictl config: %w", err)
 	}
 	cni := map[string]any{
 		"cniVersion": "1.0.0",
@@ -333,7 +516,7 @@ func (c *Containerd) Start(ctx context.Context) error {
 	if c.proc != nil && !c.proc.exited() {
 		return nil
 	}
-	p, err := startProcess("containerd", c.LogPath, "containerd", []string{"--config", c.configPath}, nil)
+	p, err := startProcess("containerd", c.LogPath, c.binary, []string{"--config", c.configPath}, c.env)
 	if err != nil {
 		return err
 	}
@@ -456,8 +639,27 @@ func (c *Containerd) criReady(ctx context.Context) error {
 	return nil
 }
 
+// Crictl runs crictl (the version e2e/tools/crictl pins) against the
+// daemon, as an operator inspects a node, and returns its standard output.
+func (c *Containerd) Crictl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.crictl, append([]string{"--config", c.crictlConfigPath()}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("crictl %s on %s: %w: %s", strings.Join(args, " "), c.Endpoint, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// crictlConfigPath is crictl's configuration for this daemon, which
+// writeConfig writes: `crictl --config <it> ps` inspects it by hand.
+func (c *Containerd) crictlConfigPath() string {
+	return filepath.Join(c.Dir, "crictl.yaml")
+}
+
 // Version returns the runtime's CRI name and version, e.g. "containerd" and
-// "1.6.20~ds1".
+// "1.6.20~ds1" (1.6) or "v2.4.2" (2).
 func (c *Containerd) Version(ctx context.Context) (name, version string, err error) {
 	conn, client, err := c.dialCRI()
 	if err != nil {

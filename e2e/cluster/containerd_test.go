@@ -12,17 +12,34 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// TestContainerdRunsPodsAndTearsDownClean starts the harness containerd,
-// runs a pod with a busybox container on the pod network through the CRI,
-// stops and restarts the daemon, and checks that Close leaves no process,
-// mount, shim socket, CNI result or bridge behind.
+// TestContainerdRunsPodsAndTearsDownClean starts the harness containerd of
+// each series, runs a pod with a busybox container on the pod network
+// through the CRI (on containerd 2 with a CDI device, whose spec sets an
+// environment variable), stops and restarts the daemon, and checks that
+// Close leaves no process, mount, shim socket, CNI result or bridge behind.
 func TestContainerdRunsPodsAndTearsDownClean(t *testing.T) {
-	if err := CheckContainerd(); err != nil {
+	for _, series := range []ContainerdSeries{ContainerdSeries2, ContainerdSeries16} {
+		t.Run("containerd-"+string(series), func(t *testing.T) {
+			testContainerdRunsPodsAndTearsDownClean(t, series)
+		})
+	}
+}
+
+// cdiSpec is a CDI spec of one device, vendor.example/test=one, whose
+// only edit is an environment variable.
+const cdiSpec = `{
+  "cdiVersion": "0.6.0",
+  "kind": "vendor.example/test",
+  "devices": [{"name": "one", "containerEdits": {"env": ["CDI_DEVICE=one"]}}]
+}`
+
+func testContainerdRunsPodsAndTearsDownClean(t *testing.T, series ContainerdSeries) {
+	if err := CheckContainerdSeries(series); err != nil {
 		requireOrSkip(t, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	c, err := StartContainerd(ctx, ContainerdOptions{Log: testLog{t}})
+	c, err := StartContainerd(ctx, ContainerdOptions{Series: series, Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +54,15 @@ func TestContainerdRunsPodsAndTearsDownClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name != "containerd" || version == "" {
-		t.Fatalf("CRI version = %q %q, want containerd and a version", name, version)
+	if wantPrefix := map[ContainerdSeries]string{ContainerdSeries2: "v2.", ContainerdSeries16: "1.6."}[series]; name != "containerd" || !strings.HasPrefix(version, wantPrefix) {
+		t.Fatalf("CRI version = %q %q, want containerd and %s*", name, version, wantPrefix)
+	}
+	var cdiDevices []*runtimeapi.CDIDevice
+	if series == ContainerdSeries2 {
+		if err := os.WriteFile(filepath.Join(c.CDISpecDir, "test.json"), []byte(cdiSpec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cdiDevices = []*runtimeapi.CDIDevice{{Name: "vendor.example/test=one"}}
 	}
 
 	conn, rs, err := c.dialCRI()
@@ -70,10 +94,11 @@ func TestContainerdRunsPodsAndTearsDownClean(t *testing.T) {
 	ctr, err := rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId: sb.PodSandboxId,
 		Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
-			Image:    &runtimeapi.ImageSpec{Image: BusyboxImage},
-			Command:  []string{"sleep", "3600"},
-			LogPath:  "sleep.log",
+			Metadata:   &runtimeapi.ContainerMetadata{Name: "sleep"},
+			Image:      &runtimeapi.ImageSpec{Image: BusyboxImage},
+			Command:    []string{"sleep", "3600"},
+			LogPath:    "sleep.log",
+			CDIDevices: cdiDevices,
 		},
 		SandboxConfig: sbConfig,
 	})
@@ -86,6 +111,12 @@ func TestContainerdRunsPodsAndTearsDownClean(t *testing.T) {
 	exec, err := rs.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr.ContainerId, Cmd: []string{"sh", "-c", "echo hello from $(hostname)"}, Timeout: 30})
 	if err != nil || exec.ExitCode != 0 || !strings.Contains(string(exec.Stdout), "hello from") {
 		t.Fatalf("exec in container: %v, exit %d, stdout %q stderr %q", err, exec.GetExitCode(), exec.GetStdout(), exec.GetStderr())
+	}
+	if cdiDevices != nil {
+		env, err := rs.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr.ContainerId, Cmd: []string{"sh", "-c", "echo $CDI_DEVICE"}, Timeout: 30})
+		if err != nil || strings.TrimSpace(string(env.GetStdout())) != "one" {
+			t.Fatalf("CDI device's environment in the container: %v, stdout %q, want one", err, env.GetStdout())
+		}
 	}
 
 	// Stopping the daemon leaves the container running; a restart finds it.

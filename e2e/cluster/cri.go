@@ -38,7 +38,7 @@ func (c *Containerd) CRI() (*CRIClient, error) {
 // into the daemon's CRI namespace, as `ctr images import` does, so that the
 // CRI lists it and pods run it without a pull.
 func (c *Containerd) ImportImage(ctx context.Context, tarball string) error {
-	if _, err := runCommand(ctx, c.Dir, nil, nil, "ctr", "--address", c.Socket, "--namespace", criNamespace, "images", "import", tarball); err != nil {
+	if _, err := runCommand(ctx, c.Dir, nil, nil, c.ctr, "--address", c.Socket, "--namespace", criNamespace, "images", "import", tarball); err != nil {
 		return fmt.Errorf("import %s into containerd at %s: %w", tarball, c.Endpoint, err)
 	}
 	return nil

@@ -10,9 +10,13 @@
 // e2e/tools pins and caches them by version. Each node agent (NewAgent) runs
 // examples/nodeagent (BuildAgent) with kubelet flags, a KubeletConfiguration
 // file and its own client certificate (system:node:<name>), on its own
-// address 127.0.0.N. StartContainerd runs Debian's containerd and runc with
-// all state under a temporary directory and locally built images
-// (PauseImage, BusyboxImage); Close removes every trace of it. kubeadm
+// address 127.0.0.N. StartContainerd runs containerd 2 and runc, built from
+// the Go modules e2e/tools pins and cached like the control plane
+// (BuildContainerd2, with crictl), or Debian's containerd 1.6 and runc
+// (ContainerdOptions.Series, $NODEKIT_E2E_CONTAINERD), with all state
+// under a temporary directory, CDI specs read from its CDISpecDir (2 only)
+// and locally built images (PauseImage, BusyboxImage); Close removes every
+// trace of it. kubeadm
 // (BuildKubeadm) runs against the same control plane; a node it sets up
 // lives in a NodeRoot, a private mount namespace whose /etc/kubernetes and
 // /var/lib/kubelet are the test's, and its agent runs with the command
@@ -23,5 +27,6 @@
 // path errors and accessors name. Stop, Close and Agent.Stop end them by
 // PID. Nothing here is safe to run against a real machine's runtime: the
 // harness only ever touches the directories it created, plus the few host
-// paths containerd 1.6 insists on, which it cleans.
+// paths containerd insists on (shim sockets under /run/containerd/s, CNI
+// results), which it cleans.
 package cluster

@@ -29,39 +29,14 @@ func BuildMetricsServer(ctx context.Context, opts BuildOptions) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	modDir := filepath.Join(opts.Source.Tools, "metricsserver")
-	version, _, err := requiredVersions(filepath.Join(modDir, "go.mod"), metricsServerModule, metricsServerModule)
-	if err != nil {
-		return "", fmt.Errorf("build metrics-server: %w", err)
-	}
-	goMod, err := os.ReadFile(filepath.Join(modDir, "go.mod"))
-	if err != nil {
-		return "", fmt.Errorf("build metrics-server: %w", err)
-	}
-	goSum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
-	if err != nil {
-		return "", fmt.Errorf("build metrics-server: %w", err)
-	}
-	goVersion, err := runCommand(ctx, modDir, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
-	if err != nil {
-		return "", fmt.Errorf("build metrics-server: %w", err)
-	}
-	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("build metrics-server: %w", err)
-	}
-	binDir := filepath.Join(opts.CacheDir, "metrics-server-"+version, "bin")
-	bin := filepath.Join(binDir, "metrics-server")
-	key := cacheKey(goMod, goSum, goVersion)
-	err = cached(opts.CacheDir, "metrics-server-"+version, binDir, key, []string{bin}, func(staging string) error {
-		fmt.Fprintf(opts.Log, "building metrics-server %s into %s\n", version, binDir)
-		_, err := runCommand(ctx, modDir, []string{"GOWORK=off"}, opts.Log, goBin, "build", "-ldflags", "-s -w",
-			"-o", filepath.Join(staging, "metrics-server"), metricsServerModule+"/cmd/metrics-server")
-		return err
+	_, bins, err := buildPinned(ctx, opts, goBin, pinnedTool{
+		dir: "metricsserver", module: metricsServerModule, name: "metrics-server",
+		pkgs: []string{metricsServerModule + "/cmd/metrics-server"},
 	})
 	if err != nil {
-		return "", fmt.Errorf("build metrics-server %s: %w", version, err)
+		return "", err
 	}
-	return bin, nil
+	return bins[0], nil
 }
 
 // MetricsServerOptions configure StartMetricsServer.

@@ -6,7 +6,7 @@
 //
 //	go -C e2e run ./cmd/localcluster up                  # one node, containerd if possible
 //	go -C e2e run ./cmd/localcluster up -nodes=3 -runtime=fakecri
-//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane and kubeadm
+//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane, kubeadm and containerd 2
 //
 // up prints the admin kubeconfig, the images the nodes hold (no registry is
 // reachable from them) and a first kubectl run that works with them, and
@@ -48,8 +48,8 @@ const usage = `usage: localcluster <command> [flags]
 
 commands:
   build   build (or reuse from the cache) etcd, kube-apiserver,
-          kube-controller-manager, kube-scheduler, kubectl and kubeadm;
-          print their paths
+          kube-controller-manager, kube-scheduler, kubectl, kubeadm,
+          containerd 2, runc and crictl; print their paths
   up      start a control plane and node agents, print how to reach them,
           and run until interrupted
 
@@ -76,12 +76,18 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Println(kubeadm)
+		ctrd, err := cluster.BuildContainerd2(ctx, cluster.BuildOptions{Log: os.Stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("containerd %s\n%s\n%s\n%s\nrunc %s\n%s\ncrictl %s\n%s\n", ctrd.Version, ctrd.Containerd, ctrd.Shim, ctrd.Ctr, ctrd.RuncVersion, ctrd.Runc, ctrd.CrictlVersion, ctrd.Crictl)
 		return nil
 	case "up":
 		opts := &upOptions{}
 		fs := upFlags(os.Stderr)
 		fs.IntVar(&opts.nodes, "nodes", 1, "number of node agents")
 		fs.StringVar(&opts.runtime, "runtime", "auto", "container runtime of the nodes: containerd, fakecri, none (control plane only) or auto (containerd when this machine can run it, else fakecri)")
+		fs.StringVar(&opts.series, "containerd-series", string(cluster.DefaultContainerdSeries()), "with -runtime=containerd: 2 (built from the pinned Go modules) or 1.6 (Debian's package)")
 		fs.StringVar(&opts.dir, "dir", "", "keep all state (certificates, kubeconfigs, logs) in this directory instead of a temporary one")
 		fs.DurationVar(&opts.grace, "node-monitor-grace-period", 20*time.Second, "kube-controller-manager's --node-monitor-grace-period")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -104,6 +110,7 @@ func upFlags(out io.Writer) *flag.FlagSet {
 type upOptions struct {
 	nodes   int
 	runtime string
+	series  string
 	dir     string
 	grace   time.Duration
 }
@@ -112,7 +119,7 @@ func up(ctx context.Context, opts *upOptions) (err error) {
 	switch opts.runtime {
 	case "auto":
 		opts.runtime = "containerd"
-		if cerr := cluster.CheckContainerd(); cerr != nil {
+		if cerr := cluster.CheckContainerdSeries(cluster.ContainerdSeries(opts.series)); cerr != nil {
 			fmt.Fprintf(os.Stderr, "using the fake runtime: %v\n", cerr)
 			opts.runtime = "fakecri"
 		}
@@ -161,7 +168,7 @@ func up(ctx context.Context, opts *upOptions) (err error) {
 		}
 		for i := 1; i <= opts.nodes; i++ {
 			name := fmt.Sprintf("node-%d", i)
-			endpoint, closeRuntime, err := startRuntime(ctx, opts.runtime, src, filepath.Join(dir, name))
+			endpoint, closeRuntime, err := startRuntime(ctx, opts.runtime, cluster.ContainerdSeries(opts.series), src, filepath.Join(dir, name))
 			if err != nil {
 				return err
 			}
@@ -189,14 +196,15 @@ func up(ctx context.Context, opts *upOptions) (err error) {
 	return nil
 }
 
-// startRuntime starts a runtime for one node with its state under dir and
+// startRuntime starts a runtime for one node (kind; series for
+// containerd) with its state under dir and
 // returns its CRI endpoint and how to tear it down.
-func startRuntime(ctx context.Context, kind string, src cluster.Source, dir string) (string, func() error, error) {
+func startRuntime(ctx context.Context, kind string, series cluster.ContainerdSeries, src cluster.Source, dir string) (string, func() error, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, err
 	}
 	if kind == "containerd" {
-		c, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{Source: src, Dir: filepath.Join(dir, "containerd"), Log: os.Stderr})
+		c, err := cluster.StartContainerd(ctx, cluster.ContainerdOptions{Source: src, Series: series, Dir: filepath.Join(dir, "containerd"), Log: os.Stderr})
 		if err != nil {
 			return "", nil, err
 		}

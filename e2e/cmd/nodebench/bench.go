@@ -239,7 +239,7 @@ func (b *benchmark) setup(ctx context.Context) error {
 
 	useContainerd := b.opts.containerd == "on"
 	if b.opts.containerd == "auto" {
-		if err := cluster.CheckContainerd(); err != nil {
+		if err := cluster.CheckContainerdSeries(cluster.ContainerdSeries(b.opts.series)); err != nil {
 			b.containerdSkipped = err.Error()
 		} else {
 			useContainerd = true
@@ -274,7 +274,9 @@ func (b *benchmark) setup(ctx context.Context) error {
 		return err
 	}
 	if useContainerd {
-		b.ctrd, err = cluster.StartContainerd(ctx, cluster.ContainerdOptions{Source: b.src, Dir: filepath.Join(b.dir, "containerd"), Log: b.progress})
+		b.ctrd, err = cluster.StartContainerd(ctx, cluster.ContainerdOptions{
+			Source: b.src, Series: cluster.ContainerdSeries(b.opts.series), Dir: filepath.Join(b.dir, "containerd"), Log: b.progress,
+		})
 		if err != nil {
 			return err
 		}

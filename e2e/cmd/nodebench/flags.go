@@ -7,11 +7,14 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/nodekit/nodekit/e2e/cluster"
 )
 
 // options are the command's flags.
 type options struct {
 	containerd     string // auto, on or off
+	series         string // the containerd series: 2 or 1.6
 	kubelet        bool
 	fakePods       int
 	containerdPods int
@@ -53,6 +56,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs := flag.NewFlagSet("nodebench", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&o.containerd, "containerd", "auto", "run the containerd figures: on, off, or auto (when this machine can run containerd)")
+	fs.StringVar(&o.series, "containerd-series", string(cluster.DefaultContainerdSeries()), "the containerd the containerd figures run on: 2 (built from the pinned Go modules) or 1.6 (Debian's package); default $"+cluster.ContainerdSeriesEnv+" or "+string(cluster.DefaultContainerdSeries()))
 	fs.BoolVar(&o.kubelet, "kubelet", true, "measure the upstream kubelet on the same containerd as the anchor (needs containerd)")
 	fs.IntVar(&o.fakePods, "pods", 100, "pods created at once on the fake runtime")
 	fs.IntVar(&o.containerdPods, "containerd-pods", 30, "pods created at once on containerd (nodekit and kubelet)")
@@ -93,6 +97,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	switch {
 	case o.containerd != "auto" && o.containerd != "on" && o.containerd != "off":
 		return options{}, fmt.Errorf("-containerd=%s: want auto, on or off", o.containerd)
+	case o.series != string(cluster.ContainerdSeries2) && o.series != string(cluster.ContainerdSeries16):
+		return options{}, fmt.Errorf("-containerd-series=%s: want %s or %s", o.series, cluster.ContainerdSeries2, cluster.ContainerdSeries16)
 	case o.fakePods < 1 || o.containerdPods < 1:
 		return options{}, fmt.Errorf("-pods and -containerd-pods must be at least 1")
 	case o.csiPods < 0:
