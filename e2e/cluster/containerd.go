@@ -631,9 +631,21 @@ func (c *Containerd) criReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, cond := range resp.GetStatus().GetConditions() {
-		if !cond.Status {
-			return fmt.Errorf("CRI condition %s is false: %s: %s", cond.Type, cond.Reason, cond.Message)
+	// The kubelet's two: containerd 2 adds more, such as
+	// ContainerdHasNoDeprecationWarnings, false on a cgroup v1 host.
+	for _, want := range []string{runtimeapi.RuntimeReady, runtimeapi.NetworkReady} {
+		found := false
+		for _, cond := range resp.GetStatus().GetConditions() {
+			if cond.Type != want {
+				continue
+			}
+			found = true
+			if !cond.Status {
+				return fmt.Errorf("CRI condition %s is false: %s: %s", cond.Type, cond.Reason, cond.Message)
+			}
+		}
+		if !found {
+			return fmt.Errorf("CRI status has no condition %s", want)
 		}
 	}
 	return nil
