@@ -28,6 +28,8 @@
 //     plugin registration handshake (CSI drivers register through it).
 //   - devices: device plugins (extended resources, allocation at
 //     admission); devices/internal/checkpoint is its checkpoint file.
+//   - dra: Dynamic Resource Allocation (DRA drivers' kubelet plugins,
+//     ResourceClaims prepared and unprepared, their CDI devices).
 //   - podresources: the pod resources API (pod-resources/kubelet.sock).
 //   - resources/allocation: the resources allocated to each pod (in-place
 //     resize's checkpoint, <root-dir>/allocated_pods_state).

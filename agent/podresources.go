@@ -6,6 +6,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/nodekit/nodekit/devices"
+	"github.com/nodekit/nodekit/dra"
 	"github.com/nodekit/nodekit/podresources"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/resources/cpumanager"
@@ -15,9 +16,9 @@ import (
 // PodResources is the kubelet's pod resources API (podresources.Module) on
 // <root-dir>/pod-resources/kubelet.sock: the active pods' devices from the
 // device manager (Devices, when in the graph), their exclusive CPUs and
-// NUMA memory from the CPU and memory managers (ResourceManagers). nodekit
-// has no DRA manager yet, so dynamic resources are empty; an embedder with
-// one sets them with fx.Decorate of podresources.Options. CRI includes it.
+// NUMA memory from the CPU and memory managers (ResourceManagers), and
+// their prepared ResourceClaims from the DRA manager (DRA, when in the
+// graph). CRI includes it.
 var PodResources = fx.Options(
 	fx.Provide(providePodResourcesOptions),
 	podresources.Module,
@@ -31,6 +32,7 @@ type podResourcesParams struct {
 	Devices *devices.Manager       `optional:"true"`
 	CPUs    *cpumanager.Manager    `optional:"true"`
 	Memory  *memorymanager.Manager `optional:"true"`
+	DRA     *dra.Manager           `optional:"true"`
 }
 
 func providePodResourcesOptions(p podResourcesParams) podresources.Options {
@@ -46,6 +48,9 @@ func providePodResourcesOptions(p podResourcesParams) podresources.Options {
 	}
 	if p.Memory != nil {
 		opts.Memory = p.Memory
+	}
+	if p.DRA != nil {
+		opts.DynamicResources = p.DRA
 	}
 	return opts
 }

@@ -21,8 +21,8 @@
 //     memoryManagerPolicy None) the answers are empty, as the kubelet's.
 //     The pod-level CPU IDs and memory (feature PodLevelResourceManagers,
 //     off by default in 1.37) are not reported.
-//   - dynamic resources: from the DynamicResourcesProvider; empty until
-//     nodekit implements Dynamic Resource Allocation.
+//   - dynamic resources: from the DynamicResourcesProvider (the agent's
+//     is dra.Manager: the prepared ResourceClaims of each container).
 //
 // The kubelet's metrics kubelet_pod_resources_endpoint_requests_total,
 // _requests_list, _requests_get, _requests_get_allocatable and

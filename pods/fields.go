@@ -102,13 +102,13 @@ var fieldsActedOn = map[string]string{
 	"PodSecurityContext.sysctls":                  "runtime/sandbox.go (CRI sysctls); pods/podspec.go Sysctls (SysctlForbidden)",
 	"PodSecurityContext.seccompProfile":           "runtime/container.go seccompProfile",
 	"PodSecurityContext.appArmorProfile":          "runtime/container.go appArmorProfile; pods/podspec.go AppArmor",
+	"PodSpec.resourceClaims":                      "dra/ (agent.DRA: prepared before the sandbox, runtime/sync.go; CDI devices, runtime/container.go); without it refused with PodFeatureUnsupported, pods/podspec.go PodFeatures",
 	"PodSecurityContext.seLinuxChangePolicy":      "runtime/volumes.go (volumes are relabelled recursively, the Recursive policy; MountOption needs SELinuxMount)",
 }
 
 // fieldsRefused are the fields a pod cannot use on this node: such a pod
 // is refused at admission with the reason given, never run without them.
 var fieldsRefused = map[string]string{
-	"PodSpec.resourceClaims":  "PodFeatureUnsupported: pods/podspec.go PodFeatures (no dynamic resource allocation)",
 	"Container.volumeDevices": "PodFeatureUnsupported: pods/podspec.go PodFeatures (no raw block volumes)",
 }
 

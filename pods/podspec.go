@@ -224,18 +224,28 @@ func AppArmor(hostEnabled bool) AdmitHandler {
 	})
 }
 
+// PodFeature names a pod feature PodFeatures refuses unless told the node
+// supports it.
+type PodFeature string
+
+// FeatureResourceClaims is the pods' resourceClaims (Dynamic Resource
+// Allocation): the agent's DRA module supports it.
+const FeatureResourceClaims PodFeature = "resourceClaims"
+
 // PodFeatures refuses, with reason PodFeatureUnsupported, a pod that asks
 // for what nodekit does not implement, so it never runs without it: user
-// namespaces (hostUsers: false), resource claims (DRA), raw block volumes
-// (volumeDevices) and image volumes.
-func PodFeatures() AdmitHandler {
+// namespaces (hostUsers: false), resource claims (DRA) unless supported
+// lists FeatureResourceClaims, raw block volumes (volumeDevices) and image
+// volumes.
+func PodFeatures(supported ...PodFeature) AdmitHandler {
+	claims := slices.Contains(supported, FeatureResourceClaims)
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		spec := &a.Pod.Spec
 		if spec.HostUsers != nil && !*spec.HostUsers {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
 				Message: "can't set `spec.hostUsers: false`, this node does not support user namespaces"}
 		}
-		if len(spec.ResourceClaims) > 0 {
+		if len(spec.ResourceClaims) > 0 && !claims {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
 				Message: "resource claims (dynamic resource allocation) are not supported by this node"}
 		}

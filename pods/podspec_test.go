@@ -121,6 +121,9 @@ func TestPodFeatures(t *testing.T) {
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}}); r.Admit || r.Reason != "PodFeatureUnsupported" {
 		t.Errorf("resource claims: %+v", r)
 	}
+	if r := PodFeatures(FeatureResourceClaims).Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}}); !r.Admit {
+		t.Errorf("resource claims on a node with DRA: %+v", r)
+	}
 	dev := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", VolumeDevices: []v1.VolumeDevice{{Name: "raw", DevicePath: "/dev/xvda"}}}}}}
 	if r := h.Admit(AdmitAttributes{Pod: dev}); r.Admit || r.Reason != "PodFeatureUnsupported" || !strings.Contains(r.Message, `"raw"`) {
 		t.Errorf("volume devices: %+v", r)

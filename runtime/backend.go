@@ -187,6 +187,7 @@ func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 }
 
 // KillPod stops what runs of the pod, as read from the runtime now, then
+// releases its resource claims (PodManagerOptions.DynamicResources) and
 // tears down its volumes (VolumeManager.UnmountPod) and returns that
 // error: the pod loop calls KillPod again (the containers are stopped by
 // then) and neither sets the pod's final status nor lets the API object go
@@ -201,7 +202,7 @@ func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride 
 	running := rs.RunningPod()
 	if !running.IsRunning() {
 		b.cache.Set(pod.UID, rs, nil, rs.TimeStamp)
-		return b.unmountStopped(ctx, pod)
+		return b.releaseStopped(ctx, pod)
 	}
 	spec := pod
 	if len(pod.Spec.Containers) == 0 {
@@ -211,6 +212,18 @@ func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride 
 		return err
 	}
 	b.refresh(ctx, pod)
+	return b.releaseStopped(ctx, pod)
+}
+
+// releaseStopped releases the dynamic resources of a pod KillPod stopped
+// (as the kubelet, after its containers stopped and before its final
+// status), then tears down its volumes.
+func (b *Backend) releaseStopped(ctx context.Context, pod *v1.Pod) error {
+	if dr := b.pm.opts.DynamicResources; dr != nil {
+		if err := dr.UnprepareResources(ctx, pod); err != nil {
+			return fmt.Errorf("pod %s/%s stopped, but its resource claims are not released: %w", pod.Namespace, pod.Name, err)
+		}
+	}
 	return b.unmountStopped(ctx, pod)
 }
 

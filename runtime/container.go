@@ -96,6 +96,11 @@ func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Con
 	for _, e := range env {
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: e.name, Value: []byte(e.value)})
 	}
+	if dr := m.opts.DynamicResources; dr != nil {
+		if err := dr.ApplyContainerConfig(ctx, pod, c, cfg); err != nil {
+			return nil, err
+		}
+	}
 	if m.opts.ContainerConfigHook != nil {
 		if err := m.opts.ContainerConfigHook(ctx, pod, c, cfg); err != nil {
 			return nil, err

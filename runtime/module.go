@@ -63,7 +63,8 @@ func provide(p Params) (Result, error) {
 // decorator of either reaches pod syncing), the record.EventRecorder, the
 // clock.Clock and the prometheus.Registerer. The Backend takes the optional
 // PodCgroups, SecretGetter, ProbeResults and VolumeManager of the graph
-// (without a VolumeManager only pods that mount no volume start). To swap the
+// (without a VolumeManager only pods that mount no volume start), and the
+// PodManager the optional DynamicResources (the DRA manager). To swap the
 // runtime side of pod syncing, leave PodsModule out and provide a
 // pods.Runtime yourself.
 var PodsModule = fx.Options(fx.Provide(
@@ -85,6 +86,7 @@ type PodsParams struct {
 	PullSecrets    SecretGetter          `optional:"true"`
 	Probes         ProbeResults          `optional:"true"`
 	Volumes        VolumeManager         `optional:"true"`
+	Dynamic        DynamicResources      `optional:"true"`
 	Recorder       record.EventRecorder  `optional:"true"`
 	Registerer     prometheus.Registerer `optional:"true"`
 	Clock          clock.Clock           `optional:"true"`
@@ -131,6 +133,9 @@ func providePods(p PodsParams) (PodsResult, error) {
 	}
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
+	}
+	if opts.DynamicResources == nil {
+		opts.DynamicResources = p.Dynamic
 	}
 	pm, err := NewPodManager(opts)
 	if err != nil {

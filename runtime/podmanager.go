@@ -185,6 +185,25 @@ type PodManagerOptions struct {
 	// allocated. An error fails the start with CreateContainerConfigError,
 	// and the container is retried with back-off.
 	ContainerConfigHook func(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
+
+	// DynamicResources, when set, prepares a pod's ResourceClaims before
+	// its sandbox is created (a failure records the kubelet's
+	// FailedPrepareDynamicResources event and fails the sync: nothing of
+	// the pod starts), adds their CDI devices to its containers' configs
+	// (before ContainerConfigHook), and has them released by the Backend's
+	// KillPod once the pod's containers stopped.
+	DynamicResources DynamicResources
+}
+
+// DynamicResources is what pod syncing needs of Dynamic Resource
+// Allocation (*dra.Manager is one), as the kubelet's runtime helper.
+// PrepareResources and UnprepareResources are called for one pod at a
+// time and may be called again for the same pod; ApplyContainerConfig
+// completes a container's CRI config from what PrepareResources prepared.
+type DynamicResources interface {
+	PrepareResources(ctx context.Context, pod *v1.Pod) error
+	UnprepareResources(ctx context.Context, pod *v1.Pod) error
+	ApplyContainerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
 }
 
 // PodManager runs pods on a CRI runtime with the kubelet's semantics: it

@@ -146,6 +146,17 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 		defer s.turn.pause()
 	}
 	if actions.createSandbox {
+		if dr := m.opts.DynamicResources; dr != nil {
+			// The pod's claims are prepared before anything of it exists,
+			// as the kubelet: a pod whose claims cannot be prepared gets no
+			// sandbox.
+			if err := dr.PrepareResources(ctx, pod); err != nil {
+				m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedPrepareDynamicResources", "Failed to prepare dynamic resources: %v", err)
+				logger.Error(err, "Failed to prepare dynamic resources")
+				s.fail(fmt.Errorf("pod %s: %w", podDesc(pod), err))
+				return
+			}
+		}
 		if !s.createSandbox(ctx, actions.attempt) {
 			return
 		}

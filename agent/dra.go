@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"go.uber.org/fx"
+
+	"github.com/nodekit/nodekit/dra"
+	"github.com/nodekit/nodekit/pluginmanager"
+	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/runtime"
+)
+
+// DRA is the kubelet's Dynamic Resource Allocation manager (dra.Module):
+// DRA drivers' kubelet plugins registered through the plugin manager
+// (type DRAPlugin), the ResourceClaims of the node's pods prepared before
+// their sandboxes are created and released once their containers stopped,
+// the claims' CDI devices in the containers' CRI configs (the pod manager's
+// runtime.DynamicResources), the claim checkpoint
+// <root-dir>/dra_manager_state, and the claims of pods no longer active
+// released once the pod sources are ready. It replaces the PodFeatures
+// admit handler with one that admits pods with resourceClaims (without DRA
+// they are refused with PodFeatureUnsupported). CRI includes it. Change its
+// inputs with fx.Decorate of dra.Options.
+var DRA = fx.Options(
+	fx.Provide(
+		provideDRAOptions,
+		fx.Annotate(func(m *dra.Manager) *dra.Manager { return m }, fx.As(new(runtime.DynamicResources))),
+	),
+	pluginmanager.AsHandler(dra.PluginType, func(m *dra.Manager) pluginmanager.Handler { return m }),
+	// Pods with resourceClaims are admitted: their claims are prepared.
+	pods.AsAdmitHandler(pods.AdmitPodFeatures, pods.OrderPodFeatures, func() pods.AdmitHandler {
+		return pods.PodFeatures(pods.FeatureResourceClaims)
+	}),
+	dra.Module,
+)
+
+func provideDRAOptions(cfg *Config, store *pods.Store) dra.Options {
+	return dra.Options{
+		NodeName:     cfg.NodeName,
+		StateDir:     cfg.RootDir,
+		ActivePods:   store.Active,
+		SourcesReady: store.SourcesReady,
+	}
+}
