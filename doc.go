@@ -54,7 +54,8 @@
 //   - internal/...: the modules' plumbing, not for embedders: runner (Run on
 //     an fx lifecycle), fxgroup (the typed As* registration helpers),
 //     ordered (name and order resolution of setters and admit handlers),
-//     checksum (the kubelet's checkpoint checksum),
+//     checksum (the kubelet's checkpoint checksum), atomicfile (a state
+//     file replaced whole),
 //     timers, clientmetrics (client-go's metrics), testenv (what a test
 //     does when the machine lacks something), memtrim (the start-up pages
 //     given back to the kernel).

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodekit/nodekit/internal/atomicfile"
 	kubeletchecksum "github.com/nodekit/nodekit/internal/checksum"
 )
 
@@ -136,23 +137,8 @@ func (m *Manager) storeLocked() error {
 	if err := os.MkdirAll(filepath.Dir(m.path), 0o750); err != nil {
 		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(m.path), ".tmp-"+CheckpointFile)
-	if err != nil {
+	if err := atomicfile.Write(m.path, blob); err != nil {
 		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, err)
-	}
-	_, werr := tmp.Write(blob)
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), m.path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, werr)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nodekit/nodekit/internal/atomicfile"
 	"github.com/nodekit/nodekit/resources/cpumanager/internal/state"
 	"github.com/nodekit/nodekit/resources/topology"
 	"github.com/nodekit/nodekit/resources/topologymanager"
@@ -263,11 +264,7 @@ func (m *Manager) store() error {
 	if err := os.MkdirAll(filepath.Dir(m.path), 0o750); err != nil {
 		return fmt.Errorf("write CPU manager checkpoint: %w", err)
 	}
-	tmp := m.path + ".tmp"
-	if err := os.WriteFile(tmp, blob, 0o600); err != nil {
-		return fmt.Errorf("write CPU manager checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, m.path); err != nil {
+	if err := atomicfile.Write(m.path, blob); err != nil {
 		return fmt.Errorf("write CPU manager checkpoint: %w", err)
 	}
 	return nil

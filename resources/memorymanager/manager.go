@@ -22,6 +22,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/atomicfile"
 	"github.com/nodekit/nodekit/resources/memorymanager/internal/state"
 	"github.com/nodekit/nodekit/resources/topology"
 	"github.com/nodekit/nodekit/resources/topologymanager"
@@ -275,11 +276,7 @@ func (m *Manager) store() error {
 	if err := os.MkdirAll(filepath.Dir(m.path), 0o750); err != nil {
 		return fmt.Errorf("write memory manager checkpoint: %w", err)
 	}
-	tmp := m.path + ".tmp"
-	if err := os.WriteFile(tmp, blob, 0o600); err != nil {
-		return fmt.Errorf("write memory manager checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, m.path); err != nil {
+	if err := atomicfile.Write(m.path, blob); err != nil {
 		return fmt.Errorf("write memory manager checkpoint: %w", err)
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 
 	"k8s.io/utils/dump"
+
+	"github.com/nodekit/nodekit/internal/atomicfile"
 )
 
 // FileName is the checkpoint's name in the device plugin directory.
@@ -99,23 +101,8 @@ func Write(dir string, entries []PodDevicesEntry, registered map[string][]string
 	if err != nil {
 		return fmt.Errorf("marshal device manager checkpoint: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-"+FileName)
-	if err != nil {
-		return fmt.Errorf("write device manager checkpoint: %w", err)
-	}
-	_, werr := tmp.Write(blob)
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), filepath.Join(dir, FileName))
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write device manager checkpoint %s: %w", filepath.Join(dir, FileName), werr)
+	if err := atomicfile.Write(filepath.Join(dir, FileName), blob); err != nil {
+		return fmt.Errorf("write device manager checkpoint %s: %w", filepath.Join(dir, FileName), err)
 	}
 	return nil
 }
