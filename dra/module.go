@@ -1,7 +1,6 @@
 package dra
 
 import (
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"k8s.io/client-go/kubernetes"
@@ -30,9 +29,7 @@ type Params struct {
 	Options    Options
 	Client     kubernetes.Interface  `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provideManager(p Params) (*Manager, error) {
@@ -43,10 +40,5 @@ func provideManager(p Params) (*Manager, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
 	}
-	m, err := New(opts)
-	if err != nil {
-		return nil, err
-	}
-	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "dra", m.Run)
-	return m, nil
+	return runner.Start(p.Deps, "dra", New, opts)
 }
