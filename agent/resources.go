@@ -88,11 +88,9 @@ type cpuManagerParams struct {
 	Machine    *topology.Machine
 	Store      *pods.Store
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
 	Topology   *topologymanager.Manager
 	Runtime    cri.RuntimeService
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	runner.Deps
 }
 
 func provideCPUManager(p cpuManagerParams) (*cpumanager.Manager, error) {
@@ -135,13 +133,11 @@ type memoryManagerParams struct {
 	Machine    *topology.Machine
 	Store      *pods.Store
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
 	Topology   *topologymanager.Manager
 	// CPUs makes the CPU manager the topology manager's provider before
 	// the memory manager, as the kubelet's order.
-	CPUs       *cpumanager.Manager
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	CPUs *cpumanager.Manager
+	runner.Deps
 }
 
 func provideMemoryManager(p memoryManagerParams) (*memorymanager.Manager, error) {
