@@ -28,10 +28,13 @@ import (
 // TestRestartKillsNoRunningPod: an agent restarted many times over 110
 // running pods stops none of them and deletes none of their emptyDir data.
 // On every restart an admit handler holds the loop halfway through the API
-// server's first update until the runtime's running pods are known and
-// housekeeping (every millisecond) had its chance: only the loop's own
-// readiness (every source's first update handled, not only received) keeps
-// housekeeping from taking the pods not admitted yet for orphans.
+// server's first update: the sources must not be ready there (the loop's
+// own readiness: every source's first update handled, not only received),
+// and it waits until the PLEG's first relist has made the runtime's running
+// pods known; housekeeping (every millisecond, waiting for the loop's lock
+// meanwhile) then runs between the remaining admissions, and only that
+// readiness keeps it from taking the pods not admitted yet for orphans. The
+// test waits for conditions only; its one bound is the whole test's.
 func TestRestartKillsNoRunningPod(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts an agent over 110 pods several times")
@@ -45,7 +48,7 @@ func TestRestartKillsNoRunningPod(t *testing.T) {
 	n := &agenttest.Node{T: t, Name: "node-a", Client: client, Config: cfg}
 
 	var all []*v1.Pod
-	app, ctrl, rt := startRestartable(t, cfg, client, 0)
+	app, ctrl, rt := startRestartable(ctx, t, cfg, client, 0)
 	n.WaitReady(ctx)
 	for i := range nPods {
 		p := agenttest.Pod(fmt.Sprintf("p%03d", i), "busybox")
@@ -70,7 +73,7 @@ func TestRestartKillsNoRunningPod(t *testing.T) {
 	stops := srv.Calls("StopPodSandbox") + srv.Calls("StopContainer")
 
 	for i := range restarts {
-		app, ctrl, rt = startRestartable(t, cfg, client, nPods/2)
+		app, ctrl, rt = startRestartable(ctx, t, cfg, client, nPods/2)
 		waitAdmitted(ctx, t, ctrl, rt, nPods)
 		app.RequireStop()
 		if kills, got := rt.kills.Load(), srv.Calls("StopPodSandbox")+srv.Calls("StopContainer"); kills != 0 || got != stops {
@@ -86,30 +89,38 @@ func TestRestartKillsNoRunningPod(t *testing.T) {
 
 // startRestartable starts an agent on cfg and client with housekeeping
 // every millisecond and returns it with its pod lifecycle loop and its
-// runtime, counted. With holdAt > 0, the holdAt-th pod's admission waits
-// until the runtime's running pods are known and housekeeping had 100
-// periods to run.
-func startRestartable(t *testing.T, cfg *agent.Config, client *fake.Clientset, holdAt int) (*fxtest.App, *pods.Controller, *countingRuntime) {
+// runtime, counted. With holdAt > 0, the holdAt-th pod's admission checks
+// that the sources are not ready yet and waits (until ctx ends) for the
+// PLEG's first complete relist, which makes the runtime's running pods
+// known.
+func startRestartable(ctx context.Context, t *testing.T, cfg *agent.Config, client *fake.Clientset, holdAt int) (*fxtest.App, *pods.Controller, *countingRuntime) {
 	t.Helper()
-	var ctrl *pods.Controller
+	var (
+		ctrl *pods.Controller
+		pleg *runtime.PLEG
+	)
 	rt := &countingRuntime{}
 	var admitted atomic.Int64
 	hold := pods.AdmitFunc(func(pods.AdmitAttributes) pods.AdmitResult {
 		if admitted.Add(1) != int64(holdAt) {
 			return pods.AdmitResult{Admit: true}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			running, err := rt.Backend.RunningPods(ctx)
-			return err == nil && len(running) >= holdAt*2, nil
-		}); err != nil {
-			t.Errorf("the runtime's running pods are not known after a restart: %v", err)
+		// What housekeeping, garbage collection and the volume manager
+		// read: halfway through the first update, the sources are not
+		// ready, whatever the timing.
+		if ctrl.SourcesReady() {
+			t.Errorf("the sources are ready while the loop is halfway through the API server's first update (%d of its pods admitted)", holdAt-1)
 		}
-		lists := rt.lists.Load()
-		_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-			return rt.lists.Load() >= lists+2, nil
-		})
+		// No status is newer than the zero time until the PLEG's first
+		// relist is complete (PodCache.UpdateTime), and none of a pod the
+		// runtime does not hold arrives any other way.
+		if _, err := pleg.Cache().GetNewerThan(ctx, "not-a-pod", time.Time{}); err != nil {
+			t.Errorf("the PLEG's first relist after a restart did not complete: %v", err)
+			return pods.AdmitResult{Admit: true}
+		}
+		if running, _ := rt.Backend.RunningPods(ctx); len(running) < holdAt*2 {
+			t.Errorf("after the PLEG's first relist the runtime runs %d pods, want %d", len(running), holdAt*2)
+		}
 		return pods.AdmitResult{Admit: true}
 	})
 	app := fxtest.New(t, fx.Supply(cfg), agent.Core, agent.CRI,
@@ -128,7 +139,7 @@ func startRestartable(t *testing.T, cfg *agent.Config, client *fake.Clientset, h
 			rt.Backend = b
 			return rt
 		}),
-		fx.Populate(&ctrl))
+		fx.Populate(&ctrl, &pleg))
 	app.RequireStart()
 	return app, ctrl, rt
 }

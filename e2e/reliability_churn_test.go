@@ -24,6 +24,28 @@ func soak() bool {
 	return on
 }
 
+// soakSize returns the soak's pods per round and rounds: pods and rounds,
+// or NODEKIT_SOAK_PODS and NODEKIT_SOAK_ROUNDS where set (a shorter soak;
+// a positive integer, else the test fails).
+func soakSize(t *testing.T, pods, rounds int) (int, int) {
+	t.Helper()
+	for _, v := range []struct {
+		env string
+		n   *int
+	}{{"NODEKIT_SOAK_PODS", &pods}, {"NODEKIT_SOAK_ROUNDS", &rounds}} {
+		s := os.Getenv(v.env)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", v.env, s)
+		}
+		*v.n = n
+	}
+	return pods, rounds
+}
+
 // pick returns long under NODEKIT_SOAK and short otherwise.
 func pick[T any](short, long T) T {
 	if soak() {
@@ -49,37 +71,45 @@ func pick[T any](short, long T) T {
 // 3 rounds on fakecri and 20 × 2 on containerd; NODEKIT_SOAK=1
 // (hack/soak.sh) 2,000 × 5 and 200 × 5. It prints each round's times and
 // the agent's figures before and after, and leaves a heap profile of the
-// agent in the run's directory.
+// agent in the run's directory. NODEKIT_SOAK_PODS and NODEKIT_SOAK_ROUNDS
+// shorten the soak (see soakSize).
 // The short subtests run beside the rest of the suite; the soak's run one
 // after the other, since either alone fills two cores.
+func TestChurn(t *testing.T) {
+	t.Run("fakecri", func(t *testing.T) {
+		count, rounds := 100, 3
+		if soak() {
+			count, rounds = soakSize(t, 2000, 5)
+		} else {
+			t.Parallel()
+		}
+		churn(t, relOptions{fake: true}, count, rounds)
+	})
+	t.Run("containerd", func(t *testing.T) {
+		requireContainerd(t)
+		count, rounds := 20, 2
+		if soak() {
+			count, rounds = soakSize(t, 200, 5)
+		} else {
+			t.Parallel()
+		}
+		churn(t, relOptions{}, count, rounds)
+	})
+}
+
 // churnHeapGrowth is how much the agent's live heap may grow from the
 // churn's first round to its last (see TestChurn).
 const churnHeapGrowth = 4 << 20
 
-func TestChurn(t *testing.T) {
-	t.Run("fakecri", func(t *testing.T) {
-		if !soak() {
-			t.Parallel()
-		}
-		churn(t, relOptions{fake: true}, pick(100, 2000), pick(3, 5))
-	})
-	t.Run("containerd", func(t *testing.T) {
-		requireContainerd(t)
-		if !soak() {
-			t.Parallel()
-		}
-		churn(t, relOptions{}, pick(20, 200), pick(2, 5))
-	})
-}
-
 // agentFigures are what churn compares before and after: live is the
 // heap's objects right after a collection (go_memstats_heap_alloc_bytes),
 // spans the heap's spans in use (go_memstats_heap_inuse_bytes), which a
-// peak of pods leaves partly filled.
-type agentFigures struct{ goroutines, fds, live, spans float64 }
+// peak of pods leaves partly filled; rss is the process's resident memory
+// (process_resident_memory_bytes), reported, not bounded.
+type agentFigures struct{ goroutines, fds, live, spans, rss float64 }
 
 func (f agentFigures) String() string {
-	return fmt.Sprintf("%.0f goroutines, %.0f fds, live heap %s (spans in use %s)", f.goroutines, f.fds, mibytes(f.live), mibytes(f.spans))
+	return fmt.Sprintf("%.0f goroutines, %.0f fds, live heap %s (spans in use %s), RSS %s", f.goroutines, f.fds, mibytes(f.live), mibytes(f.spans), mibytes(f.rss))
 }
 
 func churn(t *testing.T, o relOptions, count, rounds int) {
@@ -98,7 +128,7 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return agentFigures{m.Sum("go_goroutines", nil), m.Sum("process_open_fds", nil), m.Sum("go_memstats_heap_alloc_bytes", nil), m.Sum("go_memstats_heap_inuse_bytes", nil)}
+		return agentFigures{m.Sum("go_goroutines", nil), m.Sum("process_open_fds", nil), m.Sum("go_memstats_heap_alloc_bytes", nil), m.Sum("go_memstats_heap_inuse_bytes", nil), m.Sum("process_resident_memory_bytes", nil)}
 	}
 	figures := func(file string) agentFigures {
 		path := filepath.Join(env.dir, name+"."+file+".heap.pprof")

@@ -9,7 +9,11 @@
 #
 #   hack/soak.sh -run 'TestChurn/containerd'
 #
-# Environment: SOAK_TIMEOUT (default 90m) bounds the go test run.
+# Environment: SOAK_TIMEOUT (default 90m) bounds the go test run;
+# NODEKIT_SOAK_PODS and NODEKIT_SOAK_ROUNDS, where set, replace the pods per
+# round and the rounds of every subtest (a shorter soak), e.g.
+#
+#   NODEKIT_SOAK_PODS=1000 NODEKIT_SOAK_ROUNDS=3 hack/soak.sh -run 'TestChurn/fakecri'
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../e2e"
 run='TestChurn'

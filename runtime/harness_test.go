@@ -195,9 +195,18 @@ func wantEvents(t *testing.T, events []string, want ...string) {
 	}
 }
 
-// inBackground runs f in a goroutine; the returned func waits for it,
-// stepping the fake clock by step while it blocks on the clock.
+// inBackground runs f in a goroutine and waits for it, stepping the fake
+// clock by step while it blocks on the clock.
 func (h *harness) inBackground(step time.Duration, f func()) {
+	h.t.Helper()
+	h.inBackgroundOnce(nil, step, f)
+}
+
+// inBackgroundOnce is inBackground that steps the clock only once ready
+// (if not nil) holds: f may wait on the clock for a call still on its way
+// to fakecri (a preStop hook's timeout while its ExecSync is in flight),
+// which stepping would time out before it arrives.
+func (h *harness) inBackgroundOnce(ready func() bool, step time.Duration, f func()) {
 	h.t.Helper()
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -215,7 +224,7 @@ func (h *harness) inBackground(step time.Duration, f func()) {
 		}
 		// Step only while something other than fakecri's exit timer
 		// waits on the clock.
-		if h.clk.Waiters() > 0 {
+		if (ready == nil || ready()) && h.clk.Waiters() > 0 {
 			h.clk.Step(step)
 		}
 		return false, nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -702,9 +703,10 @@ func TestKillPodGracePeriod(t *testing.T) {
 		}
 		return pod
 	}
-	kill := func(pod *v1.Pod, override *int64) time.Duration {
+	// kill kills pod, stepping the clock once ready (if not nil) holds.
+	kill := func(pod *v1.Pod, override *int64, ready func() bool) time.Duration {
 		start := h.clk.Now()
-		h.inBackground(time.Second, func() {
+		h.inBackgroundOnce(ready, time.Second, func() {
 			if err := h.pm.KillPod(h.ctx, pod, h.status(pod).RunningPod(), override); err != nil {
 				t.Error(err)
 			}
@@ -716,32 +718,46 @@ func TestKillPodGracePeriod(t *testing.T) {
 		}
 		return c.FinishedAt.Sub(start)
 	}
-	if d := kill(stubborn("term"), nil); d != 30*time.Second {
+	if d := kill(stubborn("term"), nil, nil); d != 30*time.Second {
 		t.Errorf("terminationGracePeriodSeconds 30: killed after %v", d)
 	}
 	del := stubborn("deleted")
 	del.DeletionGracePeriodSeconds = ptr.To[int64](5)
-	if d := kill(del, nil); d != 5*time.Second {
+	if d := kill(del, nil, nil); d != 5*time.Second {
 		t.Errorf("deletionGracePeriodSeconds 5: killed after %v", d)
 	}
-	if d := kill(stubborn("forced"), ptr.To[int64](0)); d != 2*time.Second {
+	if d := kill(stubborn("forced"), ptr.To[int64](0), nil); d != 2*time.Second {
 		t.Errorf("override 0: killed after %v, want the 2s minimum", d)
 	}
 	wantEvents(t, h.events(), "Normal Killing Stopping container app")
 
-	// A preStop hook runs first and uses up part of the grace period.
-	var hooked []string
+	// A preStop hook runs first and uses up part of the grace period. The
+	// clock steps only once the hook reached fakecri: the grace period's
+	// timer starts before the hook's ExecSync is sent.
+	var (
+		hookMu sync.Mutex
+		hooked []string
+	)
+	hookCalled := func() bool {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		return len(hooked) > 0
+	}
 	h.cri.SetExecHandler(func(r fakecri.ExecRequest) fakecri.ExecResult {
+		hookMu.Lock()
 		hooked = append(hooked, strings.Join(r.Cmd, " "))
+		hookMu.Unlock()
 		return fakecri.ExecResult{Delay: 10 * time.Second}
 	})
 	hook := newPod("hook", ctr("app"))
 	hook.Annotations = map[string]string{fakecri.BehaviorAnnotation: "ignore-sigterm"}
 	hook.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"nginx", "-s", "quit"}}}}
 	h.sync(hook, nil)
-	if d := kill(hook, nil); d != 30*time.Second {
+	if d := kill(hook, nil, hookCalled); d != 30*time.Second {
 		t.Errorf("with a 10s preStop hook: killed after %v, want 30s in all", d)
 	}
+	hookMu.Lock()
+	defer hookMu.Unlock()
 	if !slices.Equal(hooked, []string{"nginx -s quit"}) {
 		t.Errorf("preStop hook calls %q", hooked)
 	}
