@@ -45,6 +45,9 @@
 //   - status: node registration, the node status setters and the
 //     reporter; status/podstatus: a pod's API status and the pod status
 //     manager.
+//   - machine: the host's facts (CPUs, memory, huge pages, machine, system
+//     and boot IDs, kernel, OS image) read from /proc, /sys and statfs, in
+//     one place for the node status and the kubepods cgroup.
 //   - lease: the node Lease heartbeat (kube-node-lease/<node>).
 //   - stats: the stats summary and the resource and cadvisor metrics.
 //   - eviction: node-pressure eviction.

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/machine"
 )
 
 // DefaultMaxPods is the kubelet's default maxPods.
@@ -21,8 +23,8 @@ const DefaultMaxPods = 110
 // MachineInfoOptions configures MachineInfo.
 type MachineInfoOptions struct {
 	// Machine returns the host's machine; required. Typically
-	// CachedMachine(func() (*Machine, error) { return ReadMachine(roots) }).
-	Machine MachineFunc
+	// machine.Cached(func() (*machine.Info, error) { return machine.Read(roots) }).
+	Machine machine.Func
 	// MaxPods is the pods capacity; default DefaultMaxPods.
 	MaxPods int32
 	// PodsPerCore, when positive, caps pods at PodsPerCore × cores.

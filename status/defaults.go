@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/machine"
 )
 
 // PressureFuncs report whether the node is under memory, disk or PID
@@ -46,10 +48,11 @@ type SetterOptions struct {
 	// DeclaredFeatures is status.declaredFeatures; nil leaves it alone.
 	DeclaredFeatures []string
 	// Roots locate the host's files for the default Machine.
-	Roots MachineRoots
-	// Machine overrides where machine facts come from (e.g. a simulated
-	// node); default CachedMachine of ReadMachine(Roots).
-	Machine MachineFunc
+	Roots machine.Roots
+	// Machine overrides where machine facts come from (the agent's one
+	// machine.Func, or a simulated node's); default machine.Cached of
+	// machine.Read(Roots).
+	Machine machine.Func
 
 	// RuntimeVersion and RuntimeHealth are required.
 	RuntimeVersion RuntimeVersionFunc
@@ -82,10 +85,10 @@ func DefaultSetters(opts SetterOptions) ([]OrderedSetter, error) {
 	if opts.Hostname == "" {
 		return nil, errors.New("default node status setters: Hostname is required")
 	}
-	machine := opts.Machine
-	if machine == nil {
+	host := opts.Machine
+	if host == nil {
 		roots := opts.Roots
-		machine = CachedMachine(func() (*Machine, error) { return ReadMachine(roots) })
+		host = machine.Cached(func() (*machine.Info, error) { return machine.Read(roots) })
 	}
 	maxImages := int32(DefaultNodeStatusMaxImages)
 	if opts.NodeStatusMaxImages != nil {
@@ -108,12 +111,12 @@ func DefaultSetters(opts SetterOptions) ([]OrderedSetter, error) {
 	s, err := NodeAddress(NodeAddressOptions{NodeIPs: opts.NodeIPs, Hostname: opts.Hostname})
 	add(SetterNodeAddress, OrderNodeAddress, s, err)
 	s, err = MachineInfo(MachineInfoOptions{
-		Machine: machine, MaxPods: opts.MaxPods, PodsPerCore: opts.PodsPerCore,
+		Machine: host, MaxPods: opts.MaxPods, PodsPerCore: opts.PodsPerCore,
 		KubeReserved: opts.KubeReserved, SystemReserved: opts.SystemReserved, EvictionHard: opts.EvictionHard,
 		NoLocalStorageCapacityIsolation: opts.NoLocalStorageCapacityIsolation, Recorder: opts.Recorder,
 	})
 	add(SetterMachineInfo, OrderMachineInfo, s, err)
-	s, err = VersionInfo(VersionInfoOptions{Machine: machine, RuntimeVersion: opts.RuntimeVersion, KubeletVersion: opts.KubeletVersion})
+	s, err = VersionInfo(VersionInfoOptions{Machine: host, RuntimeVersion: opts.RuntimeVersion, KubeletVersion: opts.KubeletVersion})
 	add(SetterVersionInfo, OrderVersionInfo, s, err)
 	s, err = DaemonEndpoints(port)
 	add(SetterDaemonEndpoints, OrderDaemonEndpoints, s, err)

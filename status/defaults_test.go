@@ -74,7 +74,7 @@ func TestDefaultSettersErrors(t *testing.T) {
 }
 
 // TestDefaultSettersOnFixture runs every default setter on the fixture
-// machine, reading it through the default Machine (ReadMachine of Roots).
+// machine, reading it through the default Machine (machine.Read of Roots).
 func TestDefaultSettersOnFixture(t *testing.T) {
 	setters, err := DefaultSetters(SetterOptions{
 		Hostname: "h", NodeIPs: []net.IP{net.ParseIP("127.0.0.9")},

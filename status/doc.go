@@ -34,10 +34,9 @@
 //     ReadyCondition and VolumesInUse (status.volumesInUse once the volume
 //     manager has synced). DefaultSetters builds them all in the kubelet's
 //     order.
-//   - Machine facts without cAdvisor: ReadMachine reads CPUs (online ∩ this
-//     process's cpuset), memory, swap, huge pages, the root directory's
-//     filesystem size, machine ID, system UUID, boot ID, kernel and OS image
-//     from /proc, /sys and statfs, under roots given in MachineRoots.
+//   - The host's facts (CPUs, memory, huge pages, IDs, kernel, OS image)
+//     are not read here: they come from package machine through
+//     SetterOptions.Machine (the agent's one machine.Func).
 //   - Module: the fx wiring.
 //
 // nodeInfo.kubeletVersion is nodekit.KubeletVersion() unless

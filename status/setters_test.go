@@ -3,7 +3,6 @@ package status
 import (
 	"context"
 	"errors"
-	"github.com/nodekit/nodekit"
 	"net"
 	"reflect"
 	goruntime "runtime"
@@ -19,6 +18,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/machine"
 )
 
 func hostAddrs(ips ...string) func() ([]net.Addr, error) {
@@ -254,7 +256,7 @@ func TestMachineInfoPodsAndClamping(t *testing.T) {
 
 func TestMachineInfoError(t *testing.T) {
 	s, err := MachineInfo(MachineInfoOptions{
-		Machine: func() (*Machine, error) { return nil, errors.New("no /proc") },
+		Machine: func() (*machine.Info, error) { return nil, errors.New("no /proc") },
 		MaxPods: 30,
 	})
 	if err != nil {
@@ -373,7 +375,7 @@ func TestVersionInfo(t *testing.T) {
 	}
 
 	broken, err := VersionInfo(VersionInfoOptions{
-		Machine:        func() (*Machine, error) { return nil, errors.New("no proc") },
+		Machine:        func() (*machine.Info, error) { return nil, errors.New("no proc") },
 		RuntimeVersion: func(context.Context) (string, string, error) { return "containerd", "2.0", nil },
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/machine"
 )
 
 // RuntimeVersionFunc returns the container runtime's name and version, as
@@ -19,7 +20,7 @@ type RuntimeVersionFunc func(ctx context.Context) (name, version string, err err
 // VersionInfoOptions configures VersionInfo.
 type VersionInfoOptions struct {
 	// Machine supplies the kernel version and OS image; required.
-	Machine MachineFunc
+	Machine machine.Func
 	// RuntimeVersion is required.
 	RuntimeVersion RuntimeVersionFunc
 	// KubeletVersion is reported as nodeInfo.kubeletVersion; default
