@@ -26,14 +26,16 @@
 //     nodekit_node_status_patch_bytes_total (by reason: changed, report,
 //     ready, register), nodekit_node_status_patch_errors_total and
 //     nodekit_node_status_cycles_total (by result).
-//   - Setters: one func per part of the status, built from plain funcs and
-//     values, as in the kubelet: NodeAddress, MachineInfo (capacity and
+//   - Setters: one func per part of the status, as in the kubelet, named
+//     by the Setter* constants: NodeAddress, MachineInfo (capacity and
 //     allocatable), VersionInfo, DaemonEndpoints, Images, GoRuntime,
-//     RuntimeHandlers, NodeFeatures, DeclaredFeatures,
-//     Memory/Disk/PIDPressureCondition, NodeSchedulable (events only),
-//     ReadyCondition and VolumesInUse (status.volumesInUse once the volume
-//     manager has synced). DefaultSetters builds them all in the kubelet's
-//     order.
+//     RuntimeHandlers, NodeFeatures, DeclaredFeatures, the Memory, Disk and
+//     PID pressure conditions, NodeSchedulable (events only), Ready and
+//     VolumesInUse (status.volumesInUse once the volume manager has
+//     synced). DefaultSetters builds them all, in the kubelet's order, from
+//     SetterOptions; each is built by an unexported constructor beside the
+//     code it reports (addresses.go, capacity.go, version.go,
+//     runtime_setters.go, conditions.go, volumes.go).
 //   - The host's facts (CPUs, memory, huge pages, IDs, kernel, OS image)
 //     are not read here: they come from package machine through
 //     SetterOptions.Machine (the agent's one machine.Func).

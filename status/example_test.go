@@ -46,10 +46,12 @@ func Example() {
 				v1.NodeCondition{Type: "GPUHealthy", Status: v1.ConditionTrue, Reason: "DriverLoaded"})
 			return nil
 		})),
-		// A replacement for the default NodeAddress setter.
-		status.AsSetter(status.SetterNodeAddress, status.OrderNodeAddress, func() (status.Setter, error) {
-			return status.NodeAddress(status.NodeAddressOptions{NodeIPs: []net.IP{net.ParseIP("127.0.0.10")}, Hostname: "edge-1.lab"})
-		}),
+		// A replacement for the default NodeAddress setter: the site's
+		// fixed addresses.
+		status.AsSetter(status.SetterNodeAddress, status.OrderNodeAddress, status.Setter(func(_ context.Context, n *v1.Node) error {
+			n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.10"}, {Type: v1.NodeHostName, Address: "edge-1.lab"}}
+			return nil
+		})),
 		fx.Populate(&reporter),
 	)
 	ctx := context.Background()
