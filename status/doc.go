@@ -2,6 +2,10 @@
 // kubelet's node status loop does (k/k pkg/kubelet/kubelet_node_status.go and
 // pkg/kubelet/nodestatus).
 //
+// This package is the node's status. A pod's status is computed by
+// status/podstatus (podstatus.Generate in status/podstatus/generate.go) and
+// written by its Manager (status/podstatus/manager.go).
+//
 // # What lives here
 //
 //   - Reporter (New, Run): creates the Node with the kubelet's labels
