@@ -24,8 +24,9 @@
 //     values (resources.go: resourceConfigForPod) and returns the cgroup
 //     parent for its sandbox; RemovePod deletes it once its containers are
 //     gone (runc leaves the pod-level directories behind); ListPods finds
-//     orphans; Run refreshes the QoS cgroups every minute (BestEffort cpu shares 2, Burstable shares the
-//     sum of the Burstable pods' CPU requests).
+//     orphans; Run refreshes the QoS cgroups every minute (BestEffort cpu
+//     shares 2, Burstable shares the sum of the Burstable pods' CPU
+//     requests).
 //   - PodQOS and ComputePodQOS (QoS classes, pod-level resources included)
 //     and KubepodsLimits (what the kubepods cgroup enforces); the
 //     shares/quota/weight conversions and the check that turns a driver
@@ -74,8 +75,8 @@
 //
 // No test here runs systemd: the systemd driver's D-Bus side is the
 // SystemdConn interface (go-systemd's *dbus.Conn implements it;
-// Options.SystemdDial opens one), unit-tested with a fake, and its naming is tested
-// exhaustively (including fuzzing ParseSystemd(ToSystemd(x)) == x). The
+// Options.SystemdDial opens one), unit-tested with a fake, and its naming is
+// tested exhaustively (including fuzzing ParseSystemd(ToSystemd(x)) == x). The
 // driver connects on first use and redials a closed connection once.
 //
 // # Privileges

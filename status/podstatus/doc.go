@@ -34,12 +34,12 @@
 // per pod (SetPodStatus, GetPodStatus) and Run writes changes with a
 // strategic merge patch of the status subresource carrying the pod's UID
 // as precondition, only when the API server's status differs, and never
-// touching the condition types it does not own. It refuses illegal transitions (a terminal phase or a finished
-// container coming back), keeps a pod from turning terminal on the API
-// server before TerminatePod says its containers stopped, deletes a
-// finished pod's object (grace period 0, UID precondition) once it is
-// being deleted and terminal, and retries failed writes with the next
-// write and at least every 10 s.
+// touching the condition types it does not own. It refuses illegal
+// transitions (a terminal phase or a finished container coming back),
+// keeps a pod from turning terminal on the API server before TerminatePod
+// says its containers stopped, deletes a finished pod's object (grace
+// period 0, UID precondition) once it is being deleted and terminal, and
+// retries failed writes with the next write and at least every 10 s.
 //
 // A static pod's status (podsource.IsStaticPod) goes to its mirror pod, the
 // API pod whose kubernetes.io/config.mirror annotation is the static pod's
