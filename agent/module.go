@@ -186,12 +186,28 @@ func NewWith(cfg *Config, runtime fx.Option, opts ...fx.Option) *fx.App {
 	return fx.New(append([]fx.Option{
 		fx.Supply(cfg),
 		fx.WithLogger(func(l logr.Logger) fxevent.Logger {
-			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(l.V(4).WithName("fx")))}
+			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(logrOnly(l.WithName("fx")).V(4)))}
 		}),
 		CoreFor(cfg),
 		runtime,
 	}, opts...)...)
 }
+
+// logrOnly is l without its sink's slog side. klog's sink handles slog
+// records itself and drops the values given with WithValues, the node's
+// name among them; through logr's adapter the fx lines keep them.
+func logrOnly(l logr.Logger) logr.Logger {
+	if l.GetSink() == nil {
+		return l
+	}
+	return logr.New(logrSink{l.GetSink()})
+}
+
+// logrSink is a LogSink and nothing more (no logr.SlogSink).
+type logrSink struct{ logr.LogSink }
+
+// Init does nothing: the wrapped sink was initialised by its own logger.
+func (logrSink) Init(logr.RuntimeInfo) {}
 
 // newLogger is klog's logger with the node's name, so every line of an
 // agent (several may share a process) says which node it is about.
