@@ -47,7 +47,8 @@
 //     manager.
 //   - machine: the host's facts (CPUs, memory, huge pages, machine, system
 //     and boot IDs, kernel, OS image) read from /proc, /sys and statfs, in
-//     one place for the node status and the kubepods cgroup.
+//     one place for the node status, the kubepods cgroup and
+//     /metrics/cadvisor.
 //   - lease: the node Lease heartbeat (kube-node-lease/<node>).
 //   - stats: the stats summary and the resource and cadvisor metrics.
 //   - eviction: node-pressure eviction.

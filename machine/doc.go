@@ -10,7 +10,8 @@
 // This is the one place they are read. The agent builds one Func (Cached
 // of Read) and gives it to everything that needs the host: the node
 // status (status.SetterOptions.Machine: capacity, allocatable and
-// nodeInfo) and the kubepods cgroup's limits. An embedder simulating a
-// node replaces that Func (fx.Decorate of machine.Func) and every consumer
-// sees the simulated host.
+// nodeInfo), the kubepods cgroup's limits and the machine_* series of
+// /metrics/cadvisor (stats.CadvisorOptions.Machine). An embedder
+// simulating a node replaces that Func (fx.Decorate of machine.Func) and
+// every consumer sees the simulated host.
 package machine
