@@ -45,6 +45,10 @@
 //   - status: node registration, the node status setters and the
 //     reporter; status/podstatus: a pod's API status and the pod status
 //     manager.
+//   - machine: the host's facts (CPUs, memory, huge pages, machine, system
+//     and boot IDs, kernel, OS image) read from /proc, /sys and statfs, in
+//     one place for the node status, the kubepods cgroup and
+//     /metrics/cadvisor.
 //   - lease: the node Lease heartbeat (kube-node-lease/<node>).
 //   - stats: the stats summary and the resource and cadvisor metrics.
 //   - eviction: node-pressure eviction.
@@ -63,6 +67,22 @@
 //     standalone (no API server), customstatus and customsource (an
 //     embedder's setter and pod source), podsim (a pod-level backend),
 //     fleet (a shard of simulated nodes).
+//
+// # Where a status comes from
+//
+// Four places carry "status" in their name; each is one step of one path:
+//
+//   - a pod's API status (phase, conditions, container statuses) is
+//     computed by podstatus.Generate in status/podstatus/generate.go (the
+//     phase in phase.go, the kubelet's conditions in conditions.go) and
+//     cached and written to the API server by podstatus.Manager
+//     (status/podstatus/manager.go);
+//   - its input, the runtime's view of the pod (podstate.PodStatus), is read
+//     from the CRI in runtime/podstatus.go and kept by the PLEG;
+//   - the node's status is package status: the Reporter (reporter.go) runs
+//     one setter per part of the status (setter.go, capacity.go,
+//     conditions.go, ...) and patches the Node; runtime/statuspoller.go feeds
+//     it the runtime's health.
 //
 // The e2e module (e2e/, its own go.mod) tests agents against a real control
 // plane and containerd, and holds nodebench, the benchmark.

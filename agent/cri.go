@@ -17,6 +17,7 @@ import (
 	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/resources/cpumanager"
 	"github.com/nodekit/nodekit/resources/memorymanager"
@@ -120,9 +121,8 @@ type cgroups struct {
 type cgroupParams struct {
 	fx.In
 
-	// Dirs: the machine's capacity is read once the root directory exists.
-	Dirs      dataDirs
 	Config    *Config
+	Machine   machine.Func
 	Client    *runtime.Client
 	Store     *pods.Store
 	Clock     clock.Clock
@@ -138,10 +138,7 @@ type cgroupParams struct {
 // the kubelet. The driver is built either way (without I/O): it tells the
 // cgroup version when the first container is configured.
 func provideCgroups(p cgroupParams) (cgroups, error) {
-	machine := status.CachedMachine(func() (*status.Machine, error) {
-		return status.ReadMachine(status.MachineRoots{RootDir: p.Config.RootDir})
-	})
-	limits, err := kubepodsResources(p.Config, machine, p.Logger)
+	limits, err := kubepodsResources(p.Config, p.Machine, p.Logger)
 	if err != nil {
 		return cgroups{}, err
 	}
@@ -177,10 +174,10 @@ type apiClients struct {
 // kubepodsResources returns what the kubepods cgroup enforces
 // (cgroupdriver.KubepodsLimits) from the configuration's kubeReserved,
 // systemReserved and enforceNodeAllocatable and the host's CPUs and memory
-// (machine). It is known from the start, before the node's object. When the
+// (host). It is known from the start, before the node's object. When the
 // machine cannot be read it returns nil (kubepods left as it is) and logs
 // why.
-func kubepodsResources(cfg *Config, machine status.MachineFunc, logger logr.Logger) (func() v1.ResourceList, error) {
+func kubepodsResources(cfg *Config, host machine.Func, logger logr.Logger) (func() v1.ResourceList, error) {
 	kc := &cfg.Kubelet
 	kubeReserved, err := parseResourceList(kc.KubeReserved)
 	if err != nil {
@@ -192,7 +189,7 @@ func kubepodsResources(cfg *Config, machine status.MachineFunc, logger logr.Logg
 	}
 	enforce := slices.Contains(kc.EnforceNodeAllocatable, eviction.NodeAllocatableEnforcementKey)
 	return func() v1.ResourceList {
-		m, err := machine()
+		m, err := host()
 		if err != nil {
 			logger.Error(err, "Cannot read the machine's capacity for the kubepods cgroup")
 			return nil

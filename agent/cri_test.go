@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/machine"
 )
 
 // TestKubepodsResources: the kubepods cgroup enforces the machine's CPUs
@@ -16,7 +16,7 @@ import (
 // (which also lacks the hard eviction thresholds), and the whole machine
 // without "pods" in enforceNodeAllocatable, as the kubelet.
 func TestKubepodsResources(t *testing.T) {
-	machine := func() (*status.Machine, error) { return &status.Machine{NumCores: 4, MemoryCapacity: 8 << 30}, nil }
+	host := func() (*machine.Info, error) { return &machine.Info{NumCores: 4, MemoryCapacity: 8 << 30}, nil }
 	for _, tc := range []struct {
 		name     string
 		enforce  []string
@@ -30,7 +30,7 @@ func TestKubepodsResources(t *testing.T) {
 		cfg.Kubelet.SystemReserved = map[string]string{"memory": "512Mi"}
 		cfg.Kubelet.EvictionHard = map[string]string{"memory.available": "1Gi"}
 		cfg.Kubelet.EnforceNodeAllocatable = tc.enforce
-		limits, err := kubepodsResources(cfg, machine, logr.Discard())
+		limits, err := kubepodsResources(cfg, host, logr.Discard())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestKubepodsResources(t *testing.T) {
 			t.Errorf("%s: kubepods cpu/memory = %s/%s, want %s/%s", tc.name, cpu.String(), mem.String(), tc.cpu, tc.mem)
 		}
 	}
-	failing := func() (*status.Machine, error) { return nil, errors.New("no /proc") }
+	failing := func() (*machine.Info, error) { return nil, errors.New("no /proc") }
 	limits, err := kubepodsResources(&Config{}, failing, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestKubepodsResources(t *testing.T) {
 	}
 	cfg := &Config{}
 	cfg.Kubelet.KubeReserved = map[string]string{"memory": "lots"}
-	if _, err := kubepodsResources(cfg, machine, logr.Discard()); err == nil {
+	if _, err := kubepodsResources(cfg, host, logr.Discard()); err == nil {
 		t.Error("an invalid kubeReserved was accepted")
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/lease"
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/nodeshutdown"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource"
@@ -130,6 +131,7 @@ var shared = fx.Options(
 		func() clock.Clock { return clock.RealClock{} },
 		newLogger,
 		setterOptions,
+		provideMachine,
 		// Admission sees the node before it is registered too.
 		func(r *status.Reporter) pods.NodeGetter { return nodeAnyWay{r} },
 		func(c *podsource.Config) podstatus.PodGetter { return c },
@@ -184,12 +186,28 @@ func NewWith(cfg *Config, runtime fx.Option, opts ...fx.Option) *fx.App {
 	return fx.New(append([]fx.Option{
 		fx.Supply(cfg),
 		fx.WithLogger(func(l logr.Logger) fxevent.Logger {
-			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(l.V(4).WithName("fx")))}
+			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(logrOnly(l.WithName("fx")).V(4)))}
 		}),
 		CoreFor(cfg),
 		runtime,
 	}, opts...)...)
 }
+
+// logrOnly is l without its sink's slog side. klog's sink handles slog
+// records itself and drops the values given with WithValues, the node's
+// name among them; through logr's adapter the fx lines keep them.
+func logrOnly(l logr.Logger) logr.Logger {
+	if l.GetSink() == nil {
+		return l
+	}
+	return logr.New(logrSink{l.GetSink()})
+}
+
+// logrSink is a LogSink and nothing more (no logr.SlogSink).
+type logrSink struct{ logr.LogSink }
+
+// Init does nothing: the wrapped sink was initialised by its own logger.
+func (logrSink) Init(logr.RuntimeInfo) {}
 
 // newLogger is klog's logger with the node's name, so every line of an
 // agent (several may share a process) says which node it is about.
@@ -275,8 +293,21 @@ func ensureDataDirs(lc fx.Lifecycle, cfg *Config) dataDirs {
 	return dataDirs{}
 }
 
-func setterOptions(cfg *Config, _ dataDirs) (status.SetterOptions, error) {
-	return cfg.SetterOptions()
+// setterOptions gives the status setters the agent's one machine.Func.
+func setterOptions(cfg *Config, host machine.Func) (status.SetterOptions, error) {
+	opts, err := cfg.SetterOptions()
+	opts.Machine = host
+	return opts, err
+}
+
+// provideMachine is the agent's one source of the host's facts
+// (machine.Read under the root directory, cached once read), which the
+// node status and the kubepods cgroup share; an embedder simulating a
+// node replaces it with fx.Decorate. dataDirs: the root directory whose
+// filesystem is measured exists before the first read.
+func provideMachine(cfg *Config, _ dataDirs) machine.Func {
+	roots := machine.Roots{RootDir: cfg.RootDir}
+	return machine.Cached(func() (*machine.Info, error) { return machine.Read(roots) })
 }
 
 func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, cfg *Config, g prometheus.Gatherer) *HealthServer {

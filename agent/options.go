@@ -18,6 +18,7 @@ import (
 	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/eviction"
 	"github.com/nodekit/nodekit/lease"
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource/apiserver"
 	"github.com/nodekit/nodekit/resources/allocation"
@@ -111,7 +112,7 @@ func (cfg *Config) SetterOptions() (status.SetterOptions, error) {
 		NoLocalStorageCapacityIsolation: kc.LocalStorageCapacityIsolation != nil && !*kc.LocalStorageCapacityIsolation,
 		NodeStatusMaxImages:             kc.NodeStatusMaxImages,
 		KubeletPort:                     kc.Port,
-		Roots:                           status.MachineRoots{RootDir: cfg.RootDir},
+		Roots:                           machine.Roots{RootDir: cfg.RootDir},
 		DeclaredFeatures:                declared,
 	}, nil
 }

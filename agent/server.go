@@ -16,6 +16,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodekit/nodekit/internal/clientmetrics"
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/server"
@@ -84,7 +85,8 @@ type serverOptionsParams struct {
 	Probes  prometheus.Gatherer `name:"probe_metrics" optional:"true"`
 	Runtime cri.RuntimeService  `optional:"true"`
 	Stats   *stats.Provider     `optional:"true"`
-	Logger  logr.Logger         `optional:"true"`
+	Machine machine.Func
+	Logger  logr.Logger `optional:"true"`
 	// Client is the API server's; a standalone node has none (see
 	// withoutAPIServer).
 	Client kubernetes.Interface `optional:"true"`
@@ -119,7 +121,7 @@ func provideServerOptions(p serverOptionsParams) (server.Options, error) {
 			return o, fmt.Errorf("node API: /metrics/resource: %w", err)
 		}
 		cadvisor := prometheus.NewRegistry()
-		if err := cadvisor.Register(stats.CadvisorCollector(p.Stats, stats.CadvisorOptions{Machine: nodeMachine(p.Node.Node), Logger: p.Logger})); err != nil {
+		if err := cadvisor.Register(stats.CadvisorCollector(p.Stats, stats.CadvisorOptions{Machine: p.Machine, Logger: p.Logger})); err != nil {
 			return o, fmt.Errorf("node API: /metrics/cadvisor: %w", err)
 		}
 		o.ResourceMetrics, o.CadvisorMetrics = resource, cadvisor
@@ -208,30 +210,6 @@ func (cfg *Config) ServerOptions(node func() (*v1.Node, bool)) server.Options {
 	configz.TypeMeta = metav1.TypeMeta{APIVersion: kubeletconfig.SchemeGroupVersion.String(), Kind: "KubeletConfiguration"}
 	o.Configz = func() any { return configz }
 	return o
-}
-
-// nodeMachine returns the machine facts /metrics/cadvisor's machine_*
-// series report, from the node's status as the agent last saw it: the IDs
-// of nodeInfo, the CPU and memory capacity and the swap capacity.
-func nodeMachine(node func() (*v1.Node, bool)) func() (stats.MachineInfo, error) {
-	return func() (stats.MachineInfo, error) {
-		n, ok := node()
-		if !ok {
-			return stats.MachineInfo{}, errors.New("the node's status is not known yet")
-		}
-		info := n.Status.NodeInfo
-		m := stats.MachineInfo{MachineID: info.MachineID, SystemUUID: info.SystemUUID, BootID: info.BootID}
-		if q, ok := n.Status.Capacity[v1.ResourceCPU]; ok {
-			m.NumCores = int(q.Value())
-		}
-		if q, ok := n.Status.Capacity[v1.ResourceMemory]; ok {
-			m.MemoryCapacity = uint64(q.Value())
-		}
-		if info.Swap != nil && info.Swap.Capacity != nil {
-			m.SwapCapacity = uint64(*info.Swap.Capacity)
-		}
-		return m, nil
-	}
 }
 
 type nodeMetricsParams struct {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // ServiceLister lists the cluster's Services for the containers' service
@@ -29,14 +31,14 @@ import (
 type ServiceLister func() ([]*v1.Service, error)
 
 // NewServiceLister returns a ServiceLister backed by one informer on
-// client's Services, and run, which runs the informer until ctx is done.
-// It does no I/O before run.
+// client's Services, and run, which runs the informer until ctx is done,
+// logging with ctx's logger. It does no I/O before run.
 func NewServiceLister(client kubernetes.Interface) (ServiceLister, func(ctx context.Context)) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0)
 	informer := factory.Core().V1().Services()
 	list := newListerFunc(informer.Lister(), informer.Informer().HasSynced)
 	return list, func(ctx context.Context) {
-		factory.Start(ctx.Done())
+		factory.StartWithContext(ctx)
 		<-ctx.Done()
 		factory.Shutdown()
 	}
@@ -44,12 +46,12 @@ func NewServiceLister(client kubernetes.Interface) (ServiceLister, func(ctx cont
 
 // newServiceLister is the agent's own ServiceLister, watching from start to
 // stop; nil on a standalone node (no API server, no services).
-func newServiceLister(lc fx.Lifecycle, a apiClients) ServiceLister {
+func newServiceLister(lc fx.Lifecycle, logger logr.Logger, a apiClients) ServiceLister {
 	if a.Clients == nil {
 		return nil
 	}
 	list, run := NewServiceLister(a.Clients.Client)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan struct{})
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {

@@ -13,23 +13,25 @@
 //     "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_ab.slice",
 //     exactly as the kubelet names them.
 //   - Driver, with two implementations selected by KubeletConfiguration
-//     cgroupDriver: NewCgroupfsDriver writes the cgroup filesystem;
-//     NewSystemdDriver asks systemd over D-Bus for one transient slice per
-//     cgroup (properties as runc sets them for the kubelet) and then writes
-//     the same values to the files.
+//     cgroupDriver and built by NewDriver: the cgroupfs driver writes the
+//     cgroup filesystem; the systemd driver asks systemd over D-Bus for one
+//     transient slice per cgroup (properties as runc sets them for the
+//     kubelet) and then writes the same values to the files.
 //   - Manager, the kubelet's QoS and pod hierarchy: kubepods (node
 //     allocatable), kubepods/burstable and kubepods/besteffort, and one
 //     pod<uid> cgroup per pod under its QoS parent (Guaranteed pods directly
-//     under kubepods). EnsurePod creates a pod's cgroup with the values of
-//     ResourceConfigForPod and returns the cgroup parent for its sandbox;
-//     RemovePod deletes it once its containers are gone (runc leaves the
-//     pod-level directories behind); ListPods finds orphans; Run refreshes the
-//     QoS cgroups every minute (BestEffort cpu shares 2, Burstable shares the
-//     sum of the Burstable pods' CPU requests).
-//   - PodQOS and ComputePodQOS (QoS classes, pod-level resources included),
-//     ResourceConfigForPod and the shares/quota/weight conversions, and
-//     CheckRuntimeDriver, which turns a driver mismatch with the container
-//     runtime (CRI RuntimeConfig) into a clear startup error.
+//     under kubepods). EnsurePod creates a pod's cgroup with the kubelet's
+//     values (resources.go: resourceConfigForPod) and returns the cgroup
+//     parent for its sandbox; RemovePod deletes it once its containers are
+//     gone (runc leaves the pod-level directories behind); ListPods finds
+//     orphans; Run refreshes the QoS cgroups every minute (BestEffort cpu
+//     shares 2, Burstable shares the sum of the Burstable pods' CPU
+//     requests).
+//   - PodQOS and ComputePodQOS (QoS classes, pod-level resources included)
+//     and KubepodsLimits (what the kubepods cgroup enforces); the
+//     shares/quota/weight conversions and the check that turns a driver
+//     mismatch with the container runtime (CRI RuntimeConfig) into a clear
+//     startup error are the package's own.
 //   - Metrics: kubelet_cgroup_manager_duration_seconds{operation_type} (the
 //     kubelet's, create/update/destroy) and
 //     kubelet_cgroup_manager_errors_total{operation_type} (nodekit's).
@@ -72,9 +74,9 @@
 // # systemd
 //
 // No test here runs systemd: the systemd driver's D-Bus side is the
-// SystemdConn interface (go-systemd's *dbus.Conn implements it, DialSystemd
-// opens one), unit-tested with a fake, and its naming is tested
-// exhaustively (including fuzzing ParseSystemd(ToSystemd(x)) == x). The
+// SystemdConn interface (go-systemd's *dbus.Conn implements it;
+// Options.SystemdDial opens one), unit-tested with a fake, and its naming is
+// tested exhaustively (including fuzzing ParseSystemd(ToSystemd(x)) == x). The
 // driver connects on first use and redials a closed connection once.
 //
 // # Privileges

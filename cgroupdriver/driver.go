@@ -15,8 +15,8 @@ const (
 )
 
 // Driver creates, updates and removes cgroups named by Name. The two
-// implementations are the cgroupfs driver (NewCgroupfsDriver) and the
-// systemd driver (NewSystemdDriver); an embedder may supply its own.
+// implementations are the cgroupfs and the systemd driver, built by
+// NewDriver; an embedder may supply its own (Options.Driver).
 //
 // Implementations must be safe for concurrent use. Operations on different
 // cgroups may run in parallel; callers serialize operations on one cgroup.
@@ -64,7 +64,7 @@ type Driver interface {
 // FSOptions configure the cgroup filesystem that both drivers write to.
 type FSOptions struct {
 	// Root is the directory the cgroup hierarchies are mounted under.
-	// Default DefaultCgroupFSRoot. Tests point it at a directory tree (see
+	// Default /sys/fs/cgroup. Tests point it at a directory tree (see
 	// the package documentation for the layout of a fake tree).
 	Root string
 	// Version forces the cgroup version (1 or 2). 0 detects it: the root is
@@ -75,7 +75,7 @@ type FSOptions struct {
 
 func (o FSOptions) tree() (*tree, error) {
 	if o.Root == "" {
-		o.Root = DefaultCgroupFSRoot
+		o.Root = defaultCgroupFSRoot
 	}
 	if o.Version != 0 && o.Version != 1 && o.Version != 2 {
 		return nil, fmt.Errorf("cgroup version %d: must be 0 (detect), 1 or 2", o.Version)
@@ -88,9 +88,9 @@ type cgroupfsDriver struct {
 	fs *tree
 }
 
-// NewCgroupfsDriver returns the cgroupfs Driver over the filesystem o. It
+// newCgroupfs returns the cgroupfs Driver over the filesystem o. It
 // does not touch the filesystem: the layout is detected on first use.
-func NewCgroupfsDriver(o FSOptions) (Driver, error) {
+func newCgroupfs(o FSOptions) (Driver, error) {
 	t, err := o.tree()
 	if err != nil {
 		return nil, err

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultCgroupFSRoot is where the cgroup hierarchies are mounted.
-const DefaultCgroupFSRoot = "/sys/fs/cgroup"
+// defaultCgroupFSRoot is where the cgroup hierarchies are mounted.
+const defaultCgroupFSRoot = "/sys/fs/cgroup"
 
 var (
 	// v1RequiredControllers are the cgroup v1 controllers nodekit writes to;
@@ -375,7 +375,7 @@ func (t *tree) read(literal string) (ResourceConfig, error) {
 			readLimit("memory", "memory.limit_in_bytes", &rc.Memory))
 	} else {
 		errs = append(errs,
-			readUint("", "cpu.weight", CPUWeightToShares, &rc.CPUShares),
+			readUint("", "cpu.weight", cpuWeightToShares, &rc.CPUShares),
 			readCPUMax(get, literal, &rc),
 			readLimit("", "memory.max", &rc.Memory))
 	}

@@ -29,12 +29,12 @@ func requireRealCgroupfs(t *testing.T) *layout {
 	if os.Geteuid() != 0 {
 		missing("root (to create cgroups)")
 	}
-	l, err := detectLayout(DefaultCgroupFSRoot, 0)
+	l, err := detectLayout(defaultCgroupFSRoot, 0)
 	if err != nil {
-		missing("a cgroup filesystem at " + DefaultCgroupFSRoot + ": " + err.Error())
+		missing("a cgroup filesystem at " + defaultCgroupFSRoot + ": " + err.Error())
 	}
 	if l.emulated {
-		missing("mounted cgroup hierarchies at " + DefaultCgroupFSRoot)
+		missing("mounted cgroup hierarchies at " + defaultCgroupFSRoot)
 	}
 	if l.version != 1 {
 		missing("cgroup v1 hierarchies (this host is v2; the v2 path is unit-tested on a fake tree)")

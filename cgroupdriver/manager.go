@@ -40,7 +40,8 @@ type Options struct {
 	// FS is the cgroup filesystem the built driver works on.
 	FS FSOptions
 	// SystemdDial opens the D-Bus connection of the built systemd driver.
-	// Default DialSystemd.
+	// Default: systemd over the system bus, or directly its private socket
+	// when the bus is unavailable and the agent is root.
 	SystemdDial func(ctx context.Context) (SystemdConn, error)
 
 	// CgroupsPerQOS is KubeletConfiguration cgroupsPerQOS; nil means true.
@@ -59,7 +60,7 @@ type Options struct {
 	PodPidsLimit int64
 
 	// NodeAllocatable returns the resources enforced on the kubepods cgroup
-	// (cpu, memory and PIDResource; the node's allocatable when
+	// (cpu, memory and pid; the node's allocatable when
 	// enforceNodeAllocatable has "pods", its capacity otherwise). nil leaves
 	// the kubepods limits as they are. It must not block.
 	NodeAllocatable func() v1.ResourceList
@@ -71,7 +72,7 @@ type Options struct {
 	// RuntimeCgroupDriver, when set, is asked on Start which driver the
 	// container runtime uses (the runtime package's Client.CgroupDriver has
 	// this signature); ok false skips the check, and a mismatch with the
-	// driver's Name fails Start (see CheckRuntimeDriver).
+	// driver's Name fails Start, naming both drivers, as the kubelet's.
 	RuntimeCgroupDriver func(ctx context.Context) (driver runtimeapi.CgroupDriver, ok bool, err error)
 	// QoSUpdateInterval is how often Run refreshes the QoS cgroups. Default
 	// a minute, the kubelet's periodicQOSCgroupUpdateInterval.
@@ -95,9 +96,9 @@ func NewDriver(o Options) (Driver, error) {
 	}
 	switch o.CgroupDriver {
 	case "", DriverCgroupfs:
-		return NewCgroupfsDriver(o.FS)
+		return newCgroupfs(o.FS)
 	case DriverSystemd:
-		return NewSystemdDriver(SystemdOptions{FS: o.FS, Dial: o.SystemdDial})
+		return newSystemd(systemdOptions{FS: o.FS, Dial: o.SystemdDial})
 	}
 	return nil, fmt.Errorf("cgroup driver %q: must be %q or %q", o.CgroupDriver, DriverCgroupfs, DriverSystemd)
 }
@@ -127,7 +128,7 @@ type Manager struct {
 	driver      Driver
 	perQOS      bool
 	qos         QOSCgroups
-	podOpts     PodResourceOptions
+	podOpts     podResourceOptions
 	allocatable func() v1.ResourceList
 	activePods  func() []*v1.Pod
 	runtimeDrv  func(ctx context.Context) (runtimeapi.CgroupDriver, bool, error)
@@ -150,7 +151,7 @@ func New(o Options) (*Manager, error) {
 	}
 	period := o.CPUCFSQuotaPeriod
 	if period == 0 {
-		period = DefaultCPUPeriod * time.Microsecond
+		period = defaultCPUPeriod * time.Microsecond
 	}
 	if period < time.Millisecond || period > time.Second {
 		return nil, fmt.Errorf("cpuCFSQuotaPeriod %v: must be between 1ms and 1s", period)
@@ -160,7 +161,7 @@ func New(o Options) (*Manager, error) {
 		cgroupRoot = "/"
 	}
 	root := ParseCgroupfs(cgroupRoot)
-	kubepods, err := NewName(root, nodeAllocatableCgroupName)
+	kubepods, err := newName(root, nodeAllocatableCgroupName)
 	if err != nil {
 		return nil, fmt.Errorf("cgroupRoot %q: %w", cgroupRoot, err)
 	}
@@ -172,7 +173,7 @@ func New(o Options) (*Manager, error) {
 			Burstable:  append(append(Name{}, kubepods...), strings.ToLower(string(v1.PodQOSBurstable))),
 			BestEffort: append(append(Name{}, kubepods...), strings.ToLower(string(v1.PodQOSBestEffort))),
 		},
-		podOpts: PodResourceOptions{
+		podOpts: podResourceOptions{
 			EnforceCPULimits: o.CPUCFSQuota == nil || *o.CPUCFSQuota,
 			CPUPeriod:        uint64(period / time.Microsecond),
 			PodPidsLimit:     o.PodPidsLimit,
@@ -239,7 +240,7 @@ func (m *Manager) startLocked(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("cgroup manager: ask the runtime for its cgroup driver: %w", err)
 		}
-		if err := CheckRuntimeDriver(m.driver.Name(), drv, ok); err != nil {
+		if err := checkRuntimeDriver(m.driver.Name(), drv, ok); err != nil {
 			return err
 		}
 	}
@@ -280,7 +281,7 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 // UpdateQoS applies the current values to the QoS cgroups: the node
-// allocatable to kubepods, MinShares to besteffort and the sum of the
+// allocatable to kubepods, minShares to besteffort and the sum of the
 // Burstable pods' CPU requests to burstable. The cgroups must exist (Start
 // creates them). It is a no-op with CgroupsPerQOS false.
 func (m *Manager) UpdateQoS(ctx context.Context) error {
@@ -295,10 +296,10 @@ func (m *Manager) updateQoS(ctx context.Context, create bool) error {
 	defer m.qosMu.Unlock()
 	var kubepods ResourceConfig
 	if m.allocatable != nil {
-		kubepods = ResourceConfigForAllocatable(m.allocatable())
+		kubepods = resourceConfigForAllocatable(m.allocatable())
 	}
-	bestEffortShares := uint64(MinShares)
-	burstableShares := MilliCPUToShares(m.burstableCPURequests())
+	bestEffortShares := uint64(minShares)
+	burstableShares := milliCPUToShares(m.burstableCPURequests())
 	apply := m.update
 	if create {
 		apply = m.create
@@ -357,14 +358,17 @@ func podName(parent Name, uid types.UID) (Name, error) {
 	if uid == "" {
 		return nil, errors.New("pod cgroup: pod has no UID")
 	}
-	n, err := NewName(parent, podCgroupPrefix+string(uid))
+	n, err := newName(parent, podCgroupPrefix+string(uid))
 	if err != nil {
 		return nil, fmt.Errorf("pod cgroup for UID %q: %w", uid, err)
 	}
 	return n, nil
 }
 
-// EnsurePod creates pod's cgroup with the values of ResourceConfigForPod
+// EnsurePod creates pod's cgroup with the pod's values (cpu shares from
+// its CPU requests, a CFS quota and a memory limit from its limits when
+// every container has one, the pod pids limit: the kubelet's
+// ResourceConfigForPod)
 // (and the QoS hierarchy first, when Start has not run yet) and returns the
 // cgroup parent to give the container runtime for the pod's sandbox: the
 // driver's literal form (a cgroupfs path or an expanded systemd slice). An
@@ -387,7 +391,7 @@ func (m *Manager) EnsurePod(ctx context.Context, pod *v1.Pod) (string, error) {
 		return "", fmt.Errorf("ensure cgroup of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if !exists {
-		rc := ResourceConfigForPod(pod, m.podOpts)
+		rc := resourceConfigForPod(pod, m.podOpts)
 		if err := m.create(ctx, name, rc); err != nil {
 			return "", fmt.Errorf("create cgroup of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -396,7 +400,7 @@ func (m *Manager) EnsurePod(ctx context.Context, pod *v1.Pod) (string, error) {
 	return m.driver.Literal(name), nil
 }
 
-// UpdatePod applies the values of ResourceConfigForPod to pod's existing
+// UpdatePod applies the pod's values (see EnsurePod) to its existing
 // cgroup (after an in-place resize, for example). It is a no-op with
 // CgroupsPerQOS false. pod is not modified.
 func (m *Manager) UpdatePod(ctx context.Context, pod *v1.Pod) error {
@@ -407,7 +411,7 @@ func (m *Manager) UpdatePod(ctx context.Context, pod *v1.Pod) error {
 	if err != nil {
 		return err
 	}
-	if err := m.update(ctx, name, ResourceConfigForPod(pod, m.podOpts)); err != nil {
+	if err := m.update(ctx, name, resourceConfigForPod(pod, m.podOpts)); err != nil {
 		return fmt.Errorf("update cgroup of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil

@@ -41,7 +41,7 @@ func (s *podSet) setPods(pods ...*v1.Pod) {
 
 func allocatable() v1.ResourceList {
 	l := rl("2", "4Gi")
-	l[PIDResource] = resource.MustParse("10000")
+	l[pidResource] = resource.MustParse("10000")
 	return l
 }
 
@@ -316,7 +316,7 @@ func TestManagerCgroupfsV2(t *testing.T) {
 func TestExistsV2(t *testing.T) {
 	ctx := testContext(t)
 	root := fakeV2Tree(t)
-	d, err := NewCgroupfsDriver(FSOptions{Root: root})
+	d, err := newCgroupfs(FSOptions{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,12 +507,12 @@ func TestCheckRuntimeDriver(t *testing.T) {
 		{DriverSystemd, runtimeapi.CgroupDriver(7), true, "unknown cgroup driver 7"},
 	}
 	for _, tc := range tests {
-		err := CheckRuntimeDriver(tc.configured, tc.runtime, tc.ok)
+		err := checkRuntimeDriver(tc.configured, tc.runtime, tc.ok)
 		switch {
 		case tc.wantErr == "" && err != nil:
-			t.Errorf("CheckRuntimeDriver(%s, %v, %v) = %v", tc.configured, tc.runtime, tc.ok, err)
+			t.Errorf("checkRuntimeDriver(%s, %v, %v) = %v", tc.configured, tc.runtime, tc.ok, err)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-			t.Errorf("CheckRuntimeDriver(%s, %v, %v) = %v, want %q", tc.configured, tc.runtime, tc.ok, err, tc.wantErr)
+			t.Errorf("checkRuntimeDriver(%s, %v, %v) = %v, want %q", tc.configured, tc.runtime, tc.ok, err, tc.wantErr)
 		}
 	}
 }
@@ -528,7 +528,7 @@ func (failingDriver) Update(context.Context, Name, ResourceConfig) error {
 
 func TestManagerErrorMetric(t *testing.T) {
 	ctx := testContext(t)
-	d, err := NewCgroupfsDriver(FSOptions{Root: fakeV1Tree(t)})
+	d, err := newCgroupfs(FSOptions{Root: fakeV1Tree(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

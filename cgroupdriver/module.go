@@ -24,8 +24,8 @@ var Module = fx.Options(
 	fx.Invoke(func(*Manager) {}),
 )
 
-// Params are the Manager provider's dependencies in Module.
-type Params struct {
+// params are the Manager provider's dependencies in Module.
+type params struct {
 	fx.In
 
 	Options    Options
@@ -35,7 +35,7 @@ type Params struct {
 	runner.Deps
 }
 
-func provideManager(p Params) (*Manager, error) {
+func provideManager(p params) (*Manager, error) {
 	opts := p.Options
 	opts.Driver = p.Driver
 	if opts.Clock == nil {

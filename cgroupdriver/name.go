@@ -24,13 +24,13 @@ const (
 // functions returning a Name return a fresh slice the caller owns.
 type Name []string
 
-// RootName is the Name of the root cgroup of the hierarchy.
-var RootName = Name{}
+// rootName is the Name of the root cgroup of the hierarchy.
+var rootName = Name{}
 
-// NewName returns a new Name made of parent's components followed by
+// newName returns a new Name made of parent's components followed by
 // components. It returns an error naming the offending component when the
 // result would not be valid. parent is not modified.
-func NewName(parent Name, components ...string) (Name, error) {
+func newName(parent Name, components ...string) (Name, error) {
 	n := make(Name, 0, len(parent)+len(components))
 	n = append(n, parent...)
 	n = append(n, components...)
@@ -77,7 +77,7 @@ func (n Name) Equal(o Name) bool {
 // Parent returns the Name of n's parent; the parent of the root is the root.
 func (n Name) Parent() Name {
 	if len(n) == 0 {
-		return RootName
+		return rootName
 	}
 	return append(Name{}, n[:len(n)-1]...)
 }
@@ -121,17 +121,20 @@ func (n Name) SystemdUnit() string {
 
 // ParseCgroupfs converts a cgroupfs path (as returned by ToCgroupfs; a
 // missing leading "/" and redundant separators are tolerated) back into a
-// Name. It never fails: the components are whatever the path holds, so call
+// Name. It is exported for an embedder's Driver that names cgroups as the
+// cgroupfs driver does: its Parse inverts its Literal with it. It never fails: the components are whatever the path holds, so call
 // Validate before using the result as a cgroup this package creates.
 func ParseCgroupfs(p string) Name {
 	p = strings.Trim(path.Clean("/"+p), "/")
 	if p == "" {
-		return RootName
+		return rootName
 	}
 	return Name(strings.Split(p, "/"))
 }
 
-// ParseSystemd converts a systemd slice back into a Name. It accepts either
+// ParseSystemd converts a systemd slice back into a Name (exported, as
+// ParseCgroupfs, for an embedder's Driver that names cgroups as the systemd
+// driver does). It accepts either
 // the expanded path ToSystemd returns ("/kubepods.slice/kubepods-besteffort.slice")
 // (the leading "/" may be missing) or the bare unit name
 // ("kubepods-besteffort.slice"); "/", "" and "-.slice"
@@ -139,7 +142,7 @@ func ParseCgroupfs(p string) Name {
 // the expansion of its last element, or when the result is not a valid Name.
 func ParseSystemd(s string) (Name, error) {
 	if s == "" || s == "/" || s == systemdRootSlice {
-		return RootName, nil
+		return rootName, nil
 	}
 	unit := s
 	if strings.Contains(s, "/") {

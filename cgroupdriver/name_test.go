@@ -12,7 +12,7 @@ func TestNameConversions(t *testing.T) {
 		systemd  string
 		unit     string
 	}{
-		{RootName, "/", "/", "-.slice"},
+		{rootName, "/", "/", "-.slice"},
 		{Name{"kubepods"}, "/kubepods", "/kubepods.slice", "kubepods.slice"},
 		{Name{"kubepods", "burstable"}, "/kubepods/burstable", "/kubepods.slice/kubepods-burstable.slice", "kubepods-burstable.slice"},
 		{
@@ -65,8 +65,8 @@ func TestNameConversions(t *testing.T) {
 
 func TestParseCgroupfsTolerance(t *testing.T) {
 	for in, want := range map[string]Name{
-		"":                        RootName,
-		"/":                       RootName,
+		"":                        rootName,
+		"/":                       rootName,
 		"kubepods/burstable":      {"kubepods", "burstable"},
 		"//kubepods//besteffort/": {"kubepods", "besteffort"},
 	} {
@@ -102,12 +102,12 @@ func TestNameValidate(t *testing.T) {
 		if err := n.Validate(); err == nil {
 			t.Errorf("Validate(%q) = nil, want an error", []string(n))
 		}
-		if _, err := NewName(RootName, n...); err == nil {
+		if _, err := newName(rootName, n...); err == nil {
 			t.Errorf("NewName(%q) succeeded, want an error", []string(n))
 		}
 	}
 	parent := Name{"kubepods"}
-	child, err := NewName(parent, "burstable", "pod-1")
+	child, err := newName(parent, "burstable", "pod-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestNameValidate(t *testing.T) {
 	if parent[0] != "kubepods" {
 		t.Errorf("NewName shares its parent's storage")
 	}
-	if !RootName.Parent().Equal(RootName) {
+	if !rootName.Parent().Equal(rootName) {
 		t.Errorf("the root's parent is not the root")
 	}
 }

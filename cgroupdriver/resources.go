@@ -12,28 +12,28 @@ import (
 
 // Kernel and kubelet constants for the cpu controller.
 const (
-	// MinShares is the smallest cpu.shares value the kernel accepts; the
+	// minShares is the smallest cpu.shares value the kernel accepts; the
 	// kubelet gives it to BestEffort pods and the BestEffort QoS cgroup.
-	MinShares = 2
-	// MaxShares is the largest cpu.shares value the kernel accepts.
-	MaxShares = 262144
-	// SharesPerCPU is the cpu.shares value of one CPU.
-	SharesPerCPU = 1024
-	// DefaultCPUPeriod is the kubelet's default CFS period, 100ms, in
+	minShares = 2
+	// maxShares is the largest cpu.shares value the kernel accepts.
+	maxShares = 262144
+	// sharesPerCPU is the cpu.shares value of one CPU.
+	sharesPerCPU = 1024
+	// defaultCPUPeriod is the kubelet's default CFS period, 100ms, in
 	// microseconds (KubeletConfiguration cpuCFSQuotaPeriod).
-	DefaultCPUPeriod = 100000
-	// MinCPUQuota is the smallest CFS quota the kernel accepts, 1ms, in
+	defaultCPUPeriod = 100000
+	// minCPUQuota is the smallest CFS quota the kernel accepts, 1ms, in
 	// microseconds.
-	MinCPUQuota = 1000
-	// MaxCPUWeight is the largest cgroup v2 cpu.weight.
-	MaxCPUWeight = 10000
+	minCPUQuota = 1000
+	// maxCPUWeight is the largest cgroup v2 cpu.weight.
+	maxCPUWeight = 10000
 
 	milliCPUPerCPU = 1000
 )
 
-// PIDResource is the node allocatable resource name that limits the number
+// pidResource is the node allocatable resource name that limits the number
 // of processes in the kubepods cgroup (the kubelet's "pid").
-const PIDResource v1.ResourceName = "pid"
+const pidResource v1.ResourceName = "pid"
 
 // ResourceConfig is the set of cgroup values nodekit manages. A nil field
 // (and a zero CPUQuota, CPUPeriod or Memory, which cannot be meant) leaves
@@ -42,8 +42,8 @@ const PIDResource v1.ResourceName = "pid"
 // package never keeps a pointer to one it was given.
 type ResourceConfig struct {
 	// CPUShares is the relative CPU weight in cgroup v1 cpu.shares units
-	// [MinShares, MaxShares]; on cgroup v2 it is written as cpu.weight (see
-	// CPUSharesToWeight).
+	// [minShares, maxShares]; on cgroup v2 it is written as cpu.weight (see
+	// cpuSharesToWeight).
 	CPUShares *uint64
 	// CPUQuota is the CFS quota in microseconds per CPUPeriod.
 	CPUQuota *int64
@@ -85,79 +85,79 @@ func fmtInt(p *int64) string {
 	return strconv.FormatInt(*p, 10)
 }
 
-// MilliCPUToShares converts a CPU request in millicores to cpu.shares as the
-// kubelet does: 0 becomes MinShares, and the result is clamped to
-// [MinShares, MaxShares].
-func MilliCPUToShares(milliCPU int64) uint64 {
+// milliCPUToShares converts a CPU request in millicores to cpu.shares as the
+// kubelet does: 0 becomes minShares, and the result is clamped to
+// [minShares, maxShares].
+func milliCPUToShares(milliCPU int64) uint64 {
 	if milliCPU <= 0 {
-		return MinShares
+		return minShares
 	}
-	shares := milliCPU * SharesPerCPU / milliCPUPerCPU
+	shares := milliCPU * sharesPerCPU / milliCPUPerCPU
 	switch {
-	case shares < MinShares:
-		return MinShares
-	case shares > MaxShares:
-		return MaxShares
+	case shares < minShares:
+		return minShares
+	case shares > maxShares:
+		return maxShares
 	}
 	return uint64(shares)
 }
 
-// MilliCPUToQuota converts a CPU limit in millicores to a CFS quota in
+// milliCPUToQuota converts a CPU limit in millicores to a CFS quota in
 // microseconds for periodUsec. A limit of 0 (or less) means no quota and
-// returns 0; any other quota is at least MinCPUQuota.
-func MilliCPUToQuota(milliCPU int64, periodUsec uint64) int64 {
+// returns 0; any other quota is at least minCPUQuota.
+func milliCPUToQuota(milliCPU int64, periodUsec uint64) int64 {
 	if milliCPU <= 0 {
 		return 0
 	}
 	quota := milliCPU * int64(periodUsec) / milliCPUPerCPU
-	if quota < MinCPUQuota {
-		return MinCPUQuota
+	if quota < minCPUQuota {
+		return minCPUQuota
 	}
 	return quota
 }
 
-// CPUSharesToWeight converts cgroup v1 cpu.shares to cgroup v2 cpu.weight
+// cpuSharesToWeight converts cgroup v1 cpu.shares to cgroup v2 cpu.weight
 // with the kubelet's linear mapping of [2, 262144] onto [1, 10000].
-func CPUSharesToWeight(shares uint64) uint64 {
+func cpuSharesToWeight(shares uint64) uint64 {
 	switch {
-	case shares <= MinShares:
+	case shares <= minShares:
 		return 1
-	case shares >= MaxShares:
-		return MaxCPUWeight
+	case shares >= maxShares:
+		return maxCPUWeight
 	}
-	return 1 + (shares-MinShares)*(MaxCPUWeight-1)/(MaxShares-MinShares)
+	return 1 + (shares-minShares)*(maxCPUWeight-1)/(maxShares-minShares)
 }
 
-// CPUWeightToShares is the kubelet's inverse of CPUSharesToWeight. The round
+// cpuWeightToShares is the kubelet's inverse of cpuSharesToWeight. The round
 // trip is lossy: cpu.weight is about 26 times coarser than cpu.shares.
-func CPUWeightToShares(weight uint64) uint64 {
+func cpuWeightToShares(weight uint64) uint64 {
 	if weight <= 1 {
-		return MinShares
+		return minShares
 	}
-	if weight >= MaxCPUWeight {
-		return MaxShares
+	if weight >= maxCPUWeight {
+		return maxShares
 	}
-	return (weight-1)*(MaxShares-MinShares)/(MaxCPUWeight-1) + MinShares
+	return (weight-1)*(maxShares-minShares)/(maxCPUWeight-1) + minShares
 }
 
-// PodResourceOptions are the node settings that shape a pod's cgroup values.
-type PodResourceOptions struct {
+// podResourceOptions are the node settings that shape a pod's cgroup values.
+type podResourceOptions struct {
 	// EnforceCPULimits is KubeletConfiguration cpuCFSQuota: when false the
 	// quota of pods with a CPU limit is set to -1 (unlimited).
 	EnforceCPULimits bool
 	// CPUPeriod is KubeletConfiguration cpuCFSQuotaPeriod in microseconds;
-	// 0 means DefaultCPUPeriod.
+	// 0 means defaultCPUPeriod.
 	CPUPeriod uint64
 	// PodPidsLimit is KubeletConfiguration podPidsLimit; a value <= 0 sets no
 	// pids limit.
 	PodPidsLimit int64
 }
 
-// ResourceConfigForPod returns the values of pod's own cgroup, as the
+// resourceConfigForPod returns the values of pod's own cgroup, as the
 // kubelet's ResourceConfigForPod plus its pids limit:
 //
 //   - cpu shares from the sum of the CPU requests (pod-level resources and
-//     overhead included), MinShares for BestEffort pods;
+//     overhead included), minShares for BestEffort pods;
 //   - a CFS quota from the CPU limits when every container (or the pod level)
 //     declares one, or always for Guaranteed pods (-1 when
 //     EnforceCPULimits is false);
@@ -165,10 +165,10 @@ type PodResourceOptions struct {
 //   - the pids limit when PodPidsLimit > 0.
 //
 // pod is not modified; the result is a new value.
-func ResourceConfigForPod(pod *v1.Pod, o PodResourceOptions) ResourceConfig {
+func resourceConfigForPod(pod *v1.Pod, o podResourceOptions) ResourceConfig {
 	period := o.CPUPeriod
 	if period == 0 {
-		period = DefaultCPUPeriod
+		period = defaultCPUPeriod
 	}
 	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
@@ -203,8 +203,8 @@ func ResourceConfigForPod(pod *v1.Pod, o PodResourceOptions) ResourceConfig {
 	if q, ok := limits[v1.ResourceMemory]; ok {
 		memoryLimit = q.Value()
 	}
-	shares := MilliCPUToShares(cpuRequest)
-	quota := MilliCPUToQuota(cpuLimit, period)
+	shares := milliCPUToShares(cpuRequest)
+	quota := milliCPUToQuota(cpuLimit, period)
 	if !o.EnforceCPULimits {
 		quota = -1
 	}
@@ -226,8 +226,8 @@ func ResourceConfigForPod(pod *v1.Pod, o PodResourceOptions) ResourceConfig {
 			rc.Memory = &memoryLimit
 		}
 	default:
-		minShares := uint64(MinShares)
-		rc.CPUShares = &minShares
+		shares := uint64(minShares)
+		rc.CPUShares = &shares
 	}
 	if o.PodPidsLimit > 0 {
 		pids := o.PodPidsLimit
@@ -236,21 +236,21 @@ func ResourceConfigForPod(pod *v1.Pod, o PodResourceOptions) ResourceConfig {
 	return rc
 }
 
-// ResourceConfigForAllocatable returns the values of the kubepods cgroup for
+// resourceConfigForAllocatable returns the values of the kubepods cgroup for
 // the node allocatable resources rl, as the kubelet enforces them: cpu
 // shares from the CPU, the memory limit from the memory and the pids limit
-// from PIDResource. A resource missing from rl is left untouched.
-func ResourceConfigForAllocatable(rl v1.ResourceList) ResourceConfig {
+// from pidResource. A resource missing from rl is left untouched.
+func resourceConfigForAllocatable(rl v1.ResourceList) ResourceConfig {
 	var rc ResourceConfig
 	if q, ok := rl[v1.ResourceCPU]; ok {
-		shares := MilliCPUToShares(q.MilliValue())
+		shares := milliCPUToShares(q.MilliValue())
 		rc.CPUShares = &shares
 	}
 	if q, ok := rl[v1.ResourceMemory]; ok {
 		mem := q.Value()
 		rc.Memory = &mem
 	}
-	if q, ok := rl[PIDResource]; ok {
+	if q, ok := rl[pidResource]; ok {
 		pids := q.Value()
 		rc.PidsLimit = &pids
 	}
@@ -288,7 +288,7 @@ func v1Files(r ResourceConfig) []cgroupFile {
 func v2Files(r ResourceConfig) []cgroupFile {
 	var fs []cgroupFile
 	if r.CPUShares != nil {
-		fs = append(fs, cgroupFile{"", "cpu.weight", strconv.FormatUint(CPUSharesToWeight(*r.CPUShares), 10)})
+		fs = append(fs, cgroupFile{"", "cpu.weight", strconv.FormatUint(cpuSharesToWeight(*r.CPUShares), 10)})
 	}
 	quotaSet := r.CPUQuota != nil && *r.CPUQuota != 0
 	periodSet := r.CPUPeriod != nil && *r.CPUPeriod != 0
@@ -297,7 +297,7 @@ func v2Files(r ResourceConfig) []cgroupFile {
 		if quotaSet && *r.CPUQuota > 0 {
 			quota = strconv.FormatInt(*r.CPUQuota, 10)
 		}
-		period := uint64(DefaultCPUPeriod)
+		period := uint64(defaultCPUPeriod)
 		if periodSet {
 			period = *r.CPUPeriod
 		}

@@ -99,8 +99,8 @@ func TestPodQOSPrefersStatus(t *testing.T) {
 
 func TestCPUConversions(t *testing.T) {
 	for milli, want := range map[int64]uint64{0: 2, -5: 2, 1: 2, 2: 2, 3: 3, 100: 102, 250: 256, 1000: 1024, 1500: 1536, 256000: 262144, 300000: 262144} {
-		if got := MilliCPUToShares(milli); got != want {
-			t.Errorf("MilliCPUToShares(%d) = %d, want %d", milli, got, want)
+		if got := milliCPUToShares(milli); got != want {
+			t.Errorf("milliCPUToShares(%d) = %d, want %d", milli, got, want)
 		}
 	}
 	for _, tc := range []struct {
@@ -108,19 +108,19 @@ func TestCPUConversions(t *testing.T) {
 		period uint64
 		want   int64
 	}{{0, 100000, 0}, {1, 100000, 1000}, {5, 100000, 1000}, {10, 100000, 1000}, {250, 100000, 25000}, {1500, 100000, 150000}, {500, 50000, 25000}} {
-		if got := MilliCPUToQuota(tc.milli, tc.period); got != tc.want {
-			t.Errorf("MilliCPUToQuota(%d, %d) = %d, want %d", tc.milli, tc.period, got, tc.want)
+		if got := milliCPUToQuota(tc.milli, tc.period); got != tc.want {
+			t.Errorf("milliCPUToQuota(%d, %d) = %d, want %d", tc.milli, tc.period, got, tc.want)
 		}
 	}
 	// The kubelet's linear shares -> weight mapping and its inverse.
 	for shares, want := range map[uint64]uint64{0: 1, 2: 1, 3: 1, 28: 1, 29: 2, 102: 4, 1024: 39, 1536: 59, 262143: 9999, 262144: 10000, 300000: 10000} {
-		if got := CPUSharesToWeight(shares); got != want {
-			t.Errorf("CPUSharesToWeight(%d) = %d, want %d", shares, got, want)
+		if got := cpuSharesToWeight(shares); got != want {
+			t.Errorf("cpuSharesToWeight(%d) = %d, want %d", shares, got, want)
 		}
 	}
 	for weight, want := range map[uint64]uint64{0: 2, 1: 2, 39: 998, 100: 2597, 10000: 262144} {
-		if got := CPUWeightToShares(weight); got != want {
-			t.Errorf("CPUWeightToShares(%d) = %d, want %d", weight, got, want)
+		if got := cpuWeightToShares(weight); got != want {
+			t.Errorf("cpuWeightToShares(%d) = %d, want %d", weight, got, want)
 		}
 	}
 }
@@ -129,7 +129,7 @@ func u64(v uint64) *uint64 { return &v }
 func i64(v int64) *int64   { return &v }
 
 func TestResourceConfigForPod(t *testing.T) {
-	enforce := PodResourceOptions{EnforceCPULimits: true, CPUPeriod: 100000}
+	enforce := podResourceOptions{EnforceCPULimits: true, CPUPeriod: 100000}
 	guaranteed := testPod("g", ctr(rl("500m", "128Mi"), rl("500m", "128Mi")), ctr(rl("250m", "64Mi"), rl("250m", "64Mi")))
 	burstableAll := testPod("b", ctr(rl("100m", "64Mi"), rl("1", "256Mi")))
 	burstableSome := testPod("b", ctr(rl("100m", "64Mi"), rl("1", "256Mi")), ctr(rl("200m", ""), nil))
@@ -142,23 +142,23 @@ func TestResourceConfigForPod(t *testing.T) {
 	tests := []struct {
 		name string
 		pod  *v1.Pod
-		opts PodResourceOptions
+		opts podResourceOptions
 		want ResourceConfig
 	}{
 		{"guaranteed", guaranteed, enforce, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(75000), CPUPeriod: u64(100000), Memory: i64(192 << 20)}},
-		{"guaranteed without cfs quota", guaranteed, PodResourceOptions{CPUPeriod: 100000}, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(-1), CPUPeriod: u64(100000), Memory: i64(192 << 20)}},
-		{"guaranteed with a 50ms period", guaranteed, PodResourceOptions{EnforceCPULimits: true, CPUPeriod: 50000}, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(37500), CPUPeriod: u64(50000), Memory: i64(192 << 20)}},
-		{"default period", guaranteed, PodResourceOptions{EnforceCPULimits: true}, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(75000), CPUPeriod: u64(100000), Memory: i64(192 << 20)}},
+		{"guaranteed without cfs quota", guaranteed, podResourceOptions{CPUPeriod: 100000}, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(-1), CPUPeriod: u64(100000), Memory: i64(192 << 20)}},
+		{"guaranteed with a 50ms period", guaranteed, podResourceOptions{EnforceCPULimits: true, CPUPeriod: 50000}, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(37500), CPUPeriod: u64(50000), Memory: i64(192 << 20)}},
+		{"default period", guaranteed, podResourceOptions{EnforceCPULimits: true}, ResourceConfig{CPUShares: u64(768), CPUQuota: i64(75000), CPUPeriod: u64(100000), Memory: i64(192 << 20)}},
 		{"burstable with all limits", burstableAll, enforce, ResourceConfig{CPUShares: u64(102), CPUQuota: i64(100000), CPUPeriod: u64(100000), Memory: i64(256 << 20)}},
 		{"burstable with some limits", burstableSome, enforce, ResourceConfig{CPUShares: u64(307)}},
 		{"best effort", bestEffort, enforce, ResourceConfig{CPUShares: u64(2)}},
-		{"pids limit", bestEffort, PodResourceOptions{EnforceCPULimits: true, PodPidsLimit: 1024}, ResourceConfig{CPUShares: u64(2), PidsLimit: i64(1024)}},
+		{"pids limit", bestEffort, podResourceOptions{EnforceCPULimits: true, PodPidsLimit: 1024}, ResourceConfig{CPUShares: u64(2), PidsLimit: i64(1024)}},
 		{"overhead counts", overhead, enforce, ResourceConfig{CPUShares: u64(1126), CPUQuota: i64(110000), CPUPeriod: u64(100000), Memory: i64(1<<30 + 10<<20)}},
 		{"pod-level resources", podLevel, enforce, ResourceConfig{CPUShares: u64(1024), CPUQuota: i64(200000), CPUPeriod: u64(100000), Memory: i64(1 << 30)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := ResourceConfigForPod(tc.pod, tc.opts)
+			got := resourceConfigForPod(tc.pod, tc.opts)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("ResourceConfigForPod = %s, want %s", got, tc.want)
 			}
@@ -168,14 +168,14 @@ func TestResourceConfigForPod(t *testing.T) {
 
 func TestResourceConfigForAllocatable(t *testing.T) {
 	list := rl("3500m", "6Gi")
-	list[PIDResource] = resource.MustParse("4096")
-	got := ResourceConfigForAllocatable(list)
+	list[pidResource] = resource.MustParse("4096")
+	got := resourceConfigForAllocatable(list)
 	want := ResourceConfig{CPUShares: u64(3584), Memory: i64(6 << 30), PidsLimit: i64(4096)}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ResourceConfigForAllocatable = %s, want %s", got, want)
 	}
-	if got := ResourceConfigForAllocatable(nil); !reflect.DeepEqual(got, ResourceConfig{}) {
-		t.Errorf("ResourceConfigForAllocatable(nil) = %s, want nothing", got)
+	if got := resourceConfigForAllocatable(nil); !reflect.DeepEqual(got, ResourceConfig{}) {
+		t.Errorf("resourceConfigForAllocatable(nil) = %s, want nothing", got)
 	}
 }
 

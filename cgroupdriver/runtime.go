@@ -6,7 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// CheckRuntimeDriver returns an error when the configured cgroup driver
+// checkRuntimeDriver returns an error when the configured cgroup driver
 // (KubeletConfiguration cgroupDriver) is not the one the runtime reports.
 // ok is false when the runtime did not report one (it does not implement
 // CRI RuntimeConfig, see the runtime package's Client.CgroupDriver): nothing
@@ -16,7 +16,7 @@ import (
 // The upstream kubelet (KubeletCgroupDriverFromCRI) silently adopts the
 // runtime's driver instead; nodekit refuses to start, so a configuration
 // that says one thing and does another is fixed where it is written.
-func CheckRuntimeDriver(configured string, runtime runtimeapi.CgroupDriver, ok bool) error {
+func checkRuntimeDriver(configured string, runtime runtimeapi.CgroupDriver, ok bool) error {
 	if !ok {
 		return nil
 	}

@@ -33,9 +33,9 @@ type SystemdConn interface {
 	Close()
 }
 
-// DialSystemd connects to systemd over the system bus, or directly to its
+// dialSystemd connects to systemd over the system bus, or directly to its
 // private socket when the bus is unavailable and the caller is root.
-func DialSystemd(ctx context.Context) (SystemdConn, error) {
+func dialSystemd(ctx context.Context) (SystemdConn, error) {
 	return sddbus.NewWithContext(ctx)
 }
 
@@ -51,12 +51,12 @@ const systemdCPUQuotaPeriodVersion = 242
 // defaultSystemdJobTimeout bounds the wait for a start or stop job.
 const defaultSystemdJobTimeout = 30 * time.Second
 
-// SystemdOptions configure NewSystemdDriver.
-type SystemdOptions struct {
+// systemdOptions configure newSystemd.
+type systemdOptions struct {
 	// FS is the cgroup filesystem the slices appear in.
 	FS FSOptions
 	// Dial opens the D-Bus connection, on first use and again after the
-	// connection was closed. Default DialSystemd.
+	// connection was closed. Default dialSystemd.
 	Dial func(ctx context.Context) (SystemdConn, error)
 	// JobTimeout bounds the wait for a start or stop job. Default 30 s.
 	JobTimeout time.Duration
@@ -76,15 +76,15 @@ type systemdDriver struct {
 	version int // systemd's version; 0 until read, -1 unreadable
 }
 
-// NewSystemdDriver returns the systemd Driver. It neither connects to D-Bus
+// newSystemd returns the systemd Driver. It neither connects to D-Bus
 // nor touches the filesystem: both happen on first use.
-func NewSystemdDriver(o SystemdOptions) (Driver, error) {
+func newSystemd(o systemdOptions) (Driver, error) {
 	t, err := o.FS.tree()
 	if err != nil {
 		return nil, err
 	}
 	if o.Dial == nil {
-		o.Dial = DialSystemd
+		o.Dial = dialSystemd
 	}
 	if o.JobTimeout <= 0 {
 		o.JobTimeout = defaultSystemdJobTimeout
@@ -323,7 +323,7 @@ func systemdProperties(version, sdVersion int, r ResourceConfig) ([]sddbus.Prope
 		if version == 1 {
 			props = append(props, newProp("CPUShares", *r.CPUShares))
 		} else {
-			props = append(props, newProp("CPUWeight", CPUSharesToWeight(*r.CPUShares)))
+			props = append(props, newProp("CPUWeight", cpuSharesToWeight(*r.CPUShares)))
 		}
 	}
 	var period uint64
@@ -342,7 +342,7 @@ func systemdProperties(version, sdVersion int, r ResourceConfig) ([]sddbus.Prope
 		if quota > 0 {
 			p := period
 			if p == 0 {
-				p = DefaultCPUPeriod
+				p = defaultCPUPeriod
 			}
 			perSec = uint64(quota) * 1000000 / p
 			if perSec%10000 != 0 {

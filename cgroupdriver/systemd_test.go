@@ -252,7 +252,7 @@ func TestParseSystemdVersion(t *testing.T) {
 
 func newSystemdDriver(t *testing.T, root string, fake *fakeSystemd, dials *int, timeout time.Duration) Driver {
 	t.Helper()
-	d, err := NewSystemdDriver(SystemdOptions{FS: FSOptions{Root: root}, Dial: fake.dial(dials), JobTimeout: timeout})
+	d, err := newSystemd(systemdOptions{FS: FSOptions{Root: root}, Dial: fake.dial(dials), JobTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestSystemdDriverErrors(t *testing.T) {
 		}
 	})
 	t.Run("dial fails", func(t *testing.T) {
-		d, err := NewSystemdDriver(SystemdOptions{
+		d, err := newSystemd(systemdOptions{
 			FS:   FSOptions{Root: fakeV1Tree(t)},
 			Dial: func(context.Context) (SystemdConn, error) { return nil, errors.New("no bus") },
 		})
@@ -341,7 +341,7 @@ func TestSystemdDriverErrors(t *testing.T) {
 		fake := newFakeSystemd()
 		var dials int
 		d := newSystemdDriver(t, fakeV1Tree(t), fake, &dials, 0)
-		for _, err := range []error{d.Create(ctx, RootName, ResourceConfig{}), d.Update(ctx, RootName, ResourceConfig{}), d.Destroy(ctx, RootName)} {
+		for _, err := range []error{d.Create(ctx, rootName, ResourceConfig{}), d.Update(ctx, rootName, ResourceConfig{}), d.Destroy(ctx, rootName)} {
 			if err == nil {
 				t.Error("an operation on the root slice succeeded")
 			}

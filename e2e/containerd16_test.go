@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/nodekit/nodekit/e2e/cluster"
@@ -18,6 +20,18 @@ func TestPodsOnContainerd16(t *testing.T) {
 	}
 	t.Parallel()
 	n := newContainerdPodNodeWith(t, "ctr16-pods", nodeOptions{containerdSeries: cluster.ContainerdSeries16})
+	// A healthy start logs no Error line: RuntimeConfig and the container
+	// event stream, which containerd 1.6 answers Unimplemented, are optional
+	// in the CRI (cri-client's error lines for them are V(4) info lines).
+	log, err := os.ReadFile(n.agent.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(log)) {
+		if strings.HasPrefix(line, "E") {
+			t.Errorf("an Error line on a healthy start on containerd 1.6: %s", line)
+		}
+	}
 	for _, tc := range append(append([]podTest{}, podTests...), containerdNodeStatusTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,6 +56,9 @@ type Options struct {
 	// Clock paces connection retries and times operations for the metrics
 	// (default clock.RealClock{}).
 	Clock clock.Clock
+	// Logger, the node's, is in the context of what Close logs (the calls
+	// that take a context log with its logger); default klog's.
+	Logger logr.Logger
 }
 
 // Client is the agent's connection to a CRI container runtime. New does no
@@ -68,6 +72,7 @@ type Client struct {
 	endpoint string
 	runtime  *runtimeService
 	image    *imageService
+	logger   logr.Logger
 }
 
 // Health is the runtime's health as the kubelet derives it from the CRI
@@ -105,6 +110,9 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = klog.Background()
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -155,6 +163,7 @@ func New(opts Options) (*Client, error) {
 		endpoint: endpoint,
 		runtime:  &runtimeService{conn: runtimeConn},
 		image:    &imageService{conn: imageConn},
+		logger:   opts.Logger,
 	}, nil
 }
 
@@ -267,6 +276,6 @@ func (c *Client) CgroupDriver(ctx context.Context) (driver runtimeapi.CgroupDriv
 // later calls fail with ErrClosed. It is idempotent and does not block on the
 // runtime.
 func (c *Client) Close() error {
-	ctx := context.Background()
+	ctx := klog.NewContext(context.Background(), c.logger)
 	return errors.Join(c.runtime.Close(ctx), c.image.Close(ctx))
 }

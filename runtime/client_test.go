@@ -10,13 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
@@ -418,4 +422,72 @@ func clashingRegistry(t *testing.T) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "kubelet_runtime_operations_total", Help: "clash"}))
 	return reg
+}
+
+// logLines is a logger whose lines (Info lines with their V level, Error
+// lines marked "ERROR") are collected, and the lines so far.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 10, LogInfoLevel: ptr.To("v")})
+}
+
+func (l *logLines) errors() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, `"error"=`) { // funcr's Error lines
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestOptionalRPCsLogNoError: a runtime without RuntimeConfig and the
+// container event stream (containerd 1.6) is healthy; cri-client's error
+// lines for the two Unimplemented answers become V(4) info lines, while
+// any other failure of theirs stays an error line.
+func TestOptionalRPCsLogNoError(t *testing.T) {
+	srv := fakecri.New(fakecri.Options{Unimplemented: []string{"RuntimeConfig", "GetContainerEvents"}})
+	endpoint, _ := serve(t, srv, socketPath(t))
+	c := newClient(t, runtime.Options{Endpoint: endpoint})
+	var log logLines
+	ctx := klog.NewContext(testCtx(t), log.logger())
+	if _, ok, err := c.CgroupDriver(ctx); err != nil || ok {
+		t.Fatalf("CgroupDriver = ok %v, err %v; want false, nil", ok, err)
+	}
+	events := make(chan *runtimeapi.ContainerEventResponse, 1)
+	if err := c.RuntimeService().GetContainerEvents(ctx, events, nil); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("GetContainerEvents = %v, want Unimplemented", err)
+	}
+	if errs := log.errors(); len(errs) != 0 {
+		t.Errorf("error lines for a runtime without optional RPCs:\n%s", strings.Join(errs, "\n"))
+	}
+	quiet := 0
+	for _, line := range log.lines {
+		if strings.Contains(line, `"v"=4`) && strings.Contains(line, "Unimplemented") {
+			quiet++
+		}
+	}
+	if quiet < 2 {
+		t.Errorf("cri-client's lines for the two Unimplemented calls are not at V(4):\n%s", strings.Join(log.lines, "\n"))
+	}
+
+	if err := srv.SetError("RuntimeConfig", status.Error(codes.Internal, "broken")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.CgroupDriver(ctx); err == nil {
+		t.Fatal("CgroupDriver hid a failure")
+	}
+	if errs := log.errors(); len(errs) != 1 || !strings.Contains(errs[0], "broken") {
+		t.Errorf("a real RuntimeConfig failure must stay one error line; got %q", errs)
+	}
 }

@@ -17,14 +17,16 @@ import (
 // the application stops.
 var Module = fx.Options(fx.Provide(provide))
 
-// Params are the dependencies of Module. Options.Registerer and
-// Options.Clock, when zero, are taken from the graph's Registerer and Clock.
+// Params are the dependencies of Module. Options.Registerer, Options.Clock
+// and Options.Logger, when zero, are taken from the graph's Registerer,
+// Clock and Logger.
 type Params struct {
 	fx.In
 
 	Options    Options
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Logger     logr.Logger           `optional:"true"`
 	Lifecycle  fx.Lifecycle
 }
 
@@ -44,6 +46,9 @@ func provide(p Params) (Result, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = p.Clock
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = p.Logger
 	}
 	c, err := New(opts)
 	if err != nil {

@@ -30,9 +30,11 @@ func (r *runtimeService) Status(ctx context.Context, verbose bool) (*runtimeapi.
 	})
 }
 
+// RuntimeConfig is optional in the CRI (containerd 1.6 lacks it): a
+// codes.Unimplemented answer is no error line (optionalRPC).
 func (r *runtimeService) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error) {
 	return call(ctx, r.conn, "runtime_config", func(s cri.RuntimeService) (*runtimeapi.RuntimeConfigResponse, error) {
-		return s.RuntimeConfig(ctx)
+		return s.RuntimeConfig(optionalRPC(ctx))
 	})
 }
 
@@ -119,10 +121,11 @@ func (r *runtimeService) CheckpointContainer(ctx context.Context, options *runti
 
 // GetContainerEvents streams container events into containerEventsCh until
 // ctx is done or the stream fails. A runtime without the RPC fails it with
-// codes.Unimplemented; callers fall back to relisting.
+// codes.Unimplemented, without an error line (optionalRPC); callers fall
+// back to relisting.
 func (r *runtimeService) GetContainerEvents(ctx context.Context, containerEventsCh chan *runtimeapi.ContainerEventResponse, connectionEstablishedCallback func(runtimeapi.RuntimeService_GetContainerEventsClient)) error {
 	return callErr(ctx, r.conn, "get_container_events", func(s cri.RuntimeService) error {
-		return s.GetContainerEvents(ctx, containerEventsCh, connectionEstablishedCallback)
+		return s.GetContainerEvents(optionalRPC(ctx), containerEventsCh, connectionEstablishedCallback)
 	})
 }
 

@@ -1,7 +1,6 @@
 package stats
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
@@ -12,26 +11,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
-)
 
-// MachineInfo is what the machine_* metrics of /metrics/cadvisor report.
-type MachineInfo struct {
-	// MachineID, SystemUUID and BootID label every machine metric.
-	MachineID, SystemUUID, BootID string
-	// NumCores is the number of logical CPUs.
-	NumCores int
-	// MemoryCapacity and SwapCapacity are in bytes.
-	MemoryCapacity, SwapCapacity uint64
-}
+	"github.com/nodekit/nodekit/machine"
+)
 
 // CadvisorOptions configure CadvisorCollector.
 type CadvisorOptions struct {
-	// Machine returns the machine facts, as the node status reports them
-	// (the agent adapts the status package's Machine). nil reads the
-	// online CPUs, MemTotal, SwapTotal and the boot ID from
-	// Options.SysRoot and Options.ProcRoot, with no machine ID or system
-	// UUID. It must be safe for concurrent use.
-	Machine func() (MachineInfo, error)
+	// Machine returns the host's facts the machine_* series report (their
+	// machine ID, system UUID and boot ID labels, the CPUs, memory and
+	// swap): the agent's one machine.Func, which the node status reports
+	// too. nil leaves the machine_* series out. It must be safe for
+	// concurrent use.
+	Machine machine.Func
 	// Logger, the node's, takes the errors of collections and is in the
 	// context of the provider's calls; none by default.
 	Logger logr.Logger
@@ -88,8 +79,8 @@ var (
 //     runtime ID, image, container, pod and namespace: CPU, memory, swap
 //     (no filesystem series: cAdvisor has none for containerd containers);
 //   - container_start_time_seconds and container_last_seen for each row,
-//     container_scrape_error, and machine_cpu_cores, machine_memory_bytes
-//     and machine_swap_bytes.
+//     container_scrape_error, and (with Options.Machine) machine_cpu_cores,
+//     machine_memory_bytes and machine_swap_bytes.
 //
 // Memory series are working set, usage, RSS and swap; cAdvisor's cache,
 // mapped-file, failcnt, CFS, block I/O, process and spec series are not
@@ -101,7 +92,7 @@ func CadvisorCollector(p *Provider, o CadvisorOptions) prometheus.Collector {
 
 type cadvisorCollector struct {
 	p       *Provider
-	machine func() (MachineInfo, error)
+	machine machine.Func
 	logger  logr.Logger
 }
 
@@ -294,11 +285,10 @@ func (c *cadvisorCollector) podCgroups(ctx context.Context) map[types.UID]string
 }
 
 func (c *cadvisorCollector) collectMachine(ch chan<- prometheus.Metric) {
-	read := c.machine
-	if read == nil {
-		read = c.p.readMachine
+	if c.machine == nil {
+		return
 	}
-	m, err := read()
+	m, err := c.machine()
 	if err != nil {
 		c.logger.V(2).Info("Cannot read the machine info", "err", err)
 		return
@@ -307,25 +297,6 @@ func (c *cadvisorCollector) collectMachine(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(machineCoresDesc, prometheus.GaugeValue, float64(m.NumCores), labels...)
 	ch <- prometheus.MustNewConstMetric(machineMemoryDesc, prometheus.GaugeValue, float64(m.MemoryCapacity), labels...)
 	ch <- prometheus.MustNewConstMetric(machineSwapBytesDesc, prometheus.GaugeValue, float64(m.SwapCapacity), labels...)
-}
-
-// readMachine reads the machine facts from sysfs and procfs, without a
-// machine ID or system UUID.
-func (p *Provider) readMachine() (MachineInfo, error) {
-	var r reader
-	cores, err := r.readOnlineCPUs(filepath.Join(p.opts.SysRoot, "devices", "system", "cpu", "online"))
-	if err != nil {
-		return MachineInfo{}, err
-	}
-	mem, err := r.readMemInfo(filepath.Join(p.opts.ProcRoot, "meminfo"))
-	if err != nil {
-		return MachineInfo{}, err
-	}
-	boot, err := r.read(filepath.Join(p.opts.ProcRoot, "sys", "kernel", "random", "boot_id"))
-	if err != nil {
-		return MachineInfo{}, err
-	}
-	return MachineInfo{BootID: string(bytes.TrimSpace(boot)), NumCores: cores, MemoryCapacity: mem.total, SwapCapacity: mem.swapTotal}, nil
 }
 
 // mountTable maps mount points to the devices mounted there.

@@ -91,7 +91,8 @@
 // over CPUAndMemory. CadvisorCollector exports, over Summary, the
 // container_* series of /metrics/cadvisor that dashboards use (CPU,
 // memory, network, the root filesystem, start times) and the machine_*
-// series, with cAdvisor's labels. VolumeStatsCollector exports, over
+// series of the host's facts it is given (CadvisorOptions.Machine, package
+// machine's), with cAdvisor's labels. VolumeStatsCollector exports, over
 // Summary, the kubelet_volume_stats_* series of /metrics for the volumes
 // whose stats name a persistent volume claim. Each goes in the registry
 // that serves its endpoint.

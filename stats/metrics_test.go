@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 	"github.com/nodekit/nodekit/stats"
 )
@@ -148,7 +149,10 @@ func testCadvisorCollector(t *testing.T, fromCRI bool, podWorkingSet float64) {
 	p := h.provider(o)
 	h.clock.Step(10 * time.Second)
 
-	got := gather(t, stats.CadvisorCollector(p, stats.CadvisorOptions{}))
+	host := func() (*machine.Info, error) {
+		return &machine.Info{BootID: "b00t-1d", NumCores: 4, MemoryCapacity: 8000000 * 1024, SwapCapacity: 2000 * 1024}, nil
+	}
+	got := gather(t, stats.CadvisorCollector(p, stats.CadvisorOptions{Machine: host}))
 	// row returns a sample key with cAdvisor's labels and extra ones.
 	row := func(container, id, image, name, namespace, pod string) func(metric string, extra ...string) string {
 		return func(metric string, extra ...string) string {
@@ -221,8 +225,8 @@ func TestCadvisorCollectorMachineAndError(t *testing.T) {
 	if err := h.cri.SetError("ListPodSandbox", errors.New("runtime down")); err != nil {
 		t.Fatal(err)
 	}
-	got := gather(t, stats.CadvisorCollector(p, stats.CadvisorOptions{Machine: func() (stats.MachineInfo, error) {
-		return stats.MachineInfo{MachineID: "m", SystemUUID: "u", BootID: "b", NumCores: 2, MemoryCapacity: 1 << 30}, nil
+	got := gather(t, stats.CadvisorCollector(p, stats.CadvisorOptions{Machine: func() (*machine.Info, error) {
+		return &machine.Info{MachineID: "m", SystemUUID: "u", BootID: "b", NumCores: 2, MemoryCapacity: 1 << 30}, nil
 	}}))
 	want := map[string]float64{
 		"container_scrape_error{}":                                         1,
@@ -236,6 +240,13 @@ func TestCadvisorCollectorMachineAndError(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	// Without Machine the collector reads no host facts of its own: no
+	// machine_* series.
+	for k := range gather(t, stats.CadvisorCollector(p, stats.CadvisorOptions{})) {
+		if strings.HasPrefix(k, "machine_") {
+			t.Errorf("%s without Options.Machine", k)
 		}
 	}
 }

@@ -172,34 +172,3 @@ func (r *reader) readNetDev(path string, t time.Time) (*statsapi.NetworkStats, e
 	}
 	return ns, nil
 }
-
-// readOnlineCPUs counts the CPUs in a kernel CPU list file
-// (/sys/devices/system/cpu/online: "0-3,8").
-func (r *reader) readOnlineCPUs(path string) (int, error) {
-	b, err := r.read(path)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		first, err := strconv.Atoi(lo)
-		if err != nil {
-			return 0, fmt.Errorf("parse %s: bad CPU %q", path, part)
-		}
-		last := first
-		if isRange {
-			if last, err = strconv.Atoi(hi); err != nil || last < first {
-				return 0, fmt.Errorf("parse %s: bad CPU range %q", path, part)
-			}
-		}
-		n += last - first + 1
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("%s lists no CPU", path)
-	}
-	return n, nil
-}

@@ -13,8 +13,8 @@ import (
 	netutils "k8s.io/utils/net"
 )
 
-// NodeAddressOptions configures NodeAddress.
-type NodeAddressOptions struct {
+// nodeAddressOptions configures nodeAddress.
+type nodeAddressOptions struct {
 	// NodeIPs is --node-ip: empty to detect, one address, or two of
 	// different families (dual-stack). An unspecified address (0.0.0.0 or
 	// ::) means detect, preferring that family. Loopback addresses are
@@ -35,14 +35,14 @@ type NodeAddressOptions struct {
 	DefaultRouteIP func(net.IP) (net.IP, error)
 }
 
-// NodeAddress returns a Setter for status.addresses, without a cloud provider,
+// nodeAddress returns a Setter for status.addresses, without a cloud provider,
 // in the kubelet's order: InternalIP from (1) NodeIPs, (2) Hostname if it is
 // an IP, (3) a DNS lookup of the node name (preferred family first, loopback
 // and other unusable addresses skipped), (4) the default-route interface;
 // then the Hostname address. With two NodeIPs both are InternalIPs. A node IP
 // that is not on any interface of this host is an error (the addresses are
 // left as they were).
-func NodeAddress(opts NodeAddressOptions) (Setter, error) {
+func nodeAddress(opts nodeAddressOptions) (Setter, error) {
 	if opts.Hostname == "" {
 		return nil, errors.New("node address: Hostname is required")
 	}

@@ -110,7 +110,7 @@ func BenchmarkStatusCycleReadyFlip(b *testing.B) {
 	down := errors.New("container runtime not ready: RuntimeReady=false reason:ContainerdDown message:containerd is not running")
 	b.ReportAllocs()
 	for b.Loop() {
-		clk.Step(DefaultUpdateFrequency)
+		clk.Step(defaultUpdateFrequency)
 		runtimeErr = down // the store keeps the Ready node: every cycle is a flip
 		if patched, err := r.tryUpdate(ctx, 0); err != nil || !patched {
 			b.Fatalf("patched %v, err %v", patched, err)
@@ -144,7 +144,7 @@ func TestTypicalPatchSizes(t *testing.T) {
 	}
 	clk.Step(r.opts.ReportFrequency)
 	report := size(patchReasonReport)
-	clk.Step(DefaultUpdateFrequency)
+	clk.Step(defaultUpdateFrequency)
 	runtimeErr = errors.New("container runtime not ready: RuntimeReady=false reason:ContainerdDown message:containerd is not running")
 	flip := size(patchReasonChanged)
 	t.Logf("typical patches of a node with 4 conditions and 30 images: forced report %.0f bytes, Ready flip %.0f bytes", report, flip)

@@ -13,17 +13,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/machine"
 )
 
-// DefaultMaxPods is the kubelet's default maxPods.
-const DefaultMaxPods = 110
+// defaultMaxPods is the kubelet's default maxPods.
+const defaultMaxPods = 110
 
-// MachineInfoOptions configures MachineInfo.
-type MachineInfoOptions struct {
+// machineInfoOptions configures machineInfo.
+type machineInfoOptions struct {
 	// Machine returns the host's machine; required. Typically
-	// CachedMachine(func() (*Machine, error) { return ReadMachine(roots) }).
-	Machine MachineFunc
-	// MaxPods is the pods capacity; default DefaultMaxPods.
+	// machine.Cached(func() (*machine.Info, error) { return machine.Read(roots) }).
+	Machine machine.Func
+	// MaxPods is the pods capacity; default 110.
 	MaxPods int32
 	// PodsPerCore, when positive, caps pods at PodsPerCore × cores.
 	PodsPerCore int32
@@ -126,7 +128,7 @@ func isExtendedResourceName(name v1.ResourceName) bool {
 	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
 }
 
-// MachineInfo returns a Setter for nodeInfo.machineID / systemUUID / bootID /
+// machineInfo returns a Setter for nodeInfo.machineID / systemUUID / bootID /
 // swap / runningInUserNamespace, capacity and allocatable, as the kubelet
 // computes them: cpu (cores), memory, hugepages-<size> (every size, also
 // empty ones), ephemeral-storage (the root directory's filesystem) and pods
@@ -136,12 +138,12 @@ func isExtendedResourceName(name v1.ResourceName) bool {
 // threshold, clamped at 0, and every huge page size's capacity is also taken
 // from allocatable memory. When Machine fails, cpu and memory are reported 0
 // and pods MaxPods, and the error is returned.
-func MachineInfo(opts MachineInfoOptions) (Setter, error) {
+func machineInfo(opts machineInfoOptions) (Setter, error) {
 	if opts.Machine == nil {
 		return nil, errors.New("machine info: Machine is required")
 	}
 	if opts.MaxPods == 0 {
-		opts.MaxPods = DefaultMaxPods
+		opts.MaxPods = defaultMaxPods
 	}
 	if opts.MaxPods < 0 || opts.PodsPerCore < 0 {
 		return nil, fmt.Errorf("machine info: maxPods (%d) and podsPerCore (%d) must not be negative", opts.MaxPods, opts.PodsPerCore)

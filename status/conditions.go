@@ -32,8 +32,8 @@ type HealthCheck struct {
 	Healthy func() (bool, error)
 }
 
-// ReadyOptions configures ReadyCondition.
-type ReadyOptions struct {
+// readyOptions configures readyCondition.
+type readyOptions struct {
 	// RuntimeHealth is required.
 	RuntimeHealth RuntimeHealthFunc
 	// HealthChecks are checked in order after the runtime, e.g. PLEG.
@@ -59,14 +59,14 @@ const (
 	messageKubeletReady   = "kubelet is posting ready status"
 )
 
-// ReadyCondition returns a Setter for the Ready condition: True with reason
+// readyCondition returns a Setter for the Ready condition: True with reason
 // KubeletReady when the runtime, its network and every health check are
 // healthy and the node has cpu, memory, pods (and ephemeral-storage) capacity;
 // otherwise False with reason KubeletNotReady and all the errors in the
 // message. The heartbeat time moves on every call, the transition time and
 // an event only when the status flips. It must run after the setters that
 // fill in capacity (OrderReady).
-func ReadyCondition(opts ReadyOptions) (Setter, error) {
+func readyCondition(opts readyOptions) (Setter, error) {
 	if opts.RuntimeHealth == nil {
 		return nil, errors.New("ready condition: RuntimeHealth is required")
 	}
@@ -161,8 +161,8 @@ func findCondition(node *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {
 	return nil
 }
 
-// PressureOptions configures a pressure condition setter.
-type PressureOptions struct {
+// pressureOptions configures a pressure condition setter.
+type pressureOptions struct {
 	// Pressure reports whether the node is under this pressure now, typically
 	// the eviction manager's IsUnder*Pressure. Nil means never.
 	Pressure func() bool
@@ -198,25 +198,25 @@ var (
 	}
 )
 
-// MemoryPressureCondition returns a Setter for the MemoryPressure condition
+// memoryPressureCondition returns a Setter for the MemoryPressure condition
 // (reasons KubeletHasInsufficientMemory / KubeletHasSufficientMemory).
-func MemoryPressureCondition(opts PressureOptions) Setter {
+func memoryPressureCondition(opts pressureOptions) Setter {
 	return pressureCondition(memoryPressure, opts)
 }
 
-// DiskPressureCondition returns a Setter for the DiskPressure condition
+// diskPressureCondition returns a Setter for the DiskPressure condition
 // (reasons KubeletHasDiskPressure / KubeletHasNoDiskPressure).
-func DiskPressureCondition(opts PressureOptions) Setter { return pressureCondition(diskPressure, opts) }
+func diskPressureCondition(opts pressureOptions) Setter { return pressureCondition(diskPressure, opts) }
 
-// PIDPressureCondition returns a Setter for the PIDPressure condition
+// pidPressureCondition returns a Setter for the PIDPressure condition
 // (reasons KubeletHasInsufficientPID / KubeletHasSufficientPID).
-func PIDPressureCondition(opts PressureOptions) Setter { return pressureCondition(pidPressure, opts) }
+func pidPressureCondition(opts pressureOptions) Setter { return pressureCondition(pidPressure, opts) }
 
 // pressureCondition moves the heartbeat time on every call; status, reason,
 // message, transition time and an event change only on a flip. A new
 // condition starts Unknown, so its first evaluation is a flip, as in the
 // kubelet.
-func pressureCondition(k pressureKind, opts PressureOptions) Setter {
+func pressureCondition(k pressureKind, opts pressureOptions) Setter {
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -245,10 +245,10 @@ func pressureCondition(k pressureKind, opts PressureOptions) Setter {
 	}
 }
 
-// NodeSchedulable returns a Setter that changes nothing on the node and
+// nodeSchedulable returns a Setter that changes nothing on the node and
 // records NodeSchedulable / NodeNotSchedulable when spec.unschedulable differs
 // from what it saw last (initially schedulable), as the kubelet does.
-func NodeSchedulable(rec record.EventRecorder) Setter {
+func nodeSchedulable(rec record.EventRecorder) Setter {
 	last := false
 	return func(ctx context.Context, node *v1.Node) error {
 		if IsDryRun(ctx) || node.Spec.Unschedulable == last {

@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/machine"
 )
 
 // PressureFuncs report whether the node is under memory, disk or PID
@@ -24,12 +26,18 @@ type SetterOptions struct {
 	// Hostname is reported as the node's Hostname address; in the fx Module
 	// it defaults to Options.Hostname.
 	Hostname string
-	// NodeIPs is --node-ip; see NodeAddressOptions.
+	// NodeIPs is --node-ip: empty to detect, one address, or two of
+	// different families (dual-stack); an unspecified address (0.0.0.0 or
+	// ::) means detect, preferring that family. Loopback addresses are
+	// accepted with a warning logged once (the kubelet refuses them), so
+	// several test nodes can share one machine on 127.0.0.N.
 	NodeIPs []net.IP
-	// MaxPods (default 110) and PodsPerCore; see MachineInfoOptions.
+	// MaxPods is the pods capacity (default 110); PodsPerCore, when
+	// positive, caps it at PodsPerCore × cores.
 	MaxPods, PodsPerCore int32
-	// KubeReserved, SystemReserved and EvictionHard shape allocatable; see
-	// MachineInfoOptions.
+	// KubeReserved and SystemReserved are subtracted from capacity to give
+	// allocatable, and so are EvictionHard's (the kubelet's evictionHard
+	// map) memory.available and nodefs.available thresholds.
 	KubeReserved, SystemReserved v1.ResourceList
 	EvictionHard                 map[string]string
 	// NoLocalStorageCapacityIsolation is kubelet
@@ -46,10 +54,11 @@ type SetterOptions struct {
 	// DeclaredFeatures is status.declaredFeatures; nil leaves it alone.
 	DeclaredFeatures []string
 	// Roots locate the host's files for the default Machine.
-	Roots MachineRoots
-	// Machine overrides where machine facts come from (e.g. a simulated
-	// node); default CachedMachine of ReadMachine(Roots).
-	Machine MachineFunc
+	Roots machine.Roots
+	// Machine overrides where machine facts come from (the agent's one
+	// machine.Func, or a simulated node's); default machine.Cached of
+	// machine.Read(Roots).
+	Machine machine.Func
 
 	// RuntimeVersion and RuntimeHealth are required.
 	RuntimeVersion RuntimeVersionFunc
@@ -66,7 +75,9 @@ type SetterOptions struct {
 	Pressure PressureFuncs
 	// HealthChecks also gate Ready (e.g. PLEG).
 	HealthChecks []HealthCheck
-	// SoftRequirements; see ReadyOptions.
+	// SoftRequirements, when set and returning an error, appends
+	// ". WARNING: <error>" to the Ready message without making the node
+	// NotReady (the kubelet's container-manager soft requirements).
 	SoftRequirements func() error
 	// Recorder receives the node events; nil records none.
 	Recorder record.EventRecorder
@@ -82,18 +93,18 @@ func DefaultSetters(opts SetterOptions) ([]OrderedSetter, error) {
 	if opts.Hostname == "" {
 		return nil, errors.New("default node status setters: Hostname is required")
 	}
-	machine := opts.Machine
-	if machine == nil {
+	host := opts.Machine
+	if host == nil {
 		roots := opts.Roots
-		machine = CachedMachine(func() (*Machine, error) { return ReadMachine(roots) })
+		host = machine.Cached(func() (*machine.Info, error) { return machine.Read(roots) })
 	}
-	maxImages := int32(DefaultNodeStatusMaxImages)
+	maxImages := int32(defaultNodeStatusMaxImages)
 	if opts.NodeStatusMaxImages != nil {
 		maxImages = *opts.NodeStatusMaxImages
 	}
 	port := opts.KubeletPort
 	if port == 0 {
-		port = DefaultKubeletPort
+		port = defaultKubeletPort
 	}
 
 	var out []OrderedSetter
@@ -105,46 +116,46 @@ func DefaultSetters(opts SetterOptions) ([]OrderedSetter, error) {
 		}
 		out = append(out, OrderedSetter{Name: name, Order: order, Set: s, isDefault: true})
 	}
-	s, err := NodeAddress(NodeAddressOptions{NodeIPs: opts.NodeIPs, Hostname: opts.Hostname})
+	s, err := nodeAddress(nodeAddressOptions{NodeIPs: opts.NodeIPs, Hostname: opts.Hostname})
 	add(SetterNodeAddress, OrderNodeAddress, s, err)
-	s, err = MachineInfo(MachineInfoOptions{
-		Machine: machine, MaxPods: opts.MaxPods, PodsPerCore: opts.PodsPerCore,
+	s, err = machineInfo(machineInfoOptions{
+		Machine: host, MaxPods: opts.MaxPods, PodsPerCore: opts.PodsPerCore,
 		KubeReserved: opts.KubeReserved, SystemReserved: opts.SystemReserved, EvictionHard: opts.EvictionHard,
 		NoLocalStorageCapacityIsolation: opts.NoLocalStorageCapacityIsolation, Recorder: opts.Recorder,
 	})
 	add(SetterMachineInfo, OrderMachineInfo, s, err)
-	s, err = VersionInfo(VersionInfoOptions{Machine: machine, RuntimeVersion: opts.RuntimeVersion, KubeletVersion: opts.KubeletVersion})
+	s, err = versionInfo(versionInfoOptions{Machine: host, RuntimeVersion: opts.RuntimeVersion, KubeletVersion: opts.KubeletVersion})
 	add(SetterVersionInfo, OrderVersionInfo, s, err)
-	s, err = DaemonEndpoints(port)
+	s, err = daemonEndpoints(port)
 	add(SetterDaemonEndpoints, OrderDaemonEndpoints, s, err)
 	if opts.ListImages != nil {
-		s, err = Images(maxImages, opts.ListImages)
+		s, err = imagesSetter(maxImages, opts.ListImages)
 		add(SetterImages, OrderImages, s, err)
 	}
-	add(SetterGoRuntime, OrderGoRuntime, GoRuntime(), nil)
+	add(SetterGoRuntime, OrderGoRuntime, goRuntime(), nil)
 	if opts.RuntimeHandlers != nil {
-		s, err = RuntimeHandlers(opts.RuntimeHandlers)
+		s, err = runtimeHandlers(opts.RuntimeHandlers)
 		add(SetterRuntimeHandlers, OrderRuntimeHandlers, s, err)
 	}
 	if opts.RuntimeFeatures != nil {
-		s, err = NodeFeatures(opts.RuntimeFeatures)
+		s, err = nodeFeatures(opts.RuntimeFeatures)
 		add(SetterNodeFeatures, OrderNodeFeatures, s, err)
 	}
-	add(SetterDeclaredFeatures, OrderDeclaredFeatures, DeclaredFeatures(opts.DeclaredFeatures), nil)
-	pressure := func(f func() bool) PressureOptions {
-		return PressureOptions{Pressure: f, Clock: opts.Clock, Recorder: opts.Recorder}
+	add(SetterDeclaredFeatures, OrderDeclaredFeatures, declaredFeatures(opts.DeclaredFeatures), nil)
+	pressure := func(f func() bool) pressureOptions {
+		return pressureOptions{Pressure: f, Clock: opts.Clock, Recorder: opts.Recorder}
 	}
-	add(SetterMemoryPressure, OrderMemoryPressure, MemoryPressureCondition(pressure(opts.Pressure.Memory)), nil)
-	add(SetterDiskPressure, OrderDiskPressure, DiskPressureCondition(pressure(opts.Pressure.Disk)), nil)
-	add(SetterPIDPressure, OrderPIDPressure, PIDPressureCondition(pressure(opts.Pressure.PID)), nil)
-	add(SetterNodeSchedulable, OrderNodeSchedulable, NodeSchedulable(opts.Recorder), nil)
-	s, err = ReadyCondition(ReadyOptions{
+	add(SetterMemoryPressure, OrderMemoryPressure, memoryPressureCondition(pressure(opts.Pressure.Memory)), nil)
+	add(SetterDiskPressure, OrderDiskPressure, diskPressureCondition(pressure(opts.Pressure.Disk)), nil)
+	add(SetterPIDPressure, OrderPIDPressure, pidPressureCondition(pressure(opts.Pressure.PID)), nil)
+	add(SetterNodeSchedulable, OrderNodeSchedulable, nodeSchedulable(opts.Recorder), nil)
+	s, err = readyCondition(readyOptions{
 		RuntimeHealth: opts.RuntimeHealth, HealthChecks: opts.HealthChecks, SoftRequirements: opts.SoftRequirements,
 		NoLocalStorageCapacityIsolation: opts.NoLocalStorageCapacityIsolation, Clock: opts.Clock, Recorder: opts.Recorder,
 	})
 	add(SetterReady, OrderReady, s, err)
 	if opts.VolumesInUse.Synced != nil || opts.VolumesInUse.InUse != nil {
-		s, err = VolumesInUse(opts.VolumesInUse)
+		s, err = volumesInUse(opts.VolumesInUse)
 		add(SetterVolumesInUse, OrderVolumesInUse, s, err)
 	}
 	if err := errors.Join(errs...); err != nil {

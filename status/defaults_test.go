@@ -74,7 +74,7 @@ func TestDefaultSettersErrors(t *testing.T) {
 }
 
 // TestDefaultSettersOnFixture runs every default setter on the fixture
-// machine, reading it through the default Machine (ReadMachine of Roots).
+// machine, reading it through the default Machine (machine.Read of Roots).
 func TestDefaultSettersOnFixture(t *testing.T) {
 	setters, err := DefaultSetters(SetterOptions{
 		Hostname: "h", NodeIPs: []net.IP{net.ParseIP("127.0.0.9")},
@@ -108,7 +108,7 @@ func TestDefaultSettersOnFixture(t *testing.T) {
 		info.OperatingSystem == "" || info.KubeletVersion != nodekit.KubeletVersion() {
 		t.Errorf("nodeInfo = %+v", info)
 	}
-	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != DefaultKubeletPort {
+	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != defaultKubeletPort {
 		t.Errorf("daemon endpoints = %+v", node.Status.DaemonEndpoints)
 	}
 	if c := findCondition(node, v1.NodeDiskPressure); c == nil || c.Status != v1.ConditionTrue {
@@ -152,7 +152,7 @@ func TestDefaultSettersMachineErrorIsRetried(t *testing.T) {
 
 func TestProvideDefaultSettersFillsFromGraph(t *testing.T) {
 	var pressured bool
-	setters, err := provideDefaultSetters(SetterParams{
+	setters, err := provideDefaultSetters(setterParams{
 		Options:        Options{NodeName: "node-x"},
 		Config:         SetterOptions{Machine: machineFunc(testMachine()), NodeIPs: []net.IP{net.ParseIP("127.0.0.9")}},
 		RuntimeVersion: okVersion,

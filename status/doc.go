@@ -2,6 +2,10 @@
 // kubelet's node status loop does (k/k pkg/kubelet/kubelet_node_status.go and
 // pkg/kubelet/nodestatus).
 //
+// This package is the node's status. A pod's status is computed by
+// status/podstatus (podstatus.Generate in status/podstatus/generate.go) and
+// written by its Manager (status/podstatus/manager.go).
+//
 // # What lives here
 //
 //   - Reporter (New, Run): creates the Node with the kubelet's labels
@@ -26,18 +30,19 @@
 //     nodekit_node_status_patch_bytes_total (by reason: changed, report,
 //     ready, register), nodekit_node_status_patch_errors_total and
 //     nodekit_node_status_cycles_total (by result).
-//   - Setters: one func per part of the status, built from plain funcs and
-//     values, as in the kubelet: NodeAddress, MachineInfo (capacity and
+//   - Setters: one func per part of the status, as in the kubelet, named
+//     by the Setter* constants: NodeAddress, MachineInfo (capacity and
 //     allocatable), VersionInfo, DaemonEndpoints, Images, GoRuntime,
-//     RuntimeHandlers, NodeFeatures, DeclaredFeatures,
-//     Memory/Disk/PIDPressureCondition, NodeSchedulable (events only),
-//     ReadyCondition and VolumesInUse (status.volumesInUse once the volume
-//     manager has synced). DefaultSetters builds them all in the kubelet's
-//     order.
-//   - Machine facts without cAdvisor: ReadMachine reads CPUs (online ∩ this
-//     process's cpuset), memory, swap, huge pages, the root directory's
-//     filesystem size, machine ID, system UUID, boot ID, kernel and OS image
-//     from /proc, /sys and statfs, under roots given in MachineRoots.
+//     RuntimeHandlers, NodeFeatures, DeclaredFeatures, the Memory, Disk and
+//     PID pressure conditions, NodeSchedulable (events only), Ready and
+//     VolumesInUse (status.volumesInUse once the volume manager has
+//     synced). DefaultSetters builds them all, in the kubelet's order, from
+//     SetterOptions; each is built by an unexported constructor beside the
+//     code it reports (addresses.go, capacity.go, version.go,
+//     runtime_setters.go, conditions.go, volumes.go).
+//   - The host's facts (CPUs, memory, huge pages, IDs, kernel, OS image)
+//     are not read here: they come from package machine through
+//     SetterOptions.Machine (the agent's one machine.Func).
 //   - Module: the fx wiring.
 //
 // nodeInfo.kubeletVersion is nodekit.KubeletVersion() unless

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/status"
 )
 
@@ -25,8 +26,8 @@ func Example() {
 		// What the agent supplies.
 		fx.Supply(
 			status.Options{NodeName: "edge-1", Labels: map[string]string{"example.com/site": "lab"}},
-			status.SetterOptions{Machine: func() (*status.Machine, error) {
-				return &status.Machine{NumCores: 4, MemoryCapacity: 8 << 30, EphemeralStorageCapacity: 100e9,
+			status.SetterOptions{Machine: func() (*machine.Info, error) {
+				return &machine.Info{NumCores: 4, MemoryCapacity: 8 << 30, EphemeralStorageCapacity: 100e9,
 					BootID: "b1", KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12 (bookworm)"}, nil
 			}},
 		),
@@ -45,10 +46,12 @@ func Example() {
 				v1.NodeCondition{Type: "GPUHealthy", Status: v1.ConditionTrue, Reason: "DriverLoaded"})
 			return nil
 		})),
-		// A replacement for the default NodeAddress setter.
-		status.AsSetter(status.SetterNodeAddress, status.OrderNodeAddress, func() (status.Setter, error) {
-			return status.NodeAddress(status.NodeAddressOptions{NodeIPs: []net.IP{net.ParseIP("127.0.0.10")}, Hostname: "edge-1.lab"})
-		}),
+		// A replacement for the default NodeAddress setter: the site's
+		// fixed addresses.
+		status.AsSetter(status.SetterNodeAddress, status.OrderNodeAddress, status.Setter(func(_ context.Context, n *v1.Node) error {
+			n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.10"}, {Type: v1.NodeHostName, Address: "edge-1.lab"}}
+			return nil
+		})),
 		fx.Populate(&reporter),
 	)
 	ctx := context.Background()
@@ -93,8 +96,8 @@ func ExampleNew() {
 	setters, err := status.DefaultSetters(status.SetterOptions{
 		Hostname: "edge-2",
 		NodeIPs:  []net.IP{net.ParseIP("127.0.0.11")},
-		Machine: func() (*status.Machine, error) {
-			return &status.Machine{NumCores: 2, MemoryCapacity: 4 << 30, EphemeralStorageCapacity: 20e9, BootID: "b2"}, nil
+		Machine: func() (*machine.Info, error) {
+			return &machine.Info{NumCores: 2, MemoryCapacity: 4 << 30, EphemeralStorageCapacity: 20e9, BootID: "b2"}, nil
 		},
 		RuntimeVersion: func(context.Context) (string, string, error) { return "containerd", "2.0.0", nil },
 		RuntimeHealth: func(context.Context) (error, error) {

@@ -33,9 +33,9 @@ var Module = fx.Options(
 	fx.Invoke(func(*Reporter) {}),
 )
 
-// SetterParams are what the default setters take from the graph. Fields of
+// setterParams are what the default setters take from the graph. Fields of
 // Config left nil are filled from the matching optional values.
-type SetterParams struct {
+type setterParams struct {
 	fx.In
 
 	Options Options
@@ -54,7 +54,7 @@ type SetterParams struct {
 	Clock    clock.Clock          `optional:"true"`
 }
 
-func provideDefaultSetters(p SetterParams) ([]OrderedSetter, error) {
+func provideDefaultSetters(p setterParams) ([]OrderedSetter, error) {
 	c := p.Config
 	if c.Hostname == "" {
 		c.Hostname = p.Options.Hostname
@@ -99,10 +99,10 @@ func provideDefaultSetters(p SetterParams) ([]OrderedSetter, error) {
 	return DefaultSetters(c)
 }
 
-// Params are what the Reporter takes from the graph. Options fields left
+// params are what the Reporter takes from the graph. Options fields left
 // zero (Client, Clock, Registerer) are filled from the graph's values; the
 // group's setters are added to Options.Setters.
-type Params struct {
+type params struct {
 	fx.In
 
 	Options Options
@@ -116,7 +116,7 @@ type Params struct {
 	runner.Deps
 }
 
-func provideReporter(p Params) (*Reporter, error) {
+func provideReporter(p params) (*Reporter, error) {
 	o := p.Options
 	if o.Client == nil {
 		o.Client = p.Client

@@ -16,11 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/status"
 )
 
-func testMachine() (*status.Machine, error) {
-	return &status.Machine{
+func testMachine() (*machine.Info, error) {
+	return &machine.Info{
 		NumCores: 2, MemoryCapacity: 4 << 30, EphemeralStorageCapacity: 50e9,
 		BootID: "boot", KernelVersion: "6.1.0", OSImage: "Debian GNU/Linux 12 (bookworm)",
 	}, nil

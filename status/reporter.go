@@ -24,12 +24,12 @@ import (
 
 // Defaults of the reporter, as the kubelet's.
 const (
-	// DefaultUpdateFrequency is nodeStatusUpdateFrequency: how often the
+	// defaultUpdateFrequency is nodeStatusUpdateFrequency: how often the
 	// status is computed.
-	DefaultUpdateFrequency = 10 * time.Second
-	// DefaultReportFrequency is nodeStatusReportFrequency: how often the
+	defaultUpdateFrequency = 10 * time.Second
+	// defaultReportFrequency is nodeStatusReportFrequency: how often the
 	// status is patched when nothing changed.
-	DefaultReportFrequency = 5 * time.Minute
+	defaultReportFrequency = 5 * time.Minute
 	// updateRetries is the kubelet's nodeStatusUpdateRetry.
 	updateRetries = 5
 	// fastReadyInterval is how often the status is re-evaluated at startup,
@@ -190,10 +190,10 @@ func New(opts Options) (*Reporter, error) {
 		return nil, fmt.Errorf("node status reporter: frequencies must not be negative (update %v, report %v)", opts.UpdateFrequency, opts.ReportFrequency)
 	}
 	if opts.UpdateFrequency == 0 {
-		opts.UpdateFrequency = DefaultUpdateFrequency
+		opts.UpdateFrequency = defaultUpdateFrequency
 	}
 	if opts.ReportFrequency == 0 {
-		opts.ReportFrequency = DefaultReportFrequency
+		opts.ReportFrequency = defaultReportFrequency
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}

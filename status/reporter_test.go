@@ -176,7 +176,7 @@ func (h *harness) startSteady() {
 func (h *harness) cycle() {
 	h.t.Helper()
 	before := h.cycles()
-	h.step(DefaultUpdateFrequency, 1)
+	h.step(defaultUpdateFrequency, 1)
 	if h.cycles() != before+1 {
 		h.t.Fatalf("cycles %v, want %v", h.cycles(), before+1)
 	}

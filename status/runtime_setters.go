@@ -17,20 +17,20 @@ import (
 // status lists, as in the kubelet.
 const maxNamesPerImageInNodeStatus = 5
 
-// DefaultNodeStatusMaxImages is the kubelet's default nodeStatusMaxImages.
-const DefaultNodeStatusMaxImages = 50
+// defaultNodeStatusMaxImages is the kubelet's default nodeStatusMaxImages.
+const defaultNodeStatusMaxImages = 50
 
 // ListImagesFunc lists the images on the node, as CRI ListImages does with
 // no filter. The Images setter does not modify what it returns. It must
 // honour ctx.
 type ListImagesFunc func(ctx context.Context) ([]*runtimeapi.Image, error)
 
-// Images returns a Setter for status.images: the images from list, largest
+// imagesSetter returns a Setter for status.images: the images from list, largest
 // first (equal sizes by descending ID, as the kubelet sorts), at most
 // maxImages of them (-1: all), each with at most 5 names (the kubelet's
 // maxNamesPerImageInNodeStatus), digests before tags. When list fails
 // the images are cleared and the error returned, as the kubelet does.
-func Images(maxImages int32, list ListImagesFunc) (Setter, error) {
+func imagesSetter(maxImages int32, list ListImagesFunc) (Setter, error) {
 	if list == nil {
 		return nil, errors.New("images: list func is required")
 	}
@@ -83,10 +83,10 @@ func Images(maxImages int32, list ListImagesFunc) (Setter, error) {
 // reports in its CRI Status. It must honour ctx.
 type RuntimeHandlersFunc func(ctx context.Context) ([]*runtimeapi.RuntimeHandler, error)
 
-// RuntimeHandlers returns a Setter for status.runtimeHandlers, sorted by
+// runtimeHandlers returns a Setter for status.runtimeHandlers, sorted by
 // name, with each handler's recursiveReadOnlyMounts and userNamespaces
 // support. When fn fails the field is left as it was and the error returned.
-func RuntimeHandlers(fn RuntimeHandlersFunc) (Setter, error) {
+func runtimeHandlers(fn RuntimeHandlersFunc) (Setter, error) {
 	if fn == nil {
 		return nil, errors.New("runtime handlers: func is required")
 	}
@@ -116,10 +116,10 @@ func RuntimeHandlers(fn RuntimeHandlersFunc) (Setter, error) {
 // its CRI Status (nil when it reports none). It must honour ctx.
 type RuntimeFeaturesFunc func(ctx context.Context) (*runtimeapi.RuntimeFeatures, error)
 
-// NodeFeatures returns a Setter for status.features (supplementalGroupsPolicy)
+// nodeFeatures returns a Setter for status.features (supplementalGroupsPolicy)
 // from the runtime's features; it leaves the field alone when the runtime
 // reports none or fn fails (returning the error).
-func NodeFeatures(fn RuntimeFeaturesFunc) (Setter, error) {
+func nodeFeatures(fn RuntimeFeaturesFunc) (Setter, error) {
 	if fn == nil {
 		return nil, errors.New("node features: func is required")
 	}
@@ -137,11 +137,11 @@ func NodeFeatures(fn RuntimeFeaturesFunc) (Setter, error) {
 	}, nil
 }
 
-// DeclaredFeatures returns a Setter for status.declaredFeatures: the names
+// declaredFeatures returns a Setter for status.declaredFeatures: the names
 // of the node features (k8s.io/component-helpers/nodedeclaredfeatures) this
 // agent implements, which the scheduler matches against what pods need. A
 // nil list leaves the field alone.
-func DeclaredFeatures(names []string) Setter {
+func declaredFeatures(names []string) Setter {
 	names = slices.Clone(names)
 	slices.Sort(names)
 	return func(_ context.Context, node *v1.Node) error {
@@ -152,9 +152,9 @@ func DeclaredFeatures(names []string) Setter {
 	}
 }
 
-// GoRuntime returns a Setter for nodeInfo.operatingSystem and architecture
+// goRuntime returns a Setter for nodeInfo.operatingSystem and architecture
 // (GOOS and GOARCH).
-func GoRuntime() Setter {
+func goRuntime() Setter {
 	return func(_ context.Context, node *v1.Node) error {
 		node.Status.NodeInfo.OperatingSystem = goruntime.GOOS
 		node.Status.NodeInfo.Architecture = goruntime.GOARCH
@@ -162,12 +162,12 @@ func GoRuntime() Setter {
 	}
 }
 
-// DefaultKubeletPort is the kubelet's default port.
-const DefaultKubeletPort = 10250
+// defaultKubeletPort is the kubelet's default port.
+const defaultKubeletPort = 10250
 
-// DaemonEndpoints returns a Setter for status.daemonEndpoints: the port the
+// daemonEndpoints returns a Setter for status.daemonEndpoints: the port the
 // agent's kubelet API listens on.
-func DaemonEndpoints(kubeletPort int32) (Setter, error) {
+func daemonEndpoints(kubeletPort int32) (Setter, error) {
 	if kubeletPort <= 0 || kubeletPort > 65535 {
 		return nil, fmt.Errorf("daemon endpoints: kubelet port %d out of range", kubeletPort)
 	}

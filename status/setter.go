@@ -126,7 +126,8 @@ func withDryRun(ctx context.Context) context.Context {
 // IsDryRun reports whether the setters run on ctx only to find out what the
 // status would be (the Reporter does this every 100 ms at startup to patch
 // the node as soon as it turns Ready). A setter must then not record events
-// or change state that decides whether it records one later.
+// or change state that decides whether it records one later. It is
+// exported for an embedder's setter (AsSetter) that has such side effects.
 func IsDryRun(ctx context.Context) bool {
 	v, _ := ctx.Value(dryRunKey{}).(bool)
 	return v

@@ -3,7 +3,6 @@ package status
 import (
 	"context"
 	"errors"
-	"github.com/nodekit/nodekit"
 	"net"
 	"reflect"
 	goruntime "runtime"
@@ -19,6 +18,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/machine"
 )
 
 func hostAddrs(ips ...string) func() ([]net.Addr, error) {
@@ -43,36 +45,36 @@ func TestNodeAddress(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		opts    NodeAddressOptions
+		opts    nodeAddressOptions
 		want    []v1.NodeAddress
 		wantErr string
 	}{{
 		name: "node IP on an interface",
-		opts: NodeAddressOptions{NodeIPs: ips("10.0.0.5"), Hostname: "host-a", InterfaceAddrs: hostAddrs("10.0.0.5")},
+		opts: nodeAddressOptions{NodeIPs: ips("10.0.0.5"), Hostname: "host-a", InterfaceAddrs: hostAddrs("10.0.0.5")},
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.5"}, {Type: v1.NodeHostName, Address: "host-a"}},
 	}, {
 		name: "loopback node IP accepted",
-		opts: NodeAddressOptions{NodeIPs: ips("127.0.0.5"), Hostname: "host-a", InterfaceAddrs: hostAddrs()},
+		opts: nodeAddressOptions{NodeIPs: ips("127.0.0.5"), Hostname: "host-a", InterfaceAddrs: hostAddrs()},
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.5"}, {Type: v1.NodeHostName, Address: "host-a"}},
 	}, {
 		name:    "node IP not on this host",
-		opts:    NodeAddressOptions{NodeIPs: ips("10.9.9.9"), Hostname: "host-a", InterfaceAddrs: hostAddrs("10.0.0.5")},
+		opts:    nodeAddressOptions{NodeIPs: ips("10.9.9.9"), Hostname: "host-a", InterfaceAddrs: hostAddrs("10.0.0.5")},
 		wantErr: "not found on the host's network interfaces",
 	}, {
 		name:    "multicast node IP",
-		opts:    NodeAddressOptions{NodeIPs: ips("224.0.0.1"), Hostname: "host-a", InterfaceAddrs: hostAddrs("224.0.0.1")},
+		opts:    nodeAddressOptions{NodeIPs: ips("224.0.0.1"), Hostname: "host-a", InterfaceAddrs: hostAddrs("224.0.0.1")},
 		wantErr: "multicast",
 	}, {
 		name: "dual-stack",
-		opts: NodeAddressOptions{NodeIPs: ips("10.0.0.5", "2001:db8::5"), Hostname: "host-a", InterfaceAddrs: hostAddrs("10.0.0.5", "2001:db8::5")},
+		opts: nodeAddressOptions{NodeIPs: ips("10.0.0.5", "2001:db8::5"), Hostname: "host-a", InterfaceAddrs: hostAddrs("10.0.0.5", "2001:db8::5")},
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.5"}, {Type: v1.NodeInternalIP, Address: "2001:db8::5"}, {Type: v1.NodeHostName, Address: "host-a"}},
 	}, {
 		name: "hostname is an IP",
-		opts: NodeAddressOptions{Hostname: "192.168.1.7", LookupIP: noLookup, DefaultRouteIP: noRoute},
+		opts: nodeAddressOptions{Hostname: "192.168.1.7", LookupIP: noLookup, DefaultRouteIP: noRoute},
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.1.7"}, {Type: v1.NodeHostName, Address: "192.168.1.7"}},
 	}, {
 		name: "DNS lookup prefers a usable IPv4",
-		opts: NodeAddressOptions{Hostname: "host-a", InterfaceAddrs: hostAddrs("2001:db8::1", "10.0.0.6"), DefaultRouteIP: noRoute,
+		opts: nodeAddressOptions{Hostname: "host-a", InterfaceAddrs: hostAddrs("2001:db8::1", "10.0.0.6"), DefaultRouteIP: noRoute,
 			LookupIP: func(host string) ([]net.IP, error) {
 				if host != "node-a" {
 					return nil, errors.New("looked up the wrong name " + host)
@@ -82,21 +84,21 @@ func TestNodeAddress(t *testing.T) {
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.0.0.6"}, {Type: v1.NodeHostName, Address: "host-a"}},
 	}, {
 		name: "DNS lookup falls back to the other family",
-		opts: NodeAddressOptions{Hostname: "host-a", InterfaceAddrs: hostAddrs("2001:db8::1"), DefaultRouteIP: noRoute,
+		opts: nodeAddressOptions{Hostname: "host-a", InterfaceAddrs: hostAddrs("2001:db8::1"), DefaultRouteIP: noRoute,
 			LookupIP: func(string) ([]net.IP, error) { return ips("2001:db8::1"), nil }},
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "2001:db8::1"}, {Type: v1.NodeHostName, Address: "host-a"}},
 	}, {
 		name: "default route",
-		opts: NodeAddressOptions{Hostname: "host-a", LookupIP: noLookup,
+		opts: nodeAddressOptions{Hostname: "host-a", LookupIP: noLookup,
 			DefaultRouteIP: func(net.IP) (net.IP, error) { return net.ParseIP("172.16.0.4"), nil }},
 		want: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "172.16.0.4"}, {Type: v1.NodeHostName, Address: "host-a"}},
 	}, {
 		name:    "nothing found",
-		opts:    NodeAddressOptions{Hostname: "host-a", LookupIP: noLookup, DefaultRouteIP: noRoute},
+		opts:    nodeAddressOptions{Hostname: "host-a", LookupIP: noLookup, DefaultRouteIP: noRoute},
 		wantErr: "no default route",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := NodeAddress(tc.opts)
+			s, err := nodeAddress(tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +133,7 @@ func TestNodeAddressLoopbackWarnsOnce(t *testing.T) {
 		}
 	}, funcr.Options{})
 	ctx := klog.NewContext(context.Background(), logger)
-	s, err := NodeAddress(NodeAddressOptions{NodeIPs: []net.IP{net.ParseIP("127.0.0.3")}, Hostname: "h"})
+	s, err := nodeAddress(nodeAddressOptions{NodeIPs: []net.IP{net.ParseIP("127.0.0.3")}, Hostname: "h"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,20 +148,20 @@ func TestNodeAddressLoopbackWarnsOnce(t *testing.T) {
 }
 
 func TestNodeAddressBadOptions(t *testing.T) {
-	for name, opts := range map[string]NodeAddressOptions{
+	for name, opts := range map[string]nodeAddressOptions{
 		"no hostname":  {},
 		"three IPs":    {Hostname: "h", NodeIPs: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.0.0.2")}},
 		"same family":  {Hostname: "h", NodeIPs: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("10.0.0.2")}},
 		"nil (bad) IP": {Hostname: "h", NodeIPs: []net.IP{net.ParseIP("not-an-ip")}},
 	} {
-		if _, err := NodeAddress(opts); err == nil {
+		if _, err := nodeAddress(opts); err == nil {
 			t.Errorf("%s: NodeAddress succeeded", name)
 		}
 	}
 }
 
 func TestMachineInfoCapacityAndAllocatable(t *testing.T) {
-	s, err := MachineInfo(MachineInfoOptions{
+	s, err := machineInfo(machineInfoOptions{
 		Machine:        machineFunc(testMachine()),
 		KubeReserved:   v1.ResourceList{v1.ResourceCPU: q("100m"), v1.ResourceMemory: q("256Mi")},
 		SystemReserved: v1.ResourceList{v1.ResourceCPU: q("200m"), v1.ResourceMemory: q("512Mi"), v1.ResourceEphemeralStorage: q("1Gi")},
@@ -224,7 +226,7 @@ func TestMachineInfoPodsAndClamping(t *testing.T) {
 		maxPods, podsPerCore int32
 		want                 int64
 	}{{0, 0, 110}, {50, 0, 50}, {110, 10, 40}, {110, 100, 110}} {
-		s, err := MachineInfo(MachineInfoOptions{
+		s, err := machineInfo(machineInfoOptions{
 			Machine: machineFunc(m), MaxPods: tc.maxPods, PodsPerCore: tc.podsPerCore,
 			SystemReserved:                  v1.ResourceList{v1.ResourceCPU: q("10")},
 			NoLocalStorageCapacityIsolation: true,
@@ -253,8 +255,8 @@ func TestMachineInfoPodsAndClamping(t *testing.T) {
 }
 
 func TestMachineInfoError(t *testing.T) {
-	s, err := MachineInfo(MachineInfoOptions{
-		Machine: func() (*Machine, error) { return nil, errors.New("no /proc") },
+	s, err := machineInfo(machineInfoOptions{
+		Machine: func() (*machine.Info, error) { return nil, errors.New("no /proc") },
 		MaxPods: 30,
 	})
 	if err != nil {
@@ -270,7 +272,7 @@ func TestMachineInfoError(t *testing.T) {
 
 func TestMachineInfoRebootEvent(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
-	s, err := MachineInfo(MachineInfoOptions{Machine: machineFunc(testMachine()), Recorder: rec})
+	s, err := machineInfo(machineInfoOptions{Machine: machineFunc(testMachine()), Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +305,7 @@ func TestMachineInfoRebootEvent(t *testing.T) {
 
 func TestMachineInfoBadOptions(t *testing.T) {
 	m := machineFunc(testMachine())
-	for name, opts := range map[string]MachineInfoOptions{
+	for name, opts := range map[string]machineInfoOptions{
 		"no machine":           {},
 		"negative max pods":    {Machine: m, MaxPods: -1},
 		"negative reservation": {Machine: m, KubeReserved: v1.ResourceList{v1.ResourceCPU: q("-1")}},
@@ -314,11 +316,11 @@ func TestMachineInfoBadOptions(t *testing.T) {
 		"zero quantity":        {Machine: m, EvictionHard: map[string]string{"memory.available": "0Mi"}},
 		"bad quantity":         {Machine: m, EvictionHard: map[string]string{"memory.available": "lots"}},
 	} {
-		if _, err := MachineInfo(opts); err == nil {
+		if _, err := machineInfo(opts); err == nil {
 			t.Errorf("%s: MachineInfo succeeded", name)
 		}
 	}
-	if _, err := MachineInfo(MachineInfoOptions{Machine: m, EvictionHard: map[string]string{"nodefs.available": "0%", "memory.available": "100%"}}); err != nil {
+	if _, err := machineInfo(machineInfoOptions{Machine: m, EvictionHard: map[string]string{"nodefs.available": "0%", "memory.available": "100%"}}); err != nil {
 		t.Errorf("0%% and 100%% must be ignored as in the kubelet: %v", err)
 	}
 }
@@ -326,7 +328,7 @@ func TestMachineInfoBadOptions(t *testing.T) {
 func TestVersionInfo(t *testing.T) {
 	var rtErr error
 	name := "containerd"
-	s, err := VersionInfo(VersionInfoOptions{
+	s, err := versionInfo(versionInfoOptions{
 		Machine: machineFunc(testMachine()),
 		RuntimeVersion: func(context.Context) (string, string, error) {
 			return name, "1.6.20", rtErr
@@ -352,7 +354,7 @@ func TestVersionInfo(t *testing.T) {
 		t.Errorf("runtime version while down = %q, want containerd://Unknown", got)
 	}
 
-	fresh, err := VersionInfo(VersionInfoOptions{Machine: machineFunc(testMachine()), KubeletVersion: "v9.9.9",
+	fresh, err := versionInfo(versionInfoOptions{Machine: machineFunc(testMachine()), KubeletVersion: "v9.9.9",
 		RuntimeVersion: func(context.Context) (string, string, error) { return "", "", errors.New("down") }})
 	if err != nil {
 		t.Fatal(err)
@@ -372,8 +374,8 @@ func TestVersionInfo(t *testing.T) {
 		t.Errorf("runtime version = %q, want Unknown://Unknown", got)
 	}
 
-	broken, err := VersionInfo(VersionInfoOptions{
-		Machine:        func() (*Machine, error) { return nil, errors.New("no proc") },
+	broken, err := versionInfo(versionInfoOptions{
+		Machine:        func() (*machine.Info, error) { return nil, errors.New("no proc") },
 		RuntimeVersion: func(context.Context) (string, string, error) { return "containerd", "2.0", nil },
 	})
 	if err != nil {
@@ -386,7 +388,7 @@ func TestVersionInfo(t *testing.T) {
 	if node.Status.NodeInfo.ContainerRuntimeVersion != "containerd://2.0" {
 		t.Errorf("runtime version not set when machine info fails: %q", node.Status.NodeInfo.ContainerRuntimeVersion)
 	}
-	if _, err := VersionInfo(VersionInfoOptions{}); err == nil {
+	if _, err := versionInfo(versionInfoOptions{}); err == nil {
 		t.Error("VersionInfo without funcs succeeded")
 	}
 }
@@ -436,7 +438,7 @@ func TestReadyConditionMessages(t *testing.T) {
 		wantStatus: v1.ConditionTrue, wantReason: "KubeletReady", wantMessage: "kubelet is posting ready status. WARNING: cpu quota not supported",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := ReadyOptions{
+			opts := readyOptions{
 				RuntimeHealth: func(context.Context) (error, error) { return tc.runtime, tc.network },
 				HealthChecks:  tc.checks, NoLocalStorageCapacityIsolation: tc.noStorage,
 				Clock: testingclock.NewFakePassiveClock(time.Unix(1000, 0)),
@@ -444,7 +446,7 @@ func TestReadyConditionMessages(t *testing.T) {
 			if tc.soft != nil {
 				opts.SoftRequirements = func() error { return tc.soft }
 			}
-			s, err := ReadyCondition(opts)
+			s, err := readyCondition(opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -463,7 +465,7 @@ func TestReadyConditionTransitions(t *testing.T) {
 	clk := testingclock.NewFakePassiveClock(time.Unix(1000, 0))
 	rec := record.NewFakeRecorder(10)
 	var rtErr error
-	s, err := ReadyCondition(ReadyOptions{
+	s, err := readyCondition(readyOptions{
 		RuntimeHealth: func(context.Context) (error, error) { return rtErr, nil },
 		Clock:         clk, Recorder: rec,
 	})
@@ -511,31 +513,31 @@ func TestReadyConditionTransitions(t *testing.T) {
 }
 
 func TestReadyConditionBadOptions(t *testing.T) {
-	if _, err := ReadyCondition(ReadyOptions{}); err == nil {
+	if _, err := readyCondition(readyOptions{}); err == nil {
 		t.Error("ReadyCondition without RuntimeHealth succeeded")
 	}
 	ok := func(context.Context) (error, error) { return nil, nil }
-	if _, err := ReadyCondition(ReadyOptions{RuntimeHealth: ok, HealthChecks: []HealthCheck{{Name: "PLEG"}}}); err == nil {
+	if _, err := readyCondition(readyOptions{RuntimeHealth: ok, HealthChecks: []HealthCheck{{Name: "PLEG"}}}); err == nil {
 		t.Error("ReadyCondition with a health check without func succeeded")
 	}
 }
 
 func TestPressureConditions(t *testing.T) {
 	for _, tc := range []struct {
-		build                   func(PressureOptions) Setter
+		build                   func(pressureOptions) Setter
 		condition               v1.NodeConditionType
 		reasonFalse, reasonTrue string
 		eventFalse, eventTrue   string
 	}{
-		{MemoryPressureCondition, v1.NodeMemoryPressure, "KubeletHasSufficientMemory", "KubeletHasInsufficientMemory", "NodeHasSufficientMemory", "NodeHasInsufficientMemory"},
-		{DiskPressureCondition, v1.NodeDiskPressure, "KubeletHasNoDiskPressure", "KubeletHasDiskPressure", "NodeHasNoDiskPressure", "NodeHasDiskPressure"},
-		{PIDPressureCondition, v1.NodePIDPressure, "KubeletHasSufficientPID", "KubeletHasInsufficientPID", "NodeHasSufficientPID", "NodeHasInsufficientPID"},
+		{memoryPressureCondition, v1.NodeMemoryPressure, "KubeletHasSufficientMemory", "KubeletHasInsufficientMemory", "NodeHasSufficientMemory", "NodeHasInsufficientMemory"},
+		{diskPressureCondition, v1.NodeDiskPressure, "KubeletHasNoDiskPressure", "KubeletHasDiskPressure", "NodeHasNoDiskPressure", "NodeHasDiskPressure"},
+		{pidPressureCondition, v1.NodePIDPressure, "KubeletHasSufficientPID", "KubeletHasInsufficientPID", "NodeHasSufficientPID", "NodeHasInsufficientPID"},
 	} {
 		t.Run(string(tc.condition), func(t *testing.T) {
 			clk := testingclock.NewFakePassiveClock(time.Unix(1000, 0))
 			rec := record.NewFakeRecorder(10)
 			pressure := false
-			s := tc.build(PressureOptions{Pressure: func() bool { return pressure }, Clock: clk, Recorder: rec})
+			s := tc.build(pressureOptions{Pressure: func() bool { return pressure }, Clock: clk, Recorder: rec})
 			node := newNode("n")
 			mustSet(t, s, node)
 			c := findCondition(node, tc.condition)
@@ -568,7 +570,7 @@ func TestPressureConditions(t *testing.T) {
 		})
 	}
 	node := newNode("n")
-	mustSet(t, MemoryPressureCondition(PressureOptions{}), node)
+	mustSet(t, memoryPressureCondition(pressureOptions{}), node)
 	if c := findCondition(node, v1.NodeMemoryPressure); c == nil || c.Status != v1.ConditionFalse {
 		t.Errorf("nil pressure func: %+v, want False", c)
 	}
@@ -576,7 +578,7 @@ func TestPressureConditions(t *testing.T) {
 
 func TestNodeSchedulable(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
-	s := NodeSchedulable(rec)
+	s := nodeSchedulable(rec)
 	node := newNode("n")
 	mustSet(t, s, node)
 	node.Spec.Unschedulable = true
@@ -604,7 +606,7 @@ func TestImages(t *testing.T) {
 		{Id: "sha256:dangling", Size: 5},
 	}
 	list := func(context.Context) ([]*runtimeapi.Image, error) { return images, nil }
-	s, err := Images(3, list)
+	s, err := imagesSetter(3, list)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,33 +624,33 @@ func TestImages(t *testing.T) {
 		t.Error("Images reordered the list it was given")
 	}
 
-	all, _ := Images(-1, list)
+	all, _ := imagesSetter(-1, list)
 	mustSet(t, all, node)
 	if len(node.Status.Images) != 5 || node.Status.Images[4].SizeBytes != 5 {
 		t.Errorf("-1: images = %+v, want all 5", node.Status.Images)
 	}
-	none, _ := Images(0, list)
+	none, _ := imagesSetter(0, list)
 	mustSet(t, none, node)
 	if node.Status.Images != nil {
 		t.Errorf("0: images = %+v, want none", node.Status.Images)
 	}
 
-	failing, _ := Images(50, func(context.Context) ([]*runtimeapi.Image, error) { return nil, errors.New("runtime down") })
+	failing, _ := imagesSetter(50, func(context.Context) ([]*runtimeapi.Image, error) { return nil, errors.New("runtime down") })
 	node.Status.Images = want
 	if err := failing(context.Background(), node); err == nil || node.Status.Images != nil {
 		t.Errorf("on error: err %v, images %v; want an error and no images", err, node.Status.Images)
 	}
-	if _, err := Images(-2, list); err == nil {
-		t.Error("Images(-2) succeeded")
+	if _, err := imagesSetter(-2, list); err == nil {
+		t.Error("imagesSetter(-2) succeeded")
 	}
-	if _, err := Images(1, nil); err == nil {
+	if _, err := imagesSetter(1, nil); err == nil {
 		t.Error("Images without list func succeeded")
 	}
 }
 
 func TestRuntimeHandlers(t *testing.T) {
 	var fail error
-	s, err := RuntimeHandlers(func(context.Context) ([]*runtimeapi.RuntimeHandler, error) {
+	s, err := runtimeHandlers(func(context.Context) ([]*runtimeapi.RuntimeHandler, error) {
 		return []*runtimeapi.RuntimeHandler{
 			{Name: "runc", Features: &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: true}},
 			{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{UserNamespaces: true}},
@@ -678,7 +680,7 @@ func TestRuntimeHandlers(t *testing.T) {
 
 func TestNodeFeaturesDeclaredFeaturesGoRuntimeDaemonEndpoints(t *testing.T) {
 	var features *runtimeapi.RuntimeFeatures
-	nf, err := NodeFeatures(func(context.Context) (*runtimeapi.RuntimeFeatures, error) { return features, nil })
+	nf, err := nodeFeatures(func(context.Context) (*runtimeapi.RuntimeFeatures, error) { return features, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -694,22 +696,22 @@ func TestNodeFeaturesDeclaredFeaturesGoRuntimeDaemonEndpoints(t *testing.T) {
 	}
 
 	names := []string{"b", "a"}
-	mustSet(t, DeclaredFeatures(names), node)
+	mustSet(t, declaredFeatures(names), node)
 	names[0] = "changed"
 	if !reflect.DeepEqual(node.Status.DeclaredFeatures, []string{"a", "b"}) {
 		t.Errorf("declared features = %v", node.Status.DeclaredFeatures)
 	}
-	mustSet(t, DeclaredFeatures(nil), node)
+	mustSet(t, declaredFeatures(nil), node)
 	if len(node.Status.DeclaredFeatures) != 2 {
 		t.Error("a nil list cleared the declared features")
 	}
 
-	mustSet(t, GoRuntime(), node)
+	mustSet(t, goRuntime(), node)
 	if node.Status.NodeInfo.OperatingSystem != goruntime.GOOS || node.Status.NodeInfo.Architecture != goruntime.GOARCH {
 		t.Errorf("nodeInfo os/arch = %q/%q", node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture)
 	}
 
-	de, err := DaemonEndpoints(10250)
+	de, err := daemonEndpoints(10250)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -717,8 +719,8 @@ func TestNodeFeaturesDeclaredFeaturesGoRuntimeDaemonEndpoints(t *testing.T) {
 	if node.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
 		t.Errorf("daemon endpoints = %+v", node.Status.DaemonEndpoints)
 	}
-	if _, err := DaemonEndpoints(0); err == nil {
-		t.Error("DaemonEndpoints(0) succeeded")
+	if _, err := daemonEndpoints(0); err == nil {
+		t.Error("daemonEndpoints(0) succeeded")
 	}
 }
 
@@ -759,7 +761,7 @@ func TestResolveSetters(t *testing.T) {
 func TestVolumesInUse(t *testing.T) {
 	synced := false
 	inUse := []v1.UniqueVolumeName{"kubernetes.io/csi/driver^vol-1"}
-	set, err := VolumesInUse(VolumesInUseFuncs{Synced: func() bool { return synced }, InUse: func() []v1.UniqueVolumeName { return inUse }})
+	set, err := volumesInUse(VolumesInUseFuncs{Synced: func() bool { return synced }, InUse: func() []v1.UniqueVolumeName { return inUse }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -783,7 +785,7 @@ func TestVolumesInUse(t *testing.T) {
 	if node.Status.VolumesInUse != nil {
 		t.Errorf("no volume in use: %v, want none", node.Status.VolumesInUse)
 	}
-	if _, err := VolumesInUse(VolumesInUseFuncs{Synced: func() bool { return true }}); err == nil {
+	if _, err := volumesInUse(VolumesInUseFuncs{Synced: func() bool { return true }}); err == nil {
 		t.Error("a VolumesInUse setter without InUse was built")
 	}
 }

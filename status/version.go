@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodekit/nodekit"
+	"github.com/nodekit/nodekit/machine"
 )
 
 // RuntimeVersionFunc returns the container runtime's name and version, as
@@ -16,10 +17,10 @@ import (
 // "1.6.20". It must honour ctx.
 type RuntimeVersionFunc func(ctx context.Context) (name, version string, err error)
 
-// VersionInfoOptions configures VersionInfo.
-type VersionInfoOptions struct {
+// versionInfoOptions configures versionInfo.
+type versionInfoOptions struct {
 	// Machine supplies the kernel version and OS image; required.
-	Machine MachineFunc
+	Machine machine.Func
 	// RuntimeVersion is required.
 	RuntimeVersion RuntimeVersionFunc
 	// KubeletVersion is reported as nodeInfo.kubeletVersion; default
@@ -27,12 +28,12 @@ type VersionInfoOptions struct {
 	KubeletVersion string
 }
 
-// VersionInfo returns a Setter for nodeInfo.kernelVersion, osImage,
+// versionInfo returns a Setter for nodeInfo.kernelVersion, osImage,
 // containerRuntimeVersion ("<name>://<version>"), kubeletVersion, and clears
 // the deprecated kubeProxyVersion. When the runtime does not answer, the
 // runtime version is reported as "<name>://Unknown" with the last name it
 // gave (or the name already on the node, else "Unknown"), as the kubelet does.
-func VersionInfo(opts VersionInfoOptions) (Setter, error) {
+func versionInfo(opts versionInfoOptions) (Setter, error) {
 	if opts.Machine == nil || opts.RuntimeVersion == nil {
 		return nil, errors.New("version info: Machine and RuntimeVersion are required")
 	}

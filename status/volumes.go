@@ -19,11 +19,11 @@ type VolumesInUseFuncs struct {
 	InUse func() []v1.UniqueVolumeName
 }
 
-// VolumesInUse returns a Setter for status.volumesInUse, as the kubelet's:
+// volumesInUse returns a Setter for status.volumesInUse, as the kubelet's:
 // once f.Synced is true, the list is f.InUse's (empty for the volume kinds
 // that need no attaching), which the attach/detach controller reads before
 // detaching a volume from the node.
-func VolumesInUse(f VolumesInUseFuncs) (Setter, error) {
+func volumesInUse(f VolumesInUseFuncs) (Setter, error) {
 	if f.Synced == nil || f.InUse == nil {
 		return nil, errors.New("volumes in use: Synced and InUse are required")
 	}

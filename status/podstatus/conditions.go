@@ -12,31 +12,31 @@ import (
 
 // Reasons the generated status carries, the kubelet's.
 const (
-	// ContainerCreating is the waiting reason of a container not created
+	// containerCreating is the waiting reason of a container not created
 	// yet in a pod without init containers.
-	ContainerCreating = "ContainerCreating"
-	// PodInitializing is the waiting reason of a container not created yet
+	containerCreating = "ContainerCreating"
+	// podInitializing is the waiting reason of a container not created yet
 	// in a pod with init containers.
-	PodInitializing = "PodInitializing"
-	// ContainerStatusUnknown is the terminated reason of a container that
+	podInitializing = "PodInitializing"
+	// containerStatusUnknown is the terminated reason of a container that
 	// disappeared from the runtime.
-	ContainerStatusUnknown = "ContainerStatusUnknown"
+	containerStatusUnknown = "ContainerStatusUnknown"
 
-	// UnknownContainerStatuses: no container has a status at all.
-	UnknownContainerStatuses = "UnknownContainerStatuses"
-	// PodCompleted: the pod succeeded.
-	PodCompleted = "PodCompleted"
-	// PodFailed: the pod failed.
-	PodFailed = "PodFailed"
-	// ContainersNotReady: one or more containers are not ready.
-	ContainersNotReady = "ContainersNotReady"
-	// ContainersNotInitialized: one or more init containers have not
+	// unknownContainerStatuses: no container has a status at all.
+	unknownContainerStatuses = "UnknownContainerStatuses"
+	// podCompleted: the pod succeeded.
+	podCompleted = "PodCompleted"
+	// podFailed: the pod failed.
+	podFailed = "PodFailed"
+	// containersNotReady: one or more containers are not ready.
+	containersNotReady = "ContainersNotReady"
+	// containersNotInitialized: one or more init containers have not
 	// completed (or sidecars not started).
-	ContainersNotInitialized = "ContainersNotInitialized"
-	// ReadinessGatesNotReady: a readiness gate's condition is not True.
-	ReadinessGatesNotReady = "ReadinessGatesNotReady"
-	// PodSandboxNotReady: the pod has no ready sandbox with its network.
-	PodSandboxNotReady = "PodSandboxNotReady"
+	containersNotInitialized = "ContainersNotInitialized"
+	// readinessGatesNotReady: a readiness gate's condition is not True.
+	readinessGatesNotReady = "ReadinessGatesNotReady"
+	// podSandboxNotReady: the pod has no ready sandbox with its network.
+	podSandboxNotReady = "PodSandboxNotReady"
 )
 
 // kubeletConditions are the condition types the kubelet owns (with the
@@ -54,9 +54,9 @@ var kubeletConditions = []v1.PodConditionType{
 	v1.AllContainersRestarting,
 }
 
-// IsKubeletCondition reports whether the agent owns condition type t: the
+// isKubeletCondition reports whether the agent owns condition type t: the
 // pod status manager writes these and never the others.
-func IsKubeletCondition(t v1.PodConditionType) bool {
+func isKubeletCondition(t v1.PodConditionType) bool {
 	return slices.Contains(kubeletConditions, t)
 }
 
@@ -74,7 +74,7 @@ func condition(pod *v1.Pod, t v1.PodConditionType, status v1.ConditionStatus, re
 // it uses the host's network.
 func readyToStartContainersCondition(pod *v1.Pod, rs *podstate.PodStatus) v1.PodCondition {
 	if msg := sandboxNotReadyMessage(pod, rs); msg != "" {
-		return condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, PodSandboxNotReady, msg)
+		return condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, podSandboxNotReady, msg)
 	}
 	return condition(pod, v1.PodReadyToStartContainers, v1.ConditionTrue, "", "")
 }
@@ -88,7 +88,7 @@ func sandboxNotReadyMessage(pod *v1.Pod, rs *podstate.PodStatus) string {
 // and every sidecar started, or once a regular container started.
 func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
 	if statuses == nil && len(pod.Spec.InitContainers) > 0 {
-		return condition(pod, v1.PodInitialized, v1.ConditionFalse, UnknownContainerStatuses, "")
+		return condition(pod, v1.PodInitialized, v1.ConditionFalse, unknownContainerStatuses, "")
 	}
 	var unknown, incomplete []string
 	for i := range pod.Spec.InitContainers {
@@ -102,7 +102,7 @@ func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.P
 		}
 	}
 	if phase == v1.PodSucceeded && len(unknown) == 0 {
-		return condition(pod, v1.PodInitialized, v1.ConditionTrue, PodCompleted, "")
+		return condition(pod, v1.PodInitialized, v1.ConditionTrue, podCompleted, "")
 	}
 	// A regular container that ran means the pod was initialized, even when
 	// a sidecar restarts now.
@@ -110,7 +110,7 @@ func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.P
 		return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")
 	}
 	if msg := listMessage("containers with incomplete status", unknown, incomplete); msg != "" {
-		return condition(pod, v1.PodInitialized, v1.ConditionFalse, ContainersNotInitialized, msg)
+		return condition(pod, v1.PodInitialized, v1.ConditionFalse, containersNotInitialized, msg)
 	}
 	return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")
 }
@@ -119,7 +119,7 @@ func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.P
 // is ready.
 func containersReadyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
 	if statuses == nil {
-		return condition(pod, v1.ContainersReady, v1.ConditionFalse, UnknownContainerStatuses, "")
+		return condition(pod, v1.ContainersReady, v1.ConditionFalse, unknownContainerStatuses, "")
 	}
 	var unknown, unready []string
 	check := func(name string) {
@@ -142,7 +142,7 @@ func containersReadyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase 
 		return terminalReadyCondition(pod, v1.ContainersReady, phase)
 	}
 	if msg := listMessage("containers with unready status", unknown, unready); msg != "" {
-		return condition(pod, v1.ContainersReady, v1.ConditionFalse, ContainersNotReady, msg)
+		return condition(pod, v1.ContainersReady, v1.ConditionFalse, containersNotReady, msg)
 	}
 	return condition(pod, v1.ContainersReady, v1.ConditionTrue, "", "")
 }
@@ -165,7 +165,7 @@ func readyCondition(pod *v1.Pod, conditions []v1.PodCondition, statuses []v1.Con
 		}
 	}
 	if len(msgs) > 0 {
-		return condition(pod, v1.PodReady, v1.ConditionFalse, ReadinessGatesNotReady, strings.Join(msgs, ", "))
+		return condition(pod, v1.PodReady, v1.ConditionFalse, readinessGatesNotReady, strings.Join(msgs, ", "))
 	}
 	return condition(pod, v1.PodReady, v1.ConditionTrue, "", "")
 }
@@ -176,9 +176,9 @@ func terminalReadyCondition(pod *v1.Pod, t v1.PodConditionType, phase v1.PodPhas
 	reason := ""
 	switch phase {
 	case v1.PodFailed:
-		reason = PodFailed
+		reason = podFailed
 	case v1.PodSucceeded:
-		reason = PodCompleted
+		reason = podCompleted
 	}
 	return condition(pod, t, v1.ConditionFalse, reason, "")
 }

@@ -4,9 +4,11 @@
 //
 // # Generating a status
 //
-// Generate turns the runtime's podstate.PodStatus of a pod, the reasons its
-// waiting containers wait (podstate.ContainerWaiting: CrashLoopBackOff,
-// ErrImagePull, ...) and the prober's results into a v1.PodStatus:
+// Generate (generate.go; the phase in phase.go, the kubelet's conditions in
+// conditions.go) turns the runtime's podstate.PodStatus of a pod (read from
+// the CRI in runtime/podstatus.go), the reasons its waiting containers wait
+// (podstate.ContainerWaiting: CrashLoopBackOff, ErrImagePull, ...) and the
+// prober's results into a v1.PodStatus:
 //
 //   - the phase, by the kubelet's rules: regular init containers first (a
 //     failed one that will not restart fails the pod), sidecars (restartable
@@ -28,16 +30,16 @@
 //
 // # Writing it
 //
-// A Manager caches the latest status per pod (SetPodStatus, GetPodStatus)
-// and Run writes changes with a strategic merge patch of the status
-// subresource carrying the pod's UID as precondition, only when the API
-// server's status differs, and never touching the condition types it does
-// not own. It refuses illegal transitions (a terminal phase or a finished
-// container coming back), keeps a pod from turning terminal on the API
-// server before TerminatePod says its containers stopped, deletes a
-// finished pod's object (grace period 0, UID precondition) once it is
-// being deleted and terminal, and retries failed writes with the next
-// write and at least every 10 s.
+// A Manager (manager.go; the patch in patch.go) caches the latest status
+// per pod (SetPodStatus, GetPodStatus) and Run writes changes with a
+// strategic merge patch of the status subresource carrying the pod's UID
+// as precondition, only when the API server's status differs, and never
+// touching the condition types it does not own. It refuses illegal
+// transitions (a terminal phase or a finished container coming back),
+// keeps a pod from turning terminal on the API server before TerminatePod
+// says its containers stopped, deletes a finished pod's object (grace
+// period 0, UID precondition) once it is being deleted and terminal, and
+// retries failed writes with the next write and at least every 10 s.
 //
 // A static pod's status (podsource.IsStaticPod) goes to its mirror pod, the
 // API pod whose kubernetes.io/config.mirror annotation is the static pod's

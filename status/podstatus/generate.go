@@ -247,7 +247,7 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 	s.Conditions = nil
 	backendResizing := false
 	for _, c := range foreign {
-		if !IsKubeletCondition(c.Type) {
+		if !isKubeletCondition(c.Type) {
 			s.Conditions = append(s.Conditions, c)
 		}
 		if c.Type == v1.PodResizeInProgress && c.Status == v1.ConditionTrue {
@@ -269,7 +269,7 @@ func Normalize(pod *v1.Pod, backend *v1.PodStatus, opts GenerateOptions) v1.PodS
 	if s.Phase == "" || (opts.Terminal && !isTerminal(s.Phase)) {
 		s.Phase = phase(pod, all, opts.Terminal, anyRegularContainerStarted(pod, all))
 	}
-	started := condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, PodSandboxNotReady, "the backend has not started the pod")
+	started := condition(pod, v1.PodReadyToStartContainers, v1.ConditionFalse, podSandboxNotReady, "the backend has not started the pod")
 	if backend != nil && (backend.PodIP != "" || anyContainerStarted(all)) {
 		started = condition(pod, v1.PodReadyToStartContainers, v1.ConditionTrue, "", "")
 	}
@@ -363,7 +363,7 @@ func finish(pod *v1.Pod, s *v1.PodStatus, old *v1.PodStatus, readyToStart v1.Pod
 	}
 
 	for _, c := range pod.Status.Conditions {
-		if !IsKubeletCondition(c.Type) && findCondition(s.Conditions, c.Type) == nil {
+		if !isKubeletCondition(c.Type) && findCondition(s.Conditions, c.Type) == nil {
 			s.Conditions = append(s.Conditions, *c.DeepCopy())
 		}
 	}
@@ -430,9 +430,9 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 	for i := range previous {
 		olds[previous[i].Name] = &previous[i]
 	}
-	defaultReason := ContainerCreating
+	defaultReason := containerCreating
 	if hasInit {
-		defaultReason = PodInitializing
+		defaultReason = podInitializing
 	}
 	specs := make(map[string]*v1.Container, len(containers))
 	statuses := make(map[string]*v1.ContainerStatus, len(containers))
@@ -469,7 +469,7 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 			continue
 		}
 		st.LastTerminationState.Terminated = &v1.ContainerStateTerminated{
-			Reason:   ContainerStatusUnknown,
+			Reason:   containerStatusUnknown,
 			Message:  "The container could not be located when the pod was deleted.  The container used to be Running",
 			ExitCode: 137,
 		}
@@ -582,7 +582,7 @@ func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatu
 		// It was running and is not any more, but the runtime cannot say
 		// how it ended: it failed, it did not "never run".
 		st.State.Terminated = &v1.ContainerStateTerminated{
-			Reason:   ContainerStatusUnknown,
+			Reason:   containerStatusUnknown,
 			Message:  "The container could not be located when the pod was terminated",
 			ExitCode: 137,
 		}

@@ -122,7 +122,7 @@ func TestTerminalPhaseIsSticky(t *testing.T) {
 		t.Errorf("after API Succeeded: %s", got.Phase)
 	}
 	// A terminal pod is never Ready.
-	if c := findCond(got, v1.PodReady); c == nil || c.Status != v1.ConditionFalse || c.Reason != podstatus.PodCompleted {
+	if c := findCond(got, v1.PodReady); c == nil || c.Status != v1.ConditionFalse || c.Reason != "PodCompleted" {
 		t.Errorf("Ready = %+v", c)
 	}
 }
@@ -198,8 +198,8 @@ func TestWaitingReasons(t *testing.T) {
 		container  string
 		wantReason string
 	}{
-		{"not created, no init", testPod(v1.RestartPolicyAlways, "a"), rt(), nil, "a", podstatus.ContainerCreating},
-		{"not created, with init", withInit(testPod(v1.RestartPolicyAlways, "a"), "i"), rt(), nil, "a", podstatus.PodInitializing},
+		{"not created, no init", testPod(v1.RestartPolicyAlways, "a"), rt(), nil, "a", "ContainerCreating"},
+		{"not created, with init", withInit(testPod(v1.RestartPolicyAlways, "a"), "i"), rt(), nil, "a", "PodInitializing"},
 		{"image pull failing", testPod(v1.RestartPolicyAlways, "a"), rt(),
 			map[string]podstate.ContainerWaiting{"a": {Reason: podstate.ErrImagePull, Message: "pull access denied"}}, "a", "ErrImagePull"},
 		{"image pull back-off", testPod(v1.RestartPolicyAlways, "a"), rt(),
@@ -249,10 +249,10 @@ func TestContainerGoneFromTheRuntime(t *testing.T) {
 	// The runtime lost the container (the runtime's state was wiped).
 	s := podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{Previous: &prev})
 	cs := s.ContainerStatuses[0]
-	if cs.State.Waiting == nil || cs.State.Waiting.Reason != podstatus.ContainerCreating {
+	if cs.State.Waiting == nil || cs.State.Waiting.Reason != "ContainerCreating" {
 		t.Errorf("state = %+v", cs.State)
 	}
-	if lt := cs.LastTerminationState.Terminated; lt == nil || lt.Reason != podstatus.ContainerStatusUnknown || lt.ExitCode != 137 {
+	if lt := cs.LastTerminationState.Terminated; lt == nil || lt.Reason != "ContainerStatusUnknown" || lt.ExitCode != 137 {
 		t.Errorf("last state = %+v", cs.LastTerminationState)
 	}
 	if cs.RestartCount != 3 {
@@ -266,7 +266,7 @@ func TestContainerGoneFromTheRuntime(t *testing.T) {
 	unknown := running("a", t0)
 	unknown.State = podstate.ContainerStateUnknown
 	s = podstatus.Generate(p, rt(unknown), nil, podstatus.GenerateOptions{Previous: &prev})
-	if term := s.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != podstatus.ContainerStatusUnknown || s.ContainerStatuses[0].RestartCount != 3 {
+	if term := s.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != "ContainerStatusUnknown" || s.ContainerStatuses[0].RestartCount != 3 {
 		t.Errorf("unknown container = %+v", s.ContainerStatuses[0])
 	}
 }
@@ -305,7 +305,7 @@ func TestProbes(t *testing.T) {
 		t.Errorf("no results: a ready=%v started=%v, b ready=%v started=%v", a.Ready, *a.Started, b.Ready, *b.Started)
 	}
 	cr, ready := findCond(s, v1.ContainersReady), findCond(s, v1.PodReady)
-	if cr.Status != v1.ConditionFalse || cr.Reason != podstatus.ContainersNotReady || cr.Message != "containers with unready status: [a b]" {
+	if cr.Status != v1.ConditionFalse || cr.Reason != "ContainersNotReady" || cr.Message != "containers with unready status: [a b]" {
 		t.Errorf("ContainersReady = %+v", cr)
 	}
 	if ready.Status != v1.ConditionFalse || ready.Reason != cr.Reason || ready.Message != cr.Message {
@@ -361,9 +361,9 @@ func TestConditions(t *testing.T) {
 	want := []v1.PodCondition{
 		{Type: "example.com/lb", Status: v1.ConditionFalse, Reason: "NotRegistered"},
 		{Type: v1.PodReadyToStartContainers, Status: v1.ConditionTrue},
-		{Type: v1.PodInitialized, Status: v1.ConditionFalse, Reason: podstatus.ContainersNotInitialized, Message: "containers with incomplete status: [i2]"},
-		{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: podstatus.ContainersNotReady, Message: "containers with unready status: [a]"},
-		{Type: v1.ContainersReady, Status: v1.ConditionFalse, Reason: podstatus.ContainersNotReady, Message: "containers with unready status: [a]"},
+		{Type: v1.PodInitialized, Status: v1.ConditionFalse, Reason: "ContainersNotInitialized", Message: "containers with incomplete status: [i2]"},
+		{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: "ContainersNotReady", Message: "containers with unready status: [a]"},
+		{Type: v1.ContainersReady, Status: v1.ConditionFalse, Reason: "ContainersNotReady", Message: "containers with unready status: [a]"},
 		{Type: v1.PodScheduled, Status: v1.ConditionTrue},
 	}
 	for i := 1; i < len(want); i++ {
@@ -381,7 +381,7 @@ func TestConditions(t *testing.T) {
 	if c := findCond(s, v1.ContainersReady); c.Status != v1.ConditionTrue {
 		t.Errorf("ContainersReady = %+v", c)
 	}
-	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionFalse || c.Reason != podstatus.ReadinessGatesNotReady ||
+	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionFalse || c.Reason != "ReadinessGatesNotReady" ||
 		c.Message != `the status of pod readiness gate "example.com/lb" is not "True", but False` {
 		t.Errorf("Ready = %+v", c)
 	}
@@ -397,15 +397,15 @@ func TestTerminalConditions(t *testing.T) {
 	p := testPod(v1.RestartPolicyNever, "a")
 	s := podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{})
 	for _, ty := range []v1.PodConditionType{v1.PodReady, v1.ContainersReady} {
-		if c := findCond(s, ty); c.Status != v1.ConditionFalse || c.Reason != podstatus.PodCompleted {
+		if c := findCond(s, ty); c.Status != v1.ConditionFalse || c.Reason != "PodCompleted" {
 			t.Errorf("%s = %+v", ty, c)
 		}
 	}
-	if c := findCond(s, v1.PodInitialized); c.Status != v1.ConditionTrue || c.Reason != podstatus.PodCompleted {
+	if c := findCond(s, v1.PodInitialized); c.Status != v1.ConditionTrue || c.Reason != "PodCompleted" {
 		t.Errorf("Initialized = %+v", c)
 	}
 	s = podstatus.Generate(p, rt(exited("a", t0, 1)), nil, podstatus.GenerateOptions{})
-	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionFalse || c.Reason != podstatus.PodFailed {
+	if c := findCond(s, v1.PodReady); c.Status != v1.ConditionFalse || c.Reason != "PodFailed" {
 		t.Errorf("Ready = %+v", c)
 	}
 }
@@ -445,7 +445,7 @@ func TestReadyToStartContainers(t *testing.T) {
 	} {
 		s := podstatus.Generate(tc.pod, tc.rs, nil, podstatus.GenerateOptions{})
 		c := findCond(s, v1.PodReadyToStartContainers)
-		wantStatus, wantReason := v1.ConditionFalse, podstatus.PodSandboxNotReady
+		wantStatus, wantReason := v1.ConditionFalse, "PodSandboxNotReady"
 		if tc.want == "" {
 			wantStatus, wantReason = v1.ConditionTrue, ""
 		}

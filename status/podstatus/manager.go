@@ -22,17 +22,17 @@ import (
 	"github.com/nodekit/nodekit/podsource"
 )
 
-// DefaultSyncPeriod is how often the Manager checks every cached status
+// defaultSyncPeriod is how often the Manager checks every cached status
 // against the API server, the kubelet status manager's syncPeriod.
-const DefaultSyncPeriod = 10 * time.Second
+const defaultSyncPeriod = 10 * time.Second
 
-// DefaultPendingWriteDelay is how long the first status of a pod that is
+// defaultPendingWriteDelay is how long the first status of a pod that is
 // still Pending waits before it is written, by default.
-const DefaultPendingWriteDelay = time.Second
+const defaultPendingWriteDelay = time.Second
 
-// DefaultWriters is how many pods' statuses the Manager writes at once by
+// defaultWriters is how many pods' statuses the Manager writes at once by
 // default.
-const DefaultWriters = 8
+const defaultWriters = 8
 
 // PodGetter gives the pods as the agent's sources last saw them; the
 // returned pods are read-only and the methods must not block.
@@ -74,7 +74,7 @@ type Options struct {
 	// SyncPeriod is the period of the full sync; default 10 s.
 	SyncPeriod time.Duration
 	// Writers is how many pods' statuses are written at once (default
-	// DefaultWriters); one pod's writes never overlap. A status goes to
+	// 8); one pod's writes never overlap. A status goes to
 	// the first free writer as soon as it is set, whatever the others are
 	// writing. The kubelet writes one at a time, so a burst of pods waits
 	// for each round trip in turn; the client's rate limit still bounds the
@@ -82,7 +82,7 @@ type Options struct {
 	Writers int
 	// PendingWriteDelay is how long the first status of a pod that is still
 	// Pending (and not being deleted) may wait for a newer one before it is
-	// written (default DefaultPendingWriteDelay; negative: no wait). A pod
+	// written (default 1 s; negative: no wait). A pod
 	// that starts within it is written once, carrying Running, instead of
 	// once as ContainerCreating and again as Running; a pod that takes
 	// longer shows its Pending status that much later than the kubelet's.
@@ -175,17 +175,17 @@ func NewManager(opts Options) (*Manager, error) {
 	case opts.SyncPeriod < 0:
 		return nil, fmt.Errorf("podstatus: SyncPeriod %v must not be negative", opts.SyncPeriod)
 	case opts.SyncPeriod == 0:
-		opts.SyncPeriod = DefaultSyncPeriod
+		opts.SyncPeriod = defaultSyncPeriod
 	}
 	switch {
 	case opts.Writers < 0:
 		return nil, fmt.Errorf("podstatus: Writers %d must not be negative", opts.Writers)
 	case opts.Writers == 0:
-		opts.Writers = DefaultWriters
+		opts.Writers = defaultWriters
 	}
 	switch {
 	case opts.PendingWriteDelay == 0:
-		opts.PendingWriteDelay = DefaultPendingWriteDelay
+		opts.PendingWriteDelay = defaultPendingWriteDelay
 	case opts.PendingWriteDelay < 0:
 		opts.PendingWriteDelay = 0
 	}
@@ -273,7 +273,7 @@ func (m *Manager) TerminatePod(pod *v1.Pod) {
 	}
 
 	unknown := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
-		Reason:   ContainerStatusUnknown,
+		Reason:   containerStatusUnknown,
 		Message:  "The container could not be located when the pod was terminated",
 		ExitCode: 137,
 	}}

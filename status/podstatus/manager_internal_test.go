@@ -81,7 +81,7 @@ func TestMergePodStatus(t *testing.T) {
 		t.Errorf("DisruptionTarget = %+v", c)
 	}
 	for _, ty := range []v1.PodConditionType{v1.PodReady, v1.ContainersReady} {
-		if c := findCondition(got.Conditions, ty); c.Status != v1.ConditionFalse || c.Reason != PodFailed || c.ObservedGeneration != 2 {
+		if c := findCondition(got.Conditions, ty); c.Status != v1.ConditionFalse || c.Reason != podFailed || c.ObservedGeneration != 2 {
 			t.Errorf("%s = %+v", ty, c)
 		}
 	}

@@ -3,6 +3,7 @@ package podstatus_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,7 +83,7 @@ func (e *env) waitFor(t *testing.T, what string, cond func() bool) {
 func (e *env) resync(t *testing.T) {
 	t.Helper()
 	e.waitFor(t, "the resync timer", func() bool { return e.clock.HasWaiters() })
-	e.clock.Step(podstatus.DefaultSyncPeriod)
+	e.clock.Step(10 * time.Second)
 }
 
 func (e *env) apiPod(t *testing.T, name string) *v1.Pod {
@@ -218,7 +219,7 @@ func TestKeepsConditionsOthersOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range body.Status.Conditions {
-		if !podstatus.IsKubeletCondition(c.Type) {
+		if !slices.Contains(kubeletConditionTypes, c.Type) {
 			t.Errorf("the patch writes condition %s: %s", c.Type, patch)
 		}
 	}
@@ -285,7 +286,7 @@ func TestTerminalPhaseWaitsForTerminatePodThenThePodIsDeleted(t *testing.T) {
 	}
 	e.m.TerminatePod(p)
 	e.waitFor(t, "Succeeded", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodSucceeded })
-	if c := findCond(e.apiPod(t, "web").Status, v1.PodReady); c.Reason != podstatus.PodCompleted {
+	if c := findCond(e.apiPod(t, "web").Status, v1.PodReady); c.Reason != "PodCompleted" {
 		t.Errorf("Ready = %+v", c)
 	}
 	if n := len(e.actions("delete")); n != 0 {
@@ -348,7 +349,7 @@ func TestTerminatePodFailsUnfinishedContainers(t *testing.T) {
 		t.Fatalf("phase = %s", s.Phase)
 	}
 	a, b := findCS(s.ContainerStatuses, "a"), findCS(s.ContainerStatuses, "b")
-	if a.State.Terminated == nil || a.State.Terminated.Reason != podstatus.ContainerStatusUnknown || a.State.Terminated.ExitCode != 137 {
+	if a.State.Terminated == nil || a.State.Terminated.Reason != "ContainerStatusUnknown" || a.State.Terminated.ExitCode != 137 {
 		t.Errorf("a = %+v", a.State)
 	}
 	if b.State.Terminated == nil || b.State.Terminated.ExitCode != 0 {
@@ -951,4 +952,11 @@ func TestInternalStartIsMeasuredFromSeenToTheStartedStatusWritten(t *testing.T) 
 	if h.GetSampleCount() != 1 || h.GetSampleSum() != 0.007 {
 		t.Errorf("nodekit_pod_start_internal_duration_seconds has %d samples summing to %vs, want 1 of 0.007s", h.GetSampleCount(), h.GetSampleSum())
 	}
+}
+
+// kubeletConditionTypes are the pod condition types the kubelet owns (1.37,
+// default feature gates), the only ones a status patch may carry.
+var kubeletConditionTypes = []v1.PodConditionType{
+	v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodResizeInProgress,
+	v1.PodResizePending, v1.PodReadyToStartContainers, v1.AllContainersRestarting,
 }

@@ -34,8 +34,8 @@ var Module = fx.Options(
 	fx.Invoke(func(*Manager) {}),
 )
 
-// Params are Module's dependencies.
-type Params struct {
+// params are Module's dependencies.
+type params struct {
 	fx.In
 
 	Options    Options               `optional:"true"`
@@ -46,7 +46,7 @@ type Params struct {
 	runner.Deps
 }
 
-func provide(p Params) (*Manager, error) {
+func provide(p params) (*Manager, error) {
 	opts := p.Options
 	if opts.Client == nil {
 		opts.Client = p.Client

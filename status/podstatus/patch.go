@@ -29,13 +29,13 @@ func mergePodStatus(pod *v1.Pod, apiStatus, status v1.PodStatus, couldHaveRunnin
 
 	conditions := make([]v1.PodCondition, 0, len(apiStatus.Conditions)+len(merged.Conditions))
 	for _, c := range apiStatus.Conditions {
-		if !IsKubeletCondition(c.Type) {
+		if !isKubeletCondition(c.Type) {
 			conditions = append(conditions, *c.DeepCopy())
 		}
 	}
 	for _, c := range merged.Conditions {
 		switch {
-		case IsKubeletCondition(c.Type):
+		case isKubeletCondition(c.Type):
 			conditions = append(conditions, c)
 		case isSharedCondition(c.Type) && toTerminal && !couldHaveRunningContainers:
 			// DisruptionTarget is sent with the terminal phase, once the
@@ -94,7 +94,7 @@ func statusEqual(a, b *v1.PodStatus) bool {
 	owned := func(s *v1.PodStatus) map[v1.PodConditionType]v1.PodCondition {
 		m := make(map[v1.PodConditionType]v1.PodCondition, len(s.Conditions))
 		for _, c := range s.Conditions {
-			if IsKubeletCondition(c.Type) || isSharedCondition(c.Type) {
+			if isKubeletCondition(c.Type) || isSharedCondition(c.Type) {
 				m[c.Type] = c
 			}
 		}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package status
+package machine
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package status
+package machine
 
 import (
 	"errors"
@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func fixtureRoots(t *testing.T, name string) MachineRoots {
+func fixtureRoots(t *testing.T, name string) Roots {
 	t.Helper()
 	base := filepath.Join("testdata", name)
-	return MachineRoots{
+	return Roots{
 		HostRoot: base,
 		ProcRoot: filepath.Join(base, "proc"),
 		SysRoot:  filepath.Join(base, "sys"),
@@ -32,13 +32,13 @@ func statfsCapacity(t *testing.T, dir string) int64 {
 	return int64(st.Blocks) * st.Frsize
 }
 
-func TestReadMachineFull(t *testing.T) {
+func TestReadFull(t *testing.T) {
 	roots := fixtureRoots(t, "full")
-	m, err := ReadMachine(roots)
+	m, err := Read(roots)
 	if err != nil {
-		t.Fatalf("ReadMachine: %v", err)
+		t.Fatalf("Read: %v", err)
 	}
-	want := &Machine{
+	want := &Info{
 		NumCores:       5, // online 0-7 ∩ cpuset 0-3,6
 		MemoryCapacity: 16303428 * 1024,
 		SwapCapacity:   2097148 * 1024,
@@ -55,17 +55,17 @@ func TestReadMachineFull(t *testing.T) {
 		RunningInUserNamespace:   false,
 	}
 	if !reflect.DeepEqual(m, want) {
-		t.Errorf("ReadMachine(full) =\n%+v\nwant\n%+v", m, want)
+		t.Errorf("Read(full) =\n%+v\nwant\n%+v", m, want)
 	}
 	if m.EphemeralStorageCapacity <= 0 {
 		t.Errorf("ephemeral storage capacity %d, want > 0", m.EphemeralStorageCapacity)
 	}
 }
 
-func TestReadMachineMinimal(t *testing.T) {
-	m, err := ReadMachine(fixtureRoots(t, "minimal"))
+func TestReadMinimal(t *testing.T) {
+	m, err := Read(fixtureRoots(t, "minimal"))
 	if err != nil {
-		t.Fatalf("ReadMachine: %v", err)
+		t.Fatalf("Read: %v", err)
 	}
 	if m.NumCores != 2 {
 		t.Errorf("NumCores = %d, want 2 (no cpuset: every online CPU)", m.NumCores)
@@ -85,7 +85,7 @@ func TestReadMachineMinimal(t *testing.T) {
 }
 
 // brokenRoots copies the full fixture to a temp dir and applies edit.
-func brokenRoots(t *testing.T, edit func(dir string)) MachineRoots {
+func brokenRoots(t *testing.T, edit func(dir string)) Roots {
 	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join("testdata", "full")
@@ -93,10 +93,10 @@ func brokenRoots(t *testing.T, edit func(dir string)) MachineRoots {
 		t.Fatal(err)
 	}
 	edit(dir)
-	return MachineRoots{HostRoot: dir, ProcRoot: filepath.Join(dir, "proc"), SysRoot: filepath.Join(dir, "sys"), RootDir: dir}
+	return Roots{HostRoot: dir, ProcRoot: filepath.Join(dir, "proc"), SysRoot: filepath.Join(dir, "sys"), RootDir: dir}
 }
 
-func TestReadMachineErrors(t *testing.T) {
+func TestReadErrors(t *testing.T) {
 	write := func(path, content string) func(string) {
 		return func(dir string) {
 			if err := os.WriteFile(filepath.Join(dir, path), []byte(content), 0o644); err != nil {
@@ -134,18 +134,18 @@ func TestReadMachineErrors(t *testing.T) {
 		{"empty kernel version", write("proc/sys/kernel/osrelease", "\n"), "is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ReadMachine(brokenRoots(t, tc.edit))
+			_, err := Read(brokenRoots(t, tc.edit))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("ReadMachine error = %v, want one containing %q", err, tc.want)
+				t.Fatalf("Read error = %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
 	t.Run("missing root dir", func(t *testing.T) {
 		roots := fixtureRoots(t, "full")
 		roots.RootDir = filepath.Join(roots.RootDir, "missing")
-		_, err := ReadMachine(roots)
+		_, err := Read(roots)
 		if err == nil || !strings.Contains(err.Error(), "root directory") {
-			t.Fatalf("ReadMachine error = %v, want a root directory error", err)
+			t.Fatalf("Read error = %v, want a root directory error", err)
 		}
 	})
 }
@@ -166,15 +166,15 @@ func TestParseCPUList(t *testing.T) {
 	}
 }
 
-func TestCachedMachine(t *testing.T) {
+func TestCached(t *testing.T) {
 	var calls atomic.Int32
 	fail := true
-	cached := CachedMachine(func() (*Machine, error) {
+	cached := Cached(func() (*Info, error) {
 		calls.Add(1)
 		if fail {
 			return nil, errors.New("not yet")
 		}
-		return &Machine{NumCores: 3}, nil
+		return &Info{NumCores: 3}, nil
 	})
 	if _, err := cached(); err == nil {
 		t.Fatal("first call succeeded")

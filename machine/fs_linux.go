@@ -1,4 +1,4 @@
-package status
+package machine
 
 import "golang.org/x/sys/unix"
 

@@ -1,4 +1,4 @@
-package status
+package machine
 
 import (
 	"bufio"
@@ -14,9 +14,9 @@ import (
 	"sync"
 )
 
-// Machine is what the node status needs to know about the host; the kubelet
-// gets it from cAdvisor, nodekit reads it from /proc, /sys and statfs.
-type Machine struct {
+// Info is what the node needs to know about its host; the kubelet gets it
+// from cAdvisor, nodekit reads it from /proc, /sys and statfs.
+type Info struct {
 	// NumCores is the number of online CPUs this process may run on (the
 	// online CPUs intersected with its cpuset).
 	NumCores int
@@ -48,13 +48,13 @@ type HugePages struct {
 	NumPages int64
 }
 
-// MachineFunc returns the host's Machine. The returned value is shared:
+// Func returns the host's Info. The returned value is shared:
 // callers must not modify it. It must be safe for concurrent use.
-type MachineFunc func() (*Machine, error)
+type Func func() (*Info, error)
 
-// MachineRoots says where ReadMachine finds the host's files, so a test or a
+// Roots says where Read finds the host's files, so a test or a
 // containerised agent can point it elsewhere.
-type MachineRoots struct {
+type Roots struct {
 	// HostRoot holds etc/machine-id, var/lib/dbus/machine-id and
 	// etc/os-release; default "/".
 	HostRoot string
@@ -67,7 +67,7 @@ type MachineRoots struct {
 	RootDir string
 }
 
-func (r MachineRoots) withDefaults() MachineRoots {
+func (r Roots) withDefaults() Roots {
 	if r.HostRoot == "" {
 		r.HostRoot = "/"
 	}
@@ -83,14 +83,14 @@ func (r MachineRoots) withDefaults() MachineRoots {
 	return r
 }
 
-// ReadMachine reads the host's Machine from the files under roots. CPUs,
+// Read reads the host's Info from the files under roots. CPUs,
 // memory, the boot ID, the kernel version and the root directory's
 // filesystem are required; a missing machine ID, system UUID, os-release,
 // cpuset or huge page support is not an error. It does not cache: see
-// CachedMachine.
-func ReadMachine(roots MachineRoots) (*Machine, error) {
+// Cached.
+func Read(roots Roots) (*Info, error) {
 	roots = roots.withDefaults()
-	m := &Machine{}
+	m := &Info{}
 	var err error
 	if m.NumCores, err = readNumCores(roots); err != nil {
 		return nil, err
@@ -122,15 +122,15 @@ func ReadMachine(roots MachineRoots) (*Machine, error) {
 	return m, nil
 }
 
-// CachedMachine returns a MachineFunc that calls read until it succeeds once
+// Cached returns a Func that calls read until it succeeds once
 // and then returns that result forever, as the kubelet caches cAdvisor's
 // machine info. It is safe for concurrent use.
-func CachedMachine(read MachineFunc) MachineFunc {
+func Cached(read Func) Func {
 	var (
 		mu     sync.Mutex
-		cached *Machine
+		cached *Info
 	)
-	return func() (*Machine, error) {
+	return func() (*Info, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if cached != nil {
@@ -172,7 +172,7 @@ func firstReadable(paths ...string) string {
 }
 
 // readNumCores counts the online CPUs in this process's cpuset.
-func readNumCores(roots MachineRoots) (int, error) {
+func readNumCores(roots Roots) (int, error) {
 	onlinePath := filepath.Join(roots.SysRoot, "devices/system/cpu/online")
 	raw, err := readTrimmed(onlinePath)
 	if err != nil {
