@@ -119,7 +119,7 @@ func TestHandoverFromKubelet(t *testing.T) {
 	cri := k.cri
 	// The node declares the agent's features, not the kubelet's leftover.
 	waitForNode(t, name, "declaring nodekit's features only", time.Minute, func(n *v1.Node) bool {
-		return slices.Equal(n.Status.DeclaredFeatures, []string{"InPlacePodVerticalScalingInitContainers"})
+		return slices.Equal(n.Status.DeclaredFeatures, []string{"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"})
 	})
 
 	// A pod created now runs only if the agent syncs pods: by then it has

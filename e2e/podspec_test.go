@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/pods"
@@ -19,7 +20,8 @@ import (
 // restarts. A Job-like pod (restartPolicy Never) whose container restarts
 // on exit code 42 restarts it and stays Running with it running; an
 // OnFailure pod whose container says Never is not restarted and ends
-// Failed.
+// Failed; an exit matching a RestartAllContainers rule restarts all the
+// pod's containers in place (testRestartAllContainers).
 func testContainerRestartRules(t *testing.T, n *podNode) {
 	t.Run("rule restarts exit 42", func(t *testing.T) {
 		t.Parallel()
@@ -41,6 +43,10 @@ func testContainerRestartRules(t *testing.T, n *podNode) {
 			t.Errorf("last termination %+v, want exit code 42", cs.LastTerminationState)
 		}
 	})
+	t.Run("RestartAllContainers on exit 42", func(t *testing.T) {
+		t.Parallel()
+		testRestartAllContainers(t, n)
+	})
 	t.Run("container Never in an OnFailure pod", func(t *testing.T) {
 		t.Parallel()
 		pod := n.pod("restart-container-never", "sh", "-c", "exit 3")
@@ -53,6 +59,79 @@ func testContainerRestartRules(t *testing.T, n *podNode) {
 			t.Errorf("container %s restarted %d times, want terminated with exit code 3 and never restarted", stateString(cs.State), cs.RestartCount)
 		}
 	})
+}
+
+// testRestartAllContainers: in a Job-like pod (restartPolicy Never), a
+// regular container whose exit 42 matches a RestartAllContainers rule
+// restarts every container in place, as the kubelet: the init container,
+// the sidecar and the other regular container run again in the same
+// sandbox, each with restart count 1 and a last termination (the removed
+// ones' reason RestartingAllContainers), the pod stays Running and
+// initialized, and once all run again the AllContainersRestarting
+// condition is False.
+func testRestartAllContainers(t *testing.T, n *podNode) {
+	pod := n.pod("restart-all", "sh", "-c", "if [ -f /data/ran ]; then exec sleep 3600; fi; touch /data/ran; exit 42")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	main := &pod.Spec.Containers[0]
+	main.VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	main.RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+	main.RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	other := func(name string, command ...string) v1.Container {
+		return v1.Container{Name: name, Image: main.Image, ImagePullPolicy: main.ImagePullPolicy, Command: command}
+	}
+	sidecar := other("sidecar", "sleep", "3600")
+	sidecar.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+	pod.Spec.InitContainers = []v1.Container{other("init", "true"), sidecar}
+	pod.Spec.Containers = append(pod.Spec.Containers, other("regular", "sleep", "3600"))
+	pod = n.createPod(t, pod)
+
+	names := []string{"init", "sidecar", "main", "regular"}
+	statusOf := func(p *v1.Pod, name string) (v1.ContainerStatus, bool) {
+		for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			if cs.Name == name {
+				return cs, true
+			}
+		}
+		return v1.ContainerStatus{}, false
+	}
+	pod = waitForPod(t, pod.Namespace, pod.Name, "every container restarted once and running again", func(p *v1.Pod) bool {
+		for _, name := range names {
+			cs, ok := statusOf(p, name)
+			if !ok || cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil {
+				return false
+			}
+			if done := name == "init"; (done && cs.State.Terminated == nil) || (!done && cs.State.Running == nil) {
+				return false
+			}
+		}
+		return p.Status.Phase == v1.PodRunning
+	})
+	for _, name := range []string{"init", "sidecar", "regular"} {
+		cs, _ := statusOf(pod, name)
+		if last := cs.LastTerminationState.Terminated; last.Reason != "RestartingAllContainers" || last.ExitCode != 137 {
+			t.Errorf("%s: last termination %+v, want RestartingAllContainers with exit code 137", name, last)
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		switch {
+		case c.Type == v1.AllContainersRestarting && c.Status != v1.ConditionFalse,
+			c.Type == v1.PodInitialized && c.Status != v1.ConditionTrue:
+			t.Errorf("condition %s=%s (%s) once all run again", c.Type, c.Status, c.Reason)
+		}
+	}
+	// The sandbox stays; the runtime keeps only the new instances.
+	if sbs := n.criSandboxes(t, pod.UID); len(sbs) != 1 || sbs[0].State != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Errorf("sandboxes %v, want the one the pod started with, ready", sbs)
+	}
+	if got := n.criContainers(t, pod.UID, false); len(got) != len(names) {
+		var ids []string
+		for _, c := range got {
+			ids = append(ids, fmt.Sprintf("%s(%s, attempt %d)", c.Metadata.Name, c.State, c.Metadata.Attempt))
+		}
+		t.Errorf("runtime containers %v, want one instance of each of %v", ids, names)
+	}
 }
 
 // testSysctls: a safe sysctl is set in the pod's sandbox; an unsafe one

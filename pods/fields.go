@@ -60,7 +60,7 @@ var fieldsActedOn = map[string]string{
 	"Container.env":                      "runtime/env.go",
 	"Container.resources":                "runtime/container.go (CRI resources); cgroupdriver/; pods/admission.go; resized in place: pods/resize.go (allocation), runtime/resize.go",
 	"Container.restartPolicy":            "podstate/restart.go",
-	"Container.restartPolicyRules":       "podstate/restart.go; RestartAllContainers refused: pods/podspec.go DeclaredFeatures",
+	"Container.restartPolicyRules":       "podstate/restart.go; RestartAllContainers: runtime/sync.go resetAll, status/podstatus (AllContainersRestarting)",
 	"Container.volumeMounts":             "runtime/volumes.go",
 	"Container.livenessProbe":            "prober/; runtime/actions.go (the kill)",
 	"Container.readinessProbe":           "prober/",

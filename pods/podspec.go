@@ -272,9 +272,13 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 // implementedFeatures are the node features of
 // k8s.io/component-helpers/nodedeclaredfeatures this node implements, by
 // the feature gate each one's discovery asks for: a running non-sidecar
-// init container is resized in place (runtime's computePodActions).
+// init container is resized in place (runtime's computePodActions); a
+// container's exit matching a RestartAllContainers rule restarts all the
+// pod's containers in place (runtime's SyncInput.RestartAllContainers,
+// podstatus's AllContainersRestarting condition).
 var implementedFeatures = ndftypes.FeatureGateMap{
-	inplacepodresize.IPPRInitContainersFeatureGate: true,
+	inplacepodresize.IPPRInitContainersFeatureGate:            true,
+	restartallcontainers.RestartAllContainersOnContainerExits: true,
 }
 
 // undeclaredFeatures are the node features of the registry this node does
@@ -283,7 +287,6 @@ var implementedFeatures = ndftypes.FeatureGateMap{
 // anyway. A feature upstream adds to the registry is in neither table, and
 // a test fails.
 var undeclaredFeatures = map[string]string{
-	restartallcontainers.RestartAllContainersOnContainerExits:      "RestartAllContainers restart rules are refused at admission",
 	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              "a resize of pod-level resources is left PodResizePending Infeasible",
 	inplacepodresize.IPPRMemoryBackedVolumesFeatureGate:            "memory-backed emptyDir size limits are not resized (alpha, off on the kubelet too)",
 	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: "the node API speaks SPDY only: the API server translates WebSockets (server/doc.go)",
@@ -314,8 +317,8 @@ func NodeDeclaredFeatures(kubeletVersion string) ([]string, error) {
 
 // DeclaredFeatures is the kubelet's declared-features admit handler: a pod
 // that needs a node feature (k8s.io/component-helpers/nodedeclaredfeatures,
-// e.g. RestartAllContainersOnContainerExits for a RestartAllContainers
-// restart rule) this node does not implement (NodeDeclaredFeatures) is
+// e.g. VolumeBindMountOptions for a volume mount's bindMountOptions) this
+// node does not implement (NodeDeclaredFeatures) is
 // refused with PodFeatureUnsupported, as on a kubelet without that
 // feature. As the kubelet's, it matches the node's own features, not the
 // Node object's, which may still carry what a previous agent declared.

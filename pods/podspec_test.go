@@ -134,7 +134,7 @@ func TestPodFeatures(t *testing.T) {
 	}
 }
 
-func TestDeclaredFeaturesRefusesRestartAllContainers(t *testing.T) {
+func TestDeclaredFeaturesAdmitsRestartAllContainers(t *testing.T) {
 	h, err := DeclaredFeatures("v1.37.2+nodekit.0.1.0")
 	if err != nil {
 		t.Fatal(err)
@@ -143,17 +143,8 @@ func TestDeclaredFeaturesRefusesRestartAllContainers(t *testing.T) {
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", RestartPolicy: &never,
 		RestartPolicyRules: []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
 			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}}}}
-	node := admitNode()
-	r := h.Admit(AdmitAttributes{Pod: pod, Node: node})
-	if r.Admit || r.Reason != "PodFeatureUnsupported" ||
-		r.Message != "Pod requires node features that are not available: RestartAllContainersOnContainerExits" {
-		t.Errorf("RestartAllContainers on a node not declaring it: %+v", r)
-	}
-	// A Node still carrying a kubelet's declaration (after a handover)
-	// does not make the feature this node's.
-	node.Status.DeclaredFeatures = []string{"RestartAllContainersOnContainerExits"}
-	if r := h.Admit(AdmitAttributes{Pod: pod, Node: node}); r.Admit || r.Reason != "PodFeatureUnsupported" {
-		t.Errorf("RestartAllContainers on a node whose object declares a kubelet's features: %+v", r)
+	if r := h.Admit(AdmitAttributes{Pod: pod, Node: admitNode()}); !r.Admit {
+		t.Errorf("RestartAllContainers on a node implementing it: %+v", r)
 	}
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a"}}}}, Node: admitNode()}); !r.Admit {
 		t.Errorf("plain pod: %+v", r)
@@ -196,7 +187,7 @@ func TestNodeDeclaredFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"InPlacePodVerticalScalingInitContainers"}; !slices.Equal(got, want) {
+	if want := []string{"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}; !slices.Equal(got, want) {
 		t.Errorf("NodeDeclaredFeatures = %v, want %v", got, want)
 	}
 	if _, err := NodeDeclaredFeatures("not a version"); err == nil {
@@ -230,8 +221,15 @@ func TestDeclaredFeaturesAdmitsWhatTheNodeDeclares(t *testing.T) {
 	// bindMountOptions need VolumeBindMountOptions, not implemented.
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a",
 		VolumeMounts: []v1.VolumeMount{{Name: "v", MountPath: "/v", BindMountOptions: []string{string(v1.BindMountOptionNoExec)}}}}}}}
-	r := h.Admit(AdmitAttributes{Pod: pod, Node: admitNode()})
+	node := admitNode()
+	r := h.Admit(AdmitAttributes{Pod: pod, Node: node})
 	if r.Admit || r.Message != "Pod requires node features that are not available: VolumeBindMountOptions" {
 		t.Errorf("bindMountOptions: %+v", r)
+	}
+	// A Node still carrying another agent's declaration (after a
+	// handover) does not make the feature this node's.
+	node.Status.DeclaredFeatures = []string{"VolumeBindMountOptions"}
+	if r := h.Admit(AdmitAttributes{Pod: pod, Node: node}); r.Admit || r.Reason != "PodFeatureUnsupported" {
+		t.Errorf("bindMountOptions on a node whose object declares them: %+v", r)
 	}
 }

@@ -208,6 +208,7 @@ var (
 	ErrPostStartHook            = errors.New("PostStartHookError")
 	ErrCreatePodSandbox         = errors.New("CreatePodSandboxError")
 	ErrKillContainer            = errors.New("KillContainerError")
+	ErrRemoveContainer          = errors.New("RemoveContainerError")
 	ErrConfigPodSandbox         = errors.New("ConfigPodSandboxError")
 	ErrKillPodSandbox           = errors.New("KillPodSandboxError")
 	ErrVerifyNonRoot            = errors.New("VerifyNonRootError")

@@ -121,3 +121,75 @@ func RunsOnce(c *v1.Container, spec *v1.PodSpec) bool {
 	}
 	return spec.RestartPolicy == v1.RestartPolicyOnFailure
 }
+
+// AllContainersCouldRestart reports whether an init or regular container of
+// spec has a RestartAllContainers rule: only such a pod has the
+// AllContainersRestarting condition, and any of its containers may leave a
+// terminated state (the kubelet's podutil.AllContainersCouldRestart).
+func AllContainersCouldRestart(spec *v1.PodSpec) bool {
+	for _, list := range [][]v1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			for _, r := range list[i].RestartPolicyRules {
+				if r.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// ShouldAllContainersRestart reports whether pod restarts all its
+// containers in place, the kubelet's ShouldAllContainersRestart: api (its
+// previous API status; nil: none) has the AllContainersRestarting condition
+// True, or an init or regular container's exit matched a
+// RestartAllContainers rule, as rs (its runtime status; nil: not known)
+// shows the container's newest instance or api its state.
+func ShouldAllContainersRestart(pod *v1.Pod, rs *PodStatus, api *v1.PodStatus) bool {
+	apiStatuses := map[string]*v1.ContainerStatus{}
+	if api != nil {
+		for _, c := range api.Conditions {
+			if c.Type == v1.AllContainersRestarting && c.Status == v1.ConditionTrue {
+				return true
+			}
+		}
+		for _, list := range [][]v1.ContainerStatus{api.InitContainerStatuses, api.ContainerStatuses} {
+			for i := range list {
+				apiStatuses[list[i].Name] = &list[i]
+			}
+		}
+	}
+	restartsAll := func(c *v1.Container, exitCode int32) bool {
+		rule, ok := FindMatchingContainerRestartRule(c, exitCode)
+		return ok && rule.Action == v1.ContainerRestartRuleActionRestartAllContainers
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			c := &list[i]
+			if rs != nil {
+				if cs := rs.Container(c.Name); cs != nil && cs.State == ContainerStateExited && restartsAll(c, int32(cs.ExitCode)) {
+					return true
+				}
+			}
+			if st := apiStatuses[c.Name]; st != nil && st.State.Terminated != nil && restartsAll(c, st.State.Terminated.ExitCode) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// AllContainersRestartCleanedUp reports whether rs holds no instance of
+// pod's init and regular containers any more: an in-place restart of all
+// containers removed them all, and they start again from the first init
+// container (the kubelet's AllContainersRestartCleanedUp).
+func AllContainersRestartCleanedUp(pod *v1.Pod, rs *PodStatus) bool {
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if rs.Container(list[i].Name) != nil {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -72,3 +72,75 @@ func TestShouldContainerBeRestarted(t *testing.T) {
 		t.Error("RunsOnce: the container's policy, else the pod's OnFailure")
 	}
 }
+
+func restartAllPod() *v1.Pod {
+	never := v1.ContainerRestartPolicyNever
+	rules := []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	return &v1.Pod{Spec: v1.PodSpec{
+		RestartPolicy:  v1.RestartPolicyNever,
+		InitContainers: []v1.Container{{Name: "init"}},
+		Containers:     []v1.Container{{Name: "source", RestartPolicy: &never, RestartPolicyRules: rules}, {Name: "regular"}},
+	}}
+}
+
+func TestAllContainersCouldRestart(t *testing.T) {
+	pod := restartAllPod()
+	if !AllContainersCouldRestart(&pod.Spec) {
+		t.Error("a regular container's RestartAllContainers rule: want true")
+	}
+	pod.Spec.InitContainers[0].RestartPolicyRules, pod.Spec.Containers[0].RestartPolicyRules = pod.Spec.Containers[0].RestartPolicyRules, nil
+	if !AllContainersCouldRestart(&pod.Spec) {
+		t.Error("an init container's RestartAllContainers rule: want true")
+	}
+	pod.Spec.InitContainers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart}}
+	if AllContainersCouldRestart(&pod.Spec) {
+		t.Error("only Restart rules: want false")
+	}
+}
+
+func TestShouldAllContainersRestart(t *testing.T) {
+	pod := restartAllPod()
+	exited := func(name string, code int) *PodStatus {
+		return &PodStatus{Containers: []*ContainerStatus{{Name: name, State: ContainerStateExited, ExitCode: code}}}
+	}
+	terminated := func(name string, code int32) *v1.PodStatus {
+		return &v1.PodStatus{ContainerStatuses: []v1.ContainerStatus{{Name: name,
+			State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: code}}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		rs   *PodStatus
+		api  *v1.PodStatus
+		want bool
+	}{
+		{"nothing known", nil, nil, false},
+		{"runtime: exit matches the rule", exited("source", 42), nil, true},
+		{"runtime: exit matches no rule", exited("source", 1), nil, false},
+		{"runtime: a container without the rule exits 42", exited("regular", 42), nil, false},
+		{"API: terminated with a matching exit", nil, terminated("source", 42), true},
+		{"API: terminated with another exit", nil, terminated("source", 1), false},
+		{"API: the condition is True", &PodStatus{}, &v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.AllContainersRestarting, Status: v1.ConditionTrue}}}, true},
+		{"API: the condition is False", &PodStatus{}, &v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.AllContainersRestarting, Status: v1.ConditionFalse}}}, false},
+	} {
+		if got := ShouldAllContainersRestart(pod, tc.rs, tc.api); got != tc.want {
+			t.Errorf("%s: ShouldAllContainersRestart = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// The newest instance decides: a later one running means the exit was
+	// already acted on.
+	rs := &PodStatus{Containers: []*ContainerStatus{{Name: "source", State: ContainerStateRunning}, {Name: "source", State: ContainerStateExited, ExitCode: 42}}}
+	if ShouldAllContainersRestart(pod, rs, nil) {
+		t.Error("an older instance's matching exit: want false")
+	}
+}
+
+func TestAllContainersRestartCleanedUp(t *testing.T) {
+	pod := restartAllPod()
+	if !AllContainersRestartCleanedUp(pod, &PodStatus{Containers: []*ContainerStatus{{Name: "ephemeral"}}}) {
+		t.Error("no init or regular container left: want true")
+	}
+	if AllContainersRestartCleanedUp(pod, &PodStatus{Containers: []*ContainerStatus{{Name: "init", State: ContainerStateExited}}}) {
+		t.Error("an init container left: want false")
+	}
+}

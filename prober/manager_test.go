@@ -265,12 +265,16 @@ func TestNonRunningContainer(t *testing.T) {
 		name     string
 		policy   v1.RestartPolicy
 		exitCode int32
-		keep     bool
+		// restartingAll: the pod's AllContainersRestarting condition is
+		// True (another container's exit restarts all of them).
+		restartingAll bool
+		keep          bool
 	}{
-		{"never restarted", v1.RestartPolicyNever, 0, false},
-		{"always restarted", v1.RestartPolicyAlways, 0, true},
-		{"on failure, failed", v1.RestartPolicyOnFailure, 1, true},
-		{"on failure, succeeded", v1.RestartPolicyOnFailure, 0, false},
+		{"never restarted", v1.RestartPolicyNever, 0, false, false},
+		{"always restarted", v1.RestartPolicyAlways, 0, false, true},
+		{"on failure, failed", v1.RestartPolicyOnFailure, 1, false, true},
+		{"on failure, succeeded", v1.RestartPolicyOnFailure, 0, false, false},
+		{"never, but all containers restart", v1.RestartPolicyNever, 0, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, time.Hour, 0)
@@ -281,6 +285,9 @@ func TestNonRunningContainer(t *testing.T) {
 			h.expect(Readiness, "c1", "successful")
 			s := running("c1", h.clock.Now(), true)
 			s.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: tc.exitCode}}
+			if tc.restartingAll {
+				s.Conditions = append(s.Conditions, v1.PodCondition{Type: v1.AllContainersRestarting, Status: v1.ConditionTrue})
+			}
 			h.setStatus("u1", s)
 			h.step(time.Second)
 			if got := h.m.workerCount() == 1; got != tc.keep {
@@ -313,15 +320,15 @@ func TestContainerRestartRules(t *testing.T) {
 			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0}}}}}}}}
 	st := &v1.PodStatus{ContainerStatuses: []v1.ContainerStatus{{Name: "a",
 		State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 3}}}}}
-	if !allContainersRestarting(pod, st) {
+	if !podstate.ShouldAllContainersRestart(pod, nil, st) {
 		t.Error("exit 3 matches a RestartAllContainers rule")
 	}
 	st.ContainerStatuses[0].State.Terminated.ExitCode = 0
-	if allContainersRestarting(pod, st) {
+	if podstate.ShouldAllContainersRestart(pod, nil, st) {
 		t.Error("exit 0 matches no rule")
 	}
 	st.Conditions = []v1.PodCondition{{Type: v1.AllContainersRestarting, Status: v1.ConditionTrue}}
-	if !allContainersRestarting(pod, st) {
+	if !podstate.ShouldAllContainersRestart(pod, nil, st) {
 		t.Error("the AllContainersRestarting condition says so")
 	}
 }

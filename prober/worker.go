@@ -102,7 +102,7 @@ func (m *Manager) doProbe(ctx context.Context, w *worker) bool {
 			return true
 		}
 		return podstate.ContainerShouldRestart(&w.container, &pod.Spec, c.State.Terminated.ExitCode) ||
-			allContainersRestarting(pod, &status)
+			podstate.ShouldAllContainersRestart(pod, nil, &status)
 	}
 
 	// Graceful shutdown of the pod.
@@ -283,37 +283,4 @@ func containerStatus(statuses []v1.ContainerStatus, name string) (*v1.ContainerS
 		}
 	}
 	return nil, false
-}
-
-// allContainersRestarting reports whether the pod restarts all its
-// containers: its AllContainersRestarting condition is True, or a
-// terminated container's exit matched a RestartAllContainers rule (the
-// kubelet's ShouldAllContainersRestart on the API status).
-func allContainersRestarting(pod *v1.Pod, status *v1.PodStatus) bool {
-	for _, cond := range status.Conditions {
-		if cond.Type == v1.AllContainersRestarting && cond.Status == v1.ConditionTrue {
-			return true
-		}
-	}
-	byName := make(map[string]*v1.ContainerStatus, len(status.InitContainerStatuses)+len(status.ContainerStatuses))
-	for i := range status.InitContainerStatuses {
-		byName[status.InitContainerStatuses[i].Name] = &status.InitContainerStatuses[i]
-	}
-	for i := range status.ContainerStatuses {
-		byName[status.ContainerStatuses[i].Name] = &status.ContainerStatuses[i]
-	}
-	check := func(cs []v1.Container) bool {
-		for i := range cs {
-			st, ok := byName[cs[i].Name]
-			if !ok || st.State.Terminated == nil {
-				continue
-			}
-			if rule, ok := podstate.FindMatchingContainerRestartRule(&cs[i], st.State.Terminated.ExitCode); ok &&
-				rule.Action == v1.ContainerRestartRuleActionRestartAllContainers {
-				return true
-			}
-		}
-		return false
-	}
-	return check(pod.Spec.InitContainers) || check(pod.Spec.Containers)
 }

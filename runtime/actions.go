@@ -428,3 +428,51 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 	slices.Reverse(a.initToStart)
 	return initialized
 }
+
+// containerToReset is an instance of an init or regular container removed
+// to restart all of a pod's containers in place.
+type containerToReset struct {
+	id, name string
+	// kill: it has not exited (running, created or unknown) and is
+	// stopped before it is removed.
+	kill bool
+}
+
+// resetActions lists every instance of pod's init and regular containers
+// (ephemeral containers stay) in the order the kubelet's computePodActions
+// removes them when the pod restarts all its containers: the regular, then
+// the init containers that are victims of the restart, then the regular,
+// then the init containers whose exit matched a RestartAllContainers rule
+// (the sources, removed last). Within each group, spec order.
+func resetActions(pod *v1.Pod, st *podstate.PodStatus) []containerToReset {
+	split := func(specs []v1.Container) (sources, targets []containerToReset) {
+		for i := range specs {
+			c := &specs[i]
+			// Every instance, not only the newest: none may be left for
+			// the status to find.
+			for _, cs := range st.Containers {
+				if cs.Name != c.Name {
+					continue
+				}
+				r := containerToReset{id: cs.ID, name: c.Name}
+				if cs.State != podstate.ContainerStateExited {
+					r.kill = true
+					targets = append(targets, r)
+					continue
+				}
+				if rule, ok := podstate.FindMatchingContainerRestartRule(c, int32(cs.ExitCode)); ok &&
+					rule.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+					sources = append(sources, r)
+				} else {
+					targets = append(targets, r)
+				}
+			}
+		}
+		return sources, targets
+	}
+	sourceInit, targetInit := split(pod.Spec.InitContainers)
+	sources, targets := split(pod.Spec.Containers)
+	out := append(targets, targetInit...)
+	out = append(out, sources...)
+	return append(out, sourceInit...)
+}

@@ -74,6 +74,12 @@ type Backend struct {
 	// sync puts it back, so the read after it takes the status the sync
 	// found instead of waiting for the PLEG.
 	prevSync map[types.UID]time.Time
+	// restartingAll holds the pods whose status PodStatus last generated
+	// has the AllContainersRestarting condition True: their next SyncPod
+	// restarts all their containers (SyncInput.RestartAllContainers), as
+	// the kubelet's syncPod reads that condition from the status it just
+	// generated.
+	restartingAll map[types.UID]bool
 }
 
 var (
@@ -93,7 +99,8 @@ func NewBackend(opts BackendOptions) (*Backend, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Backend{opts: opts, pm: opts.Pods, cache: opts.PLEG.Cache(), clock: opts.Clock, lastSync: map[types.UID]time.Time{}, prevSync: map[types.UID]time.Time{}}, nil
+	return &Backend{opts: opts, pm: opts.Pods, cache: opts.PLEG.Cache(), clock: opts.Clock, lastSync: map[types.UID]time.Time{}, prevSync: map[types.UID]time.Time{},
+		restartingAll: map[types.UID]bool{}}, nil
 }
 
 // runtimeStatus returns the pod's runtime status from the cache, newer than
@@ -132,7 +139,8 @@ func (b *Backend) refresh(ctx context.Context, pod *v1.Pod) {
 // PodStatus generates the pod's API status from the cached runtime status,
 // the reasons its containers wait (back-offs, image pull errors) and why
 // its last in-place resize failed (PodManager.ResizeError), unless opts
-// gives one.
+// gives one. Whether that status has the AllContainersRestarting condition
+// True decides whether the next SyncPod restarts all the pod's containers.
 func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
 	rs, err := b.runtimeStatus(ctx, pod.UID)
 	if err != nil {
@@ -141,7 +149,15 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 	if opts.ResizeError == "" {
 		opts.ResizeError = b.pm.ResizeError(pod.UID)
 	}
-	return podstatus.Generate(pod, rs, b.pm.waiting(pod.UID), opts), nil
+	st := podstatus.Generate(pod, rs, b.pm.waiting(pod.UID), opts)
+	b.mu.Lock()
+	if podstatus.AllContainersRestarting(&st) {
+		b.restartingAll[pod.UID] = true
+	} else {
+		delete(b.restartingAll, pod.UID)
+	}
+	b.mu.Unlock()
+	return st, nil
 }
 
 // SyncPod mounts the pod's volumes (VolumeManager.MountPod), then runs
@@ -152,12 +168,28 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 // ContainerCreating; the volume manager recorded FailedMount) and the error
 // makes the loop retry after its back-off, or when the volume manager says
 // it tries the volumes again (VolumeManager.MountPod), if sooner.
+//
+// When the status PodStatus last generated has the AllContainersRestarting
+// condition True, the sync restarts all the pod's containers in place
+// (SyncInput.RestartAllContainers). When that status does not, but the
+// newer cached status shows a container whose exit matched a
+// RestartAllContainers rule, the sync does nothing and asks to run again at
+// once, so that the status reports the exit (and the condition) before the
+// containers go, as the kubelet decides from the status it reports.
 func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	rs, err := b.cache.Get(pod.UID)
 	if err != nil {
 		return pods.SyncResult{Err: fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)}
 	}
-	in := SyncInput{Probes: b.opts.Probes}
+	b.mu.Lock()
+	restartAll := b.restartingAll[pod.UID]
+	b.mu.Unlock()
+	if !restartAll && podstate.AllContainersCouldRestart(&pod.Spec) && podstate.ShouldAllContainersRestart(pod, rs, nil) {
+		klog.FromContext(ctx).V(3).Info("A container exited with a RestartAllContainers rule since the pod's status was generated; reporting it first", "pod", klog.KObj(pod))
+		b.keepStatus(pod.UID)
+		return pods.SyncResult{RetryAt: b.clock.Now()}
+	}
+	in := SyncInput{Probes: b.opts.Probes, RestartAllContainers: restartAll}
 	if v := b.opts.Volumes; v != nil {
 		mounted, err := v.MountPod(ctx, pod)
 		if err != nil {
@@ -175,15 +207,21 @@ func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	// A sync that acted on nothing leaves the cached status as it is (the
 	// PLEG brings any change meanwhile): no need to read the pod again.
 	if res.Idle {
-		b.mu.Lock()
-		if prev, ok := b.prevSync[pod.UID]; ok {
-			b.lastSync[pod.UID] = prev
-		}
-		b.mu.Unlock()
+		b.keepStatus(pod.UID)
 	} else {
 		b.refresh(ctx, pod)
 	}
 	return pods.SyncResult{RetryAt: res.RetryAt, Err: res.Err}
+}
+
+// keepStatus lets the next status read of the pod take the cached status
+// without waiting for a newer one: the sync changed nothing.
+func (b *Backend) keepStatus(uid types.UID) {
+	b.mu.Lock()
+	if prev, ok := b.prevSync[uid]; ok {
+		b.lastSync[uid] = prev
+	}
+	b.mu.Unlock()
 }
 
 // KillPod stops what runs of the pod, as read from the runtime now, then
@@ -262,6 +300,7 @@ func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
 	b.mu.Lock()
 	delete(b.lastSync, uid)
 	delete(b.prevSync, uid)
+	delete(b.restartingAll, uid)
 	b.mu.Unlock()
 	b.opts.PLEG.Forget(uid)
 	return nil

@@ -35,7 +35,7 @@ func (m *PodManager) RemovePod(ctx context.Context, uid types.UID) error {
 	}
 	var errs []error
 	for _, c := range containers {
-		if err := m.removeContainer(ctx, c.GetId()); err != nil {
+		if err := m.removeContainer(ctx, c.GetId(), false); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -159,7 +159,7 @@ func (m *PodManager) garbageCollect(ctx context.Context, removed, unused func(ty
 				return
 			}
 		}
-		if err := m.removeContainer(ctx, c.ID); err != nil {
+		if err := m.removeContainer(ctx, c.ID, false); err != nil {
 			errs = append(errs, err)
 			return
 		}

@@ -28,7 +28,10 @@ import (
 // holding crashing ones back with CrashLoopBackOff; kills and restarts a
 // running container whose image changed or whose liveness or startup probe
 // failed (in.Probes); starts ephemeral containers once, never restarting
-// them; and stops the pod when nothing is left to run.
+// them; and stops the pod when nothing is left to run. When
+// in.RestartAllContainers is set it does only the first half of restarting
+// all the pod's containers in place (see SyncInput) and asks for the next
+// sync at once (SyncResult.RetryAt), which starts them again.
 //
 // It blocks for the CRI calls it makes, image pulls included. One call per
 // pod at a time.
@@ -39,7 +42,11 @@ func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.
 		status = &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
 	s := &podSync{m: m, pod: pod, status: status, pullSecrets: in.PullSecrets, volumes: in.Volumes}
-	s.run(ctx, in.Probes)
+	if in.RestartAllContainers {
+		s.resetAll(ctx)
+	} else {
+		s.run(ctx, in.Probes)
+	}
 	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...), Idle: s.idle}
 }
 
@@ -54,6 +61,18 @@ type SyncInput struct {
 	// Volumes are the pod's mounted volumes (VolumeManager.MountPod); a
 	// container mounting a volume not in them does not start.
 	Volumes PodVolumes
+	// RestartAllContainers says the pod restarts all its containers in
+	// place: its API status, generated from the same runtime status
+	// (podstatus.Generate), has the AllContainersRestarting condition True
+	// because a container's exit matched a RestartAllContainers rule.
+	// SyncPod then, as the kubelet, stops (with no grace beyond the
+	// minimum) and removes every instance of the pod's init and regular
+	// containers, keeping the sandbox, the ephemeral containers and the
+	// logs, and does nothing else; the next sync, whose status no longer
+	// has the condition True, starts them again from the first init
+	// container. Without it, a container whose exit matched such a rule is
+	// restarted alone, as with a Restart rule.
+	RestartAllContainers bool
 }
 
 // podSync is the state of one SyncPod.
@@ -186,6 +205,33 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	}
 	for _, i := range actions.containersToStart {
 		s.start(ctx, &pod.Spec.Containers[i], "container") //nolint:errcheck // recorded in s
+	}
+}
+
+// resetAll stops and removes every instance of the pod's init and regular
+// containers in the kubelet's order (resetActions), keeping their logs,
+// and asks for the next sync at once when it removed any: the kubelet's
+// SyncPod for a pod marked for RestartAllContainers, which requeues the
+// pod as soon as the reset is done. It stops at the first failure; the
+// next sync goes on with what is left.
+func (s *podSync) resetAll(ctx context.Context) {
+	m, pod := s.m, s.pod
+	logger := klog.FromContext(ctx)
+	logger.V(3).Info("Pod marked for RestartAllContainers")
+	for _, r := range resetActions(pod, s.status) {
+		logger.V(3).Info("Removing container before pod restarts", "container", r.name, "containerID", r.id)
+		if r.kill {
+			var grace int64
+			if err := m.killContainer(ctx, pod, r.id, r.name, "killing", killReasonOther, &grace, nil); err != nil {
+				s.fail(fmt.Errorf("%w: kill container %s of pod %s: %v", podstate.ErrKillContainer, r.name, podDesc(pod), err))
+				return
+			}
+		}
+		if err := m.removeContainer(ctx, r.id, true); err != nil {
+			s.fail(fmt.Errorf("%w: container %s of pod %s: %v", podstate.ErrRemoveContainer, r.name, podDesc(pod), err))
+			return
+		}
+		s.retry(m.clock.Now())
 	}
 }
 
@@ -415,28 +461,40 @@ func (s *podSync) removeInitContainers(ctx context.Context, keep int) {
 			if seen <= keep {
 				continue
 			}
-			if err := s.m.removeContainer(ctx, cs.ID); err != nil {
+			if err := s.m.removeContainer(ctx, cs.ID, false); err != nil {
 				klog.FromContext(ctx).Error(err, "Cannot remove an init container", "container", name, "containerID", cs.ID)
 			}
 		}
 	}
 }
 
-// removeContainer removes a container and its log files (the current
-// one and those a log rotation moved aside).
-func (m *PodManager) removeContainer(ctx context.Context, id string) error {
-	if resp, err := m.rs.ContainerStatus(ctx, id, false); err == nil && resp.GetStatus().GetLogPath() != "" {
-		log := resp.GetStatus().GetLogPath()
-		rotated, _ := filepath.Glob(log + ".*")
-		for _, l := range append(rotated, log) {
-			if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
-				klog.FromContext(ctx).Error(err, "Cannot remove a container's log", "containerID", id, "path", l)
-			}
-		}
+// removeContainer removes a container, and its log files (the current
+// one and those a log rotation moved aside) unless keepLogs: the logs of
+// the containers removed to restart all of a pod's containers in place
+// stay until the pod is removed, as the kubelet keeps them, and the next
+// instance's restart count follows them.
+func (m *PodManager) removeContainer(ctx context.Context, id string, keepLogs bool) error {
+	if !keepLogs {
+		m.removeContainerLogs(ctx, id)
 	}
 	if err := m.rs.RemoveContainer(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
 	m.forgetActuated(id)
 	return nil
+}
+
+// removeContainerLogs removes the log files of container id.
+func (m *PodManager) removeContainerLogs(ctx context.Context, id string) {
+	resp, err := m.rs.ContainerStatus(ctx, id, false)
+	if err != nil || resp.GetStatus().GetLogPath() == "" {
+		return
+	}
+	log := resp.GetStatus().GetLogPath()
+	rotated, _ := filepath.Glob(log + ".*")
+	for _, l := range append(rotated, log) {
+		if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
+			klog.FromContext(ctx).Error(err, "Cannot remove a container's log", "containerID", id, "path", l)
+		}
+	}
 }

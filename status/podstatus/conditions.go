@@ -37,7 +37,48 @@ const (
 	readinessGatesNotReady = "ReadinessGatesNotReady"
 	// podSandboxNotReady: the pod has no ready sandbox with its network.
 	podSandboxNotReady = "PodSandboxNotReady"
+	// RestartAllContainersStarted: a container's exit matched a
+	// RestartAllContainers rule, and the pod's containers are being
+	// removed to start again (the AllContainersRestarting condition).
+	RestartAllContainersStarted = "RestartAllContainersStarted"
+	// RestartingAllContainers is the waiting reason, and the last
+	// termination's reason, of a container removed to restart all of its
+	// pod's containers in place.
+	RestartingAllContainers = "RestartingAllContainers"
 )
+
+// removedForRestartAllMessage is the kubelet's message of a container
+// removed to restart all of its pod's containers.
+const removedForRestartAllMessage = "The container is removed because RestartAllContainers in place"
+
+// AllContainersRestarting reports whether status has the
+// AllContainersRestarting condition True: the pod is restarting all its
+// containers in place, and the runtime removes them (the kubelet's syncPod
+// reads this from the status it generated).
+func AllContainersRestarting(status *v1.PodStatus) bool {
+	c := findCondition(status.Conditions, v1.AllContainersRestarting)
+	return c != nil && c.Status == v1.ConditionTrue
+}
+
+// allContainersRestartingCondition is the kubelet's AllContainersRestarting
+// condition of a pod with a RestartAllContainers rule: True, reason
+// RestartAllContainersStarted, from a matching exit (restartingAll:
+// podstate.ShouldAllContainersRestart) until the runtime removed every init
+// and regular container; False once the pod is terminal (reason
+// PodCompleted or PodFailed) or nothing restarts. As the kubelet's, it has
+// no observed generation.
+func allContainersRestartingCondition(pod *v1.Pod, rs *podstate.PodStatus, restartingAll bool, phase v1.PodPhase) v1.PodCondition {
+	c := v1.PodCondition{Type: v1.AllContainersRestarting, Status: v1.ConditionFalse}
+	switch {
+	case phase == v1.PodSucceeded:
+		c.Reason = podCompleted
+	case phase == v1.PodFailed:
+		c.Reason = podFailed
+	case restartingAll && !podstate.AllContainersRestartCleanedUp(pod, rs):
+		c.Status, c.Reason, c.Message = v1.ConditionTrue, RestartAllContainersStarted, "container exited with restart policy rule"
+	}
+	return c
+}
 
 // kubeletConditions are the condition types the kubelet owns (with the
 // 1.37 default feature gates): it writes them on every status update and
@@ -85,8 +126,12 @@ func sandboxNotReadyMessage(pod *v1.Pod, rs *podstate.PodStatus) string {
 }
 
 // initializedCondition is True once every regular init container completed
-// and every sidecar started, or once a regular container started.
-func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
+// and every sidecar started, or once a regular container started; and it
+// stays True once old (the previous status) has it True, as the kubelet's
+// with RestartAllContainersOnContainerExits (on in 1.37): a pod restarting
+// all its containers runs its init containers again without becoming
+// uninitialized.
+func initializedCondition(pod *v1.Pod, old *v1.PodStatus, statuses []v1.ContainerStatus, phase v1.PodPhase) v1.PodCondition {
 	if statuses == nil && len(pod.Spec.InitContainers) > 0 {
 		return condition(pod, v1.PodInitialized, v1.ConditionFalse, unknownContainerStatuses, "")
 	}
@@ -110,6 +155,9 @@ func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, phase v1.P
 		return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")
 	}
 	if msg := listMessage("containers with incomplete status", unknown, incomplete); msg != "" {
+		if c := findCondition(old.Conditions, v1.PodInitialized); c != nil && c.Status == v1.ConditionTrue {
+			return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")
+		}
 		return condition(pod, v1.PodInitialized, v1.ConditionFalse, containersNotInitialized, msg)
 	}
 	return condition(pod, v1.PodInitialized, v1.ConditionTrue, "", "")

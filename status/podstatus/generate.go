@@ -92,6 +92,8 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 		old = opts.Previous
 	}
 	g := &generator{pod: pod, rs: rs, waiting: waiting, opts: opts, old: old, containers: newestFirst(rs.Containers)}
+	couldRestartAll := podstate.AllContainersCouldRestart(&pod.Spec)
+	g.restartingAll = couldRestartAll && podstate.ShouldAllContainersRestart(pod, rs, old)
 
 	var s v1.PodStatus
 	for _, ip := range sortPodIPs(rs.IPs, opts.HostIPs) {
@@ -121,6 +123,9 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
 	finish(pod, &s, old, readyToStartContainersCondition(pod, rs))
+	if couldRestartAll {
+		s.Conditions = append(s.Conditions, allContainersRestartingCondition(pod, rs, g.restartingAll, s.Phase))
+	}
 	if !isTerminal(s.Phase) {
 		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, g.resizeInProgress())...)
 	}
@@ -374,7 +379,7 @@ func finish(pod *v1.Pod, s *v1.PodStatus, old *v1.PodStatus, readyToStart v1.Pod
 	if len(initAndRegular) == 0 {
 		initAndRegular = nil
 	}
-	s.Conditions = append(s.Conditions, readyToStart, initializedCondition(pod, initAndRegular, s.Phase))
+	s.Conditions = append(s.Conditions, readyToStart, initializedCondition(pod, old, initAndRegular, s.Phase))
 	s.Conditions = append(s.Conditions,
 		readyCondition(pod, s.Conditions, initAndRegular, s.Phase),
 		containersReadyCondition(pod, initAndRegular, s.Phase),
@@ -394,6 +399,10 @@ type generator struct {
 	old     *v1.PodStatus
 	// containers are rs.Containers, newest first.
 	containers []*podstate.ContainerStatus
+	// restartingAll: the pod restarts all its containers in place
+	// (podstate.ShouldAllContainersRestart): the containers the runtime
+	// removed for it wait, RestartingAllContainers.
+	restartingAll bool
 }
 
 // newestFirst returns the non-nil statuses sorted by creation time, newest
@@ -461,10 +470,22 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 	for i := range containers {
 		c := &containers[i]
 		old := olds[c.Name]
-		if g.latest(c.Name) != nil || old == nil || old.State.Terminated != nil || old.State.Running == nil {
+		if g.latest(c.Name) != nil || old == nil {
 			continue
 		}
 		st := statuses[c.Name]
+		if g.restartingAll && old.State.Waiting == nil {
+			// Removed to restart all the pod's containers: it waits to
+			// start again, and it did end.
+			st.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: RestartingAllContainers, Message: removedForRestartAllMessage}}
+			st.LastTerminationState = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+				Reason: RestartingAllContainers, Message: removedForRestartAllMessage, ExitCode: 137}}
+			st.RestartCount = old.RestartCount + 1
+			continue
+		}
+		if old.State.Terminated != nil || old.State.Running == nil {
+			continue
+		}
 		if st.State.Waiting == nil || st.State.Waiting.Reason != defaultReason || st.LastTerminationState.Terminated != nil {
 			continue
 		}
@@ -485,7 +506,7 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 		if spec == nil || seen[cs.Name] >= 2 {
 			continue
 		}
-		st := convertContainerStatus(cs, olds[cs.Name], spec)
+		st := convertContainerStatus(cs, olds[cs.Name], spec, g.restartingAll)
 		if seen[cs.Name] == 0 {
 			st.VolumeMounts = statuses[cs.Name].VolumeMounts
 			statuses[cs.Name] = st
@@ -544,8 +565,15 @@ func (g *generator) containerStatuses(containers []v1.Container, previous []v1.C
 }
 
 // convertContainerStatus is the API status of one runtime container
-// instance; old is the container's previous API status, or nil.
-func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatus, spec *v1.Container) *v1.ContainerStatus {
+// instance; old is the container's previous API status, or nil;
+// restartingAll: the pod restarts all its containers in place. As the
+// kubelet with RestartAllContainersOnContainerExits (on in 1.37), the
+// restart count never goes below the previous one, and the last
+// termination carries over from the previous status when the runtime no
+// longer has the instance that ended (a container removed to restart all
+// containers): the previous state if it was a terminated other instance,
+// else the previous last termination.
+func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatus, spec *v1.Container, restartingAll bool) *v1.ContainerStatus {
 	cid := containerID(cs)
 	imageID := cs.ImageRef
 	if imageID == "" {
@@ -566,9 +594,23 @@ func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatu
 		Resources:          statusResources(spec, cs),
 		AllocatedResources: spec.Resources.Requests.DeepCopy(),
 	}
+	if old != nil {
+		st.RestartCount = max(st.RestartCount, old.RestartCount)
+		switch {
+		case old.ContainerID != cid && old.State.Terminated != nil:
+			st.LastTerminationState.Terminated = old.State.Terminated.DeepCopy()
+		case old.LastTerminationState.Terminated != nil:
+			st.LastTerminationState.Terminated = old.LastTerminationState.Terminated.DeepCopy()
+		}
+	}
 	switch {
 	case cs.State == podstate.ContainerStateRunning:
 		st.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(cs.StartedAt)}
+		if old != nil && old.State.Terminated != nil && old.RestartCount >= int32(cs.RestartCount) {
+			// It ended and runs again, with a count the runtime did not
+			// raise (its earlier instances were removed).
+			st.RestartCount = old.RestartCount + 1
+		}
 	case cs.State == podstate.ContainerStateExited:
 		st.State.Terminated = &v1.ContainerStateTerminated{
 			ExitCode:    int32(cs.ExitCode),
@@ -581,8 +623,12 @@ func convertContainerStatus(cs *podstate.ContainerStatus, old *v1.ContainerStatu
 	case cs.State == podstate.ContainerStateUnknown && old != nil && old.State.Running != nil:
 		// It was running and is not any more, but the runtime cannot say
 		// how it ended: it failed, it did not "never run".
+		reason := containerStatusUnknown
+		if restartingAll {
+			reason = RestartingAllContainers
+		}
 		st.State.Terminated = &v1.ContainerStateTerminated{
-			Reason:   containerStatusUnknown,
+			Reason:   reason,
 			Message:  "The container could not be located when the pod was terminated",
 			ExitCode: 137,
 		}

@@ -690,3 +690,111 @@ func TestStatusResourcesBelowRuntimeMinimum(t *testing.T) {
 		t.Errorf("memory limit reported that neither the spec nor the runtime has: %v", r.Limits)
 	}
 }
+
+// TestRestartAllContainers follows a pod through the kubelet's in-place
+// restart of all its containers: a RestartAllContainers exit sets the
+// AllContainersRestarting condition; once the runtime removed the
+// containers the condition is False and each waits, RestartingAllContainers,
+// with one more restart; the new instances keep those counts and last
+// terminations; the pod stays Running and Initialized throughout.
+func TestRestartAllContainers(t *testing.T) {
+	never := v1.ContainerRestartPolicyNever
+	p := withSidecar(withInit(testPod(v1.RestartPolicyNever, "src", "r"), "i"), "s")
+	p.Spec.Containers[0].RestartPolicy = &never
+	p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	names := []string{"i", "s", "src", "r"}
+	status := func(s v1.PodStatus, name string) v1.ContainerStatus {
+		t.Helper()
+		cs := findCS(append(s.InitContainerStatuses, s.ContainerStatuses...), name)
+		if cs == nil {
+			t.Fatalf("no status of %s", name)
+		}
+		return *cs
+	}
+	wantCondition := func(s v1.PodStatus, want v1.ConditionStatus, reason string) {
+		t.Helper()
+		c := findCond(s, v1.AllContainersRestarting)
+		if c == nil || c.Status != want || c.Reason != reason || c.ObservedGeneration != 0 {
+			t.Fatalf("AllContainersRestarting = %+v, want %s with reason %q and no observed generation", c, want, reason)
+		}
+	}
+
+	if s := podstatus.Generate(testPod(v1.RestartPolicyNever, "a"), rt(running("a", t0)), nil, podstatus.GenerateOptions{}); findCond(s, v1.AllContainersRestarting) != nil {
+		t.Error("a pod without a RestartAllContainers rule has the AllContainersRestarting condition")
+	}
+
+	s := podstatus.Generate(p, rt(exited("i", t0, 0), running("s", t0), running("src", t1), running("r", t1)), nil, podstatus.GenerateOptions{})
+	wantCondition(s, v1.ConditionFalse, "")
+	s = podstatus.Generate(p, rt(exited("i", t0, 0), running("s", t0), exited("src", t1, 42), running("r", t1)), nil, podstatus.GenerateOptions{Previous: &s})
+	wantCondition(s, v1.ConditionTrue, podstatus.RestartAllContainersStarted)
+	if s.Phase != v1.PodRunning || !podstatus.AllContainersRestarting(&s) {
+		t.Fatalf("phase %s, AllContainersRestarting %t after the exit; want Running, true", s.Phase, podstatus.AllContainersRestarting(&s))
+	}
+	triggered := s
+
+	// A container the runtime lost while all restart ended for that.
+	unknown := running("r", t1)
+	unknown.State = podstate.ContainerStateUnknown
+	lost := podstatus.Generate(p, rt(exited("i", t0, 0), running("s", t0), exited("src", t1, 42), unknown), nil, podstatus.GenerateOptions{Previous: &triggered})
+	if term := status(lost, "r").State.Terminated; term == nil || term.Reason != podstatus.RestartingAllContainers || term.ExitCode != 137 {
+		t.Errorf("r in unknown state while all restart: %+v", status(lost, "r").State)
+	}
+
+	// All removed, the sandbox kept.
+	s = podstatus.Generate(p, rt(), nil, podstatus.GenerateOptions{Previous: &triggered})
+	wantCondition(s, v1.ConditionFalse, "")
+	for _, n := range names {
+		cs := status(s, n)
+		w, last := cs.State.Waiting, cs.LastTerminationState.Terminated
+		if w == nil || w.Reason != podstatus.RestartingAllContainers || w.Message != "The container is removed because RestartAllContainers in place" ||
+			last == nil || last.Reason != podstatus.RestartingAllContainers || last.ExitCode != 137 || cs.RestartCount != 1 {
+			t.Errorf("%s once removed: %+v", n, cs)
+		}
+	}
+	if s.Phase != v1.PodRunning {
+		t.Errorf("phase %s once removed, want Running: the containers restart", s.Phase)
+	}
+	if c := findCond(s, v1.PodInitialized); c.Status != v1.ConditionTrue {
+		t.Errorf("Initialized %+v once removed, want True as before", c)
+	}
+	removed := s
+
+	// The init container ran again; the others wait for it.
+	s = podstatus.Generate(p, rt(withRestarts(exited("i", t2, 0), 1)), nil, podstatus.GenerateOptions{Previous: &removed})
+	wantCondition(s, v1.ConditionFalse, "")
+	if cs := status(s, "i"); cs.State.Terminated == nil || cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil ||
+		cs.LastTerminationState.Terminated.Reason != podstatus.RestartingAllContainers {
+		t.Errorf("i ran again: %+v", cs)
+	}
+	for _, n := range []string{"s", "src", "r"} {
+		if cs := status(s, n); cs.State.Waiting == nil || cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil {
+			t.Errorf("%s waiting to start again: %+v", n, cs)
+		}
+	}
+	// Everything runs again; a runtime count that restarted from 0 (no
+	// log kept) does not lower the count.
+	s = podstatus.Generate(p, rt(withRestarts(exited("i", t2, 0), 1), withRestarts(running("s", t2), 1), withRestarts(running("src", t2), 1), running("r", t2)),
+		nil, podstatus.GenerateOptions{Previous: &s})
+	wantCondition(s, v1.ConditionFalse, "")
+	for _, n := range names {
+		if cs := status(s, n); cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil {
+			t.Errorf("%s running again: restart count %d, last termination %+v; want 1 and one", n, cs.RestartCount, cs.LastTerminationState)
+		}
+	}
+
+	// Started again before a status showed it removed: the terminated
+	// state becomes the last termination, one restart more.
+	s = podstatus.Generate(p, rt(exited("i", t0, 0), running("s", t0), running("src", t2), running("r", t2)), nil, podstatus.GenerateOptions{Previous: &triggered})
+	if cs := status(s, "src"); cs.State.Running == nil || cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 42 {
+		t.Errorf("src running again straight from terminated: %+v", cs)
+	}
+
+	// Terminal pods say why nothing restarts.
+	failed := triggered
+	failed.Phase = v1.PodFailed
+	done := p.DeepCopy()
+	done.Status.Phase = v1.PodFailed
+	s = podstatus.Generate(done, rt(), nil, podstatus.GenerateOptions{Previous: &failed})
+	wantCondition(s, v1.ConditionFalse, "PodFailed")
+}

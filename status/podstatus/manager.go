@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/podsource"
+	"github.com/nodekit/nodekit/podstate"
 )
 
 // defaultSyncPeriod is how often the Manager checks every cached status
@@ -947,7 +948,7 @@ func startedInitContainers(statuses []v1.ContainerStatus) []v1.ContainerStatus {
 // checkContainerStateTransition refuses a status that moves a container out
 // of a terminated state its restart policy does not restart.
 func checkContainerStateTransition(old, status *v1.PodStatus, spec *v1.PodSpec) error {
-	if spec.RestartPolicy == v1.RestartPolicyAlways || restartsAllContainers(spec) {
+	if spec.RestartPolicy == v1.RestartPolicyAlways || podstate.AllContainersCouldRestart(spec) {
 		return nil
 	}
 	check := func(olds, news []v1.ContainerStatus, specs []v1.Container, what string) error {
@@ -969,22 +970,6 @@ func checkContainerStateTransition(old, status *v1.PodStatus, spec *v1.PodSpec) 
 		return err
 	}
 	return check(old.InitContainerStatuses, status.InitContainerStatuses, spec.InitContainers, "init container")
-}
-
-// restartsAllContainers reports whether a container of spec has a
-// RestartAllContainers rule: then any container may leave its terminated
-// state.
-func restartsAllContainers(spec *v1.PodSpec) bool {
-	for _, list := range [][]v1.Container{spec.InitContainers, spec.Containers} {
-		for i := range list {
-			for _, r := range list[i].RestartPolicyRules {
-				if r.Action == v1.ContainerRestartRuleActionRestartAllContainers {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // exitCodeLabel is the exit code as a metric label value.

@@ -24,11 +24,11 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, terminal, initialized boo
 		case st == nil, st.State.Running != nil:
 			pendingInit++
 		case st.State.Terminated != nil:
-			if code := st.State.Terminated.ExitCode; code != 0 && !containerShouldRestart(c, spec, code) {
+			if code := st.State.Terminated.ExitCode; code != 0 && !restarts(c, spec, st.State.Terminated) {
 				failedInitNotRestartable++
 			}
 		case st.State.Waiting != nil && st.LastTerminationState.Terminated != nil:
-			if code := st.LastTerminationState.Terminated.ExitCode; code != 0 && !containerShouldRestart(c, spec, code) {
+			if code := st.LastTerminationState.Terminated.ExitCode; code != 0 && !restarts(c, spec, st.LastTerminationState.Terminated) {
 				failedInitNotRestartable++
 			}
 		default:
@@ -74,7 +74,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, terminal, initialized boo
 		case st.State.Terminated != nil:
 			stopped++
 			code := st.State.Terminated.ExitCode
-			if !containerShouldRestart(c, spec, code) {
+			if !restarts(c, spec, st.State.Terminated) {
 				stoppedNotRestartable++
 			}
 			if code == 0 {
@@ -83,7 +83,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, terminal, initialized boo
 		case st.State.Waiting != nil:
 			if st.LastTerminationState.Terminated != nil {
 				stopped++
-				if !containerShouldRestart(c, spec, st.LastTerminationState.Terminated.ExitCode) {
+				if !restarts(c, spec, st.LastTerminationState.Terminated) {
 					stoppedNotRestartable++
 				}
 			} else {
@@ -126,4 +126,11 @@ func isSidecar(c *v1.Container) bool { return podstate.IsRestartableInitContaine
 // restart decision the runtime and the prober also use.
 func containerShouldRestart(c *v1.Container, spec *v1.PodSpec, code int32) bool {
 	return podstate.ContainerShouldRestart(c, spec, code)
+}
+
+// restarts reports whether container c, which ended as t, runs again: its
+// exit code says so (containerShouldRestart), or it was stopped to restart
+// all its pod's containers in place.
+func restarts(c *v1.Container, spec *v1.PodSpec, t *v1.ContainerStateTerminated) bool {
+	return containerShouldRestart(c, spec, t.ExitCode) || t.Reason == RestartingAllContainers
 }
