@@ -30,6 +30,8 @@
 //     admission); devices/internal/checkpoint is its checkpoint file.
 //   - dra: Dynamic Resource Allocation (DRA drivers' kubelet plugins,
 //     ResourceClaims prepared and unprepared, their CDI devices).
+//   - userns: user namespaces (hostUsers: false): each pod's range of host
+//     IDs, kept in its pod directory in the kubelet's format.
 //   - podresources: the pod resources API (pod-resources/kubelet.sock).
 //   - resources/allocation: the resources allocated to each pod (in-place
 //     resize's checkpoint, <root-dir>/allocated_pods_state).

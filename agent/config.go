@@ -19,6 +19,8 @@ import (
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/userns"
 )
 
 // Config is what a node agent is configured with: the kubelet's own
@@ -428,6 +430,11 @@ func (c *Config) Validate() error {
 	}
 	if p := kc.CrashLoopBackOff.MaxContainerRestartPeriod; p != nil && (p.Duration < time.Second || p.Duration > defaultMaxContainerBackOff) {
 		errs = append(errs, fmt.Errorf("invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: %v seconds) must be set between 1s and 300s", p.Duration.Seconds()))
+	}
+	if u := kc.UserNamespaces; u != nil && u.IDsPerPod != nil {
+		if err := userns.ValidateIDsPerPod(*u.IDsPerPod); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, c.validateGC()...)
 	errs = append(errs, c.validateResourceManagers()...)

@@ -39,8 +39,8 @@ import (
 // eviction manager (Eviction), the volume manager (Volumes), and image
 // garbage collection and container log rotation (RuntimeGC), and the
 // device manager (Devices), the CPU, memory and topology managers
-// (ResourceManagers), Dynamic Resource Allocation (DRA) and the pod
-// resources API (PodResources). The CRI
+// (ResourceManagers), Dynamic Resource Allocation (DRA), user namespaces
+// (UserNamespaces) and the pod resources API (PodResources). The CRI
 // services come from the
 // graph: fx.Decorate cri.RuntimeService or cri.ImageManagerService to wrap
 // them for pod syncing.
@@ -67,6 +67,7 @@ var CRI = fx.Options(
 	Devices,
 	ResourceManagers,
 	DRA,
+	UserNamespaces,
 	PodResources,
 )
 

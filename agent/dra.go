@@ -16,9 +16,9 @@ import (
 // the claims' CDI devices in the containers' CRI configs (the pod manager's
 // runtime.DynamicResources), the claim checkpoint
 // <root-dir>/dra_manager_state, and the claims of pods no longer active
-// released once the pod sources are ready. It replaces the PodFeatures
-// admit handler with one that admits pods with resourceClaims (without DRA
-// they are refused with PodFeatureUnsupported). CRI includes it. Change its
+// released once the pod sources are ready. It tells the PodFeatures admit
+// handler to admit pods with resourceClaims (without DRA they are refused
+// with PodFeatureUnsupported). CRI includes it. Change its
 // inputs with fx.Decorate of dra.Options.
 var DRA = fx.Options(
 	fx.Provide(
@@ -27,9 +27,7 @@ var DRA = fx.Options(
 	),
 	pluginmanager.AsHandler(dra.PluginType, func(m *dra.Manager) pluginmanager.Handler { return m }),
 	// Pods with resourceClaims are admitted: their claims are prepared.
-	pods.AsAdmitHandler(pods.AdmitPodFeatures, pods.OrderPodFeatures, func() pods.AdmitHandler {
-		return pods.PodFeatures(pods.FeatureResourceClaims)
-	}),
+	pods.AsSupportedPodFeature(pods.FeatureResourceClaims),
 	dra.Module,
 )
 

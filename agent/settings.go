@@ -169,6 +169,9 @@ var implementedSettings = map[string]string{
 	"topologyManagerScope":         "",
 	"topologyManagerPolicyOptions": "",
 
+	// User namespaces (userns/, agent/userns.go).
+	"userNamespaces": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",

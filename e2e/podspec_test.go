@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodekit/nodekit/e2e/cluster"
 	"github.com/nodekit/nodekit/pods"
 )
 
@@ -180,10 +181,11 @@ func testActiveDeadline(t *testing.T, n *podNode) {
 	waitForPodEvent(t, pod.Namespace, pod.Name, "DeadlineExceeded")
 }
 
-// testPodSpecAdmission: what the node does not do is refused at admission
-// with the kubelet's reason and a warning event, never run without it
-// (user namespaces; AppArmor on a host without it, while on a host with
-// it the pod runs); a request for an extended resource the node does not
+// testPodSpecAdmission: what the node does not do is refused with the
+// kubelet's reason and a warning event, never run without it (a user
+// namespace on a runtime without them: FailedCreatePodSandBox, as the
+// kubelet, while on containerd 2 the pod runs; AppArmor on a host without
+// it, while on a host with it the pod runs); a request for an extended resource the node does not
 // advertise is dropped before the fit check, as the kubelet does, and the
 // pod runs.
 func testPodSpecAdmission(t *testing.T, n *podNode) {
@@ -203,9 +205,31 @@ func testPodSpecAdmission(t *testing.T, n *podNode) {
 	}
 	t.Run("hostUsers false", func(t *testing.T) {
 		t.Parallel()
-		pod := n.pod("no-userns", "sleep", "3600")
+		pod := n.pod("userns", "sleep", "3600")
 		pod.Spec.HostUsers = ptr.To(false)
-		refused(t, pod, "PodFeatureUnsupported", "can't set `spec.hostUsers: false`, this node does not support user namespaces")
+		pod = n.createPod(t, pod)
+		if n.containerd != nil && n.containerd.Series == cluster.ContainerdSeries2 {
+			waitForPod(t, pod.Namespace, pod.Name, "Running in a user namespace", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+			return
+		}
+		// containerd 1.6 reports no runtime handlers, fakecri none with
+		// user namespaces: the sandbox fails as on a kubelet, the pod
+		// stays Pending and never runs.
+		ev := waitForPodEvent(t, pod.Namespace, pod.Name, "FailedCreatePodSandBox")
+		const want = "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+		if ev.Type != v1.EventTypeWarning || ev.Message != want {
+			t.Errorf("%s event %q, want Warning %q", ev.Type, ev.Message, want)
+		}
+		got, err := env.cp.Client().CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase != v1.PodPending {
+			t.Errorf("pod refused by the runtime is %s, want Pending", got.Status.Phase)
+		}
+		if sbs := n.criSandboxes(t, pod.UID); len(sbs) != 0 {
+			t.Errorf("a pod the runtime cannot run in a user namespace got sandboxes: %v", sbs)
+		}
 	})
 	t.Run("AppArmor", func(t *testing.T) {
 		t.Parallel()

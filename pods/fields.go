@@ -46,7 +46,7 @@ var fieldsActedOn = map[string]string{
 	"PodSpec.overhead":                      "pods/admission.go (PodRequests includes it); cgroupdriver/resources.go",
 	"PodSpec.setHostnameAsFQDN":             "runtime/dns.go podHostname",
 	"PodSpec.os":                            "pods/admission.go osAndGroupsPolicy (PodOSNotSupported)",
-	"PodSpec.hostUsers":                     "pods/podspec.go PodFeatures refuses false; pods/podspec.go Sysctls (user namespace sysctls)",
+	"PodSpec.hostUsers":                     "userns/ (agent.UserNamespaces: the pod's ID mappings), runtime/sandbox.go and runtime/container.go (CRI userns options, idmapped mounts); FailedCreatePodSandBox where the runtime handler has no user namespaces; without the manager refused with PodFeatureUnsupported, pods/podspec.go PodFeatures; pods/podspec.go Sysctls (user namespace sysctls)",
 	"PodSpec.resources":                     "cgroupdriver/resources.go (pod cgroup); pods/admission.go; eviction/; a resize of them is PodResizePending Infeasible (pods/resize.go)",
 	"PodSpec.hostnameOverride":              "runtime/dns.go podHostname; runtime/volumes.go (/etc/hosts)",
 

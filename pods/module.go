@@ -116,12 +116,14 @@ func provide(p Params) (*Controller, error) {
 type podSpecParams struct {
 	fx.In
 
-	Options Options `optional:"true"`
+	Options   Options      `optional:"true"`
+	Supported []PodFeature `group:"pod_supported_features"`
 }
 
 // podSpecHandlers are the default admit handlers that refuse a pod whose
 // spec asks for what the node cannot do: Sysctls (with the Options'
-// AllowedUnsafeSysctls), AppArmor, PodFeatures and DeclaredFeatures.
+// AllowedUnsafeSysctls), AppArmor, PodFeatures (admitting the features of
+// the SupportedPodFeatureGroup) and DeclaredFeatures.
 func podSpecHandlers(p podSpecParams) ([]OrderedAdmitHandler, error) {
 	sysctls, err := Sysctls(kernelRelease(), p.Options.AllowedUnsafeSysctls)
 	if err != nil {
@@ -134,7 +136,7 @@ func podSpecHandlers(p podSpecParams) ([]OrderedAdmitHandler, error) {
 	return []OrderedAdmitHandler{
 		defaultAdmitHandler(AdmitSysctls, OrderSysctls, sysctls),
 		defaultAdmitHandler(AdmitAppArmor, OrderAppArmor, AppArmor(HostAppArmorEnabled())),
-		defaultAdmitHandler(AdmitPodFeatures, OrderPodFeatures, PodFeatures()),
+		defaultAdmitHandler(AdmitPodFeatures, OrderPodFeatures, PodFeatures(p.Supported...)),
 		defaultAdmitHandler(AdmitDeclaredFeatures, OrderDeclaredFeatures, declared),
 	}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.uber.org/fx"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
@@ -228,20 +229,41 @@ func AppArmor(hostEnabled bool) AdmitHandler {
 // supports it.
 type PodFeature string
 
-// FeatureResourceClaims is the pods' resourceClaims (Dynamic Resource
-// Allocation): the agent's DRA module supports it.
-const FeatureResourceClaims PodFeature = "resourceClaims"
+// Pod features a node's modules support, which PodFeatures then admits.
+const (
+	// FeatureResourceClaims is the pods' resourceClaims (Dynamic Resource
+	// Allocation): the agent's DRA module supports it.
+	FeatureResourceClaims PodFeature = "resourceClaims"
+	// FeatureUserNamespaces is the pods' hostUsers: false: the agent's
+	// user namespace manager supports it (the runtime then fails the
+	// sandbox of a pod whose runtime handler has no user namespaces, as
+	// the kubelet).
+	FeatureUserNamespaces PodFeature = "userNamespaces"
+)
+
+// SupportedPodFeatureGroup is the fx value group of the PodFeature values
+// the node supports, which the default PodFeatures admit handler admits.
+const SupportedPodFeatureGroup = "pod_supported_features"
+
+// AsSupportedPodFeature returns an fx option telling the default
+// PodFeatures admit handler that the node supports f (a module that
+// implements it adds it).
+func AsSupportedPodFeature(f PodFeature) fx.Option {
+	return fx.Supply(fx.Annotated{Group: SupportedPodFeatureGroup, Target: f})
+}
 
 // PodFeatures refuses, with reason PodFeatureUnsupported, a pod that asks
 // for what nodekit does not implement, so it never runs without it: user
-// namespaces (hostUsers: false), resource claims (DRA) unless supported
-// lists FeatureResourceClaims, raw block volumes (volumeDevices) and image
+// namespaces (hostUsers: false) unless supported lists
+// FeatureUserNamespaces, resource claims (DRA) unless it lists
+// FeatureResourceClaims, raw block volumes (volumeDevices) and image
 // volumes.
 func PodFeatures(supported ...PodFeature) AdmitHandler {
 	claims := slices.Contains(supported, FeatureResourceClaims)
+	userns := slices.Contains(supported, FeatureUserNamespaces)
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		spec := &a.Pod.Spec
-		if spec.HostUsers != nil && !*spec.HostUsers {
+		if spec.HostUsers != nil && !*spec.HostUsers && !userns {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
 				Message: "can't set `spec.hostUsers: false`, this node does not support user namespaces"}
 		}
@@ -290,7 +312,7 @@ var undeclaredFeatures = map[string]string{
 	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              "a resize of pod-level resources is left PodResizePending Infeasible",
 	inplacepodresize.IPPRMemoryBackedVolumesFeatureGate:            "memory-backed emptyDir size limits are not resized (alpha, off on the kubelet too)",
 	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: "the node API speaks SPDY only: the API server translates WebSockets (server/doc.go)",
-	usernamespaceshostnetwork.UserNamespacesHostNetworkSupport:     "user namespaces are refused at admission (alpha, off on the kubelet too)",
+	usernamespaceshostnetwork.UserNamespacesHostNetworkSupport:     "user namespaces with hostNetwork are not implemented (alpha, off on the kubelet too: the API server refuses such pods)",
 	dranodeallocatableresources.DRANodeAllocatableResourcesFeature: "DRA is not implemented (alpha, off on the kubelet too)",
 	draoptionalnodeoperations.DRAOptionalNodeOperationsFeatureGate: "DRA is not implemented (alpha, off on the kubelet too)",
 	volumebindmountoptions.VolumeBindMountOptionsFeatureName:       "volumeMounts' bindMountOptions are not passed to the runtime",

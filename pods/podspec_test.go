@@ -121,6 +121,9 @@ func TestPodFeatures(t *testing.T) {
 	if r := h.Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}}); r.Admit || r.Reason != "PodFeatureUnsupported" {
 		t.Errorf("resource claims: %+v", r)
 	}
+	if r := PodFeatures(FeatureUserNamespaces).Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{HostUsers: ptr.To(false)}}}); !r.Admit {
+		t.Errorf("hostUsers false on a node with user namespaces: %+v", r)
+	}
 	if r := PodFeatures(FeatureResourceClaims).Admit(AdmitAttributes{Pod: &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}}); !r.Admit {
 		t.Errorf("resource claims on a node with DRA: %+v", r)
 	}

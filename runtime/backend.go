@@ -225,8 +225,9 @@ func (b *Backend) keepStatus(uid types.UID) {
 }
 
 // KillPod stops what runs of the pod, as read from the runtime now, then
-// releases its resource claims (PodManagerOptions.DynamicResources) and
-// tears down its volumes (VolumeManager.UnmountPod) and returns that
+// releases its resource claims (PodManagerOptions.DynamicResources),
+// tears down its volumes (VolumeManager.UnmountPod) and releases its user
+// namespace mappings (PodManagerOptions.UserNamespaces) and returns that
 // error: the pod loop calls KillPod again (the containers are stopped by
 // then) and neither sets the pod's final status nor lets the API object go
 // before the volumes are unmounted, as the kubelet's SyncTerminatedPod
@@ -265,12 +266,23 @@ func (b *Backend) releaseStopped(ctx context.Context, pod *v1.Pod) error {
 	return b.unmountStopped(ctx, pod)
 }
 
-// unmountStopped tears down the volumes of a pod KillPod stopped.
+// unmountStopped tears down the volumes of a pod KillPod stopped, then
+// releases its user namespace mappings, as the kubelet's
+// SyncTerminatedPod.
 func (b *Backend) unmountStopped(ctx context.Context, pod *v1.Pod) error {
 	if err := b.unmount(ctx, pod.UID); err != nil {
 		return fmt.Errorf("pod %s/%s stopped, but its volumes are not torn down: %w", pod.Namespace, pod.Name, err)
 	}
+	b.releaseUserNamespace(ctx, pod.UID)
 	return nil
+}
+
+// releaseUserNamespace frees pod uid's user namespace mappings
+// (PodManagerOptions.UserNamespaces), if it has any.
+func (b *Backend) releaseUserNamespace(ctx context.Context, uid types.UID) {
+	if u := b.pm.opts.UserNamespaces; u != nil {
+		u.Release(ctx, uid)
+	}
 }
 
 // unmount tears down the volumes of a pod whose containers are stopped.
@@ -283,7 +295,8 @@ func (b *Backend) unmount(ctx context.Context, uid types.UID) error {
 
 // RemovePod tears down the pod's volumes (if KillPod did not), removes its
 // containers, sandboxes, logs and the runtime's files in its directory and
-// its cgroup, and forgets it. The pod's directory itself is the volume
+// its cgroup, releases its user namespace mappings, and forgets it. The
+// pod's directory itself is the volume
 // manager's to remove (it never deletes through a mount point).
 func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
 	if err := b.unmount(ctx, uid); err != nil {
@@ -292,6 +305,7 @@ func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
 	if err := b.pm.RemovePod(ctx, uid); err != nil {
 		return err
 	}
+	b.releaseUserNamespace(ctx, uid)
 	if b.opts.Cgroups != nil {
 		if err := b.opts.Cgroups.RemovePod(ctx, uid); err != nil {
 			return fmt.Errorf("remove cgroup of pod %s: %w", uid, err)

@@ -40,8 +40,10 @@ type imageUser struct {
 // containerConfig returns the CRI config of one instance of container c.
 // podIPs are the sandbox's IPs (for the downward API and /etc/hosts), vols
 // the pod's mounted volumes; nsTarget, when set, is the container whose
-// process namespace an ephemeral container joins.
-func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, imageRef string, user imageUser, podIPs []string, vols PodVolumes, nsTarget string) (*runtimeapi.ContainerConfig, error) {
+// process namespace an ephemeral container joins; userns is the sandbox's
+// user namespace, whose mappings (mode POD) idmap every mount, as the
+// kubelet's.
+func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, imageRef string, user imageUser, podIPs []string, vols PodVolumes, nsTarget string, userns *runtimeapi.UserNamespace) (*runtimeapi.ContainerConfig, error) {
 	env, err := m.makeEnv(ctx, pod, c, envContext{podIPs: podIPs, hostIPs: m.opts.NodeIPs})
 	if err != nil {
 		return nil, err
@@ -63,6 +65,7 @@ func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Con
 		sc.NamespaceOptions.Pid = runtimeapi.NamespaceMode_TARGET
 		sc.NamespaceOptions.TargetId = nsTarget
 	}
+	sc.NamespaceOptions.UsernsOptions = userns
 	mounts, err := m.mounts(ctx, pod, c, vols, env, podIPs)
 	if err != nil {
 		return nil, err
@@ -104,6 +107,13 @@ func (m *PodManager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Con
 	if m.opts.ContainerConfigHook != nil {
 		if err := m.opts.ContainerConfigHook(ctx, pod, c, cfg); err != nil {
 			return nil, err
+		}
+	}
+	if userns.GetMode() == runtimeapi.NamespaceMode_POD {
+		// Every mount, the devices' too, is idmapped with the pod's
+		// mappings: a file keeps its owner inside the pod.
+		for _, mnt := range cfg.Mounts {
+			mnt.UidMappings, mnt.GidMappings = userns.GetUids(), userns.GetGids()
 		}
 	}
 	return cfg, nil

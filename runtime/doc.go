@@ -91,7 +91,17 @@
 // What the runtime reports (ContainerStatus.resources) is the container's
 // status.resources.
 //
-// Left out: devices are not handled; user namespaces (hostUsers: false) and image volumes are refused at
+// User namespaces: with PodManagerOptions.UserNamespaces (the userns
+// package's Manager) every sandbox and container config carries the pod's
+// user namespace, the node's (mode NODE) or, for hostUsers: false, one of
+// its own (mode POD, its ID mappings) whose mappings also idmap each of
+// the containers' mounts, as the kubelet's; a runtime handler without user
+// namespaces (containerd 1.6 reports no handlers) fails the sandbox with
+// the kubelet's FailedCreatePodSandBox message. The Backend releases the
+// mappings once the pod's containers stopped and its volumes are torn
+// down (kubelet_started_user_namespaced_pods_total and _errors_total).
+//
+// Left out: image volumes are refused at
 // admission (pods.PodFeatures); recursive read-only mounts are never asked of
 // the runtime (recursiveReadOnly IfPossible mounts read-only, Enabled fails
 // the container with the kubelet's error for a runtime without them).

@@ -69,7 +69,8 @@ func provide(p Params) (Result, error) {
 // clock.Clock and the prometheus.Registerer. The Backend takes the optional
 // PodCgroups, SecretGetter, ProbeResults and VolumeManager of the graph
 // (without a VolumeManager only pods that mount no volume start), and the
-// PodManager the optional DynamicResources (the DRA manager). To swap the
+// PodManager the optional DynamicResources (the DRA manager) and
+// UserNamespaces (the user namespace manager). To swap the
 // runtime side of pod syncing, leave PodsModule out and provide a
 // pods.Runtime yourself.
 var PodsModule = fx.Options(fx.Provide(
@@ -92,6 +93,7 @@ type PodsParams struct {
 	Probes         ProbeResults          `optional:"true"`
 	Volumes        VolumeManager         `optional:"true"`
 	Dynamic        DynamicResources      `optional:"true"`
+	UserNamespaces UserNamespaces        `optional:"true"`
 	Recorder       record.EventRecorder  `optional:"true"`
 	Registerer     prometheus.Registerer `optional:"true"`
 	Clock          clock.Clock           `optional:"true"`
@@ -141,6 +143,9 @@ func providePods(p PodsParams) (PodsResult, error) {
 	}
 	if opts.DynamicResources == nil {
 		opts.DynamicResources = p.Dynamic
+	}
+	if opts.UserNamespaces == nil {
+		opts.UserNamespaces = p.UserNamespaces
 	}
 	pm, err := NewPodManager(opts)
 	if err != nil {

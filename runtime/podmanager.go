@@ -193,6 +193,28 @@ type PodManagerOptions struct {
 	// (before ContainerConfigHook), and has them released by the Backend's
 	// KillPod once the pod's containers stopped.
 	DynamicResources DynamicResources
+
+	// UserNamespaces, when set, gives each pod's sandbox and containers
+	// their user namespace (*userns.Manager is one): the node's for most
+	// pods, one of the pod's own for hostUsers: false, whose mappings also
+	// idmap every mount of its containers, as the kubelet; the Backend
+	// releases a pod's mappings once its containers stopped. A pod it
+	// refuses (its runtime handler has no user namespaces) fails its
+	// sandbox with FailedCreatePodSandBox. nil sends no user namespace
+	// (the runtime's default, the node's) and fails the sandbox of a pod
+	// with hostUsers: false.
+	UserNamespaces UserNamespaces
+}
+
+// UserNamespaces is what pod syncing needs of the user namespace manager
+// (*userns.Manager is one), as the kubelet's runtime helper.
+type UserNamespaces interface {
+	// PodUserNamespace returns the user namespace of pod's sandbox and
+	// containers on runtime handler handler ("" is the default handler),
+	// or why the pod cannot have it.
+	PodUserNamespace(ctx context.Context, pod *v1.Pod, handler string) (*runtimeapi.UserNamespace, error)
+	// Release frees pod uid's mappings; its containers are stopped.
+	Release(ctx context.Context, uid types.UID)
 }
 
 // DynamicResources is what pod syncing needs of Dynamic Resource

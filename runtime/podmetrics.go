@@ -11,6 +11,8 @@ type podMetrics struct {
 	startedPodsErrors       prometheus.Counter
 	startedContainers       *prometheus.CounterVec
 	startedContainersErrors *prometheus.CounterVec
+	startedUserNSPods       prometheus.Counter
+	startedUserNSPodsErrors prometheus.Counter
 }
 
 func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
@@ -34,6 +36,14 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 			Subsystem: "kubelet", Name: "started_containers_errors_total",
 			Help: "Cumulative number of errors when starting containers",
 		}, []string{"container_type", "code"}),
+		startedUserNSPods: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "started_user_namespaced_pods_total",
+			Help: "Cumulative number of pods with user namespaces started. This metric will only be collected on Linux.",
+		}),
+		startedUserNSPodsErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "started_user_namespaced_pods_errors_total",
+			Help: "Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
+		}),
 	}
 	var err error
 	if m.startedPods, err = register(reg, m.startedPods); err != nil {
@@ -46,6 +56,12 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 		return nil, err
 	}
 	if m.startedContainersErrors, err = register(reg, m.startedContainersErrors); err != nil {
+		return nil, err
+	}
+	if m.startedUserNSPods, err = register(reg, m.startedUserNSPods); err != nil {
+		return nil, err
+	}
+	if m.startedUserNSPodsErrors, err = register(reg, m.startedUserNSPodsErrors); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -83,5 +99,17 @@ func (m *podMetrics) startedContainer(kind string) {
 func (m *podMetrics) startedContainerError(kind, code string) {
 	if m != nil {
 		m.startedContainersErrors.WithLabelValues(containerType(kind), code).Inc()
+	}
+}
+
+func (m *podMetrics) startedUserNamespacedPod() {
+	if m != nil {
+		m.startedUserNSPods.Inc()
+	}
+}
+
+func (m *podMetrics) startedUserNamespacedPodError() {
+	if m != nil {
+		m.startedUserNSPodsErrors.Inc()
 	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,11 +64,17 @@ func (m *PodManager) sandboxConfig(ctx context.Context, pod *v1.Pod, attempt uin
 			})
 		}
 	}
+	userns, err := m.podUserNamespace(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	ns := namespaceOptions(pod)
+	ns.UsernsOptions = userns
 	linux := &runtimeapi.LinuxPodSandboxConfig{
 		SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			Privileged:       anyPrivileged(pod),
 			Seccomp:          &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
-			NamespaceOptions: namespaceOptions(pod),
+			NamespaceOptions: ns,
 		},
 		Sysctls: map[string]string{},
 	}
@@ -179,30 +186,73 @@ func selinuxOptions(o *v1.SELinuxOptions) *runtimeapi.SELinuxOption {
 }
 
 // createSandbox creates pod's sandbox (making its log directory first) and
-// returns its ID and the config it was created with. The message is the
-// kubelet's for the failure.
+// returns its ID and the config it was created with. A failure is a
+// *sandboxError: the kubelet's message, and the cause its event shows.
 func (m *PodManager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (string, *runtimeapi.PodSandboxConfig, error) {
 	cfg, err := m.sandboxConfig(ctx, pod, attempt)
 	if err != nil {
-		return "", nil, fmt.Errorf("failed to generate sandbox config for pod %q: %w", podDesc(pod), err)
+		return "", nil, &sandboxError{fmt.Sprintf("failed to generate sandbox config for pod %q", podDesc(pod)), err}
 	}
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
-		return "", nil, fmt.Errorf("failed to create log directory for pod %q: %w", podDesc(pod), err)
+		return "", nil, &sandboxError{fmt.Sprintf("failed to create log directory for pod %q", podDesc(pod)), err}
 	}
-	handler := ""
-	if pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName != "" {
-		if m.opts.RuntimeHandler == nil {
-			return "", nil, fmt.Errorf("runtime class %q of pod %q: this agent resolves no runtime classes", *pod.Spec.RuntimeClassName, podDesc(pod))
-		}
-		if handler, err = m.opts.RuntimeHandler(ctx, *pod.Spec.RuntimeClassName); err != nil {
-			return "", nil, fmt.Errorf("runtime class %q of pod %q: %w", *pod.Spec.RuntimeClassName, podDesc(pod), err)
-		}
+	handler, err := m.runtimeHandler(ctx, pod)
+	if err != nil {
+		return "", nil, &sandboxError{fmt.Sprintf("failed to create sandbox for pod %q", podDesc(pod)), err}
 	}
 	id, err := m.rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
-		return "", nil, err
+		return "", nil, &sandboxError{fmt.Sprintf("failed to create sandbox for pod %q", podDesc(pod)), err}
 	}
 	return id, cfg, nil
+}
+
+// sandboxError is why a sandbox was not created: what failed (msg) and
+// the error that made it fail (cause), which the kubelet's
+// FailedCreatePodSandBox event shows alone.
+type sandboxError struct {
+	msg   string
+	cause error
+}
+
+func (e *sandboxError) Error() string { return e.msg + ": " + e.cause.Error() }
+func (e *sandboxError) Unwrap() error { return e.cause }
+
+// runtimeHandler resolves pod's runtimeClassName to its CRI runtime
+// handler ("" without one: the runtime's default).
+func (m *PodManager) runtimeHandler(ctx context.Context, pod *v1.Pod) (string, error) {
+	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName == "" {
+		return "", nil
+	}
+	if m.opts.RuntimeHandler == nil {
+		return "", fmt.Errorf("runtime class %q: this agent resolves no runtime classes", *pod.Spec.RuntimeClassName)
+	}
+	handler, err := m.opts.RuntimeHandler(ctx, *pod.Spec.RuntimeClassName)
+	if err != nil {
+		return "", fmt.Errorf("runtime class %q: %w", *pod.Spec.RuntimeClassName, err)
+	}
+	return handler, nil
+}
+
+// errNoUserNamespaces refuses a pod with hostUsers: false on a pod manager
+// without PodManagerOptions.UserNamespaces.
+var errNoUserNamespaces = errors.New("can't set `spec.hostUsers: false`, this node does not support user namespaces")
+
+// podUserNamespace returns the user namespace of pod's sandbox and
+// containers (PodManagerOptions.UserNamespaces): nil without a manager,
+// for a pod in the node's.
+func (m *PodManager) podUserNamespace(ctx context.Context, pod *v1.Pod) (*runtimeapi.UserNamespace, error) {
+	if m.opts.UserNamespaces == nil {
+		if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+			return nil, errNoUserNamespaces
+		}
+		return nil, nil
+	}
+	handler, err := m.runtimeHandler(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	return m.opts.UserNamespaces.PodUserNamespace(ctx, pod, handler)
 }
 
 func networkMode(pod *v1.Pod) runtimeapi.NamespaceMode {

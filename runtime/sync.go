@@ -47,6 +47,9 @@ func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.
 	} else {
 		s.run(ctx, in.Probes)
 	}
+	if s.usernsStarted && len(s.errs) > 0 {
+		m.metrics.startedUserNamespacedPodError()
+	}
 	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...), Idle: s.idle}
 }
 
@@ -92,6 +95,10 @@ type podSync struct {
 	retryAt time.Time
 	// idle: the computed actions were empty.
 	idle bool
+	// usernsStarted: a sandbox of a pod with hostUsers: false was to be
+	// created (kubelet_started_user_namespaced_pods_total); an error of
+	// the sync counts in its errors_total, as the kubelet's.
+	usernsStarted bool
 }
 
 func (s *podSync) fail(err error) { s.errs = append(s.errs, err) }
@@ -240,10 +247,18 @@ func (s *podSync) resetAll(ctx context.Context) {
 func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 	m, pod := s.m, s.pod
 	m.metrics.startedPod()
+	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+		m.metrics.startedUserNamespacedPod()
+		s.usernsStarted = true
+	}
 	id, cfg, err := m.createSandbox(ctx, pod, attempt)
 	if err != nil {
 		m.metrics.startedPodError()
-		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		cause := err
+		if se := (*sandboxError)(nil); errors.As(err, &se) {
+			cause = se.cause
+		}
+		m.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", cause)
 		s.fail(fmt.Errorf("%w: %v", podstate.ErrCreatePodSandbox, err))
 		return false
 	}
@@ -352,7 +367,8 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 	if err != nil {
 		return failed(podstate.ErrCreateContainerConfig, err.Error())
 	}
-	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs, s.volumes, nsTarget)
+	userns := s.sandboxCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
+	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs, s.volumes, nsTarget, userns)
 	if err != nil {
 		return failed(podstate.ErrCreateContainerConfig, err.Error())
 	}

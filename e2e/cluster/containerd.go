@@ -258,6 +258,9 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
+	if err := makeTraversable(c.Dir); err != nil {
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
 	hostDirs.acquire()
 	defer func() {
 		if err != nil {
@@ -1113,4 +1116,28 @@ func removeIfExists(path string) error {
 		return err
 	}
 	return nil
+}
+
+// makeTraversable lets every user search dir and each directory above it
+// (adding g+x and o+x where others lack x), as containerd's own state
+// directory (/run/containerd, 0711) allows: runc resolves a container's
+// rootfs under the state directory from inside the container's user
+// namespace, where a pod with hostUsers: false is not root of the host's
+// directories, so a 0700 temporary directory above it fails the sandbox
+// with "remount-propagation ... permission denied".
+func makeTraversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky)|0o011); err != nil {
+				return err
+			}
+		}
+		if parent := filepath.Dir(d); parent == d {
+			return nil
+		}
+	}
 }
