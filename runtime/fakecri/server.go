@@ -399,6 +399,11 @@ func (s *Server) Start(socketPath string) (endpoint string, stop func(), err err
 // which removes the socket) and waits for the goroutine.
 func (s *Server) serve(lis *net.UnixListener) (<-chan error, func()) {
 	g := grpc.NewServer(
+		// Each connection's 32 KiB write buffer goes back to a pool
+		// after every flush instead of staying with the connection:
+		// where many fake runtimes share a process (agent/fleet), their
+		// idle connections hold none.
+		grpc.SharedWriteBuffer(true),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)

@@ -204,6 +204,9 @@ func (b *benchmark) run(ctx context.Context) error {
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
+	if b.opts.fleetOnly {
+		return b.scale(ctx)
+	}
 	if err := b.startupFakecri(ctx); err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ type options struct {
 	compare        string
 	compareFrom    string
 	quick          bool
+	fleetOnly      bool
 	agentArgs      []string
 	podStarts      []int
 }
@@ -94,6 +95,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		o.agentArgs = strings.Fields(s)
 		return nil
 	})
+	fs.BoolVar(&o.fleetOnly, "fleet-only", false, "measure only the -nodes agents in this process (no fakecri or containerd node, no kubelet): the scale figures alone")
 	fs.BoolVar(&o.quick, "quick", false, "a small run on the fake runtime only (defaults: "+quickSummary()+"); flags given explicitly still apply")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -112,6 +114,9 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 			}
 		}
 	}
+	if o.fleetOnly {
+		o.containerd, o.kubelet, o.podStarts = "off", false, nil
+	}
 	switch {
 	case o.containerd != "auto" && o.containerd != "on" && o.containerd != "off":
 		return options{}, fmt.Errorf("-containerd=%s: want auto, on or off", o.containerd)
@@ -129,6 +134,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-start-runs must be at least 1")
 	case o.hold < time.Second || o.fleetPods < 0:
 		return options{}, fmt.Errorf("-hold must be at least 1s and -fleet-pods not negative")
+	case o.fleetOnly && o.nodes == 0:
+		return options{}, fmt.Errorf("-fleet-only needs -nodes")
 	case o.nodes < 0 || o.parallel < 1:
 		return options{}, fmt.Errorf("-nodes must not be negative and -parallel must be at least 1")
 	case o.compareFrom != "" && o.compare == "":

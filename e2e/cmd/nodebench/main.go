@@ -35,6 +35,7 @@
 //	go -C e2e run ./cmd/nodebench                 # a few minutes: fakecri, containerd, kubelet, 100 in-process nodes
 //	go -C e2e run ./cmd/nodebench -nodes=1000     # the scale target (holds 5 min, then 10 pods per node)
 //	go -C e2e run ./cmd/nodebench -quick          # fakecri only, small: about a minute
+//	go -C e2e run ./cmd/nodebench -fleet-only -nodes=1000 -fleet-pods=0   # the scale figures alone
 //	go -C e2e run ./cmd/nodebench -containerd-series=1.6   # the containerd figures on Debian's 1.6 instead of 2
 //	go -C e2e run ./cmd/nodebench -json new.json -compare old.json   # the change of every figure
 //	go -C e2e run ./cmd/nodebench -compare old.json -from new.json   # the same, without running

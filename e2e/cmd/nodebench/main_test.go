@@ -101,8 +101,15 @@ func TestParseFlags(t *testing.T) {
 	if o.fakePods != 100 || o.containerdPods != 30 || o.nodes != 100 || o.containerd != "auto" || !o.kubelet || o.csiPods != 5 {
 		t.Errorf("defaults = %+v", o)
 	}
+	o, err = parseFlags([]string{"-fleet-only", "-nodes=1000", "-containerd=on"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.fleetOnly || o.nodes != 1000 || o.containerd != "off" || o.kubelet {
+		t.Errorf("-fleet-only -nodes=1000 -containerd=on = %+v: want containerd off and no kubelet", o)
+	}
 	for _, args := range [][]string{
-		{"-containerd=maybe"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"extra"},
+		{"-fleet-only", "-nodes=0"}, {"-containerd=maybe"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"extra"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
@@ -143,5 +150,23 @@ func TestReportCSI(t *testing.T) {
 	b.reportCSI()
 	if b.table.Rows[0].Value != notRun || len(b.table.Notes) != 1 || !strings.Contains(b.table.Notes[0], "-csi-pods=0") {
 		t.Errorf("skipped CSI burst: rows %+v, notes %q", b.table.Rows, b.table.Notes)
+	}
+}
+
+// TestReportFleetOnly checks that a -fleet-only table holds the scale rows
+// alone, and says why the others are missing.
+func TestReportFleetOnly(t *testing.T) {
+	b := &benchmark{opts: options{fleetOnly: true, nodes: 3, fleetPods: 0, hold: time.Minute}}
+	b.report()
+	if len(b.table.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	for _, r := range b.table.Rows {
+		if !strings.HasPrefix(r.Metric, "3 agents in one process") {
+			t.Errorf("row %q in a -fleet-only table", r.Metric)
+		}
+	}
+	if !strings.Contains(strings.Join(b.table.Notes, "\n"), "-fleet-only") {
+		t.Errorf("notes %q do not say -fleet-only", b.table.Notes)
 	}
 }

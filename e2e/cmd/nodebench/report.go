@@ -51,6 +51,11 @@ func (b *benchmark) report() {
 	t := &b.table
 	t.Date, t.Machine = time.Now().UTC().Format(time.RFC3339), machine()
 	t.Note("machine: %s; runtime %s", machine(), orNA(b.runtimeVersion, "containerd not used"))
+	if b.opts.fleetOnly {
+		t.Note("-fleet-only: the single-node figures were not measured")
+		b.reportScale()
+		return
+	}
 	if b.containerdSkipped != "" {
 		t.Note("containerd figures not measured: %s", b.containerdSkipped)
 	}
