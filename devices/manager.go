@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/devices/internal/checkpoint"
+	"github.com/nodekit/nodekit/resources/topologymanager"
 )
 
 // EndpointStopGracePeriod is how long a resource whose plugin went away
@@ -57,6 +58,14 @@ type Options struct {
 	// Registerer takes the kubelet's device plugin metrics; nil registers
 	// nothing.
 	Registerer prometheus.Registerer
+	// NUMANodes are the machine's NUMA node IDs
+	// (topology.Machine.NUMANodeIDs): the topology hints are sets of them.
+	// NUMA nodes a plugin reports outside them are ignored.
+	NUMANodes []int
+	// Affinity returns the NUMA affinity the topology manager chose for a
+	// container (topologymanager.Manager.GetAffinity): its devices are
+	// taken from those NUMA nodes first. Nil is no affinity.
+	Affinity func(podUID, containerName string) topologymanager.TopologyHint
 }
 
 // Manager is the kubelet's device manager: it serves the device plugin
@@ -77,8 +86,11 @@ type Manager struct {
 	all       map[string]map[string]*pluginapi.Device
 	pods      podDevices
 	allocated map[string]sets.Set[string] // devices in use, by resource
-	closed    bool
-	streams   sync.WaitGroup // runEndpoint goroutines; Add under mu while !closed
+	// reuse is, for the pod being admitted, the devices of its regular
+	// init containers that its later containers may take, by resource.
+	reuse   map[string]map[string]sets.Set[string]
+	closed  bool
+	streams sync.WaitGroup // runEndpoint goroutines; Add under mu while !closed
 }
 
 // New returns a Manager that has read the checkpoint in opts.PluginDir (a
@@ -91,6 +103,9 @@ func New(opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Affinity == nil {
+		opts.Affinity = func(string, string) topologymanager.TopologyHint { return topologymanager.TopologyHint{} }
+	}
 	m := &Manager{
 		opts:      opts,
 		metrics:   newMetrics(opts.Registerer),
@@ -100,6 +115,7 @@ func New(opts Options) (*Manager, error) {
 		all:       map[string]map[string]*pluginapi.Device{},
 		pods:      podDevices{},
 		allocated: map[string]sets.Set[string]{},
+		reuse:     map[string]map[string]sets.Set[string]{},
 	}
 	entries, registered, err := checkpoint.Read(opts.PluginDir)
 	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
