@@ -37,10 +37,18 @@ const (
 // ContainerConfigHook). It replaces the GeneralPredicates admit handler
 // with one that fits a pod holding devices on the node as
 // devices.Manager.NodeForAdmission gives it (a running pod admitted again
-// after a restart, before its plugin registers again). It needs
-// ResourceManagers; CRI includes both.
+// after a restart, before its plugin registers again). It is the pod
+// lifecycle loop's pods.ResourceHealthProvider: each container's devices
+// and their health in its status (allocatedResourcesStatus, the kubelet's
+// ResourceHealthStatus, beta and on by default in 1.37), a pod synced when
+// its devices' health changes. It needs ResourceManagers; CRI includes
+// both.
 var Devices = fx.Options(
-	fx.Provide(provideDeviceOptions),
+	fx.Provide(
+		provideDeviceOptions,
+		// The devices' health in the pods' statuses (ResourceHealthStatus).
+		fx.Annotate(func(m *devices.Manager) pods.ResourceHealthProvider { return m }, fx.ResultTags(`group:"`+pods.ResourceHealthGroup+`"`)),
+	),
 	pods.AsAdmitHandler(pods.AdmitGeneralPredicates, pods.OrderGeneralPredicates, devicePredicates),
 	status.AsSetter(SetterDevicePlugins, OrderSetterDevices, func(m *devices.Manager) status.Setter { return m.SetNodeStatus }),
 	devices.Module,

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -91,6 +92,9 @@ type Manager struct {
 	reuse   map[string]map[string]sets.Set[string]
 	closed  bool
 	streams sync.WaitGroup // runEndpoint goroutines; Add under mu while !closed
+
+	// healthUpdates carries the pods whose devices changed health.
+	healthUpdates chan types.UID
 }
 
 // New returns a Manager that has read the checkpoint in opts.PluginDir (a
@@ -116,6 +120,8 @@ func New(opts Options) (*Manager, error) {
 		pods:      podDevices{},
 		allocated: map[string]sets.Set[string]{},
 		reuse:     map[string]map[string]sets.Set[string]{},
+
+		healthUpdates: make(chan types.UID, healthUpdatesBuffer),
 	}
 	entries, registered, err := checkpoint.Read(opts.PluginDir)
 	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
@@ -313,6 +319,7 @@ func (m *Manager) updateDevices(log logr.Logger, e *endpoint, devs []*pluginapi.
 		m.mu.Unlock()
 		return
 	}
+	healthChanged := m.podsWithHealthChange(e.resource, m.all[e.resource], devs)
 	healthy, unhealthy := sets.New[string](), sets.New[string]()
 	all := make(map[string]*pluginapi.Device, len(devs))
 	for _, d := range devs {
@@ -325,6 +332,7 @@ func (m *Manager) updateDevices(log logr.Logger, e *endpoint, devs []*pluginapi.
 	}
 	m.healthy[e.resource], m.unhealthy[e.resource], m.all[e.resource] = healthy, unhealthy, all
 	m.mu.Unlock()
+	m.notifyHealth(log, healthChanged)
 	if err := m.writeCheckpoint(); err != nil {
 		log.Error(err, "Failed to write the device manager checkpoint")
 	}
