@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"sync"
 
@@ -14,17 +13,15 @@ import (
 
 	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/resources/topology"
+	"github.com/nodekit/nodekit/resources/topologymanager"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/status"
 )
 
-// Name and order of the device manager's admit handler, and of its node
-// status setter: between the eviction manager's check and the general
-// predicates, as the kubelet's resource allocation handler; the setter
-// right after the machine info setter, whose allocatable it corrects.
+// Name and order of the device manager's node status setter: right after
+// the machine info setter, whose allocatable it corrects.
 const (
-	AdmitDevicePlugins  = "DevicePlugins"
-	OrderDevicePlugins  = 150
 	SetterDevicePlugins = "DevicePlugins"
 	OrderSetterDevices  = status.OrderMachineInfo + 50
 )
@@ -32,16 +29,26 @@ const (
 // Devices is the kubelet's device manager (devices.Module) on
 // <root-dir>/device-plugins: device plugins' extended resources in the
 // node's capacity and allocatable (the DevicePlugins setter), their devices
-// allocated at admission (the DevicePlugins admit handler, which rejects a
-// pod with UnexpectedAdmissionError as the kubelet), and the allocations
-// put into the containers' CRI configs (runtime.PodManagerOptions'
+// allocated at admission by the topology manager, whose first hint
+// provider the device manager is (ResourceManagers' TopologyManager admit
+// handler, which rejects a pod with UnexpectedAdmissionError or
+// TopologyAffinityError as the kubelet), and the allocations put into the
+// containers' CRI configs (runtime.PodManagerOptions'
 // ContainerConfigHook). It replaces the GeneralPredicates admit handler
 // with one that fits a pod holding devices on the node as
 // devices.Manager.NodeForAdmission gives it (a running pod admitted again
-// after a restart, before its plugin registers again). CRI includes it.
+// after a restart, before its plugin registers again). It is the pod
+// lifecycle loop's pods.ResourceHealthProvider: each container's devices
+// and their health in its status (allocatedResourcesStatus, the kubelet's
+// ResourceHealthStatus, beta and on by default in 1.37), a pod synced when
+// its devices' health changes. It needs ResourceManagers; CRI includes
+// both.
 var Devices = fx.Options(
-	fx.Provide(provideDeviceOptions),
-	pods.AsAdmitHandler(AdmitDevicePlugins, OrderDevicePlugins, deviceAdmitHandler),
+	fx.Provide(
+		provideDeviceOptions,
+		// The devices' health in the pods' statuses (ResourceHealthStatus).
+		fx.Annotate(func(m *devices.Manager) pods.ResourceHealthProvider { return m }, fx.ResultTags(`group:"`+pods.ResourceHealthGroup+`"`)),
+	),
 	pods.AsAdmitHandler(pods.AdmitGeneralPredicates, pods.OrderGeneralPredicates, devicePredicates),
 	status.AsSetter(SetterDevicePlugins, OrderSetterDevices, func(m *devices.Manager) status.Setter { return m.SetNodeStatus }),
 	devices.Module,
@@ -60,7 +67,11 @@ type deviceParams struct {
 	// pods.
 	Store   *pods.Store
 	Runtime cri.RuntimeService
-	Logger  logr.Logger `optional:"true"`
+	// Machine and Topology give the NUMA nodes the devices' topology hints
+	// are made of and the affinity their allocation follows.
+	Machine  *topology.Machine
+	Topology *topologymanager.Manager
+	Logger   logr.Logger `optional:"true"`
 }
 
 func provideDeviceOptions(p deviceParams) devices.Options {
@@ -69,6 +80,8 @@ func provideDeviceOptions(p deviceParams) devices.Options {
 		ActivePods:       p.Store.Active,
 		SourcesReady:     p.Store.SourcesReady,
 		ContainerRunning: initialRunning(p.Runtime, p.Logger),
+		NUMANodes:        p.Machine.NUMANodeIDs(),
+		Affinity:         p.Topology.GetAffinity,
 	}
 }
 
@@ -96,20 +109,6 @@ func initialRunning(rs cri.RuntimeService, logger logr.Logger) func(podUID, cont
 		})
 		return running[[2]string{podUID, container}]
 	}
-}
-
-func deviceAdmitHandler(m *devices.Manager) pods.AdmitHandler {
-	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
-		err := m.Allocate(context.Background(), a.Pod)
-		var aerr *devices.AdmissionError
-		if errors.As(err, &aerr) {
-			return pods.AdmitResult{Reason: aerr.Reason(), Message: aerr.Error()}
-		}
-		if err != nil {
-			return pods.AdmitResult{Reason: devices.AdmissionReason, Message: err.Error()}
-		}
-		return pods.AdmitResult{Admit: true}
-	})
 }
 
 // devicePredicates is pods.GeneralPredicates on the node as the device

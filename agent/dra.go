@@ -18,12 +18,17 @@ import (
 // <root-dir>/dra_manager_state, and the claims of pods no longer active
 // released once the pod sources are ready. It tells the PodFeatures admit
 // handler to admit pods with resourceClaims (without DRA they are refused
-// with PodFeatureUnsupported). CRI includes it. Change its
+// with PodFeatureUnsupported). It is the pod lifecycle loop's
+// pods.ResourceHealthProvider: the health drivers report for the claims'
+// devices in the containers' statuses (allocatedResourcesStatus,
+// ResourceHealthStatus). CRI includes it. Change its
 // inputs with fx.Decorate of dra.Options.
 var DRA = fx.Options(
 	fx.Provide(
 		provideDRAOptions,
 		fx.Annotate(func(m *dra.Manager) *dra.Manager { return m }, fx.As(new(runtime.DynamicResources))),
+		// The claims' devices' health in the pods' statuses.
+		fx.Annotate(func(m *dra.Manager) pods.ResourceHealthProvider { return m }, fx.ResultTags(`group:"`+pods.ResourceHealthGroup+`"`)),
 	),
 	pluginmanager.AsHandler(dra.PluginType, func(m *dra.Manager) pluginmanager.Handler { return m }),
 	// Pods with resourceClaims are admitted: their claims are prepared.

@@ -17,6 +17,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/resources/cpumanager"
@@ -26,7 +27,7 @@ import (
 )
 
 // Name and order of the topology manager's admit handler: after the
-// device manager's and before the general predicates, as the kubelet's
+// eviction manager's and before the general predicates, as the kubelet's
 // resource allocation handler.
 const (
 	AdmitTopologyManager = "TopologyManager"
@@ -121,7 +122,6 @@ func provideCPUManager(p cpuManagerParams) (*cpumanager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to initialize cpu manager: %w", err)
 	}
-	p.Topology.AddHintProvider(m)
 	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "cpumanager", m.Run)
 	return m, nil
 }
@@ -134,9 +134,6 @@ type memoryManagerParams struct {
 	Store      *pods.Store
 	Registerer prometheus.Registerer `optional:"true"`
 	Topology   *topologymanager.Manager
-	// CPUs makes the CPU manager the topology manager's provider before
-	// the memory manager, as the kubelet's order.
-	CPUs *cpumanager.Manager
 	runner.Deps
 }
 
@@ -161,7 +158,6 @@ func provideMemoryManager(p memoryManagerParams) (*memorymanager.Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("failed to initialize memory manager: %w", err)
 	}
-	p.Topology.AddHintProvider(m)
 	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "memorymanager", m.Run)
 	return m, nil
 }
@@ -211,9 +207,30 @@ func (c *Config) memoryReservation(machine *topology.Machine) (v1.ResourceList, 
 	return out, nil
 }
 
+type topologyAdmitParams struct {
+	fx.In
+
+	Topology *topologymanager.Manager
+	Devices  *devices.Manager `optional:"true"`
+	CPUs     *cpumanager.Manager
+	Memory   *memorymanager.Manager
+	Logger   logr.Logger `optional:"true"`
+}
+
 // topologyAdmitHandler admits a pod through the topology manager, which
-// has the CPU and memory managers allocate.
-func topologyAdmitHandler(tm *topologymanager.Manager, _ *cpumanager.Manager, _ *memorymanager.Manager) pods.AdmitHandler {
+// has the device, CPU and memory managers allocate: its hint providers,
+// added here in the kubelet's order.
+func topologyAdmitHandler(p topologyAdmitParams) pods.AdmitHandler {
+	tm := p.Topology
+	if p.Devices != nil {
+		ctx := context.Background()
+		if p.Logger.GetSink() != nil {
+			ctx = logr.NewContext(ctx, p.Logger)
+		}
+		tm.AddHintProvider(p.Devices.HintProvider(ctx))
+	}
+	tm.AddHintProvider(p.CPUs)
+	tm.AddHintProvider(p.Memory)
 	return pods.AdmitFunc(func(a pods.AdmitAttributes) pods.AdmitResult {
 		err := tm.Admit(a.Pod)
 		if err == nil {

@@ -38,45 +38,62 @@ func (e *AdmissionError) Reason() string { return AdmissionReason }
 
 // Allocate allocates devices of the registered resources to every init and
 // app container of pod that asks for them (their limits), as the kubelet at
-// admission: devices of a regular init container can be reused by the
-// containers that follow, the plugin's preferred allocation is asked for
-// when it offers one, and Allocate is called on the plugin for each
-// container and resource. Allocations already made (a container
-// restarting, or read from the checkpoint) are kept. The error is an
-// *AdmissionError; devices of pods no longer active are freed first.
+// admission when no topology manager allocates them (AllocateContainer for
+// each container in order). The error is an *AdmissionError; devices of
+// pods no longer active are freed first.
 func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
-	m.freeInactive()
-	reuse := map[string]sets.Set[string]{}
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		if err := m.allocateContainer(ctx, pod, c, reuse); err != nil {
-			return &AdmissionError{Err: err}
-		}
-		m.mu.Lock()
-		for res := range m.pods[string(pod.UID)][c.Name] {
-			devs := m.pods.containerDevices(string(pod.UID), c.Name, res)
-			if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-				if reuse[res] != nil {
-					reuse[res] = reuse[res].Difference(devs)
-				}
-			} else {
-				reuse[res] = devs.Union(reuse[res])
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if err := m.AllocateContainer(ctx, pod, &cs[i]); err != nil {
+				return &AdmissionError{Err: err}
 			}
 		}
-		m.mu.Unlock()
 	}
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		if err := m.allocateContainer(ctx, pod, c, reuse); err != nil {
-			return &AdmissionError{Err: err}
+	return nil
+}
+
+// AllocateContainer allocates devices of the registered resources to c,
+// a container of pod, as the kubelet's device manager Allocate: the caller
+// allocates the pod's init containers first, in order, then its app
+// containers. Devices of a regular init container can be taken by the
+// containers that follow it (not those of a restartable one), the devices
+// on the NUMA nodes of the container's affinity (Options.Affinity) are
+// taken first, the plugin's preferred allocation is asked for when it
+// offers one, and Allocate is called on the plugin for each resource.
+// Allocations already made (a container restarting, or read from the
+// checkpoint) are kept. Devices of inactive pods are freed first.
+func (m *Manager) AllocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Container) error {
+	podUID := string(pod.UID)
+	m.mu.Lock()
+	for uid := range m.reuse {
+		if uid != podUID {
+			delete(m.reuse, uid)
 		}
-		m.mu.Lock()
-		for res := range m.pods[string(pod.UID)][c.Name] {
-			if reuse[res] != nil {
-				reuse[res] = reuse[res].Difference(m.pods.containerDevices(string(pod.UID), c.Name, res))
-			}
+	}
+	if m.reuse[podUID] == nil {
+		m.reuse[podUID] = map[string]sets.Set[string]{}
+	}
+	reuse := m.reuse[podUID]
+	m.mu.Unlock()
+	if err := m.allocateContainer(ctx, pod, c, reuse); err != nil {
+		return err
+	}
+	regularInit := false
+	for _, ic := range pod.Spec.InitContainers {
+		if ic.Name == c.Name {
+			regularInit = ic.RestartPolicy == nil || *ic.RestartPolicy != v1.ContainerRestartPolicyAlways
 		}
-		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for res := range m.pods[podUID][c.Name] {
+		devs := m.pods.containerDevices(podUID, c.Name, res)
+		switch {
+		case regularInit:
+			reuse[res] = devs.Union(reuse[res])
+		case reuse[res] != nil:
+			reuse[res] = reuse[res].Difference(devs)
+		}
 	}
 	return nil
 }
@@ -125,7 +142,7 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		names = append(names, string(name))
 	}
 	slices.Sort(names)
-	changed := false
+	changed, freed := false, false
 	for _, res := range names {
 		q := c.Resources.Limits[v1.ResourceName(res)]
 		m.mu.Lock()
@@ -134,7 +151,14 @@ func (m *Manager) allocateContainer(ctx context.Context, pod *v1.Pod, c *v1.Cont
 		if !isPlugin {
 			continue
 		}
-		devs, err := m.devicesToAllocate(ctx, podUID, c.Name, res, int(q.Value()), reuse[res])
+		if !freed {
+			m.freeInactive()
+			freed = true
+		}
+		m.mu.Lock()
+		reusable := reuse[res].Clone()
+		m.mu.Unlock()
+		devs, err := m.devicesToAllocate(ctx, podUID, c.Name, res, int(q.Value()), reusable)
 		if err != nil {
 			return err
 		}
@@ -218,11 +242,14 @@ func (m *Manager) devicesToAllocate(ctx context.Context, podUID, container, res 
 		return sets.New[string](), nil
 	}
 	allocated := sets.New[string]()
-	take := func(from sets.Set[string]) bool {
+	take := func(from []string) bool {
 		if m.allocated[res] == nil {
 			m.allocated[res] = sets.New[string]()
 		}
-		for _, d := range sets.List(from.Difference(allocated)) {
+		for _, d := range from {
+			if allocated.Has(d) {
+				continue
+			}
 			m.allocated[res].Insert(d)
 			allocated.Insert(d)
 			needed--
@@ -232,24 +259,50 @@ func (m *Manager) devicesToAllocate(ctx context.Context, podUID, container, res 
 		}
 		return false
 	}
-	if take(reusable) {
+	if take(sets.List(reusable)) {
 		return allocated, nil
 	}
-	available := m.healthy[res].Difference(m.allocated[res])
+	available := m.availableDevices(res)
 	if available.Len() < needed {
 		return nil, fmt.Errorf("requested number of devices unavailable for %s. Requested: %d, Available: %d", res, needed, available.Len())
+	}
+	aligned, unaligned, noAffinity := m.filterByAffinity(podUID, container, res, available)
+	// mu is released around the plugin's answer: take only what is still
+	// free and healthy afterwards.
+	free := func(ids []string) []string {
+		avail := m.availableDevices(res)
+		return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !avail.Has(id) })
+	}
+	if needed < len(aligned) {
+		// Enough aligned devices: the plugin may choose among them.
+		preferred, err := m.preferredAllocation(ctx, res, sets.New(aligned...).Union(allocated), allocated, required)
+		if err != nil {
+			return nil, err
+		}
+		if take(free(filterIn(aligned, preferred))) || take(free(aligned)) {
+			return allocated, nil
+		}
+		return nil, fmt.Errorf("unexpectedly allocated less resources than required. Requested: %d, Got: %d", required, required-needed)
+	}
+	// All the aligned devices first, to honour the topology manager's
+	// alignment, then the plugin's choice among the rest, then the
+	// unaligned devices and those without topology.
+	if take(aligned) {
+		return allocated, nil
 	}
 	preferred, err := m.preferredAllocation(ctx, res, available.Union(allocated), allocated, required)
 	if err != nil {
 		return nil, err
 	}
-	// mu was released around the plugin's answer: take only what is still
-	// free and healthy.
-	available = m.healthy[res].Difference(m.allocated[res])
-	if take(preferred.Intersection(available)) || take(available) {
+	if take(free(sets.List(preferred))) || take(free(unaligned)) || take(free(noAffinity)) {
 		return allocated, nil
 	}
 	return nil, fmt.Errorf("unexpectedly allocated less resources than required. Requested: %d, Got: %d", required, required-needed)
+}
+
+// filterIn is the ids (in their order) that are in set.
+func filterIn(ids []string, set sets.Set[string]) []string {
+	return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !set.Has(id) })
 }
 
 // preferredAllocation asks the plugin for its preferred devices when it

@@ -9,10 +9,19 @@
 // kubelet's checkpoint file, kubelet_internal_checkpoint, so they survive a
 // restart and a kubelet→nodekit handover.
 //
-// The Manager depends on no other nodekit module; the agent wires it:
+// It is also the topology manager's hint provider, as the kubelet's
+// device manager (HintProvider): GetTopologyHints and GetPodTopologyHints
+// from the NUMA nodes plugins report for their devices, and
+// AllocateContainer taking the devices on the NUMA nodes of the affinity
+// the topology manager chose (Options.Affinity) first.
+//
+// The Manager depends on no other nodekit module but the topology
+// manager's hint types; the agent wires it:
 // SetNodeStatus as a node status setter after the machine info setter,
-// Allocate in a pod admit handler (an *AdmissionError carries the kubelet's
-// reason, UnexpectedAdmissionError, and message), ApplyContainerConfig as
+// HintProvider as the topology manager's first hint provider, whose admit
+// handler allocates the devices (without a topology manager, Allocate in
+// a pod admit handler: an *AdmissionError carries the kubelet's reason,
+// UnexpectedAdmissionError, and message), ApplyContainerConfig as
 // the runtime's container config hook, and Options.ActivePods,
 // SourcesReady and ContainerRunning from the pod lifecycle and runtime
 // (SourcesReady must turn true only once the loop has handled the sources'

@@ -17,12 +17,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/devices/internal/checkpoint"
+	"github.com/nodekit/nodekit/resources/topologymanager"
 )
 
 // EndpointStopGracePeriod is how long a resource whose plugin went away
@@ -57,6 +59,14 @@ type Options struct {
 	// Registerer takes the kubelet's device plugin metrics; nil registers
 	// nothing.
 	Registerer prometheus.Registerer
+	// NUMANodes are the machine's NUMA node IDs
+	// (topology.Machine.NUMANodeIDs): the topology hints are sets of them.
+	// NUMA nodes a plugin reports outside them are ignored.
+	NUMANodes []int
+	// Affinity returns the NUMA affinity the topology manager chose for a
+	// container (topologymanager.Manager.GetAffinity): its devices are
+	// taken from those NUMA nodes first. Nil is no affinity.
+	Affinity func(podUID, containerName string) topologymanager.TopologyHint
 }
 
 // Manager is the kubelet's device manager: it serves the device plugin
@@ -77,8 +87,14 @@ type Manager struct {
 	all       map[string]map[string]*pluginapi.Device
 	pods      podDevices
 	allocated map[string]sets.Set[string] // devices in use, by resource
-	closed    bool
-	streams   sync.WaitGroup // runEndpoint goroutines; Add under mu while !closed
+	// reuse is, for the pod being admitted, the devices of its regular
+	// init containers that its later containers may take, by resource.
+	reuse   map[string]map[string]sets.Set[string]
+	closed  bool
+	streams sync.WaitGroup // runEndpoint goroutines; Add under mu while !closed
+
+	// healthUpdates carries the pods whose devices changed health.
+	healthUpdates chan types.UID
 }
 
 // New returns a Manager that has read the checkpoint in opts.PluginDir (a
@@ -91,6 +107,9 @@ func New(opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Affinity == nil {
+		opts.Affinity = func(string, string) topologymanager.TopologyHint { return topologymanager.TopologyHint{} }
+	}
 	m := &Manager{
 		opts:      opts,
 		metrics:   newMetrics(opts.Registerer),
@@ -100,6 +119,9 @@ func New(opts Options) (*Manager, error) {
 		all:       map[string]map[string]*pluginapi.Device{},
 		pods:      podDevices{},
 		allocated: map[string]sets.Set[string]{},
+		reuse:     map[string]map[string]sets.Set[string]{},
+
+		healthUpdates: make(chan types.UID, healthUpdatesBuffer),
 	}
 	entries, registered, err := checkpoint.Read(opts.PluginDir)
 	if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
@@ -297,6 +319,7 @@ func (m *Manager) updateDevices(log logr.Logger, e *endpoint, devs []*pluginapi.
 		m.mu.Unlock()
 		return
 	}
+	healthChanged := m.podsWithHealthChange(e.resource, m.all[e.resource], devs)
 	healthy, unhealthy := sets.New[string](), sets.New[string]()
 	all := make(map[string]*pluginapi.Device, len(devs))
 	for _, d := range devs {
@@ -309,6 +332,7 @@ func (m *Manager) updateDevices(log logr.Logger, e *endpoint, devs []*pluginapi.
 	}
 	m.healthy[e.resource], m.unhealthy[e.resource], m.all[e.resource] = healthy, unhealthy, all
 	m.mu.Unlock()
+	m.notifyHealth(log, healthChanged)
 	if err := m.writeCheckpoint(); err != nil {
 		log.Error(err, "Failed to write the device manager checkpoint")
 	}

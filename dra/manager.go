@@ -105,6 +105,9 @@ type Manager struct {
 	// mu guards claims, by namespace/name.
 	mu     sync.RWMutex
 	claims map[string]*claimInfo
+
+	health        healthCache
+	healthUpdates chan types.UID
 }
 
 // New returns a Manager for opts, applying defaults. It does no I/O: the
@@ -122,7 +125,8 @@ func New(opts Options) (*Manager, error) {
 	if opts.ClientCallTimeout <= 0 {
 		opts.ClientCallTimeout = DefaultClientCallTimeout
 	}
-	m := &Manager{opts: opts, path: filepath.Join(opts.StateDir, CheckpointFile), claims: map[string]*claimInfo{}, baseLog: klog.Background()}
+	m := &Manager{opts: opts, path: filepath.Join(opts.StateDir, CheckpointFile), claims: map[string]*claimInfo{}, baseLog: klog.Background(),
+		healthUpdates: make(chan types.UID, healthUpdatesBuffer)}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
 	m.reg = &registry{ctx: ctx, m: m, plugins: map[string][]*plugin{}, wipes: map[string]*time.Timer{}}

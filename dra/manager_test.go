@@ -46,16 +46,24 @@ type fakeDriver struct {
 	prepares   []string // claim names, one per NodePrepareResources claim
 	unprepares []string
 	failClaim  string
+	// services registers more services on the plugin's server.
+	services func(*grpc.Server)
 }
 
 func startDriver(t *testing.T) *fakeDriver {
+	return startDriverWith(t, nil)
+}
+
+// startDriverWith starts a fakeDriver whose server also serves what
+// services registers.
+func startDriverWith(t *testing.T, services func(*grpc.Server)) *fakeDriver {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dra")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &fakeDriver{sock: filepath.Join(dir, "dra.sock")}
+	d := &fakeDriver{sock: filepath.Join(dir, "dra.sock"), services: services}
 	d.start(t)
 	return d
 }
@@ -68,6 +76,9 @@ func (d *fakeDriver) start(t *testing.T) {
 	}
 	d.srv = grpc.NewServer()
 	drapb.RegisterDRAPluginServer(d.srv, d)
+	if d.services != nil {
+		d.services(d.srv)
+	}
 	go d.srv.Serve(l) //nolint:errcheck // ends with Stop
 	t.Cleanup(d.srv.Stop)
 }

@@ -35,9 +35,13 @@ type plugin struct {
 	driver   string
 	endpoint string
 	service  string
-	timeout  time.Duration
-	conn     *grpc.ClientConn
-	reg      *registry
+	// healthService is the DRAResourceHealth service watched, "" for none.
+	healthService string
+	// stopHealth ends the health watch (nil without one).
+	stopHealth context.CancelFunc
+	timeout    time.Duration
+	conn       *grpc.ClientConn
+	reg        *registry
 	// connected is guarded by registry.mu.
 	connected bool
 }
@@ -52,6 +56,8 @@ type registry struct {
 	plugins map[string][]*plugin
 	// wipes are the pending ResourceSlice wipes by driver name.
 	wipes map[string]*time.Timer
+	// watches are the plugins' health watches.
+	watches sync.WaitGroup
 }
 
 // TagRPC, HandleRPC and TagConn make a plugin a grpc stats.Handler, for
@@ -124,7 +130,7 @@ func chooseService(services []string) (string, error) {
 	return "", fmt.Errorf("none of services supported by the plugin (%q) are supported by the kubelet (%q)", services, SupportedServices)
 }
 
-func (r *registry) add(driver, endpoint, service string, timeout time.Duration) error {
+func (r *registry) add(driver, endpoint, service, healthService string, timeout time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, old := range r.plugins[driver] {
@@ -132,7 +138,7 @@ func (r *registry) add(driver, endpoint, service string, timeout time.Duration) 
 			return fmt.Errorf("endpoint %s already registered for DRA driver plugin %s", endpoint, driver)
 		}
 	}
-	p := &plugin{driver: driver, endpoint: endpoint, service: service, timeout: timeout, reg: r}
+	p := &plugin{driver: driver, endpoint: endpoint, service: service, healthService: healthService, timeout: timeout, reg: r}
 	conn, err := grpc.NewClient("unix:"+endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(r.m.metrics.interceptor(driver)),
@@ -142,6 +148,11 @@ func (r *registry) add(driver, endpoint, service string, timeout time.Duration) 
 		return fmt.Errorf("create gRPC connection to DRA driver %s plugin at endpoint %s: %w", driver, endpoint, err)
 	}
 	p.conn = conn
+	if healthService != "" && r.ctx.Err() == nil {
+		ctx, cancel := context.WithCancel(r.ctx)
+		p.stopHealth = cancel
+		r.watches.Go(func() { r.m.watchHealth(ctx, p) })
+	}
 	// Connect now, so that a plugin that is not there is noticed before a
 	// call needs it.
 	conn.Connect()
@@ -168,6 +179,9 @@ func (r *registry) remove(driver, endpoint string) {
 	r.m.logger(r.ctx).V(3).Info("Unregistered DRA plugin", "driverName", driver, "endpoint", endpoint, "numPlugins", len(r.plugins[driver]))
 	r.syncLocked(driver)
 	r.mu.Unlock()
+	if p.stopHealth != nil {
+		p.stopHealth()
+	}
 	// Closed without the lock: closing calls HandleConn.
 	if err := p.conn.Close(); err != nil {
 		r.m.logger(r.ctx).Error(err, "Closing gRPC connection", "driverName", driver, "endpoint", endpoint)
@@ -217,12 +231,16 @@ func (r *registry) closeAll() {
 	for _, ps := range r.plugins {
 		for _, p := range ps {
 			conns = append(conns, p.conn)
+			if p.stopHealth != nil {
+				p.stopHealth()
+			}
 		}
 	}
 	r.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
 	}
+	r.watches.Wait()
 }
 
 // wipeResourceSlices deletes the node's ResourceSlices, of driver only
@@ -289,7 +307,8 @@ func (m *Manager) ValidatePlugin(_ context.Context, driver, endpoint string, ser
 }
 
 // RegisterPlugin makes the plugin callable for its driver's claims
-// (pluginmanager.Handler). Plugins register under their driver's name; a
+// (pluginmanager.Handler), and watches its devices' health when it lists
+// a DRAResourceHealth service. Plugins register under their driver's name; a
 // driver may have several (a rolling update), the newest connected one is
 // called. pluginClientTimeout bounds each call (default 45 s, as the
 // kubelet's).
@@ -302,7 +321,7 @@ func (m *Manager) RegisterPlugin(_ context.Context, driver, endpoint string, ser
 	if pluginClientTimeout != nil {
 		timeout = *pluginClientTimeout
 	}
-	return m.reg.add(driver, endpoint, service, timeout)
+	return m.reg.add(driver, endpoint, service, pickHealthService(services), timeout)
 }
 
 // DeRegisterPlugin forgets the plugin (pluginmanager.Handler); when its

@@ -67,6 +67,21 @@ func TestDevicePluginsOnContainerd(t *testing.T) {
 		t.Errorf("no device manager checkpoint: %v", err)
 	}
 
+	// The devices' health in the pod's status (ResourceHealthStatus, on by
+	// default in 1.37): a device turning unhealthy shows there and leaves
+	// allocatable, then comes back.
+	waitForDeviceHealth(t, first, map[string]v1.ResourceHealthStatus{first.ids[0]: v1.ResourceHealthStatusHealthy, first.ids[1]: v1.ResourceHealthStatusHealthy})
+	p.SetHealth(first.ids[0], false)
+	waitForDeviceHealth(t, first, map[string]v1.ResourceHealthStatus{first.ids[0]: v1.ResourceHealthStatusUnhealthy, first.ids[1]: v1.ResourceHealthStatusHealthy})
+	waitForNode(t, n.name, "3 sample devices allocatable with one unhealthy", readyTimeout, func(node *v1.Node) bool {
+		return devices(node.Status.Capacity) == 4 && devices(node.Status.Allocatable) == 3
+	})
+	p.SetHealth(first.ids[0], true)
+	waitForDeviceHealth(t, first, map[string]v1.ResourceHealthStatus{first.ids[0]: v1.ResourceHealthStatusHealthy, first.ids[1]: v1.ResourceHealthStatusHealthy})
+	waitForNode(t, n.name, "4 sample devices allocatable again", readyTimeout, func(node *v1.Node) bool {
+		return devices(node.Status.Allocatable) == 4
+	})
+
 	// The pod resources API, as a GPU exporter reads it.
 	podResources := filepath.Join(n.agent.Dir, "root", "pod-resources", "kubelet.sock")
 	waitForSocket(t, podResources)
@@ -197,6 +212,32 @@ func (n *podNode) runDevicePod(t *testing.T, name string, count int64) devicePod
 		}
 	}
 	return devicePod{pod: pod, ids: ids}
+}
+
+// waitForDeviceHealth waits until the status of p's container "main"
+// reports exactly its sample devices with the given health in
+// allocatedResourcesStatus.
+func waitForDeviceHealth(t *testing.T, p devicePod, want map[string]v1.ResourceHealthStatus) {
+	t.Helper()
+	waitForPod(t, p.pod.Namespace, p.pod.Name, fmt.Sprintf("allocatedResourcesStatus %v", want), func(pod *v1.Pod) bool {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name != "main" {
+				continue
+			}
+			for _, rs := range cs.AllocatedResourcesStatus {
+				if rs.Name != sampleResource || len(rs.Resources) != len(want) {
+					continue
+				}
+				for _, r := range rs.Resources {
+					if want[string(r.ResourceID)] != r.Health {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // waitForSocket waits until path exists.

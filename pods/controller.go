@@ -63,6 +63,11 @@ type Options struct {
 	// startup results go into the pods' statuses and its changes sync the
 	// pod. nil means no probes: running containers are ready.
 	Prober Prober
+	// ResourceHealth report, in order, the health of the devices
+	// allocated to the pods' containers in their statuses
+	// (allocatedResourcesStatus); their changes sync the pod. Empty
+	// reports none.
+	ResourceHealth []ResourceHealthProvider
 	// HostIPs returns the node's IPs, reported as the pods' hostIPs; nil
 	// reports none.
 	HostIPs func() []net.IP
@@ -274,6 +279,24 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.opts.Prober != nil {
 		probes = c.opts.Prober.Updates()
 	}
+	health := make(chan types.UID)
+	for _, h := range c.opts.ResourceHealth {
+		updates := h.HealthUpdates()
+		c.background.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case uid := <-updates:
+					select {
+					case health <- uid:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		})
+	}
 	if !c.waitForNode(ctx) {
 		return nil
 	}
@@ -293,6 +316,8 @@ func (c *Controller) Run(ctx context.Context) error {
 				c.workers.poke(ev.ID)
 			}
 		case uid := <-probes:
+			c.workers.poke(uid)
+		case uid := <-health:
 			c.workers.poke(uid)
 		}
 	}
@@ -541,6 +566,13 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 	if p := c.opts.Prober; p != nil {
 		opts.Readiness = p.Ready
 		opts.Startup = p.Started
+	}
+	if hs := c.opts.ResourceHealth; len(hs) > 0 {
+		opts.AllocatedResourcesStatus = func(pod *v1.Pod, s *v1.PodStatus) {
+			for _, h := range hs {
+				h.UpdateAllocatedResourcesStatus(pod, s)
+			}
+		}
 	}
 	if !terminal {
 		opts.ResizePending = c.resizePendingOf(pod.UID)

@@ -56,13 +56,14 @@ type Params struct {
 	Statuses   podstatus.Interface
 	Store      *Store
 	Node       NodeGetter
-	Admit      []OrderedAdmitHandler `group:"pod_admit_handlers"`
-	Prober     Prober                `optional:"true"`
-	Mirrors    MirrorClient          `optional:"true"`
-	Recorder   record.EventRecorder  `optional:"true"`
-	Clock      clock.Clock           `optional:"true"`
-	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
+	Admit      []OrderedAdmitHandler    `group:"pod_admit_handlers"`
+	Prober     Prober                   `optional:"true"`
+	Health     []ResourceHealthProvider `group:"resource_health_providers"`
+	Mirrors    MirrorClient             `optional:"true"`
+	Recorder   record.EventRecorder     `optional:"true"`
+	Clock      clock.Clock              `optional:"true"`
+	Registerer prometheus.Registerer    `optional:"true"`
+	Logger     logr.Logger              `optional:"true"`
 	Lifecycle  fx.Lifecycle
 	Shutdowner fx.Shutdowner
 }
@@ -86,6 +87,9 @@ func provide(p Params) (*Controller, error) {
 	}
 	if o.Prober == nil {
 		o.Prober = p.Prober
+	}
+	if o.ResourceHealth == nil {
+		o.ResourceHealth = p.Health
 	}
 	if o.Mirrors == nil {
 		o.Mirrors = p.Mirrors

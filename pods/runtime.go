@@ -93,6 +93,24 @@ type ImagePullTimer interface {
 	ImagePullTime(uid types.UID) time.Duration
 }
 
+// ResourceHealthGroup is the fx value group of the Module's
+// ResourceHealthProviders.
+const ResourceHealthGroup = "resource_health_providers"
+
+// ResourceHealthProvider reports the health of the resources allocated to
+// the pods' containers (*devices.Manager and *dra.Manager are): the
+// kubelet's ResourceHealthStatus. Its methods must be safe for concurrent
+// use. Module takes them from the ResourceHealthGroup value group.
+type ResourceHealthProvider interface {
+	// UpdateAllocatedResourcesStatus sets the allocatedResourcesStatus of
+	// status's container statuses from the health of the resources
+	// allocated to pod's containers. It must not block.
+	UpdateAllocatedResourcesStatus(pod *v1.Pod, status *v1.PodStatus)
+	// HealthUpdates delivers the UID of a pod whose allocated resources
+	// changed health; the Controller syncs it, so its status follows.
+	HealthUpdates() <-chan types.UID
+}
+
 // Prober is what the Controller needs of the probe engine (*prober.Manager
 // is one): it adds each pod it syncs, stops the probes of each pod it
 // terminates, reads readiness and startup results for the pod's status and

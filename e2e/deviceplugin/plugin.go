@@ -26,9 +26,13 @@ import (
 type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	resource string
-	devices  []*pluginapi.Device
 	dir      string
 	socket   string
+
+	devMu   sync.Mutex // guards devices and changed
+	devices []*pluginapi.Device
+	// changed is closed (and replaced) when a device's health changes.
+	changed chan struct{}
 
 	mu  sync.Mutex // guards srv
 	srv *grpc.Server
@@ -44,7 +48,7 @@ type Plugin struct {
 // once its socket is gone the plugin serves a new one and registers it with
 // the new kubelet.sock, until Stop.
 func Start(ctx context.Context, dir, name, resource string, count int) (*Plugin, error) {
-	p := &Plugin{resource: resource, dir: dir, socket: filepath.Join(dir, name+".sock"), done: make(chan struct{})}
+	p := &Plugin{resource: resource, dir: dir, socket: filepath.Join(dir, name+".sock"), done: make(chan struct{}), changed: make(chan struct{})}
 	for i := range count {
 		p.devices = append(p.devices, &pluginapi.Device{ID: fmt.Sprintf("dev-%d", i), Health: pluginapi.Healthy})
 	}
@@ -137,13 +141,43 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{}, nil
 }
 
-// ListAndWatch sends the devices once and keeps the stream open.
-func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
-	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: p.devices}); err != nil {
-		return err
+// SetHealth reports device id (dev-<n>) healthy or unhealthy on the
+// ListAndWatch streams.
+func (p *Plugin) SetHealth(id string, healthy bool) {
+	health := pluginapi.Unhealthy
+	if healthy {
+		health = pluginapi.Healthy
 	}
-	<-s.Context().Done()
-	return nil
+	p.devMu.Lock()
+	defer p.devMu.Unlock()
+	devs := make([]*pluginapi.Device, len(p.devices))
+	for i, d := range p.devices {
+		devs[i] = &pluginapi.Device{ID: d.ID, Health: d.Health}
+		if d.ID == id {
+			devs[i].Health = health
+		}
+	}
+	p.devices = devs
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// ListAndWatch sends the devices, and again after each SetHealth, until
+// the stream ends.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
+	for {
+		p.devMu.Lock()
+		devs, changed := p.devices, p.changed
+		p.devMu.Unlock()
+		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-s.Context().Done():
+			return nil
+		}
+	}
 }
 
 // Allocate gives each container SAMPLE_DEVICES and its device nodes.

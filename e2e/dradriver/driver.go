@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,6 +42,10 @@ type Options struct {
 	CDIDir string
 	// Devices is how many devices the node has: dev-0 ... dev-<n-1>.
 	Devices int
+	// Health makes the driver report its devices' health (Healthy unless
+	// SetHealth says otherwise) to the node agent every few seconds and on
+	// each change; without it the driver declines health reporting.
+	Health bool
 }
 
 // Driver is a running DRA driver.
@@ -53,6 +58,9 @@ type Driver struct {
 	prepared   map[types.UID][]string
 	prepares   int
 	unprepares int
+	unhealthy  map[string]bool
+	// healthChanged is closed (and replaced) by SetHealth.
+	healthChanged chan struct{}
 }
 
 // CDIKind is the CDI kind of the driver's devices: "<Name>/dev".
@@ -64,7 +72,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	if opts.Devices <= 0 {
 		return nil, errors.New("DRA driver: no devices")
 	}
-	d := &Driver{opts: opts, prepared: map[types.UID][]string{}}
+	d := &Driver{opts: opts, prepared: map[types.UID][]string{}, unhealthy: map[string]bool{}, healthChanged: make(chan struct{})}
 	if err := d.writeCDISpec(); err != nil {
 		return nil, err
 	}
@@ -189,9 +197,50 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	klog.FromContext(ctx).Error(err, msg, "driver", d.opts.Name)
 }
 
-// WatchHealthStatus: the driver reports no device health.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// SetHealth makes the driver report device (dev-<n>) healthy or not.
+func (d *Driver) SetHealth(device string, healthy bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unhealthy[device] = !healthy
+	close(d.healthChanged)
+	d.healthChanged = make(chan struct{})
+}
+
+// healthResend is how often the driver repeats its health report, well
+// within the node agent's 30 s default health timeout.
+const healthResend = 5 * time.Second
+
+// WatchHealthStatus reports every device's health every healthResend and
+// on each SetHealth, with Options.Health; without, it declines.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if !d.opts.Health {
+		return kubeletplugin.ErrHealthNotSupported
+	}
+	for {
+		d.mu.Lock()
+		changed := d.healthChanged
+		var report kubeletplugin.DeviceHealthReport
+		for i := range d.opts.Devices {
+			name := fmt.Sprintf("dev-%d", i)
+			h := kubeletplugin.HealthStatusHealthy
+			if d.unhealthy[name] {
+				h = kubeletplugin.HealthStatusUnhealthy
+			}
+			report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{PoolName: d.opts.NodeName, DeviceName: name, Health: h, LastUpdated: time.Now()})
+		}
+		d.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-time.After(healthResend):
+		}
+	}
 }
 
 // Prepared returns the devices of each claim prepared and not unprepared

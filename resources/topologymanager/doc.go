@@ -1,7 +1,7 @@
 // Package topologymanager is the kubelet's topology manager
 // (topologyManagerPolicy, topologyManagerScope,
 // topologyManagerPolicyOptions): it aligns the resources the hint
-// providers (the CPU and memory managers) give a pod on NUMA nodes.
+// providers (the device, CPU and memory managers) give a pod on NUMA nodes.
 //
 // At admission (Admit) it asks every provider for the NUMA affinities each
 // container (scope container) or the whole pod (scope pod) could be given,

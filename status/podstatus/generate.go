@@ -59,6 +59,13 @@ type GenerateOptions struct {
 	// last time it tried (it tries again): the PodResizeInProgress
 	// condition then has reason Error and this message. Empty: no failure.
 	ResizeError string
+	// AllocatedResourcesStatus, when set, fills the container statuses'
+	// allocatedResourcesStatus (the health of the devices allocated to
+	// each container, the kubelet's ResourceHealthStatus, beta and on by
+	// default in 1.37) once they and the probes' verdicts are set, as the
+	// kubelet's container manager UpdateAllocatedResourcesStatus. It must
+	// not block.
+	AllocatedResourcesStatus func(pod *v1.Pod, s *v1.PodStatus)
 }
 
 // ResizePending is a resize the node did not allocate: Reason is
@@ -118,6 +125,9 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	}
 	g.applyProbes(s.ContainerStatuses, pod.Spec.Containers, false)
 	g.applyProbes(s.InitContainerStatuses, pod.Spec.InitContainers, true)
+	if opts.AllocatedResourcesStatus != nil {
+		opts.AllocatedResourcesStatus(pod, &s)
+	}
 	s.Resources, s.AllocatedResources = podResources(pod)
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)

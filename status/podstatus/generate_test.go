@@ -798,3 +798,27 @@ func TestRestartAllContainers(t *testing.T) {
 	s = podstatus.Generate(done, rt(), nil, podstatus.GenerateOptions{Previous: &failed})
 	wantCondition(s, v1.ConditionFalse, "PodFailed")
 }
+
+// TestAllocatedResourcesStatus: the hook fills the container statuses'
+// allocatedResourcesStatus after the probes' verdicts, as the kubelet's
+// UpdateAllocatedResourcesStatus.
+func TestAllocatedResourcesStatus(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "app")
+	health := []v1.ResourceStatus{{Name: "example.com/gpu", Resources: []v1.ResourceHealth{{ResourceID: "gpu-1", Health: v1.ResourceHealthStatusUnhealthy}}}}
+	var sawReady bool
+	s := podstatus.Generate(p, rt(running("app", t1)), nil, podstatus.GenerateOptions{
+		AllocatedResourcesStatus: func(pod *v1.Pod, s *v1.PodStatus) {
+			sawReady = len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].Ready
+			s.ContainerStatuses[0].AllocatedResourcesStatus = health
+		},
+	})
+	if !sawReady {
+		t.Error("the hook ran before the container statuses and their readiness were set")
+	}
+	if got := s.ContainerStatuses[0].AllocatedResourcesStatus; !apiequality.Semantic.DeepEqual(got, health) {
+		t.Errorf("allocatedResourcesStatus = %v, want %v", got, health)
+	}
+	if s := podstatus.Generate(p, rt(running("app", t1)), nil, podstatus.GenerateOptions{}); s.ContainerStatuses[0].AllocatedResourcesStatus != nil {
+		t.Errorf("allocatedResourcesStatus without the hook = %v", s.ContainerStatuses[0].AllocatedResourcesStatus)
+	}
+}
