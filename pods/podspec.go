@@ -272,9 +272,12 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 // implementedFeatures are the node features of
 // k8s.io/component-helpers/nodedeclaredfeatures this node implements, by
 // the feature gate each one's discovery asks for: a running non-sidecar
-// init container is resized in place (runtime's computePodActions).
+// init container is resized in place (runtime's computePodActions); the
+// node API serves exec, attach and port-forward over WebSockets itself
+// (server/websocket.go), so the API server proxies them unchanged.
 var implementedFeatures = ndftypes.FeatureGateMap{
-	inplacepodresize.IPPRInitContainersFeatureGate: true,
+	inplacepodresize.IPPRInitContainersFeatureGate:                 true,
+	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: true,
 }
 
 // undeclaredFeatures are the node features of the registry this node does
@@ -286,7 +289,6 @@ var undeclaredFeatures = map[string]string{
 	restartallcontainers.RestartAllContainersOnContainerExits:      "RestartAllContainers restart rules are refused at admission",
 	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              "a resize of pod-level resources is left PodResizePending Infeasible",
 	inplacepodresize.IPPRMemoryBackedVolumesFeatureGate:            "memory-backed emptyDir size limits are not resized (alpha, off on the kubelet too)",
-	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: "the node API speaks SPDY only: the API server translates WebSockets (server/doc.go)",
 	usernamespaceshostnetwork.UserNamespacesHostNetworkSupport:     "user namespaces are refused at admission (alpha, off on the kubelet too)",
 	dranodeallocatableresources.DRANodeAllocatableResourcesFeature: "DRA is not implemented (alpha, off on the kubelet too)",
 	draoptionalnodeoperations.DRAOptionalNodeOperationsFeatureGate: "DRA is not implemented (alpha, off on the kubelet too)",
