@@ -272,11 +272,13 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 // implementedFeatures are the node features of
 // k8s.io/component-helpers/nodedeclaredfeatures this node implements, by
 // the feature gate each one's discovery asks for: a running non-sidecar
-// init container is resized in place (runtime's computePodActions); the
-// node API serves exec, attach and port-forward over WebSockets itself
+// init container is resized in place (runtime's computePodActions), and so
+// are pod-level resources (the pod's cgroup, runtime/resize.go); the node
+// API serves exec, attach and port-forward over WebSockets itself
 // (server/websocket.go), so the API server proxies them unchanged.
 var implementedFeatures = ndftypes.FeatureGateMap{
 	inplacepodresize.IPPRInitContainersFeatureGate:                 true,
+	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              true,
 	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: true,
 }
 
@@ -287,7 +289,6 @@ var implementedFeatures = ndftypes.FeatureGateMap{
 // a test fails.
 var undeclaredFeatures = map[string]string{
 	restartallcontainers.RestartAllContainersOnContainerExits:      "RestartAllContainers restart rules are refused at admission",
-	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              "a resize of pod-level resources is left PodResizePending Infeasible",
 	inplacepodresize.IPPRMemoryBackedVolumesFeatureGate:            "memory-backed emptyDir size limits are not resized (alpha, off on the kubelet too)",
 	usernamespaceshostnetwork.UserNamespacesHostNetworkSupport:     "user namespaces are refused at admission (alpha, off on the kubelet too)",
 	dranodeallocatableresources.DRANodeAllocatableResourcesFeature: "DRA is not implemented (alpha, off on the kubelet too)",

@@ -196,7 +196,7 @@ func TestNodeDeclaredFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"ExtendWebSocketsToKubelet", "InPlacePodVerticalScalingInitContainers"}; !slices.Equal(got, want) {
+	if want := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers"}; !slices.Equal(got, want) {
 		t.Errorf("NodeDeclaredFeatures = %v, want %v", got, want)
 	}
 	if _, err := NodeDeclaredFeatures("not a version"); err == nil {
