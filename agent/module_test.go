@@ -245,7 +245,7 @@ func TestNoCgroupManagerWithoutCgroupsPerQOS(t *testing.T) {
 // TestAgentReplacesAKubeletsDeclaredFeatures: a node taken over from a
 // kubelet carries the kubelet's status.declaredFeatures; the agent writes
 // its own, so that the scheduler places no pod needing what it does not do
-// (pod-level resize, WebSockets to the node).
+// (RestartAllContainers, pod-level resize, WebSockets to the node).
 func TestAgentReplacesAKubeletsDeclaredFeatures(t *testing.T) {
 	kubelets := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling",
 		"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}
@@ -253,7 +253,7 @@ func TestAgentReplacesAKubeletsDeclaredFeatures(t *testing.T) {
 		Status: v1.NodeStatus{DeclaredFeatures: kubelets}})
 	n := agenttest.Start(t, agenttest.Options{Client: client})
 	ctx := agenttest.Context(t)
-	want := []string{"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}
+	want := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}
 	node := n.WaitForNode(ctx, func(n *v1.Node) bool { return slices.Equal(n.Status.DeclaredFeatures, want) })
 	if node.UID != "kubelets-node" {
 		t.Errorf("node UID = %s: the agent re-created the node instead of taking it over", node.UID)

@@ -161,11 +161,12 @@ func TestNodeAPIServesTheAgentsPodsStatsAndConfig(t *testing.T) {
 		t.Errorf("GET /metrics/probes = %d, want 200", code)
 	}
 
-	// The node does not declare ExtendWebSocketsToKubelet: this server
-	// speaks SPDY only, so the API server must translate WebSockets.
+	// The node declares ExtendWebSocketsToKubelet: this server speaks
+	// WebSockets for exec, attach and port-forward, so the API server
+	// proxies them unchanged.
 	node := n.WaitReady(ctx)
-	if slices.Contains(node.Status.DeclaredFeatures, "ExtendWebSocketsToKubelet") {
-		t.Errorf("declaredFeatures = %v: the node API does not translate WebSockets", node.Status.DeclaredFeatures)
+	if !slices.Contains(node.Status.DeclaredFeatures, "ExtendWebSocketsToKubelet") {
+		t.Errorf("declaredFeatures = %v: the node API serves WebSockets", node.Status.DeclaredFeatures)
 	}
 }
 

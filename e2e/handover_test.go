@@ -21,8 +21,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodekit/nodekit"
 	"github.com/nodekit/nodekit/e2e/cluster"
 	"github.com/nodekit/nodekit/internal/testenv"
+	"github.com/nodekit/nodekit/pods"
 )
 
 // handoverSyncFrequency is the agent's --sync-frequency in the handover
@@ -118,8 +120,12 @@ func TestHandoverFromKubelet(t *testing.T) {
 	agent, agentStart := k.handOver(t, "--sync-frequency="+handoverSyncFrequency.String())
 	cri := k.cri
 	// The node declares the agent's features, not the kubelet's leftover.
-	waitForNode(t, name, "declaring nodekit's features only", time.Minute, func(n *v1.Node) bool {
-		return slices.Equal(n.Status.DeclaredFeatures, []string{"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"})
+	own, err := pods.NodeDeclaredFeatures(nodekit.KubeletVersion())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForNode(t, name, fmt.Sprintf("declaring nodekit's features only (%v)", own), time.Minute, func(n *v1.Node) bool {
+		return slices.Equal(n.Status.DeclaredFeatures, own)
 	})
 
 	// A pod created now runs only if the agent syncs pods: by then it has

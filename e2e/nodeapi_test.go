@@ -76,15 +76,12 @@ func TestNodeAPIOnContainerd(t *testing.T) {
 	pods := n.startPods(t)
 
 	t.Run("serving certificate from an approved kubelet-serving CSR", func(t *testing.T) { n.testServingCert(t) })
-	t.Run("node features: no WebSocket translation declared", func(t *testing.T) {
+	t.Run("node features and daemon endpoint", func(t *testing.T) {
 		node, err := env.cp.Client().CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("declaredFeatures: %v", node.Status.DeclaredFeatures)
-		if slices.Contains(node.Status.DeclaredFeatures, "ExtendWebSocketsToKubelet") {
-			t.Error("the node declares ExtendWebSocketsToKubelet, but its API speaks SPDY only")
-		}
 		if port := node.Status.DaemonEndpoints.KubeletEndpoint.Port; !strings.HasSuffix(n.agent.APIURL, ":"+strconv.Itoa(int(port))) {
 			t.Errorf("daemonEndpoints port %d, the API serves on %s", port, n.agent.APIURL)
 		}
@@ -96,6 +93,7 @@ func TestNodeAPIOnContainerd(t *testing.T) {
 	t.Run("kubectl attach", func(t *testing.T) { n.testAttach(t, pods) })
 	t.Run("kubectl port-forward", func(t *testing.T) { n.testPortForward(t, pods) })
 	t.Run("kubectl cp", func(t *testing.T) { n.testCopy(t, pods) })
+	t.Run("WebSockets to the node (ExtendWebSocketsToKubelet)", func(t *testing.T) { n.testWebSockets(t, pods) })
 	t.Run("dashboard metrics", func(t *testing.T) { n.testDashboardMetrics(t) })
 
 	var ms *cluster.MetricsServer

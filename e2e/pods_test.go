@@ -90,6 +90,7 @@ var podTests = []podTest{
 	{name: "pod spec admission", run: testPodSpecAdmission},
 	{name: "hostname override", containerdOnly: true, run: testHostnameOverride},
 	{name: "in-place resize", containerdOnly: true, run: testInPlaceResize},
+	{name: "in-place resize of pod-level resources", containerdOnly: true, run: testPodLevelResize},
 	{name: "container events drive the PLEG", containerdOnly: true, run: testContainerEvents},
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 )
 
 // resources is a container's requests and limits of cpu and memory.
@@ -177,4 +179,64 @@ func testInPlaceResize(t *testing.T, n *podNode) {
 		t.Errorf("app after the deferred resize: resources %v, want %v", cs.Resources, big.Resources)
 	}
 	checkCgroupFile(t, "cpu", appCgroup, "cpu.cfs_quota_us", fmt.Sprint(half*100))
+}
+
+// testPodLevelResize resizes the pod-level resources (spec.resources) of a
+// running Burstable pod through the resize subresource, as the kubelet
+// v1.37 does with InPlacePodLevelResourcesVerticalScaling (which the node
+// declares, so the API server accepts the resize): the pod's cgroup
+// (cpu.shares, cpu.cfs_quota_us, memory.limit_in_bytes) takes the new
+// values, container app, which sets no limits of its own and so runs with
+// the pod's, is updated in place (same container, no restart), and the
+// pod's status.resources report the new values once applied.
+func testPodLevelResize(t *testing.T, n *podNode) {
+	ctx := t.Context()
+	node, err := env.cp.Client().CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(node.Status.DeclaredFeatures, "InPlacePodLevelResourcesVerticalScaling") {
+		t.Fatalf("declaredFeatures %v lack InPlacePodLevelResourcesVerticalScaling", node.Status.DeclaredFeatures)
+	}
+	pod := n.pod("plr-resize", "sleep", "3600")
+	pod.Spec.Containers[0].Name = "app"
+	pod.Spec.Containers[0].Resources = v1.ResourceRequirements{}
+	pod.Spec.Resources = ptr.To(resources("100m", "200m", "32Mi", "64Mi"))
+	pod = n.createPod(t, pod)
+	pod = waitForPod(t, pod.Namespace, pod.Name, "Running and Ready", isPodReady)
+	before := statusOf(pod, "app")
+	podCgroup := filepath.Join(n.cgroupRoot, "kubepods", "burstable", "pod"+string(pod.UID))
+	appCgroup := n.containerCgroup(t, before)
+	checkCgroupFile(t, "cpu", podCgroup, "cpu.cfs_quota_us", "20000")
+	checkCgroupFile(t, "memory", podCgroup, "memory.limit_in_bytes", fmt.Sprint(64<<20))
+	// The container's limits are the pod's.
+	checkCgroupFile(t, "cpu", appCgroup, "cpu.cfs_quota_us", "20000")
+	checkCgroupFile(t, "memory", appCgroup, "memory.limit_in_bytes", fmt.Sprint(64<<20))
+
+	want := resources("150m", "300m", "32Mi", "96Mi")
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"resources": want}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := env.cp.Client().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "resize")
+	if err != nil {
+		t.Fatalf("resize the pod-level resources of pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	pod = waitForPod(t, pod.Namespace, pod.Name, "resized", func(p *v1.Pod) bool {
+		return p.Generation == patched.Generation && resizeDone(p) && p.Status.Resources != nil && equality.Semantic.DeepEqual(*p.Status.Resources, want)
+	})
+	if cs := statusOf(pod, "app"); cs.ContainerID != before.ContainerID || cs.RestartCount != 0 {
+		t.Errorf("app: container %s restarts %d, want %s resized in place", cs.ContainerID, cs.RestartCount, before.ContainerID)
+	}
+	if got := pod.Status.AllocatedResources[v1.ResourceCPU]; got.Cmp(resource.MustParse("150m")) != 0 {
+		t.Errorf("pod allocatedResources cpu %s, want 150m", got.String())
+	}
+	checkCgroupFile(t, "cpu", podCgroup, "cpu.cfs_quota_us", "30000")
+	checkCgroupFile(t, "cpu", podCgroup, "cpu.shares", "153")
+	checkCgroupFile(t, "memory", podCgroup, "memory.limit_in_bytes", fmt.Sprint(96<<20))
+	checkCgroupFile(t, "cpu", appCgroup, "cpu.cfs_quota_us", "30000")
+	checkCgroupFile(t, "memory", appCgroup, "memory.limit_in_bytes", fmt.Sprint(96<<20))
+	waitForPodEvent(t, pod.Namespace, pod.Name, "ResizeStarted")
+	waitForPodEvent(t, pod.Namespace, pod.Name, "ResizeCompleted")
+	t.Logf("pod-level resize applied in place: status.resources %v, container %s kept", pod.Status.Resources, before.ContainerID)
 }

@@ -52,7 +52,8 @@
 // allocation manager: admitted, the spec becomes the allocation
 // (ResizeStarted); refused, it is PodResizePending, Deferred with the
 // refusal's message (retried at each sync and when another pod's resources
-// are freed) or Infeasible (pod-level resources are not resized in place).
+// are freed) or Infeasible. Pod-level resources (spec.resources) are
+// resized the same way (InPlacePodLevelResourcesVerticalScaling).
 // The Runtime is given the allocated pod, for its sync and its status
 // (podstatus.GenerateOptions.ResizePending); a pod-level backend sees the
 // allocation in the pod's containers' resources and reports

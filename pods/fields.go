@@ -47,7 +47,7 @@ var fieldsActedOn = map[string]string{
 	"PodSpec.setHostnameAsFQDN":             "runtime/dns.go podHostname",
 	"PodSpec.os":                            "pods/admission.go osAndGroupsPolicy (PodOSNotSupported)",
 	"PodSpec.hostUsers":                     "userns/ (agent.UserNamespaces: the pod's ID mappings), runtime/sandbox.go and runtime/container.go (CRI userns options, idmapped mounts); FailedCreatePodSandBox where the runtime handler has no user namespaces; without the manager refused with PodFeatureUnsupported, pods/podspec.go PodFeatures; pods/podspec.go Sysctls (user namespace sysctls)",
-	"PodSpec.resources":                     "cgroupdriver/resources.go (pod cgroup); pods/admission.go; eviction/; a resize of them is PodResizePending Infeasible (pods/resize.go)",
+	"PodSpec.resources":                     "cgroupdriver/resources.go (pod cgroup); runtime/container.go (limits of containers without their own); pods/admission.go; eviction/; resized in place: pods/resize.go (allocation), runtime/resize.go (pod cgroup, then containers)",
 	"PodSpec.hostnameOverride":              "runtime/dns.go podHostname; runtime/volumes.go (/etc/hosts)",
 
 	"Container.name":                     "runtime/ (container identity, labels)",

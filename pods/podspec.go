@@ -294,13 +294,18 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 // implementedFeatures are the node features of
 // k8s.io/component-helpers/nodedeclaredfeatures this node implements, by
 // the feature gate each one's discovery asks for: a running non-sidecar
-// init container is resized in place (runtime's computePodActions); a
+// init container is resized in place (runtime's computePodActions), and so
+// are pod-level resources (the pod's cgroup, runtime/resize.go); a
 // container's exit matching a RestartAllContainers rule restarts all the
 // pod's containers in place (runtime's SyncInput.RestartAllContainers,
-// podstatus's AllContainersRestarting condition).
+// podstatus's AllContainersRestarting condition); the node API serves exec,
+// attach and port-forward over WebSockets itself (server/websocket.go), so
+// the API server proxies them unchanged.
 var implementedFeatures = ndftypes.FeatureGateMap{
-	inplacepodresize.IPPRInitContainersFeatureGate:            true,
-	restartallcontainers.RestartAllContainersOnContainerExits: true,
+	inplacepodresize.IPPRInitContainersFeatureGate:                 true,
+	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              true,
+	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: true,
+	restartallcontainers.RestartAllContainersOnContainerExits:      true,
 }
 
 // undeclaredFeatures are the node features of the registry this node does
@@ -309,12 +314,10 @@ var implementedFeatures = ndftypes.FeatureGateMap{
 // anyway. A feature upstream adds to the registry is in neither table, and
 // a test fails.
 var undeclaredFeatures = map[string]string{
-	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              "a resize of pod-level resources is left PodResizePending Infeasible",
 	inplacepodresize.IPPRMemoryBackedVolumesFeatureGate:            "memory-backed emptyDir size limits are not resized (alpha, off on the kubelet too)",
-	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: "the node API speaks SPDY only: the API server translates WebSockets (server/doc.go)",
 	usernamespaceshostnetwork.UserNamespacesHostNetworkSupport:     "user namespaces with hostNetwork are not implemented (alpha, off on the kubelet too: the API server refuses such pods)",
-	dranodeallocatableresources.DRANodeAllocatableResourcesFeature: "DRA is not implemented (alpha, off on the kubelet too)",
-	draoptionalnodeoperations.DRAOptionalNodeOperationsFeatureGate: "DRA is not implemented (alpha, off on the kubelet too)",
+	dranodeallocatableresources.DRANodeAllocatableResourcesFeature: "DRA node allocatable resources are not implemented (alpha, off on the kubelet too)",
+	draoptionalnodeoperations.DRAOptionalNodeOperationsFeatureGate: "DRA optional node operations are not implemented (alpha, off on the kubelet too)",
 	volumebindmountoptions.VolumeBindMountOptionsFeatureName:       "volumeMounts' bindMountOptions are not passed to the runtime",
 }
 

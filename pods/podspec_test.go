@@ -190,7 +190,7 @@ func TestNodeDeclaredFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}; !slices.Equal(got, want) {
+	if want := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}; !slices.Equal(got, want) {
 		t.Errorf("NodeDeclaredFeatures = %v, want %v", got, want)
 	}
 	if _, err := NodeDeclaredFeatures("not a version"); err == nil {

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -39,11 +38,6 @@ const (
 	eventResizeInfeasible = "ResizeInfeasible"
 	eventResizeCompleted  = "ResizeCompleted"
 )
-
-// podLevelResizeInfeasible is the kubelet's PodResizePending message for a
-// resize of pod-level resources on a node that does not do it in place
-// (InPlacePodLevelResourcesVerticalScaling off).
-const podLevelResizeInfeasible = "InPlacePodLevelResourcesVerticalScaling is disabled"
 
 // allocatedPod is pod with its allocated resources (the pod itself when
 // none are recorded, or when they cannot be read, which is logged).
@@ -78,13 +72,9 @@ func (c *Controller) handleResize(ctx context.Context, pod *v1.Pod) *v1.Pod {
 		return alloc
 	}
 	logger := klog.FromContext(ctx)
-	var res AdmitResult
-	switch {
-	case !equality.Semantic.DeepEqual(pod.Spec.Resources, alloc.Spec.Resources):
-		res = AdmitResult{Reason: v1.PodReasonInfeasible, Message: podLevelResizeInfeasible}
-	default:
-		res = c.admitAs(pod, alloc)
-	}
+	// Pod-level resources are resized as the containers'
+	// (InPlacePodLevelResourcesVerticalScaling).
+	res := c.admitAs(pod, alloc)
 	if res.Admit {
 		if err := c.opts.Allocations.SetAllocated(pod); err != nil {
 			logger.Error(err, "Cannot record the pod's resized allocation; will retry", "pod", klog.KObj(pod))

@@ -21,8 +21,9 @@ import (
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
-// allocRuntime is a fakeRuntime that records, by pod, the resources of
-// the pod it was last asked to sync (the allocation) and the pending
+// allocRuntime is a fakeRuntime that records, by pod, the CPU request of
+// the pod it was last asked to sync (the allocation: the first container's,
+// or "pod <request>" for pod-level resources) and the pending
 // resize of the last status it generated.
 type allocRuntime struct {
 	*fakeRuntime
@@ -33,7 +34,11 @@ type allocRuntime struct {
 
 func (r *allocRuntime) SyncPod(ctx context.Context, pod *v1.Pod) SyncResult {
 	r.mu.Lock()
-	r.synced[pod.UID] = pod.Spec.Containers[0].Resources.Requests.Cpu().String()
+	if pod.Spec.Resources != nil {
+		r.synced[pod.UID] = "pod " + pod.Spec.Resources.Requests.Cpu().String()
+	} else {
+		r.synced[pod.UID] = pod.Spec.Containers[0].Resources.Requests.Cpu().String()
+	}
 	r.mu.Unlock()
 	return r.fakeRuntime.SyncPod(ctx, pod)
 }
@@ -65,7 +70,7 @@ func cpuPod(name string, gen int64, cpu string) *v1.Pod {
 // runtime, ResizeStarted); one that does not is Deferred with the
 // predicate's message, the runtime keeping the old allocation, and is
 // allocated once another pod's resources are freed; a resize of pod-level
-// resources is Infeasible.
+// resources is allocated or Deferred the same way.
 func TestResizeAdmission(t *testing.T) {
 	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
 	sources := &fakeSources{updates: make(chan podsource.Update)}
@@ -142,17 +147,29 @@ func TestResizeAdmission(t *testing.T) {
 	send(podsource.OpRemove, b)
 	waitFor("a's deferred resize allocated", func() bool { cpu, p := rt.state("a"); return cpu == "600m" && p == nil })
 
-	// A resize of pod-level resources is not done in place: Infeasible.
-	pl := cpuPod("pl", 1, "100m")
+	// Pod-level resources are resized as the containers': allocated when
+	// they fit (600m + 200m), Deferred when they do not (600m + 500m).
+	pl := cpuPod("pl", 1, "50m")
 	pl.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}
 	send(podsource.OpAdd, pl)
-	waitFor("pl synced", func() bool { cpu, _ := rt.state("pl"); return cpu == "100m" })
+	waitFor("pl synced", func() bool { cpu, _ := rt.state("pl"); return cpu == "pod 100m" })
 	pl = pl.DeepCopy()
 	pl.Generation = 2
 	pl.Spec.Resources.Requests[v1.ResourceCPU] = resource.MustParse("200m")
 	send(podsource.OpUpdate, pl)
-	waitFor("pod-level resize infeasible", func() bool { _, p := rt.state("pl"); return p != nil && p.Reason == v1.PodReasonInfeasible })
-	if _, p := rt.state("pl"); p.Message != podLevelResizeInfeasible {
-		t.Errorf("infeasible message %q", p.Message)
+	waitFor("pl's pod-level resize allocated", func() bool { cpu, p := rt.state("pl"); return cpu == "pod 200m" && p == nil })
+	pl = pl.DeepCopy()
+	pl.Generation = 3
+	pl.Spec.Resources.Requests[v1.ResourceCPU] = resource.MustParse("500m")
+	send(podsource.OpUpdate, pl)
+	waitFor("pl's pod-level resize deferred", func() bool { _, p := rt.state("pl"); return p != nil })
+	cpu, p = rt.state("pl")
+	want = "Node didn't have enough resource: cpu, requested: 500, used: 600, capacity: 1000"
+	if cpu != "pod 200m" || p.Reason != v1.PodReasonDeferred || p.Message != want {
+		t.Errorf("deferred pod-level resize: runtime synced %s, pending %+v; want pod 200m, Deferred %q", cpu, p, want)
+	}
+	got, _, _ := allocation.New(allocation.Options{RootDir: root}).AllocatedPod(pl)
+	if got.Spec.Resources.Requests.Cpu().String() != "200m" {
+		t.Errorf("checkpoint holds pod-level %s for pl, want 200m", got.Spec.Resources.Requests.Cpu())
 	}
 }

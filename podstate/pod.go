@@ -183,6 +183,28 @@ func ComputeResourcesOf(r *v1.ResourceRequirements) ComputeResources {
 	}
 }
 
+// EffectiveResources returns c's resources as the container runs with them
+// in a pod whose pod-level resources are podResources (the kubelet's
+// GetLimits): its requests, and its limits with a CPU or memory limit it
+// does not set taken from the pod-level limit. c itself when the pod sets
+// no pod-level limits; otherwise a copy.
+func EffectiveResources(podResources, c *v1.ResourceRequirements) *v1.ResourceRequirements {
+	if podResources == nil || len(podResources.Limits) == 0 {
+		return c
+	}
+	r := c.DeepCopy()
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		have := r.Limits[name]
+		if q, ok := podResources.Limits[name]; ok && !q.IsZero() && have.IsZero() {
+			if r.Limits == nil {
+				r.Limits = v1.ResourceList{}
+			}
+			r.Limits[name] = q.DeepCopy()
+		}
+	}
+	return r
+}
+
 // ResizeNeeded reports whether a running container whose actuated
 // resources are actuated must be resized in place to allocated: the
 // kubelet's comparison of CPU and memory requests and limits by value. An

@@ -66,19 +66,21 @@ type containerToUpdate struct {
 	desired, current podstate.ComputeResources
 }
 
-// resizeAction decides how running container c (status cs) follows its
-// allocated resources (c.Resources, the pod being the allocated pod), as
+// resizeAction decides how running container c (status cs) of pod follows
+// its allocated resources (c.Resources with the pod-level limits it does
+// not set, the pod being the allocated pod), as
 // the kubelet's computePodResizeAction: nothing when what was actuated
 // (cs.Resources) matches; a restart when a changed resource's resizePolicy
 // says RestartContainer (restart true: the caller kills and starts it);
 // otherwise an in-place update queued in a.containersToUpdate for memory
 // (the limit, else the request) and cpu (the limit, else the request),
 // decreases before increases.
-func (a *podActions) resizeAction(c *v1.Container, cs *podstate.ContainerStatus) (restart bool) {
-	if !podstate.ResizeNeeded(cs.Resources, &c.Resources) {
+func (a *podActions) resizeAction(pod *v1.Pod, c *v1.Container, cs *podstate.ContainerStatus) (restart bool) {
+	effective := podstate.EffectiveResources(pod.Spec.Resources, &c.Resources)
+	if !podstate.ResizeNeeded(cs.Resources, effective) {
 		return false
 	}
-	desired, current := podstate.ComputeResourcesOf(&c.Resources), podstate.ComputeResourcesOf(cs.Resources)
+	desired, current := podstate.ComputeResourcesOf(effective), podstate.ComputeResourcesOf(cs.Resources)
 	a.resizePod = true
 	policy := func(name v1.ResourceName, want, have int64) (resize, restart bool) {
 		if want == have {
@@ -280,7 +282,7 @@ func computePodActions(ctx context.Context, pod *v1.Pod, st *podstate.PodStatus,
 			message, reason = fmt.Sprintf("Container %s failed liveness probe", c.Name), killReasonLiveness
 		case c.StartupProbe != nil && probes != nil && probes.Startup(cs.ID) == podstate.ProbeFailure:
 			message, reason = fmt.Sprintf("Container %s failed startup probe", c.Name), killReasonStartup
-		case a.resizeAction(c, cs):
+		case a.resizeAction(pod, c, cs):
 			// Restarted for its resize policy, whatever the restart policy.
 			keep++
 			a.containersToStart = append(a.containersToStart, i)
@@ -355,7 +357,7 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 			if !isSidecar(c) {
 				// A running init container is resized in place; validation
 				// allows it no RestartContainer policy.
-				a.resizeAction(c, cs)
+				a.resizeAction(pod, c, cs)
 				break
 			}
 			if c.StartupProbe != nil {
@@ -386,7 +388,7 @@ func computeInitActions(pod *v1.Pod, st *podstate.PodStatus, probes ProbeResults
 				a.initToStart = append(a.initToStart, i)
 				break
 			}
-			if a.resizeAction(c, cs) {
+			if a.resizeAction(pod, c, cs) {
 				a.containersToKill[cs.ID] = containerToKill{name: c.Name, spec: c, message: resizeRestartMessage(c)}
 				a.initToStart = append(a.initToStart, i)
 			}

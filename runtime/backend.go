@@ -137,10 +137,12 @@ func (b *Backend) refresh(ctx context.Context, pod *v1.Pod) {
 }
 
 // PodStatus generates the pod's API status from the cached runtime status,
-// the reasons its containers wait (back-offs, image pull errors) and why
-// its last in-place resize failed (PodManager.ResizeError), unless opts
-// gives one. Whether that status has the AllContainersRestarting condition
-// True decides whether the next SyncPod restarts all the pod's containers.
+// the reasons its containers wait (back-offs, image pull errors), why its
+// last in-place resize failed (PodManager.ResizeError) and the pod-level
+// resources its cgroup was given (PodManager.PodLevelActuated), unless
+// opts gives them. Whether that status has the AllContainersRestarting
+// condition True decides whether the next SyncPod restarts all the pod's
+// containers.
 func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.GenerateOptions) (v1.PodStatus, error) {
 	rs, err := b.runtimeStatus(ctx, pod.UID)
 	if err != nil {
@@ -148,6 +150,9 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 	}
 	if opts.ResizeError == "" {
 		opts.ResizeError = b.pm.ResizeError(pod.UID)
+	}
+	if opts.PodLevelActuated == nil {
+		opts.PodLevelActuated, _ = b.pm.PodLevelActuated(pod.UID)
 	}
 	st := podstatus.Generate(pod, rs, b.pm.waiting(pod.UID), opts)
 	b.mu.Lock()

@@ -139,14 +139,17 @@ func milliCPUToQuota(milli, period int64) int64 {
 // request (the limit when no request is set), CFS quota and period from the
 // limit, the memory limit, and the OOM score adjustment of the pod's QoS.
 func (m *PodManager) containerResources(pod *v1.Pod, c *v1.Container, facts machineFacts) *runtimeapi.LinuxContainerResources {
-	cpuLimit := c.Resources.Limits.Cpu().MilliValue()
+	// A limit the container does not set is the pod-level one, as the
+	// kubelet's getCPULimit and getMemoryLimit.
+	limits := podstate.EffectiveResources(pod.Spec.Resources, &c.Resources).Limits
+	cpuLimit := limits.Cpu().MilliValue()
 	cpuRequest := cpuLimit
 	if q, ok := c.Resources.Requests[v1.ResourceCPU]; ok {
 		cpuRequest = q.MilliValue()
 	}
 	r := &runtimeapi.LinuxContainerResources{
 		CpuShares:          milliCPUToShares(cpuRequest),
-		MemoryLimitInBytes: c.Resources.Limits.Memory().Value(),
+		MemoryLimitInBytes: limits.Memory().Value(),
 		OomScoreAdj:        m.oomScoreAdj(pod, c, facts.memoryCapacity),
 	}
 	if m.cfsQuota {

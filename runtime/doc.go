@@ -89,7 +89,12 @@
 // RestartContainer restarts the container instead. A refused update fails
 // the sync with ErrResizePodInPlace and a ResizeError event and is retried.
 // What the runtime reports (ContainerStatus.resources) is the container's
-// status.resources.
+// status.resources. Pod-level resources (spec.resources) are resized the
+// same way: a container that sets no CPU or memory limit runs with the
+// pod-level one, so it is updated with the pod's cgroup;
+// PodManager.PodLevelActuated records what the pod's cgroup was given (at
+// its sandbox's creation, then per resource), which the pod's
+// status.resources report.
 //
 // User namespaces: with PodManagerOptions.UserNamespaces (the userns
 // package's Manager) every sandbox and container config carries the pod's

@@ -40,6 +40,8 @@ type harness struct {
 	rec     *record.FakeRecorder
 	logsDir string
 	podsDir string
+	// opts are the PodManager's options (restart makes another on them).
+	opts runtime.PodManagerOptions
 }
 
 func newHarness(t testing.TB, fopts fakecri.Options, mutate func(*runtime.PodManagerOptions)) *harness {
@@ -87,7 +89,7 @@ func newHarness(t testing.TB, fopts fakecri.Options, mutate func(*runtime.PodMan
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ctx: testCtx(t), clk: clk, cri: srv, client: client, pm: pm, rec: rec, logsDir: opts.PodLogsDir, podsDir: opts.PodsDir}
+	return &harness{t: t, ctx: testCtx(t), clk: clk, cri: srv, client: client, pm: pm, rec: rec, logsDir: opts.PodLogsDir, podsDir: opts.PodsDir, opts: opts}
 }
 
 func newPod(name string, containers ...v1.Container) *v1.Pod {

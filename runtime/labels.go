@@ -11,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/podstate"
 )
 
 // Labels and annotations the agent puts on sandboxes and containers. They
@@ -116,7 +118,10 @@ func containerAnnotations(ctx context.Context, pod *v1.Pod, c *v1.Container, res
 			a[AnnotationPreStopHandler] = string(raw)
 		}
 	}
-	applied := v1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}
+	// What the container runs with: pod-level limits stand in for those
+	// it does not set, as the kubelet's actuated resources.
+	effective := podstate.EffectiveResources(pod.Spec.Resources, &c.Resources)
+	applied := v1.ResourceRequirements{Requests: effective.Requests, Limits: effective.Limits}
 	if raw, err := json.Marshal(applied); err != nil {
 		logger.Error(err, "Cannot record the resources of a container", "pod", klog.KObj(pod), "container", c.Name)
 	} else {

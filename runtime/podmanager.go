@@ -258,6 +258,11 @@ type PodManager struct {
 	actuated map[string]*v1.ResourceRequirements
 	// resizeErrors are, by pod, why its last in-place resize failed.
 	resizeErrors map[types.UID]string
+	// podLevel are, by pod, the pod-level resources its cgroup was last
+	// given (at its sandbox's creation, then by in-place resizes); a pod
+	// with pod-level resources missing here (the agent restarted) has its
+	// cgroup set again at its next sync.
+	podLevel map[types.UID]*v1.ResourceRequirements
 
 	// machine holds the node facts container configs need, read once on
 	// first use.
@@ -344,6 +349,7 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 		reasons:      map[types.UID]map[string]podstate.ContainerWaiting{},
 		actuated:     map[string]*v1.ResourceRequirements{},
 		resizeErrors: map[types.UID]string{},
+		podLevel:     map[types.UID]*v1.ResourceRequirements{},
 	}
 	if opts.ContainerGC != nil {
 		m.gc = *opts.ContainerGC
@@ -487,6 +493,7 @@ func (m *PodManager) forget(uid types.UID) {
 	m.mu.Lock()
 	delete(m.reasons, uid)
 	delete(m.resizeErrors, uid)
+	delete(m.podLevel, uid)
 	m.mu.Unlock()
 	m.images.forget(uid)
 }

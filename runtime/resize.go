@@ -56,6 +56,38 @@ func (m *PodManager) setResizeError(uid types.UID, err error) {
 	m.resizeErrors[uid] = err.Error()
 }
 
+// setPodLevelActuated records r as what the cgroup of the pod with uid was
+// given (nil: the pod has no pod-level resources).
+func (m *PodManager) setPodLevelActuated(uid types.UID, r *v1.ResourceRequirements) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.podLevel[uid] = r.DeepCopy()
+}
+
+// PodLevelActuated returns the pod-level resources the cgroup of the pod
+// with uid was last given, and whether they are known: the agent records
+// them when it creates the pod's sandbox and when an in-place resize
+// changes them, and forgets them on a restart until the pod's next sync.
+// Safe for concurrent use.
+func (m *PodManager) PodLevelActuated(uid types.UID) (*v1.ResourceRequirements, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.podLevel[uid]
+	return r.DeepCopy(), ok
+}
+
+// podLevelResizeNeeded reports whether the cgroup of pod (the allocated
+// pod), which has pod-level resources, must follow them: they differ from
+// what it was given, or that is not known (the agent restarted), as the
+// kubelet's computePodLevelResourcesResizeAction.
+func (m *PodManager) podLevelResizeNeeded(pod *v1.Pod) bool {
+	if pod.Spec.Resources == nil {
+		return false
+	}
+	actuated, ok := m.PodLevelActuated(pod.UID)
+	return !ok || podstate.ComputeResourcesOf(actuated) != podstate.ComputeResourcesOf(pod.Spec.Resources)
+}
+
 func (m *PodManager) forgetActuated(id string) {
 	m.mu.Lock()
 	delete(m.actuated, id)
@@ -144,11 +176,25 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 			}
 		}
 	}
+	// currentPod is the pod-level resources the pod's cgroup has, as the
+	// resize goes; unknown (the agent restarted), the cgroup is set to the
+	// allocation first.
+	currentPod, known := m.PodLevelActuated(pod.UID)
+	if pod.Spec.Resources != nil && !known {
+		if err := s.updatePodCgroup(ctx, pod, "resources"); err != nil {
+			return err
+		}
+		m.setPodLevelActuated(pod.UID, pod.Spec.Resources)
+		currentPod = pod.Spec.Resources.DeepCopy()
+	}
 	// A container restarted for its resize policy counts at what it ran
 	// with: it comes back with its allocation, in a pod cgroup that grew
 	// for it first.
 	podAt := func() *v1.Pod {
 		p := pod.DeepCopy()
+		if p.Spec.Resources != nil {
+			p.Spec.Resources = currentPod.DeepCopy()
+		}
 		for _, list := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 			for i := range list {
 				if v, ok := current[list[i].Name]; ok {
@@ -160,7 +206,7 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 	}
 	// Before anything changes, as the kubelet's validatePodResizeAction:
 	// a memory limit cut below what a container uses would fail half-way.
-	if err := s.checkMemoryDecrease(ctx, a); err != nil {
+	if err := s.checkMemoryDecrease(ctx, a, currentPod); err != nil {
 		return fmt.Errorf("%w: %v", ErrResizePodInPlace, err)
 	}
 	logger := klog.FromContext(ctx)
@@ -169,9 +215,12 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 		for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 			for i := range list {
 				if v, ok := current[list[i].Name]; ok {
-					current[list[i].Name] = withResource(v, podstate.ComputeResourcesOf(&list[i].Resources), name)
+					current[list[i].Name] = withResource(v, podstate.ComputeResourcesOf(podstate.EffectiveResources(pod.Spec.Resources, &list[i].Resources)), name)
 				}
 			}
+		}
+		if pod.Spec.Resources != nil {
+			currentPod = withPodResource(currentPod, pod.Spec.Resources, name)
 		}
 		after := podAt()
 		grows, shrinks := podResourceChange(before, after, name)
@@ -179,6 +228,14 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 			if err := s.updatePodCgroup(ctx, after, name); err != nil {
 				return err
 			}
+		}
+		// Containers take the limits they do not set from the pod-level
+		// ones the pod's cgroup has at this step.
+		actPod := pod
+		if pod.Spec.Resources != nil {
+			p := *pod
+			p.Spec.Resources = currentPod
+			actPod = &p
 		}
 		for _, u := range a.containersToUpdate[name] {
 			// The cpu step runs once memory is at its allocation (a
@@ -189,7 +246,7 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 			}
 			c := u.spec.DeepCopy()
 			c.Resources = *requirementsOf(values)
-			res := &runtimeapi.ContainerResources{Linux: m.containerResources(pod, c, facts)}
+			res := &runtimeapi.ContainerResources{Linux: m.containerResources(actPod, c, facts)}
 			if err := m.rs.UpdateContainerResources(ctx, u.id, res); err != nil {
 				m.recorder.Eventf(pod, v1.EventTypeWarning, "ResizeError", "Pod resize error: container %s: %s", u.spec.Name, grpcMessage(err))
 				return fmt.Errorf("%w: update %s resources of container %s of pod %s: %v", ErrResizePodInPlace, name, u.spec.Name, podDesc(pod), grpcMessage(err))
@@ -202,15 +259,63 @@ func (s *podSync) resize(ctx context.Context, a podActions) error {
 				return err
 			}
 		}
+		if pod.Spec.Resources != nil {
+			m.setPodLevelActuated(pod.UID, currentPod)
+			logger.V(2).Info("Resized the pod's cgroup in place", "resource", name, "resources", currentPod)
+		}
 	}
 	return nil
 }
 
-// checkMemoryDecrease fails when a container's memory limit is to be cut
-// (or set) at or below the memory it uses now (CRI ContainerStats), with
-// the kubelet's message.
-func (s *podSync) checkMemoryDecrease(ctx context.Context, a podActions) error {
+// withPodResource returns a copy of r (pod-level resources; nil: none)
+// with name's request and limit as in from.
+func withPodResource(r, from *v1.ResourceRequirements, name v1.ResourceName) *v1.ResourceRequirements {
+	out := r.DeepCopy()
+	if out == nil {
+		out = &v1.ResourceRequirements{}
+	}
+	set := func(dst *v1.ResourceList, src v1.ResourceList) {
+		q, ok := src[name]
+		switch {
+		case ok:
+			if *dst == nil {
+				*dst = v1.ResourceList{}
+			}
+			(*dst)[name] = q.DeepCopy()
+		case *dst != nil:
+			delete(*dst, name)
+		}
+	}
+	set(&out.Requests, from.Requests)
+	set(&out.Limits, from.Limits)
+	return out
+}
+
+// checkMemoryDecrease fails when the pod-level memory limit (the pod's
+// cgroup has currentPod's) or a container's memory limit is to be cut (or
+// set) at or below the memory the pod or the container uses now (CRI
+// ContainerStats; the pod's is its running containers'), with the
+// kubelet's messages.
+func (s *podSync) checkMemoryDecrease(ctx context.Context, a podActions, currentPod *v1.ResourceRequirements) error {
 	var msgs []string
+	var want, have int64
+	if r := s.pod.Spec.Resources; r != nil {
+		want = r.Limits.Memory().Value()
+	}
+	if currentPod != nil {
+		have = currentPod.Limits.Memory().Value()
+	}
+	if want != 0 {
+		if have == 0 || want < have {
+			usage, err := s.podMemoryUsage(ctx)
+			switch {
+			case err != nil:
+				msgs = append(msgs, fmt.Sprintf("unable to read memory usage for pod %q: %v", podDesc(s.pod), err))
+			case usage >= uint64(want):
+				msgs = append(msgs, fmt.Sprintf("attempting to set pod memory limit (%d) below current usage (%d)", want, usage))
+			}
+		}
+	}
 	for _, u := range a.containersToUpdate[v1.ResourceMemory] {
 		want := u.desired.MemoryLimit
 		if want == 0 || (u.current.MemoryLimit != 0 && want >= u.current.MemoryLimit) {
@@ -234,6 +339,27 @@ func (s *podSync) checkMemoryDecrease(ctx context.Context, a podActions) error {
 		return fmt.Errorf("cannot decrease memory limits: %s", msgs[0])
 	}
 	return fmt.Errorf("cannot decrease memory limits: [%s]", strings.Join(msgs, ", "))
+}
+
+// podMemoryUsage is the memory the pod's running containers use now (CRI
+// ContainerStats).
+func (s *podSync) podMemoryUsage(ctx context.Context) (uint64, error) {
+	var sum uint64
+	for _, cs := range s.status.Containers {
+		if cs.State != podstate.ContainerStateRunning || cs.SandboxID != s.status.ActiveSandboxID() {
+			continue
+		}
+		st, err := s.m.rs.ContainerStats(ctx, cs.ID)
+		if err != nil {
+			return 0, fmt.Errorf("container %q: %s", cs.Name, grpcMessage(err))
+		}
+		usage := st.GetMemory().GetUsageBytes()
+		if usage == nil {
+			return 0, fmt.Errorf("missing container %q memory usage", cs.Name)
+		}
+		sum += usage.GetValue()
+	}
+	return sum, nil
 }
 
 // podResourceChange reports whether the pod's aggregate request or limit
@@ -272,9 +398,14 @@ func podResourceChange(before, after *v1.Pod, name v1.ResourceName) (grows, shri
 	return grows, shrinks
 }
 
-// unlimited reports whether a regular container of pod has no limit of
-// name, which leaves the pod's cgroup without one.
+// unlimited reports whether pod's cgroup has no limit of name: the pod
+// sets no pod-level limit of it and a regular container sets none.
 func unlimited(pod *v1.Pod, name v1.ResourceName) bool {
+	if pod.Spec.Resources != nil {
+		if q, ok := pod.Spec.Resources.Limits[name]; ok && !q.IsZero() {
+			return false
+		}
+	}
 	for i := range pod.Spec.Containers {
 		if _, ok := pod.Spec.Containers[i].Resources.Limits[name]; !ok {
 			return true

@@ -113,6 +113,9 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	m, pod := s.m, s.pod
 	logger := klog.FromContext(ctx)
 	actions := computePodActions(ctx, pod, s.status, probes)
+	if !actions.killPod && !actions.createSandbox && m.podLevelResizeNeeded(pod) {
+		actions.resizePod = true
+	}
 	logger.V(3).Info("Computed pod actions", "killPod", actions.killPod, "createSandbox", actions.createSandbox,
 		"attempt", actions.attempt, "initToStart", actions.initToStart, "containersToStart", actions.containersToStart,
 		"ephemeralToStart", actions.ephemeralToStart, "containersToKill", len(actions.containersToKill))
@@ -273,6 +276,8 @@ func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 	}
 	s.sandboxID, s.sandboxCfg = id, cfg
 	s.podIPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
+	// The pod's cgroup was made for the pod's allocation.
+	m.setPodLevelActuated(pod.UID, pod.Spec.Resources)
 	return true
 }
 

@@ -18,8 +18,14 @@
 //     format (follow, tailLines, limitBytes, sinceSeconds, sinceTime,
 //     timestamps, previous; rotated files with Options.ReadRotatedLogs);
 //   - /exec, /attach, /portForward and /run through the CRI: the runtime's
-//     streaming URL is proxied to (SPDY and WebSocket upgrades pass
-//     through unchanged); /checkpoint through CRI CheckpointContainer;
+//     streaming URL is proxied to (SPDY and the pre-v5 WebSocket upgrades
+//     pass through unchanged). As the kubelet with ExtendWebSocketsToKubelet,
+//     which the node declares, a v5.channel.k8s.io WebSocket exec or attach
+//     is translated to SPDY with the runtime, and a SPDY-over-WebSocket
+//     port-forward (SPDY/3.1+portforward.k8s.io) is tunneled to it
+//     (kubelet_websocket_streaming_requests_total counts both), so the API
+//     server proxies kubectl's WebSockets unchanged; /checkpoint through
+//     CRI CheckpointContainer;
 //   - /logs/ (files and directory listings under /var/log) and
 //     /debug/pprof/.
 //
@@ -51,7 +57,9 @@
 // are added. Authentication and authorization wrap every route; a Route
 // can name the subresources it is authorized against. A node whose pods
 // are not run by a CRI runtime replaces the containerLogs, exec, attach
-// and portForward routes with its own handlers (and leaves Runtime nil).
+// and portForward routes with its own handlers (and leaves Runtime nil);
+// those must serve the WebSocket protocols above too, or the node must not
+// declare ExtendWebSocketsToKubelet (status.SetterOptions).
 // Options.Authenticator and Options.Authorizer replace the built-in
 // authentication and authorization.
 //
@@ -59,9 +67,5 @@
 //
 // The journal/log query mode of /logs/ (enableSystemLogQuery; accepted and
 // logged as ignored), /debug/flags/v, /statusz, /flagz and /allocatedPods
-// (404; their authorization mapping is in place), and the
-// kubelet's WebSocket v5 → SPDY translation for exec/attach
-// (ExtendWebSocketsToKubelet): a node must not declare that feature in
-// status.declaredFeatures, so the API server translates WebSockets itself
-// and speaks SPDY to this server.
+// (404; their authorization mapping is in place).
 package server

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/cri-streaming/pkg/streaming"
 )
 
 const testNode = "node-a"
@@ -30,8 +31,10 @@ type fakeRuntime struct {
 	containers []*runtimeapi.Container
 	statuses   map[string]*runtimeapi.ContainerStatus
 	streamURL  string
-	streamErr  error
-	execSync   func(id string, cmd []string) ([]byte, []byte, error)
+	// cri, when set, serves the streaming calls (their URLs are its).
+	cri       streaming.Server
+	streamErr error
+	execSync  func(id string, cmd []string) ([]byte, []byte, error)
 
 	checkpoint func(*runtimeapi.CheckpointContainerRequest) error
 
@@ -47,6 +50,9 @@ func (f *fakeRuntime) Exec(_ context.Context, req *runtimeapi.ExecRequest) (*run
 	if f.streamErr != nil {
 		return nil, f.streamErr
 	}
+	if f.cri != nil {
+		return f.cri.GetExec(req)
+	}
 	return &runtimeapi.ExecResponse{Url: f.streamURL + "/exec/" + req.ContainerId}, nil
 }
 
@@ -57,6 +63,9 @@ func (f *fakeRuntime) Attach(_ context.Context, req *runtimeapi.AttachRequest) (
 	if f.streamErr != nil {
 		return nil, f.streamErr
 	}
+	if f.cri != nil {
+		return f.cri.GetAttach(req)
+	}
 	return &runtimeapi.AttachResponse{Url: f.streamURL + "/attach/" + req.ContainerId}, nil
 }
 
@@ -66,6 +75,9 @@ func (f *fakeRuntime) PortForward(_ context.Context, req *runtimeapi.PortForward
 	f.pfReqs = append(f.pfReqs, req)
 	if f.streamErr != nil {
 		return nil, f.streamErr
+	}
+	if f.cri != nil {
+		return f.cri.GetPortForward(req)
 	}
 	return &runtimeapi.PortForwardResponse{Url: f.streamURL + "/portforward/" + req.PodSandboxId}, nil
 }

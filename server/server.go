@@ -470,9 +470,11 @@ func (s *Server) ReadOnlyAddr(ctx context.Context) (net.Addr, error) {
 
 // httpMetrics are the kubelet's kubelet_http_* metrics.
 type httpMetrics struct {
-	requests *prometheus.CounterVec
-	inflight *prometheus.GaugeVec
-	duration *prometheus.HistogramVec
+	// websocketStreams is kubelet_websocket_streaming_requests_total.
+	websocketStreams *prometheus.CounterVec
+	requests         *prometheus.CounterVec
+	inflight         *prometheus.GaugeVec
+	duration         *prometheus.HistogramVec
 }
 
 var httpLabels = []string{"method", "path", "server_type", "long_running"}
@@ -492,9 +494,13 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Help:    "[ALPHA] Duration in seconds to serve http requests",
 			Buckets: prometheus.DefBuckets,
 		}, httpLabels),
+		websocketStreams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "websocket_streaming_requests_total",
+			Help: "[ALPHA] Total number of WebSocket streaming requests (exec/attach/portforward) received by the kubelet.",
+		}, []string{"subresource"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.inflight, m.duration} {
+		for _, c := range []prometheus.Collector{m.requests, m.inflight, m.duration, m.websocketStreams} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register node API metrics: %w", err)
 			}

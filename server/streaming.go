@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/proxy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
 
 // streamOptions are the stdin/stdout/stderr/tty flags of an exec or attach
@@ -62,9 +63,10 @@ func headerHasToken(h http.Header, name, token string) bool {
 }
 
 // portForwardPorts parses the ports a WebSocket port-forward request names;
-// SPDY requests name them per stream, so they have none here.
+// SPDY requests, tunneled (SPDY over WebSocket) ones included, name them
+// per stream, so they have none here.
 func portForwardPorts(r *http.Request) ([]int32, error) {
-	if !isWebSocketRequest(r) {
+	if !isWebSocketRequest(r) || wsstream.IsWebSocketRequestWithTunnelingProtocol(r) {
 		return nil, nil
 	}
 	values := r.URL.Query()[v1.PortHeader]
@@ -113,15 +115,29 @@ func (proxyResponder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
-// proxyStream proxies an upgrade request (SPDY or WebSocket) to the
-// runtime's streaming server at rawURL, as the kubelet does.
-func proxyStream(w http.ResponseWriter, r *http.Request, rawURL string) {
+// proxyStream serves an upgrade request for subresource (exec, attach or
+// portforward) with the runtime's streaming server at rawURL, as the
+// kubelet does: a v5.channel.k8s.io WebSocket exec or attach is translated
+// to SPDY with the streams of opts, a SPDY-over-WebSocket port-forward is
+// tunneled (websocket.go; both counted in
+// kubelet_websocket_streaming_requests_total), and any other upgrade (SPDY,
+// the older WebSocket protocols) is proxied unchanged.
+func (s *Server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL, subresource string, opts streamOptions) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		writeStreamingError(w, fmt.Errorf("parse streaming URL %q: %w", rawURL, err))
 		return
 	}
-	proxy.NewUpgradeAwareHandler(u, nil, false, true, proxyResponder{}).ServeHTTP(w, r)
+	switch {
+	case subresource != "portforward" && wsstream.IsWebSocketRequestWithStreamCloseProtocol(r):
+		s.metrics.websocketStreams.WithLabelValues(subresource).Inc()
+		translateRemoteCommand(w, r, u, opts)
+	case subresource == "portforward" && wsstream.IsWebSocketRequestWithTunnelingProtocol(r):
+		s.metrics.websocketStreams.WithLabelValues(subresource).Inc()
+		tunnelPortForward(w, r, u)
+	default:
+		proxy.NewUpgradeAwareHandler(u, nil, false, true, proxyResponder{}).ServeHTTP(w, r)
+	}
 }
 
 // findContainer returns the ID of the running container named container
@@ -196,7 +212,7 @@ func (s *Server) getExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cancel()
-	proxyStream(w, r, resp.GetUrl())
+	s.proxyStream(w, r, resp.GetUrl(), "exec", opts)
 }
 
 // getAttach serves /attach/{podNamespace}/{podID}[/{uid}]/{containerName}.
@@ -248,7 +264,7 @@ func (s *Server) getAttach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cancel()
-	proxyStream(w, r, resp.GetUrl())
+	s.proxyStream(w, r, resp.GetUrl(), "attach", opts)
 }
 
 // getPortForward serves /portForward/{podNamespace}/{podID}[/{uid}].
@@ -284,7 +300,7 @@ func (s *Server) getPortForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cancel()
-	proxyStream(w, r, resp.GetUrl())
+	s.proxyStream(w, r, resp.GetUrl(), "portforward", streamOptions{})
 }
 
 // podSandbox returns the newest ready sandbox of pod, found by name as the

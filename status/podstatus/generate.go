@@ -66,6 +66,12 @@ type GenerateOptions struct {
 	// kubelet's container manager UpdateAllocatedResourcesStatus. It must
 	// not block.
 	AllocatedResourcesStatus func(pod *v1.Pod, s *v1.PodStatus)
+	// PodLevelActuated are the pod-level resources the pod's cgroup was
+	// last given (runtime.PodManager.PodLevelActuated), nil when unknown.
+	// For a running pod with pod-level resources they become
+	// status.resources (what the cgroup has, not what is asked), and while
+	// they differ from the allocation a resize is in progress.
+	PodLevelActuated *v1.ResourceRequirements
 }
 
 // ResizePending is a resize the node did not allocate: Reason is
@@ -128,7 +134,7 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 	if opts.AllocatedResourcesStatus != nil {
 		opts.AllocatedResourcesStatus(pod, &s)
 	}
-	s.Resources, s.AllocatedResources = podResources(pod)
+	s.Resources, s.AllocatedResources = podResources(pod, opts.PodLevelActuated)
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	s.Phase = phase(pod, all, opts.Terminal, g.anyActiveRegularContainer())
@@ -137,7 +143,8 @@ func Generate(pod *v1.Pod, rs *podstate.PodStatus, waiting map[string]podstate.C
 		s.Conditions = append(s.Conditions, allContainersRestartingCondition(pod, rs, g.restartingAll, s.Phase))
 	}
 	if !isTerminal(s.Phase) {
-		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, g.resizeInProgress())...)
+		inProgress := g.resizeInProgress() || podLevelResizeInProgress(pod, opts.PodLevelActuated)
+		s.Conditions = append(s.Conditions, resizeConditions(pod, opts, inProgress)...)
 	}
 	g.setHostIPs(&s)
 	return s
@@ -170,7 +177,8 @@ func (g *generator) resizeInProgress() bool {
 	for _, list := range [][]v1.Container{g.pod.Spec.InitContainers, g.pod.Spec.Containers} {
 		for i := range list {
 			cs := g.latest(list[i].Name)
-			if cs != nil && cs.State == podstate.ContainerStateRunning && cs.SandboxID == active && podstate.ResizeNeeded(cs.Resources, &list[i].Resources) {
+			if cs != nil && cs.State == podstate.ContainerStateRunning && cs.SandboxID == active &&
+				podstate.ResizeNeeded(cs.Resources, podstate.EffectiveResources(g.pod.Spec.Resources, &list[i].Resources)) {
 				return true
 			}
 		}
@@ -853,16 +861,59 @@ func sortPodIPs(ips []string, hostIPs []net.IP) []string {
 
 // podResources are the pod-level resources the kubelet reports: the
 // allocated (spec) requests and limits aggregated over the containers, or
-// the pod-level ones, overhead included.
-func podResources(pod *v1.Pod) (*v1.ResourceRequirements, v1.ResourceList) {
-	r := pod.Spec.Resources.DeepCopy()
-	if r == nil {
-		r = &v1.ResourceRequirements{}
-	}
+// the pod-level ones, overhead included; and, for a running pod with
+// pod-level resources whose cgroup's are known (actuated), the CPU
+// request, CPU limit and memory limit its cgroup was given, as the
+// kubelet's convertToAPIPodLevelResourcesStatus reads them back (a CPU
+// value at or below what a cgroup expresses keeps the allocated one when
+// that is too).
+func podResources(pod *v1.Pod, actuated *v1.ResourceRequirements) (*v1.ResourceRequirements, v1.ResourceList) {
 	opts := resourcehelper.PodResourcesOptions{}
-	r.Requests = resourcehelper.PodRequests(pod, opts)
-	r.Limits = resourcehelper.PodLimits(pod, opts)
-	return r, resourcehelper.PodRequests(pod, opts)
+	allocated := resourcehelper.PodRequests(pod, opts)
+	if pod.Status.Phase != v1.PodRunning || pod.Spec.Resources == nil || actuated == nil {
+		r := pod.Spec.Resources.DeepCopy()
+		if r == nil {
+			r = &v1.ResourceRequirements{}
+		}
+		r.Requests = allocated
+		r.Limits = resourcehelper.PodLimits(pod, opts)
+		return r, allocated
+	}
+	// What the cgroup was given: the pod's values with the actuated
+	// pod-level resources.
+	at := *pod
+	at.Spec.Resources = actuated
+	applied := &v1.ResourceRequirements{Requests: resourcehelper.PodRequests(&at, opts), Limits: resourcehelper.PodLimits(&at, opts)}
+	r := pod.Spec.Resources.DeepCopy()
+	if r.Requests == nil {
+		r.Requests = v1.ResourceList{}
+	}
+	if r.Limits == nil {
+		r.Limits = v1.ResourceList{}
+	}
+	if q, ok := applied.Requests[v1.ResourceCPU]; ok && (q.MilliValue() > minShares || r.Requests.Cpu().MilliValue() > minShares) {
+		r.Requests[v1.ResourceCPU] = q
+	}
+	if _, ok := r.Requests[v1.ResourceMemory]; !ok {
+		if q, ok := allocated[v1.ResourceMemory]; ok {
+			r.Requests[v1.ResourceMemory] = q
+		}
+	}
+	if q, ok := applied.Limits[v1.ResourceCPU]; ok && (q.MilliValue() > minMilliCPULimit || r.Limits.Cpu().MilliValue() > minMilliCPULimit) {
+		r.Limits[v1.ResourceCPU] = q
+	}
+	if q, ok := applied.Limits[v1.ResourceMemory]; ok {
+		r.Limits[v1.ResourceMemory] = q
+	}
+	return r, allocated
+}
+
+// podLevelResizeInProgress reports whether the pod-level resources of pod
+// (the allocated pod) are not what its cgroup was given (actuated, nil
+// when unknown), as the kubelet's isPodLevelResourcesResizeInProgress.
+func podLevelResizeInProgress(pod *v1.Pod, actuated *v1.ResourceRequirements) bool {
+	return pod.Spec.Resources != nil && actuated != nil &&
+		podstate.ComputeResourcesOf(actuated) != podstate.ComputeResourcesOf(pod.Spec.Resources)
 }
 
 func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
