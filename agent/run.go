@@ -71,7 +71,7 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 		return 1
 	}
 	trimDone := make(chan struct{})
-	go releaseMemory(logger, trimDone, memtrimSchedule, memtrim.Usage, memtrim.Release)
+	go releaseStartupMemory(logger, trimDone, startupSettle, memtrim.Release)
 	sig := <-app.Wait()
 	close(trimDone)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
@@ -95,50 +95,24 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 	return sig.ExitCode
 }
 
-// trimSchedule says when releaseMemory releases.
-type trimSchedule struct {
-	// settle is how long after the agent started its startup memory is
-	// released: long enough for the first list of every informer, the
-	// node's registration and the first status and lease updates, which
-	// the agent does within a second of starting (start → Ready is
-	// 0.2-0.3 s in nodebench).
-	settle time.Duration
-	// check is how often, after that, the process's RSS and CPU time are
-	// read.
-	check time.Duration
-	// growth is how much the RSS must have grown since the last release
-	// for another one.
-	growth uint64
-	// quiet is the most CPU time the process may have used over the last
-	// check for it to count as quiet: the burst that grew it is over.
-	quiet time.Duration
-}
-
-// memtrimSchedule is the agent's: the startup release 5 s after the start,
-// then a release once the RSS grew by 8 MiB and the agent used at most 1 %
-// of a core over 5 s. A burst of pod starts maps the start paths of the
-// executable back in (its text, the pc-value tables every GC's stack scan
-// reads for the pod workers' stacks) and grows the heap past its goal;
-// once the pods run, the agent's steady work touches a fraction of that
-// (docs/performance.md). The checks cost a read of /proc/self/statm and a
-// getrusage every 5 s.
-var memtrimSchedule = trimSchedule{settle: 5 * time.Second, check: 5 * time.Second, growth: 8 << 20, quiet: 50 * time.Millisecond}
+// startupSettle is how long after the agent started its startup memory is
+// released (releaseStartupMemory): long enough for the first list of every
+// informer, the node's registration and the first status and lease
+// updates, which the agent does within a second of starting (start →
+// Ready is 0.2-0.3 s in nodebench).
+const startupSettle = 5 * time.Second
 
 // releaseStartupMemoryEnv, set to false (strconv.ParseBool), keeps the
-// agent from releasing memory (releaseMemory).
+// agent from releasing its startup memory.
 const releaseStartupMemoryEnv = "NODEKIT_RELEASE_STARTUP_MEMORY"
 
-// releaseMemory gives back what the agent touched only to start, and
-// later what a burst of work touched only while it lasted (release:
-// memtrim.Release), until done closes: once s.settle after it is called,
-// then whenever a check finds the RSS (usage: memtrim.Usage) grown by
-// s.growth since the last release and the process quiet over the last
-// s.check. NODEKIT_RELEASE_STARTUP_MEMORY=false in the environment turns
-// both off. RSS falls by a quarter to a third (docs/performance.md); the
-// cost of each release is one collection and the minor faults that map
-// back the executable's pages still in use. If usage fails, only the
-// startup release happens.
-func releaseMemory(logger klog.Logger, done <-chan struct{}, s trimSchedule, usage func() (uint64, time.Duration, error), release func() (memtrim.Result, error)) {
+// releaseStartupMemory gives back what the agent touched only to start
+// (release: memtrim.Release) settle after it is called, unless done closes
+// first or NODEKIT_RELEASE_STARTUP_MEMORY=false is in the environment. RSS
+// falls by a quarter to a third (docs/performance.md); the cost is one
+// collection and the minor faults that map back the executable's pages
+// still in use.
+func releaseStartupMemory(logger klog.Logger, done <-chan struct{}, settle time.Duration, release func() (memtrim.Result, error)) {
 	if v, ok := os.LookupEnv(releaseStartupMemoryEnv); ok {
 		release, err := strconv.ParseBool(v)
 		switch {
@@ -149,18 +123,10 @@ func releaseMemory(logger klog.Logger, done <-chan struct{}, s trimSchedule, usa
 			return
 		}
 	}
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-done:
-			return false
-		case <-t.C:
-			return true
-		}
-	}
-	if !wait(s.settle) {
+	select {
+	case <-done:
 		return
+	case <-time.After(settle):
 	}
 	res, err := release()
 	if err != nil {
@@ -168,32 +134,4 @@ func releaseMemory(logger klog.Logger, done <-chan struct{}, s trimSchedule, usa
 		return
 	}
 	logger.V(2).Info("Released the memory used only at startup", "executableMappings", res.Mappings, "executableBytes", res.Bytes)
-	base, lastCPU, err := usage()
-	if err != nil {
-		logger.V(2).Info("Not releasing memory after bursts of work", "err", err)
-		return
-	}
-	for wait(s.check) {
-		rss, cpu, err := usage()
-		if err != nil {
-			logger.V(2).Info("Not releasing memory after bursts of work any more", "err", err)
-			return
-		}
-		busy := cpu - lastCPU
-		lastCPU = cpu
-		if rss < base+s.growth || busy > s.quiet {
-			continue
-		}
-		if _, err := release(); err != nil {
-			logger.Error(err, "Cannot release the memory of a burst of work")
-			return
-		}
-		after, cpu, err := usage()
-		if err != nil {
-			logger.V(2).Info("Not releasing memory after bursts of work any more", "err", err)
-			return
-		}
-		logger.V(4).Info("Released the memory of a burst of work", "rssBefore", rss, "rssAfter", after)
-		base, lastCPU = after, cpu
-	}
 }

@@ -30,7 +30,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // Result says what Release released.
@@ -112,30 +111,4 @@ func readOnlyMappings(r io.Reader, path string) ([]mapping, error) {
 		out = append(out, mapping{start: uintptr(s), end: uintptr(e)})
 	}
 	return out, sc.Err()
-}
-
-// Usage returns the process's resident set size (VmRSS, from
-// /proc/self/statm) and the CPU time it used so far (user and system, from
-// getrusage): what tells, polled, that the process grew and went quiet
-// again.
-func Usage() (rss uint64, cpu time.Duration, err error) {
-	statm, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0, 0, fmt.Errorf("read the process's RSS: %w", err)
-	}
-	// size resident shared text lib data dt, in pages
-	fields := strings.Fields(string(statm))
-	if len(fields) < 2 {
-		return 0, 0, fmt.Errorf("read the process's RSS: malformed /proc/self/statm %q", statm)
-	}
-	pages, err := strconv.ParseUint(fields[1], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read the process's RSS: malformed /proc/self/statm %q: %w", statm, err)
-	}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, 0, fmt.Errorf("read the process's CPU time: %w", err)
-	}
-	cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return pages * uint64(os.Getpagesize()), cpu, nil
 }
