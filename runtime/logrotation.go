@@ -78,6 +78,15 @@ type LogRotator struct {
 	rs    cri.RuntimeService
 	clock clock.Clock
 	mu    sync.Mutex // one round at a time
+
+	// logPaths are the log paths of the running containers, by ID, as
+	// their ContainerStatus gave them: a container's log path never
+	// changes, so a round asks the runtime only about containers it has
+	// not seen (the kubelet asks about every running container every
+	// round). Pruned to the listed containers each round; pathsMu guards
+	// it against the round's workers.
+	pathsMu  sync.Mutex
+	logPaths map[string]string
 }
 
 // NewLogRotator checks opts and applies defaults. It does no I/O.
@@ -103,7 +112,7 @@ func NewLogRotator(opts LogRotatorOptions) (*LogRotator, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &LogRotator{opts: opts, rs: opts.Runtime, clock: opts.Clock}, nil
+	return &LogRotator{opts: opts, rs: opts.Runtime, clock: opts.Clock, logPaths: map[string]string{}}, nil
 }
 
 // Run rotates every MonitorInterval until ctx is done, then returns nil.
@@ -146,6 +155,17 @@ func (r *LogRotator) RotateLogs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("failed to list containers: %w", err)
 	}
+	r.pathsMu.Lock()
+	listed := make(map[string]bool, len(containers))
+	for _, c := range containers {
+		listed[c.GetId()] = true
+	}
+	for id := range r.logPaths {
+		if !listed[id] {
+			delete(r.logPaths, id)
+		}
+	}
+	r.pathsMu.Unlock()
 	ids := make(chan string)
 	var wg sync.WaitGroup
 	for range min(r.opts.Workers, len(containers)) {
@@ -169,12 +189,11 @@ func (r *LogRotator) RotateLogs(ctx context.Context) error {
 // rotateContainer rotates one container's log if it is due.
 func (r *LogRotator) rotateContainer(ctx context.Context, id string) {
 	logger := klog.FromContext(ctx).WithValues("containerID", id)
-	resp, err := r.rs.ContainerStatus(ctx, id, false)
+	path, err := r.logPath(ctx, id)
 	if err != nil {
 		logger.Error(err, "Failed to get container status")
 		return
 	}
-	path := resp.GetStatus().GetLogPath()
 	if path == "" {
 		return
 	}
@@ -201,6 +220,26 @@ func (r *LogRotator) rotateContainer(ctx context.Context, id string) {
 		return
 	}
 	logger.V(2).Info("Rotated container log", "path", path, "size", info.Size())
+}
+
+// logPath returns the container's log path, from the runtime the first
+// time ("" when it has none).
+func (r *LogRotator) logPath(ctx context.Context, id string) (string, error) {
+	r.pathsMu.Lock()
+	path, ok := r.logPaths[id]
+	r.pathsMu.Unlock()
+	if ok {
+		return path, nil
+	}
+	resp, err := r.rs.ContainerStatus(ctx, id, false)
+	if err != nil {
+		return "", err
+	}
+	path = resp.GetStatus().GetLogPath()
+	r.pathsMu.Lock()
+	r.logPaths[id] = path
+	r.pathsMu.Unlock()
+	return path, nil
 }
 
 // rotate cleans up leftovers of failed rotations, removes the oldest

@@ -110,8 +110,13 @@ func TestLogRotation(t *testing.T) {
 	h.clk.Step(time.Second)
 	second := h.clk.Now().Format("20060102-150405")
 	appendTo(t, log, strings.Repeat("c", 120))
+	statuses := h.cri.Calls("ContainerStatus")
 	if err := rot.RotateLogs(h.ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The log path of a container already seen is not asked again.
+	if n := h.cri.Calls("ContainerStatus") - statuses; n != 0 {
+		t.Errorf("%d ContainerStatus calls in a round for a container seen before, want 0", n)
 	}
 	if got, want := logFiles(t, log), []string{"0.log", "0.log." + first + ".gz", "0.log." + second}; !slices.Equal(got, want) {
 		t.Fatalf("files after a second rotation %v, want %v", got, want)

@@ -18,8 +18,11 @@ const (
 	// DefaultStatusPeriod is how often the runtime's status is asked (the
 	// kubelet's updateRuntimeUp period).
 	DefaultStatusPeriod = 5 * time.Second
-	// DefaultImagesPeriod is how often the runtime's images are listed.
-	DefaultImagesPeriod = 10 * time.Second
+	// DefaultImagesPeriod is how often the runtime's images are listed
+	// for the node's status.images: the period of the kubelet's image
+	// cache (ImageGCManager's ListImages loop), which its node status
+	// reads.
+	DefaultImagesPeriod = 30 * time.Second
 	// DefaultDownThreshold is how long the runtime may go without a
 	// Status answer before it counts as down (the kubelet's
 	// maxWaitForContainerRuntime).

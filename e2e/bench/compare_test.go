@@ -83,4 +83,20 @@ h_count 105
 	if got := h.Mean(); got != 15*time.Millisecond {
 		t.Errorf("mean = %v, want 15ms", got)
 	}
+	if got, want := h.Buckets(), "≤ 10 ms: 50, ≤ 20 ms: 50"; got != want {
+		t.Errorf("buckets = %q, want %q (empty buckets left out)", got, want)
+	}
+	over := scrape(head + `h_bucket{le="1"} 2
+h_bucket{le="5"} 3
+h_bucket{le="+Inf"} 4
+h_sum 70
+h_count 4
+`)
+	h, _ = HistogramDelta(nil, over, "h", nil)
+	if got, want := h.Buckets(), "≤ 1.00 s: 2, ≤ 5.00 s: 1, > 5.00 s: 1"; got != want {
+		t.Errorf("buckets = %q, want %q", got, want)
+	}
+	if got := (Histogram{}).Buckets(); got != "none" {
+		t.Errorf("no samples: buckets = %q, want none", got)
+	}
 }

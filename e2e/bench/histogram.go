@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -108,6 +110,39 @@ func (h Histogram) Quantile(q float64) time.Duration {
 		return seconds(upper)
 	}
 	return seconds(lower + (upper-lower)*(rank-float64(below))/float64(in))
+}
+
+// Buckets lists the samples per bucket, "≤ 100 ms: 3, ≤ 1.00 s: 27, >
+// 60.00 s: 1", leaving out the empty ones: where a quantile interpolated
+// within a wide bucket (1–5 s: any sample there reads as up to 5 s) would
+// mislead, the counts say what is known. "none" without samples.
+func (h Histogram) Buckets() string {
+	var parts []string
+	below := uint64(0)
+	for i, c := range h.Counts {
+		if n := c - below; n > 0 {
+			var bound string
+			switch {
+			case !math.IsInf(h.Bounds[i], 1):
+				bound = "≤ " + FormatDuration(seconds(h.Bounds[i]))
+			case i > 0:
+				bound = "> " + FormatDuration(seconds(h.Bounds[i-1]))
+			default:
+				bound = "any"
+			}
+			parts = append(parts, fmt.Sprintf("%s: %d", bound, n))
+		}
+		below = c
+	}
+	// Samples above the last finite bound when the scrape lists no +Inf
+	// bucket.
+	if h.Count > below && len(h.Bounds) > 0 && !math.IsInf(h.Bounds[len(h.Bounds)-1], 1) {
+		parts = append(parts, fmt.Sprintf("> %s: %d", FormatDuration(seconds(h.Bounds[len(h.Bounds)-1])), h.Count-below))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Mean is the average sample; 0 without samples.

@@ -40,6 +40,10 @@ const (
 // still count towards the burst.
 const burstTail = 2 * time.Second
 
+// rssSettle is how long after a burst's RSS the settled RSS is read, the
+// pods still running.
+const rssSettle = 30 * time.Second
+
 // node is one measured node agent process (nodekit's or the kubelet) and
 // what was measured of it.
 type node struct {
@@ -54,6 +58,12 @@ type node struct {
 	idle         *idleFigures
 	burst        *bench.BurstResult
 	burstRSS     uint64
+	// burstRSSAnon and burstRSSFile split burstRSS as idleFigures'.
+	burstRSSAnon, burstRSSFile uint64
+	// settledRSS is the RSS with the pods still running rssSettle after
+	// burstRSS was read (the agent releases what the burst alone used
+	// once it is quiet).
+	settledRSS uint64
 	// burstRequests are the agent's API requests from the burst's start to
 	// burstTail after its last pod ran.
 	burstRequests bench.Requests
@@ -584,6 +594,7 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 		}
 		n.idle = f
 		if n.nodekit && b.opts.profileDir != "" {
+			b.saveSmaps(n, filepath.Join(b.opts.profileDir, n.agent.Name+".idle.smaps"))
 			if err := <-b.profileAgent(ctx, n, "heap", filepath.Join(b.opts.profileDir, n.agent.Name+".idle.heap.pprof")); err != nil {
 				b.logf("heap profile of %s: %v", n.agent.Name, err)
 			}
@@ -631,7 +642,14 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	if err != nil {
 		return err
 	}
-	n.burstRSS = stats.RSS
+	n.burstRSS, n.burstRSSAnon, n.burstRSSFile = stats.RSS, stats.RSSAnon, stats.RSSFile
+	if n.nodekit && b.opts.profileDir != "" {
+		// What the heap holds with the pods running.
+		b.saveSmaps(n, filepath.Join(b.opts.profileDir, n.agent.Name+".pods.smaps"))
+		if err := <-b.profileAgent(ctx, n, "heap", filepath.Join(b.opts.profileDir, n.agent.Name+".pods.heap.pprof")); err != nil {
+			b.logf("heap profile of %s: %v", n.agent.Name, err)
+		}
+	}
 	if n.nodekit {
 		after, err := n.agent.Metrics(ctx)
 		if err != nil {
@@ -648,8 +666,23 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	if n.burstRequests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, time.Now()); err != nil {
 		return err
 	}
-	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s", n.agent.Name,
-		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS))
+	// The settled RSS is a figure of the containerd bursts only (the
+	// table's row), which spares -quick the wait.
+	if n == b.ctrdNode || n == b.kubelet {
+		if err := sleep(ctx, rssSettle); err != nil {
+			return err
+		}
+		settled, err := bench.ReadProcStats(n.agent.PID())
+		if err != nil {
+			return err
+		}
+		n.settledRSS = settled.RSS
+		b.logf("burst on %s: RSS %s later %s (anonymous %s, file-backed %s)", n.agent.Name, rssSettle, bench.FormatMiB(settled.RSS),
+			bench.FormatMiB(settled.RSSAnon), bench.FormatMiB(settled.RSSFile))
+	}
+	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s (anonymous %s, file-backed %s)", n.agent.Name,
+		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS),
+		bench.FormatMiB(stats.RSSAnon), bench.FormatMiB(stats.RSSFile))
 	return bench.DeletePods(ctx, b.client, ns, deleteTimeout)
 }
 

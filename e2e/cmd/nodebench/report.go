@@ -352,6 +352,22 @@ func (b *benchmark) reportResources() {
 		podsRSS.Kubelet = bench.FormatMiB(kubelet.burstRSS)
 	}
 	t.Add(podsRSS)
+	podsSplit := bench.Row{Metric: fmt.Sprintf("RSS with %d pods running, containerd: anonymous / file-backed", b.opts.containerdPods), Value: notRun, Kubelet: notRun}
+	if b.ctrdNode != nil && b.ctrdNode.burst != nil {
+		podsSplit.Value = bench.FormatMiB(b.ctrdNode.burstRSSAnon) + " / " + bench.FormatMiB(b.ctrdNode.burstRSSFile)
+	}
+	if kubelet != nil && kubelet.burst != nil {
+		podsSplit.Kubelet = bench.FormatMiB(kubelet.burstRSSAnon) + " / " + bench.FormatMiB(kubelet.burstRSSFile)
+	}
+	t.Add(podsSplit)
+	podsSettled := bench.Row{Metric: fmt.Sprintf("RSS with %d pods running, containerd, %s later", b.opts.containerdPods, rssSettle), Value: notRun, Kubelet: notRun}
+	if b.ctrdNode != nil && b.ctrdNode.burst != nil {
+		podsSettled.Value = bench.FormatMiB(b.ctrdNode.settledRSS)
+	}
+	if kubelet != nil && kubelet.burst != nil {
+		podsSettled.Kubelet = bench.FormatMiB(kubelet.settledRSS)
+	}
+	t.Add(podsSettled)
 	if where == "containerd" && b.fake != nil && b.fake.idle != nil {
 		t.Add(bench.Row{Metric: "RSS idle, fakecri", Value: bench.FormatMiB(b.fake.idle.rss), Target: "≤ " + bench.FormatMiB(targetIdleRSS),
 			Result: bench.Verdict(b.fake.idle.rss <= targetIdleRSS)})
