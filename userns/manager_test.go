@@ -3,6 +3,7 @@ package userns
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -399,6 +400,9 @@ func TestKubeletMappings(t *testing.T) {
 	}{
 		{name: "no kubelet user", src: subIDSource{lookupUser: func(n string) (*user.User, error) { return nil, user.UnknownUserError(n) }},
 			first: ids, length: 1<<32 - ids},
+		{name: "no /etc/passwd", src: subIDSource{lookupUser: func(string) (*user.User, error) {
+			return nil, &fs.PathError{Op: "open", Path: "/etc/passwd", Err: fs.ErrNotExist}
+		}}, first: ids, length: 1<<32 - ids},
 		{name: "no getsubids", src: subIDSource{lookupUser: found, lookPath: func(f string) (string, error) { return "", &exec.Error{Name: f, Err: exec.ErrNotFound} }},
 			first: ids, length: 1<<32 - ids},
 		{name: "subordinate IDs", src: subIDSource{lookupUser: found, lookPath: tool, run: answer("0: kubelet 65536 2147483648\n", "0: kubelet 65536 2147483648\n")},

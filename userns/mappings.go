@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os/exec"
 	"os/user"
 	"strconv"
@@ -20,7 +21,8 @@ const KubeletUser = "kubelet"
 // it (Options.Mappings' default): the subordinate IDs of the KubeletUser
 // user (/etc/subuid and /etc/subgid, as getsubids reports them: one range,
 // the same for users and groups) when that user exists and getsubids is
-// installed; otherwise every ID from idsPerPod up to 2^32-1. A user that
+// installed; otherwise (no such user, no /etc/passwd, no getsubids) every
+// ID from idsPerPod up to 2^32-1. A user that
 // exists without an answer from getsubids, or with different user and
 // group ranges, is an error (getsubids may ask a remote service, which
 // may be down).
@@ -44,9 +46,11 @@ func (s subIDSource) mappings(ctx context.Context, idsPerPod uint32) (uint32, ui
 	defaultFirst := idsPerPod
 	defaultLen := uint32((1 << 32) - uint64(defaultFirst))
 	if _, err := s.lookupUser(KubeletUser); err != nil {
+		// No /etc/passwd at all (a node agent in a minimal container
+		// image) has no such user either.
 		var unknown user.UnknownUserError
-		if errors.As(err, &unknown) {
-			logger.V(5).Info("User namespaces: user not found, using default mappings", "user", KubeletUser)
+		if errors.As(err, &unknown) || errors.Is(err, fs.ErrNotExist) {
+			logger.V(5).Info("User namespaces: user not found, using default mappings", "user", KubeletUser, "err", err)
 			return defaultFirst, defaultLen, nil
 		}
 		return 0, 0, err
