@@ -116,7 +116,9 @@
 // (image_sub_path), read-only; a runtime that cannot mount images fails
 // CreateContainer, and the container waits with CreateContainerError and
 // the runtime's message (kubelet_image_volume_requested_total,
-// _mounted_succeed_total, _mounted_errors_total).
+// _mounted_succeed_total, _mounted_errors_total). An image a container
+// mounts is in use for [ImageGC] (each container's ContainerStatus mounts,
+// read at every collection, as the kubelet's).
 //
 // Left out: recursive read-only mounts are never asked of
 // the runtime (recursiveReadOnly IfPossible mounts read-only, Enabled fails

@@ -2,8 +2,10 @@ package runtime_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -145,5 +147,30 @@ func TestImageVolumeRuntimeRefuses(t *testing.T) {
 	}
 	if got := counterValue(t, reg, "kubelet_image_volume_mounted_errors_total"); got != 1 {
 		t.Errorf("kubelet_image_volume_mounted_errors_total = %v, want 1", got)
+	}
+}
+
+// TestImageGCKeepsImageVolumes: an image a container mounts as an image
+// volume is in use, as the kubelet's handleImageVolumes: neither image
+// garbage collection nor DeleteUnusedImages removes it.
+func TestImageGCKeepsImageVolumes(t *testing.T) {
+	h := newImageGCHarness(t, nil)
+	h.add("tools:1", 10, false)
+	h.add("unused:1", 10, false)
+	pod := imageVolumePod("gc", "tools:1", v1.PullIfNotPresent, v1.VolumeMount{Name: "tools", MountPath: "/tools"})
+	if res := h.sync(pod, nil); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	// Seen once, then past the minimum age.
+	if err := h.gc.DeleteUnusedImages(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Step(3 * time.Minute)
+	if err := h.gc.DeleteUnusedImages(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	refs := h.refs()
+	if !slices.Contains(refs, "docker.io/library/tools:1") || slices.Contains(refs, "docker.io/library/unused:1") {
+		t.Errorf("images after DeleteUnusedImages %q: want tools:1 (an image volume) kept, unused:1 removed", refs)
 	}
 }
