@@ -14,7 +14,7 @@ package pods
 
 // fieldsActedOn are the fields the node acts on, and where.
 var fieldsActedOn = map[string]string{
-	"PodSpec.volumes":                       "volume/ (the volume manager mounts each source; image sources are refused: pods.PodFeatures)",
+	"PodSpec.volumes":                       "volume/ (the volume manager mounts each source; image sources: runtime/sync.go pulls them, the runtime mounts them)",
 	"PodSpec.initContainers":                "runtime/actions.go computeInitActions (init containers in order; sidecars)",
 	"PodSpec.containers":                    "runtime/ (PodManager.SyncPod)",
 	"PodSpec.ephemeralContainers":           "runtime/actions.go computePodActions (ephemeralToStart)",

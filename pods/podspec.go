@@ -256,8 +256,10 @@ func AsSupportedPodFeature(f PodFeature) fx.Option {
 // for what nodekit does not implement, so it never runs without it: user
 // namespaces (hostUsers: false) unless supported lists
 // FeatureUserNamespaces, resource claims (DRA) unless it lists
-// FeatureResourceClaims, raw block volumes (volumeDevices) and image
-// volumes.
+// FeatureResourceClaims, and raw block volumes (volumeDevices). Image
+// volumes are admitted, as by the kubelet: the runtime package pulls them
+// and the runtime mounts them; a runtime without image volumes fails the
+// container with its CreateContainer error.
 func PodFeatures(supported ...PodFeature) AdmitHandler {
 	claims := slices.Contains(supported, FeatureResourceClaims)
 	userns := slices.Contains(supported, FeatureUserNamespaces)
@@ -280,12 +282,6 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 		if device != "" {
 			return AdmitResult{Reason: ReasonPodFeatureUnsupported,
 				Message: fmt.Sprintf("volume device %q: raw block volumes are not supported by this node", device)}
-		}
-		for _, vol := range spec.Volumes {
-			if vol.Image != nil {
-				return AdmitResult{Reason: ReasonPodFeatureUnsupported,
-					Message: fmt.Sprintf("image volume %q: image volumes are not supported by this node", vol.Name)}
-			}
 		}
 		return AdmitResult{Admit: true}
 	})

@@ -132,8 +132,8 @@ func TestPodFeatures(t *testing.T) {
 		t.Errorf("volume devices: %+v", r)
 	}
 	img := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "tools", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "busybox"}}}}}}
-	if r := h.Admit(AdmitAttributes{Pod: img}); r.Admit || r.Reason != "PodFeatureUnsupported" || !strings.Contains(r.Message, `"tools"`) {
-		t.Errorf("image volume: %+v", r)
+	if r := h.Admit(AdmitAttributes{Pod: img}); !r.Admit {
+		t.Errorf("image volume (the runtime mounts it; a runtime without image volumes fails the container): %+v", r)
 	}
 }
 

@@ -106,8 +106,21 @@
 // mappings once the pod's containers stopped and its volumes are torn
 // down (kubelet_started_user_namespaced_pods_total and _errors_total).
 //
-// Left out: image volumes are refused at
-// admission (pods.PodFeatures); recursive read-only mounts are never asked of
+// Image volumes: before the first container of a sync starts, the images of
+// all the pod's image volumes are made present as containers' images are
+// (the volume's pullPolicy, the pod's pull secrets, the same back-off and
+// events, on the pod), as the kubelet's getImageVolumes; a container
+// mounting one whose pull failed waits with that pull's reason
+// (ErrImagePull, ImagePullBackOff) and a Failed event. Its CRI mount has
+// the pulled image (Mount.image) and the volumeMount's subPath
+// (image_sub_path), read-only; a runtime that cannot mount images fails
+// CreateContainer, and the container waits with CreateContainerError and
+// the runtime's message (kubelet_image_volume_requested_total,
+// _mounted_succeed_total, _mounted_errors_total). An image a container
+// mounts is in use for [ImageGC] (each container's ContainerStatus mounts,
+// read at every collection, as the kubelet's).
+//
+// Left out: recursive read-only mounts are never asked of
 // the runtime (recursiveReadOnly IfPossible mounts read-only, Enabled fails
 // the container with the kubelet's error for a runtime without them).
 //

@@ -143,6 +143,10 @@ func (h *harness) volumes(pod *v1.Pod) runtime.PodVolumes {
 			out.Mounted[vol.Name] = volume.Mounted{Path: vol.HostPath.Path}
 			continue
 		}
+		if vol.Image != nil {
+			out.Mounted[vol.Name] = volume.Mounted{ReadOnly: true}
+			continue
+		}
 		kind := "empty-dir"
 		switch {
 		case vol.ConfigMap != nil:

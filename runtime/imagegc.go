@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -335,6 +337,18 @@ func (g *ImageGC) evictionOrder(ctx context.Context, now time.Time) ([]evictionC
 	for _, c := range containers {
 		used[c.GetImageRef()] = true
 		used[c.GetImage().GetImage()] = true
+		// Image volumes: an image a container mounts is in use, as the
+		// kubelet's handleImageVolumes reads each container's mounts.
+		resp, err := g.opts.Runtime.ContainerStatus(ctx, c.GetId(), false)
+		if status.Code(err) == codes.NotFound {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get container status of %s: %w", c.GetId(), err)
+		}
+		for _, m := range resp.GetStatus().GetMounts() {
+			used[m.GetImage().GetImage()] = true
+		}
 	}
 	delete(used, "")
 	pinned := map[string]bool{}

@@ -83,25 +83,26 @@ func defaultTag(image string) (string, reference.Named, error) {
 	return image, named, nil
 }
 
-// ensure makes c's image present: IfNotPresent and Never use a present
+// ensure makes userImage present (a container's image with its
+// imagePullPolicy, or an image volume's reference with its pullPolicy),
+// as the kubelet's EnsureImageExists: IfNotPresent and Never use a present
 // image, Always (and IfNotPresent when absent) pull with the credentials of
 // pullSecrets matching the image's registry, each in turn, anonymously when
 // none match. A failed pull backs off per pod and image (ImagePullBackOff).
 // withUser also looks up the image's user (for runAsNonRoot). turn, the
 // sync's turn to start, is given up for the pull and taken again after it.
-func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn) imageResult {
+func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage string, policy v1.PullPolicy, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn) imageResult {
 	logger := klog.FromContext(ctx)
-	image, named, err := defaultTag(c.Image)
+	image, named, err := defaultTag(userImage)
 	if err != nil {
-		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err)
+		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", userImage, err)
 		im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
 		return imageResult{err: podstate.ErrInvalidImageName, msg: msg}
 	}
 	spec := &runtimeapi.ImageSpec{Image: image, Annotations: pod.Annotations}
-	policy := c.ImagePullPolicy
 	if policy == "" {
 		policy = v1.PullIfNotPresent
-		if _, digested := named.(reference.Digested); !digested && (image == c.Image+":latest" || hasLatestTag(named)) {
+		if _, digested := named.(reference.Digested); !digested && (image == userImage+":latest" || hasLatestTag(named)) {
 			policy = v1.PullAlways
 		}
 	}
@@ -113,11 +114,11 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 			return imageResult{err: podstate.ErrImageInspect, msg: msg}
 		}
 		if img := resp.GetImage(); img != nil {
-			im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+			im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", userImage))
 			return imageResult{ref: img.GetId(), user: userOf(img)}
 		}
 		if policy == v1.PullNever {
-			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", userImage)
 			im.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
 			return imageResult{err: podstate.ErrImageNeverPull, msg: msg}
 		}
@@ -126,7 +127,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 	key := string(pod.UID) + "_" + image
 	now := im.clock.Now()
 	if im.backOff.IsInBackOffSinceUpdate(key, now) {
-		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		msg := fmt.Sprintf("Back-off pulling image %q", userImage)
 		im.recorder.Event(ref, v1.EventTypeNormal, "BackOff", msg)
 		im.mu.Lock()
 		prev, ok := im.failures[key]
@@ -140,9 +141,9 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 	}
 	keys, err := newKeyring(pullSecrets)
 	if err != nil {
-		return im.pullFailed(ref, key, c.Image, err)
+		return im.pullFailed(ref, key, userImage, err)
 	}
-	im.recorder.Event(ref, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+	im.recorder.Event(ref, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", userImage))
 	start := im.clock.Now()
 	turn.pause()
 	defer func() {
@@ -154,7 +155,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 		select {
 		case im.tokens <- struct{}{}:
 		case <-ctx.Done():
-			return im.pullFailed(ref, key, c.Image, ctx.Err())
+			return im.pullFailed(ref, key, userImage, ctx.Err())
 		}
 	}
 	pullStart := im.clock.Now()
@@ -163,7 +164,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 		<-im.tokens
 	}
 	if err != nil {
-		return im.pullFailed(ref, key, c.Image, err)
+		return im.pullFailed(ref, key, userImage, err)
 	}
 	im.mu.Lock()
 	delete(im.failures, key)
@@ -173,14 +174,14 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, c *v1.Container
 	if resp, err := im.is.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: id}, false); err == nil && resp.GetImage() != nil {
 		size, user = resp.GetImage().GetSize(), userOf(resp.GetImage())
 	} else if withUser {
-		logger.Info("Cannot read the user of a pulled image", "pod", klog.KObj(pod), "image", c.Image, "err", err)
+		logger.Info("Cannot read the user of a pulled image", "pod", klog.KObj(pod), "image", userImage, "err", err)
 	}
 	end := im.clock.Now()
 	im.mu.Lock()
 	im.pullTime[pod.UID] += end.Sub(start)
 	im.mu.Unlock()
 	im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
-		c.Image, end.Sub(pullStart).Truncate(time.Millisecond), end.Sub(start).Truncate(time.Millisecond), size))
+		userImage, end.Sub(pullStart).Truncate(time.Millisecond), end.Sub(start).Truncate(time.Millisecond), size))
 	im.backOff.GC()
 	return imageResult{ref: id, user: user}
 }

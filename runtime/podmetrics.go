@@ -13,6 +13,9 @@ type podMetrics struct {
 	startedContainersErrors *prometheus.CounterVec
 	startedUserNSPods       prometheus.Counter
 	startedUserNSPodsErrors prometheus.Counter
+	imageVolumesRequested   prometheus.Counter
+	imageVolumesMounted     prometheus.Counter
+	imageVolumeMountErrors  prometheus.Counter
 }
 
 func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
@@ -44,6 +47,18 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 			Subsystem: "kubelet", Name: "started_user_namespaced_pods_errors_total",
 			Help: "Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
 		}),
+		imageVolumesRequested: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "image_volume_requested_total",
+			Help: "Number of requested image volumes.",
+		}),
+		imageVolumesMounted: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "image_volume_mounted_succeed_total",
+			Help: "Number of successful image volume mounts.",
+		}),
+		imageVolumeMountErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "image_volume_mounted_errors_total",
+			Help: "Number of failed image volume mounts.",
+		}),
 	}
 	var err error
 	if m.startedPods, err = register(reg, m.startedPods); err != nil {
@@ -63,6 +78,11 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 	}
 	if m.startedUserNSPodsErrors, err = register(reg, m.startedUserNSPodsErrors); err != nil {
 		return nil, err
+	}
+	for _, c := range []*prometheus.Counter{&m.imageVolumesRequested, &m.imageVolumesMounted, &m.imageVolumeMountErrors} {
+		if *c, err = register(reg, *c); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -111,5 +131,22 @@ func (m *podMetrics) startedUserNamespacedPod() {
 func (m *podMetrics) startedUserNamespacedPodError() {
 	if m != nil {
 		m.startedUserNSPodsErrors.Inc()
+	}
+}
+
+// imageVolumeMounts counts, as the kubelet's incrementImageVolumeMetrics
+// after a container's start, the image volumes it mounts: requested, and
+// each mount failed when the runtime refused to create the container with
+// ImageVolumeMountFailed, succeeded otherwise: volumes image volumes,
+// mounted through mounts volumeMounts.
+func (m *podMetrics) imageVolumeMounts(volumes, mounts int, failed bool) {
+	if m == nil || volumes == 0 {
+		return
+	}
+	m.imageVolumesRequested.Add(float64(volumes))
+	if failed {
+		m.imageVolumeMountErrors.Add(float64(mounts))
+	} else {
+		m.imageVolumesMounted.Add(float64(mounts))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nodekit/nodekit/podstate"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	crierrors "k8s.io/cri-api/pkg/errors"
 	"k8s.io/klog/v2"
 )
 
@@ -95,6 +97,10 @@ type podSync struct {
 	retryAt time.Time
 	// idle: the computed actions were empty.
 	idle bool
+	// imageVolumes are the pulls of the pod's image volumes by volume
+	// name, made once per sync before the first container starts (nil
+	// until then).
+	imageVolumes map[string]imageVolumePull
 	// usernsStarted: a sandbox of a pod with hostUsers: false was to be
 	// created (kubelet_started_user_namespaced_pods_total); an error of
 	// the sync counts in its errors_total, as the kubelet's.
@@ -354,7 +360,11 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %s", msg)
 		return &podstate.ContainerWaiting{Reason: reason, Message: msg}
 	}
-	img := m.images.ensure(ctx, pod, c, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c), s.turn)
+	vols, w := s.containerImageVolumes(ctx, c, ref)
+	if w != nil {
+		return w
+	}
+	img := m.images.ensure(ctx, pod, c.Image, c.ImagePullPolicy, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c), s.turn)
 	if img.err != nil {
 		s.retry(img.retryAt)
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", img.err)
@@ -373,14 +383,18 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		return failed(podstate.ErrCreateContainerConfig, err.Error())
 	}
 	userns := s.sandboxCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
-	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs, s.volumes, nsTarget, userns)
+	cfg, err := m.containerConfig(ctx, pod, c, restartCount, img.ref, img.user, s.podIPs, vols, nsTarget, userns)
 	if err != nil {
 		return failed(podstate.ErrCreateContainerConfig, err.Error())
 	}
 	id, err := m.rs.CreateContainer(ctx, s.sandboxID, cfg, s.sandboxCfg)
+	imageMounts := countImageMounts(c, vols.images)
 	if err != nil {
-		return failed(podstate.ErrCreateContainer, grpcMessage(err))
+		msg := grpcMessage(err)
+		m.metrics.imageVolumeMounts(len(vols.images), imageMounts, strings.HasPrefix(msg, crierrors.ErrImageVolumeMountFailed.Error()))
+		return failed(podstate.ErrCreateContainer, msg)
 	}
+	m.metrics.imageVolumeMounts(len(vols.images), imageMounts, false)
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Container created")
 	if err := m.rs.StartContainer(ctx, id); err != nil {
 		return failed(podstate.ErrRunContainer, grpcMessage(err))
@@ -408,6 +422,97 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		}
 	}
 	return nil
+}
+
+// imageVolumePull is the pull of one image volume's image: the image
+// spec the runtime mounts, or the pull's error and message.
+type imageVolumePull struct {
+	spec *runtimeapi.ImageSpec
+	err  error
+	msg  string
+}
+
+// pullImageVolumes pulls the images of all the pod's image volumes, once
+// per sync, as the kubelet's getImageVolumes before it starts a container:
+// with each volume's pullPolicy and the pod's pull secrets, through the
+// image manager (its back-off and events, on the pod).
+func (s *podSync) pullImageVolumes(ctx context.Context) map[string]imageVolumePull {
+	if s.imageVolumes != nil {
+		return s.imageVolumes
+	}
+	m, pod := s.m, s.pod
+	s.imageVolumes = map[string]imageVolumePull{}
+	podRef := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+		ResourceVersion: pod.ResourceVersion}
+	for _, vol := range pod.Spec.Volumes {
+		if vol.Image == nil {
+			continue
+		}
+		img := m.images.ensure(ctx, pod, vol.Image.Reference, vol.Image.PullPolicy, podRef, s.pullSecrets, s.sandboxCfg, false, s.turn)
+		if img.err != nil {
+			klog.FromContext(ctx).Error(img.err, "Failed to ensure image", "volume", vol.Name, "image", vol.Image.Reference, "message", img.msg)
+			s.retry(img.retryAt)
+			s.imageVolumes[vol.Name] = imageVolumePull{err: img.err, msg: img.msg}
+			continue
+		}
+		klog.FromContext(ctx).V(4).Info("Pulled image", "ref", img.ref, "volume", vol.Name)
+		s.imageVolumes[vol.Name] = imageVolumePull{spec: &runtimeapi.ImageSpec{Image: img.ref,
+			UserSpecifiedImage: vol.Image.Reference, Annotations: pod.Annotations}}
+	}
+	return s.imageVolumes
+}
+
+// containerImageVolumes returns the pod's volumes with the image specs of
+// the image volumes c mounts. When one of their pulls failed, c does not
+// start: as the kubelet's toKubeContainerImageVolumes, a Failed event per
+// such mount and the waiting reason of the (last) failed pull
+// (ErrImagePull, ImagePullBackOff...).
+func (s *podSync) containerImageVolumes(ctx context.Context, c *v1.Container, ref *v1.ObjectReference) (PodVolumes, *podstate.ContainerWaiting) {
+	vols := s.volumes
+	if !hasImageVolume(s.pod) {
+		return vols, nil
+	}
+	pulls := s.pullImageVolumes(ctx)
+	vols.images = map[string]*runtimeapi.ImageSpec{}
+	var w *podstate.ContainerWaiting
+	for _, vm := range c.VolumeMounts {
+		p, ok := pulls[vm.Name]
+		if !ok {
+			continue
+		}
+		if p.err != nil {
+			s.m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", p.err)
+			w = &podstate.ContainerWaiting{Reason: p.err, Message: p.msg}
+			continue
+		}
+		vols.images[vm.Name] = p.spec
+	}
+	if w != nil {
+		return vols, w
+	}
+	return vols, nil
+}
+
+// hasImageVolume reports whether pod has an image volume.
+func hasImageVolume(pod *v1.Pod) bool {
+	for _, vol := range pod.Spec.Volumes {
+		if vol.Image != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// countImageMounts returns how many of c's volumeMounts mount one of
+// images.
+func countImageMounts(c *v1.Container, images map[string]*runtimeapi.ImageSpec) int {
+	n := 0
+	for _, vm := range c.VolumeMounts {
+		if images[vm.Name] != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // ephemeralTarget returns the ID of the container whose process namespace

@@ -48,13 +48,19 @@ type PodVolumes struct {
 	// SubPath resolves volume mounts with a subPath or subPathExpr; nil
 	// makes such mounts fail to start.
 	SubPath func(ctx context.Context, spec volume.SubPathSpec) (string, error)
+	// images are the pulled images of the pod's image volumes a
+	// container mounts, by volume name: the runtime mounts them itself
+	// (CRI Mount.image), set by SyncPod.
+	images map[string]*runtimeapi.ImageSpec
 }
 
 // volumeMounts returns the CRI mounts of c's volumeMounts, as the
 // kubelet's makeMounts: each must name a volume in vols; a subPath (or
 // subPathExpr expanded with env) is resolved by vols.SubPath; a volume the
 // manager mounts read-only is mounted read-only; recursiveReadOnly is
-// checked as on a runtime without recursive read-only mounts. It also
+// checked as on a runtime without recursive read-only mounts; an image
+// volume (in vols.images) is the runtime's mount of the image, read-only,
+// its subPath the CRI's image_sub_path after the kubelet's checks. It also
 // reports whether c mounts a volume on /etc/hosts.
 func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVolumes, env []envVar) ([]*runtimeapi.Mount, bool, error) {
 	var out []*runtimeapi.Mount
@@ -77,7 +83,13 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 				return nil, false, err
 			}
 		}
-		if sub != "" {
+		image := vols.images[vm.Name]
+		if image != nil && sub != "" {
+			if err := checkImageSubPath(sub); err != nil {
+				return nil, false, err
+			}
+		}
+		if image == nil && sub != "" {
 			if vols.SubPath == nil {
 				return nil, false, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q", vm.Name, c.Name)
 			}
@@ -91,6 +103,7 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 		mnt := &runtimeapi.Mount{
 			ContainerPath:  vm.MountPath,
 			HostPath:       host,
+			Image:          image,
 			Readonly:       vm.ReadOnly || vol.ReadOnly,
 			SelinuxRelabel: vol.SELinuxRelabel,
 			Propagation:    runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
@@ -103,9 +116,24 @@ func volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, vols PodVol
 				mnt.Propagation = runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
 			}
 		}
+		if image != nil {
+			mnt.HostPath, mnt.ImageSubPath = "", sub
+		}
 		out = append(out, mnt)
 	}
 	return out, etcHosts, nil
+}
+
+// checkImageSubPath checks an image volume's subPath as the kubelet's
+// makeMounts checks every subPath: relative, without "..".
+func checkImageSubPath(sub string) error {
+	if filepath.IsAbs(sub) {
+		return fmt.Errorf("error SubPath `%s` must not be an absolute path", sub)
+	}
+	if slices.Contains(strings.Split(filepath.ToSlash(sub), "/"), "..") {
+		return fmt.Errorf("unable to provision SubPath `%s`: must not contain '..'", sub)
+	}
+	return nil
 }
 
 // checkRecursiveReadOnly applies the kubelet's rules for a volumeMount's

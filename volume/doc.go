@@ -84,8 +84,13 @@
 //
 // # Not supported
 //
-// Volumes that need a storage driver nodekit does not have (nfs, iscsi,
-// image and every other in-tree kind, as pod volumes or PVs) fail loudly:
+// Image volumes are the built-in kubernetes.io/image plugin's, as the
+// kubelet's: nothing is set up on the node; MountPod returns them
+// read-only without a path, and the runtime package pulls the image and
+// has the runtime mount it (the CRI Mount's image).
+//
+// Volumes that need a storage driver nodekit does not have (nfs, iscsi
+// and every other in-tree kind, as pod volumes or PVs) fail loudly:
 // MountPod's error and a FailedMount event say "failed to get Plugin from
 // volumeSpec for volume "x" err=no volume plugin matched: <kind> volumes
 // are not supported by this node agent".

@@ -240,6 +240,7 @@ func New(opts Options) (*Manager, error) {
 		&secretPlugin{atomicVolume{medium: v1.StorageMediumMemory, noswap: noswap}},
 		&downwardAPIPlugin{atomicVolume{medium: v1.StorageMediumMemory, noswap: noswap}},
 		&projectedPlugin{atomicVolume{medium: v1.StorageMediumMemory, noswap: noswap}},
+		imagePlugin{},
 	}
 	custom := map[string]bool{}
 	for _, p := range opts.Plugins {

@@ -27,6 +27,7 @@ const (
 	PluginDownwardAPI = "kubernetes.io/downward-api"
 	PluginProjected   = "kubernetes.io/projected"
 	PluginLocal       = "kubernetes.io/local-volume"
+	PluginImage       = "kubernetes.io/image"
 )
 
 // Plugin sets up and tears down one kind of volume, as a kubelet volume
