@@ -189,7 +189,13 @@ func waitPods(t *testing.T, ns string, names []string, what string, timeout time
 		}
 		t.Fatalf("%d of %d pods in %s not %s within %s: %v%s", len(missing), len(names), ns, what, timeout, err, b.String())
 	}
-	return pods
+	// Only the named pods: other tests may run pods in the namespace at
+	// the same time, and a caller comparing snapshots must not see them.
+	named := make(map[string]*v1.Pod, len(names))
+	for _, name := range names {
+		named[name] = pods[name]
+	}
+	return named
 }
 
 // waitPodsGone waits until none of the named pods exists.
