@@ -63,29 +63,7 @@ func (m *Manager) GetTopologyHints(ctx context.Context, pod *v1.Pod, c *v1.Conta
 	defer m.mu.Unlock()
 	hints := map[string][]topologymanager.TopologyHint{}
 	for res, requested := range m.containerRequests(c) {
-		if !m.hasTopologyAlignment(res) {
-			log.V(4).Info("Resource does not have a topology preference", "resourceName", res, "request", requested)
-			hints[res] = nil
-			continue
-		}
-		if allocated := m.pods.containerDevices(podUID, c.Name, res); allocated.Len() > 0 {
-			if allocated.Len() != requested {
-				log.Info("Resource already allocated to pod with different number than request", "resourceName", res, "request", requested, "allocated", allocated.Len())
-				hints[res] = []topologymanager.TopologyHint{}
-				continue
-			}
-			log.V(2).Info("Regenerating TopologyHints for resource already allocated to pod", "resourceName", res)
-			hints[res] = m.deviceHints(log, res, allocated, nil, requested)
-			continue
-		}
-		available := m.availableDevices(res)
-		reusable := m.reuse[podUID][res]
-		if n := available.Union(reusable).Len(); n < requested {
-			log.Info("Unable to generate topology hints: requested number of devices unavailable", "resourceName", res, "request", requested, "available", n)
-			hints[res] = []topologymanager.TopologyHint{}
-			continue
-		}
-		hints[res] = m.deviceHints(log, res, available, reusable, requested)
+		hints[res] = m.resourceHints(log, res, requested, m.pods.containerDevices(podUID, c.Name, res), m.reuse[podUID][res])
 	}
 	return hints
 }
@@ -101,36 +79,43 @@ func (m *Manager) GetPodTopologyHints(ctx context.Context, pod *v1.Pod) map[stri
 	defer m.mu.Unlock()
 	hints := map[string][]topologymanager.TopologyHint{}
 	for res, requested := range m.podRequests(pod) {
-		if !m.hasTopologyAlignment(res) {
-			log.V(4).Info("Resource does not have a topology preference", "resourceName", res, "request", requested)
-			hints[res] = nil
-			continue
-		}
 		allocated := sets.New[string]()
 		for _, resources := range m.pods[podUID] {
 			if a, ok := resources[res]; ok {
 				allocated = allocated.Union(idSet(a.ids))
 			}
 		}
-		if allocated.Len() > 0 {
-			if allocated.Len() != requested {
-				log.Info("Resource already allocated to pod with different number than request", "resourceName", res, "request", requested, "allocated", allocated.Len())
-				hints[res] = []topologymanager.TopologyHint{}
-				continue
-			}
-			log.V(2).Info("Regenerating TopologyHints for resource already allocated to pod", "resourceName", res)
-			hints[res] = m.deviceHints(log, res, allocated, nil, requested)
-			continue
-		}
-		available := m.availableDevices(res)
-		if available.Len() < requested {
-			log.Info("Unable to generate topology hints: requested number of devices unavailable", "resourceName", res, "request", requested, "available", available.Len())
-			hints[res] = []topologymanager.TopologyHint{}
-			continue
-		}
-		hints[res] = m.deviceHints(log, res, available, nil, requested)
+		hints[res] = m.resourceHints(log, res, requested, allocated, nil)
 	}
 	return hints
+}
+
+// resourceHints are the hints for requested devices of res, the one body of
+// GetTopologyHints and GetPodTopologyHints: nil without a topology
+// preference; regenerated from allocated when the container (or pod)
+// already holds devices of res, none if their number differs from the
+// request; else from the available devices and reusable (an init
+// container's, the container scope only), none if too few. Called with mu
+// held.
+func (m *Manager) resourceHints(log logr.Logger, res string, requested int, allocated, reusable sets.Set[string]) []topologymanager.TopologyHint {
+	if !m.hasTopologyAlignment(res) {
+		log.V(4).Info("Resource does not have a topology preference", "resourceName", res, "request", requested)
+		return nil
+	}
+	if allocated.Len() > 0 {
+		if allocated.Len() != requested {
+			log.Info("Resource already allocated to pod with different number than request", "resourceName", res, "request", requested, "allocated", allocated.Len())
+			return []topologymanager.TopologyHint{}
+		}
+		log.V(2).Info("Regenerating TopologyHints for resource already allocated to pod", "resourceName", res)
+		return m.deviceHints(log, res, allocated, nil, requested)
+	}
+	available := m.availableDevices(res)
+	if n := available.Union(reusable).Len(); n < requested {
+		log.Info("Unable to generate topology hints: requested number of devices unavailable", "resourceName", res, "request", requested, "available", n)
+		return []topologymanager.TopologyHint{}
+	}
+	return m.deviceHints(log, res, available, reusable, requested)
 }
 
 // containerRequests is c's count of each device plugin resource (limits:
