@@ -110,6 +110,32 @@ e2e() {
 	(cd e2e && go test -p 1 -count=1 -timeout "$e2e_timeout" -v ./...) 2>&1 | tee "$logs/e2e.log"
 }
 
+# failed_tests prints each "--- FAIL" of a go test log with the last 12 lines
+# that test logged: in a -v log attributed by go test's "=== RUN/CONT/NAME"
+# marks, otherwise the indented lines that follow the "--- FAIL" line.
+failed_tests() {
+	awk -v label="$2" '
+		/^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; verbose = 1; next }
+		/^(ok |FAIL|PASS)/ { cur = ""; after = 0; next }
+		/^ *--- FAIL: / {
+			fails[++n] = $0; owner[n] = $3
+			if (!verbose) { after = n; cur = "#" n }
+			next
+		}
+		/^ *--- (PASS|SKIP): / { if (!verbose) cur = ""; next }
+		cur != "" { buf[cur, ++cnt[cur]] = $0 }
+		END {
+			if (n == 0) exit
+			print label " failed tests:"
+			for (i = 1; i <= n; i++) {
+				print "  " fails[i]
+				t = verbose ? owner[i] : "#" i
+				from = cnt[t] - 11; if (from < 1) from = 1
+				for (j = from; j <= cnt[t]; j++) print "      " buf[t, j]
+			}
+		}' "$1"
+}
+
 total=$SECONDS
 run_step "dependencies" deps
 run_step "gofmt" format
@@ -122,14 +148,18 @@ run_step "e2e tests (e2e/: go test ./...)" e2e
 
 echo
 echo "==> summary (full logs in $logs)"
-if [[ -s "$logs/unit.log" ]]; then
-	echo "unit tests:"
-	grep -E '^(ok|FAIL|---|panic:)|\[no test files\]' "$logs/unit.log" | grep -v 'no test files' | sed 's/^/  /' || true
-fi
-if [[ -s "$logs/e2e.log" ]]; then
-	echo "e2e tests:"
-	grep -E '^(--- |ok |FAIL|panic:)' "$logs/e2e.log" | sed 's/^/  /' || true
-fi
+# Package results first, then every failed test with the last lines it
+# logged, so the end of the output names what failed even when only the
+# head and the tail of it are kept.
+for log in unit e2e; do
+	[[ -s "$logs/$log.log" ]] || continue
+	echo "$log tests:"
+	grep -E '^(ok |FAIL|panic:)' "$logs/$log.log" | sed 's/^/  /' || true
+done
+for log in unit e2e; do
+	[[ -s "$logs/$log.log" ]] || continue
+	failed_tests "$logs/$log.log" "$log"
+done
 printf '%s\n' "${results[@]}"
 echo "total $((SECONDS - total))s"
 if ((failed)); then
