@@ -83,6 +83,23 @@ func Release() (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("release executable pages of %s: %w", exe, err)
 	}
+	if len(ranges) == 0 {
+		return Result{}, nil
+	}
+	// /proc/self/exe is the file mapped, even when its path was replaced.
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return Result{}, fmt.Errorf("release executable pages of %s: %w", exe, err)
+	}
+	defer f.Close()
+	// The kernel keeps a dirty page cached: write out an executable just
+	// written by the linker or cp (the write happens anyway within the
+	// kernel's writeback delay, 30 s by default) before unmapping, so that
+	// the process maps back as little as possible before its pages are
+	// dropped.
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return Result{}, fmt.Errorf("release executable pages of %s: fdatasync: %w", exe, err)
+	}
 	var res Result
 	for _, r := range ranges {
 		// MADV_RANDOM first: a page touched between the two calls is read
@@ -95,35 +112,11 @@ func Release() (Result, error) {
 		res.Mappings++
 		res.Bytes += uint64(r.end - r.start)
 	}
-	if len(ranges) == 0 {
-		return res, nil
-	}
-	if err := dropCache("/proc/self/exe"); err != nil {
-		return res, fmt.Errorf("release executable pages of %s: %w", exe, err)
+	// Drop the pages no process maps now from the page cache.
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return res, fmt.Errorf("release executable pages of %s: posix_fadvise(POSIX_FADV_DONTNEED): %w", exe, err)
 	}
 	return res, nil
-}
-
-// dropCache drops the pages of the file at path that no process maps from
-// the page cache. The file's dirty pages (an executable just written by
-// the linker or cp) are written out first, since the kernel keeps a dirty
-// page cached: the write happens anyway within the kernel's writeback
-// delay (30 s by default).
-func dropCache(path string) error {
-	// /proc/self/exe is the file mapped, even when its path was replaced.
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fd := int(f.Fd())
-	if err := unix.Fdatasync(fd); err != nil {
-		return fmt.Errorf("fdatasync: %w", err)
-	}
-	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
-		return fmt.Errorf("posix_fadvise(POSIX_FADV_DONTNEED): %w", err)
-	}
-	return nil
 }
 
 // mapping is one address range of /proc/self/maps.
