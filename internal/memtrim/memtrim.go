@@ -96,10 +96,9 @@ func Release() (Result, error) {
 	// written by the linker or cp (the write happens anyway within the
 	// kernel's writeback delay, 30 s by default) before unmapping, so that
 	// the process maps back as little as possible before its pages are
-	// dropped.
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		return Result{}, fmt.Errorf("release executable pages of %s: fdatasync: %w", exe, err)
-	}
+	// dropped. Its error is not one: a file system without fsync
+	// (squashfs) or mounted read-only holds no dirty page of it anyway.
+	_ = unix.Fdatasync(int(f.Fd()))
 	var res Result
 	for _, r := range ranges {
 		// MADV_RANDOM first: a page touched between the two calls is read
