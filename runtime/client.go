@@ -18,10 +18,6 @@ import (
 	criutil "k8s.io/cri-client/pkg/util"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-
-	// gRPC's proto codec with finer buffer tiers: a CRI answer of a few
-	// tens of KiB would otherwise keep a 1 MiB buffer live.
-	_ "github.com/nodekit/nodekit/internal/grpcproto"
 )
 
 // DefaultConnectionTimeout is the kubelet's runtimeRequestTimeout default.

@@ -15,9 +15,9 @@
 // tier, so a buffer is at most twice the message.
 //
 // The codec is process-wide (gRPC looks codecs up by name): importing this
-// package replaces it for every gRPC client and server of the process,
-// including an embedder's own. Messages, wire format and errors are
-// unchanged.
+// package replaces it for every gRPC client and server of the process, so
+// only a command imports it (examples/nodeagent), never a library package.
+// Messages, wire format and errors are unchanged.
 package grpcproto
 
 import (

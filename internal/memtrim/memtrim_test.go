@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodekit/nodekit/internal/testenv"
 )
 
 func TestReadOnlyMappings(t *testing.T) {
@@ -40,7 +42,7 @@ func rssFile(t *testing.T) uint64 {
 	t.Helper()
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		testenv.Unavailable(t, "no /proc: %v", err)
 	}
 	for _, line := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
@@ -51,7 +53,7 @@ func rssFile(t *testing.T) uint64 {
 			return kb
 		}
 	}
-	t.Skip("the kernel reports no RssFile")
+	testenv.Unavailable(t, "the kernel reports no RssFile in /proc/self/status")
 	return 0
 }
 
