@@ -64,7 +64,8 @@
 //     file replaced whole),
 //     timers, clientmetrics (client-go's metrics), testenv (what a test
 //     does when the machine lacks something), memtrim (the start-up pages
-//     given back to the kernel).
+//     given back to the kernel), grpcproto (gRPC's proto codec with buffer
+//     sizes that keep no idle MiB).
 //   - examples/...: runnable agents: nodeagent (the kubelet replacement),
 //     standalone (no API server), customstatus and customsource (an
 //     embedder's setter and pod source), podsim (a pod-level backend),

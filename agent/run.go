@@ -109,9 +109,9 @@ const releaseStartupMemoryEnv = "NODEKIT_RELEASE_STARTUP_MEMORY"
 // releaseStartupMemory gives back what the agent touched only to start
 // (release: memtrim.Release) settle after it is called, unless done closes
 // first or NODEKIT_RELEASE_STARTUP_MEMORY=false is in the environment. RSS
-// falls by a quarter to a third (docs/performance.md); the cost is one
-// collection and the minor faults that map back the executable's pages
-// still in use.
+// falls by a third to a half (docs/performance.md); the cost is one
+// collection and the page faults that map back the executable's pages
+// still in use, each reading its page from the file the first time.
 func releaseStartupMemory(logger klog.Logger, done <-chan struct{}, settle time.Duration, release func() (memtrim.Result, error)) {
 	if v, ok := os.LookupEnv(releaseStartupMemoryEnv); ok {
 		release, err := strconv.ParseBool(v)

@@ -14,6 +14,10 @@ import (
 	"os"
 
 	"github.com/nodekit/nodekit/agent"
+	// gRPC's proto codec with finer buffer tiers, for the whole process (a
+	// choice for the binary, not the library): a CRI answer of a few tens
+	// of KiB would otherwise keep a 1 MiB buffer live.
+	_ "github.com/nodekit/nodekit/internal/grpcproto"
 )
 
 func main() {

@@ -1,11 +1,17 @@
 package memtrim
 
 import (
+	"bufio"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodekit/nodekit/internal/testenv"
 )
 
 func TestReadOnlyMappings(t *testing.T) {
@@ -36,7 +42,7 @@ func rssFile(t *testing.T) uint64 {
 	t.Helper()
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		testenv.Unavailable(t, "no /proc: %v", err)
 	}
 	for _, line := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
@@ -47,12 +53,13 @@ func rssFile(t *testing.T) uint64 {
 			return kb
 		}
 	}
-	t.Skip("the kernel reports no RssFile")
+	testenv.Unavailable(t, "the kernel reports no RssFile in /proc/self/status")
 	return 0
 }
 
 func TestReleaseUnmapsTheExecutable(t *testing.T) {
 	before := rssFile(t)
+	cachedBefore := cachedPages(t)
 	res, err := Release()
 	if err != nil {
 		t.Fatal(err)
@@ -66,4 +73,82 @@ func TestReleaseUnmapsTheExecutable(t *testing.T) {
 	if after >= before {
 		t.Errorf("RssFile %d kB before Release, %d kB after: nothing released", before, after)
 	}
+
+	// The mappings read one page per fault from now on, and the page cache
+	// kept only the pages this process maps.
+	if flags := readOnlyVMFlags(t); len(flags) == 0 {
+		t.Error("no read-only mapping of the executable in /proc/self/smaps")
+	} else {
+		for _, f := range flags {
+			if !slices.Contains(f, "rr") {
+				t.Errorf("a read-only mapping of the executable has VmFlags %v after Release, want rr (MADV_RANDOM)", f)
+			}
+		}
+	}
+	cachedAfter := cachedPages(t)
+	t.Logf("RssFile %d kB before Release, %d kB after; pages cached %d before, %d after", before, after, cachedBefore, cachedAfter)
+	if cachedAfter >= cachedBefore {
+		t.Errorf("%d pages of the executable in the page cache before Release, %d after: none dropped", cachedBefore, cachedAfter)
+	}
+}
+
+// cachedPages is how many pages of the test binary the page cache holds
+// (mincore on a mapping of its own, which faults nothing in).
+func cachedPages(t *testing.T) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal("mincore:", errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// readOnlyVMFlags returns the VmFlags of each private read-only mapping of
+// the test binary in /proc/self/smaps.
+func readOnlyVMFlags(t *testing.T) [][]string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out [][]string
+	inExe := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":"):
+			perms := fields[1]
+			inExe = len(fields) >= 6 && strings.Join(fields[5:], " ") == exe && perms[1] != 'w' && perms[3] == 'p'
+		case inExe && len(fields) > 0 && fields[0] == "VmFlags:":
+			out = append(out, fields[1:])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
