@@ -185,3 +185,18 @@ func TestEventRecorderQueueAndStop(t *testing.T) {
 		t.Errorf("an event after stop was queued (%d pending)", n)
 	}
 }
+
+// TestEventRecorderStopDoesNotWaitPastItsContext: a write that hangs (an
+// API server gone) does not hold the agent's stop beyond its deadline.
+func TestEventRecorderStopDoesNotWaitPastItsContext(t *testing.T) {
+	sink := &fakeSink{block: make(chan struct{})}
+	defer close(sink.block)
+	r, stop := newEventRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: "n"}, logr.Discard(), writeEvents(sink, time.Hour))
+	r.Event(testPod(), v1.EventTypeNormal, "Hangs", "held by the sink")
+	waitFor(t, "the event taken", func() bool { return pendingLen(r) == 0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := stop(ctx); err != nil {
+		t.Errorf("stop = %v, want nil", err)
+	}
+}
