@@ -88,3 +88,38 @@ func firstLines(s string, n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
+
+// BenchmarkIdleAgent starts b.N agents as a fleet does (each on its own
+// fake clientset and fakecri, no node API, no healthz listener), waits for
+// all to be Ready and reports what each holds once they are idle: the
+// live heap (after a collection), goroutine stacks and goroutines. The
+// fake runtime's side and the fake clientset are counted: a figure to
+// compare between commits, not the fleet's own (nodebench measures that).
+//
+//	go test -run '^$' -bench IdleAgent -benchtime=30x ./agent
+func BenchmarkIdleAgent(b *testing.B) {
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	goroutines := runtime.NumGoroutine()
+	var nodes []*agenttest.Node
+	for i := 0; b.Loop(); i++ {
+		nodes = append(nodes, agenttest.Start(b, agenttest.Options{
+			Name:      fmt.Sprintf("idle-%d", i),
+			Args:      []string{"--healthz-port=0"},
+			Configure: func(c *agent.Config) { c.Kubelet.EnableServer = ptr.To(false) },
+		}))
+	}
+	ctx := agenttest.Context(b)
+	for _, n := range nodes {
+		n.WaitReady(ctx)
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n := float64(len(nodes))
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1024/n, "heap-KiB/agent")
+	b.ReportMetric(float64(after.StackInuse-before.StackInuse)/1024/n, "stack-KiB/agent")
+	b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/n, "goroutines/agent")
+}
