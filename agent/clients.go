@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -161,20 +162,17 @@ func (c *Clients) CloseConnections() {
 
 // newRecorder returns an event recorder that writes events as the kubelet
 // does (source component "kubelet", host = node name) through client, and a
-// func that stops its broadcaster. Each event written is logged at
-// verbosity 4 with logger (the kubelet logs them with a second watcher of
-// the broadcaster, StartStructuredLogging: its queue of 1,000 events is
-// allocated up front, a sizeable share of an agent's heap where many run
-// in one process).
-func newRecorder(cfg *Config, logger logr.Logger, client typedcorev1.EventsGetter, scheme *runtime.Scheme) (record.EventRecorder, func()) {
-	// The rate limit is the event client's; the broadcaster's spam filter
-	// and aggregation keep client-go's defaults, as the kubelet's.
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(loggingSink{
+// func that stops it. Each event written is logged at verbosity 4 with
+// logger (the kubelet logs them with a second watcher of its broadcaster,
+// StartStructuredLogging). The recorder is client-go's in all it sends
+// (see eventRecorder) without the broadcaster's fixed queues.
+func newRecorder(cfg *Config, logger logr.Logger, client typedcorev1.EventsGetter, scheme *runtime.Scheme) (record.EventRecorder, func(context.Context) error) {
+	// The rate limit is the event client's; the spam filter and
+	// aggregation keep client-go's defaults, as the kubelet's.
+	return newEventRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}, logger, writeEvents(loggingSink{
 		EventSink: &typedcorev1.EventSinkImpl{Interface: client.Events("")},
 		logger:    logger.V(4),
-	})
-	return b.NewRecorder(scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), b.Shutdown
+	}, eventRetryPeriod))
 }
 
 // loggingSink logs each event it writes, as the broadcaster's structured

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -242,13 +243,13 @@ func (n nodeAnyWay) Node() (*v1.Node, bool) { return n.r.NodeAnyWay() }
 // kubelet's without one.
 func provideLocalRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger) record.EventRecorder {
 	logger.Info("No API server: events are only logged")
-	b := record.NewBroadcaster()
 	// Logged with the agent's logger (its node on every line), not klog's
 	// global one as StartStructuredLogging would.
 	sink := loggingSink{logger: logger}
-	b.StartEventWatcher(sink.log)
-	lc.Append(fx.StopHook(b.Shutdown))
-	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+	rec, stop := newEventRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}, logger,
+		func(_ context.Context, e *v1.Event) { sink.log(e) })
+	lc.Append(fx.StopHook(stop))
+	return rec
 }
 
 // provideLocalNodeWatch is the node watch of a standalone node: the

@@ -228,18 +228,18 @@ func (m *Manager) PeriodRequested() time.Duration { return PeriodRequested(m.per
 
 // Run watches every Source until ctx is done, restarting a Watch that
 // failed after RetryPeriod (doubling up to a minute), and handles their
-// signals. A disabled Manager only waits for ctx. Run blocks and returns
-// nil when ctx is done.
+// signals, and returns nil when ctx is done. A disabled Manager, or one
+// without a Source (a shutdown is then seen only through Handle), has
+// nothing to watch: its Run returns nil at once, so it holds no
+// goroutine.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if !m.Enabled() {
-		<-ctx.Done()
 		return nil
 	}
 	m.restoreMetrics(logger)
 	if len(m.opts.Sources) == 0 {
 		logger.Info("Node shutdown manager has no source: a node shutdown is seen only when Handle is called", "shutdownGracePeriodByPodPriority", m.periods)
-		<-ctx.Done()
 		return nil
 	}
 	logger.Info("Node shutdown manager watching for node shutdown", "shutdownGracePeriodByPodPriority", m.periods, "sources", len(m.opts.Sources))

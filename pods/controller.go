@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -280,22 +281,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		probes = c.opts.Prober.Updates()
 	}
 	health := make(chan types.UID)
-	for _, h := range c.opts.ResourceHealth {
-		updates := h.HealthUpdates()
-		c.background.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case uid := <-updates:
-					select {
-					case health <- uid:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
-		})
+	if len(c.opts.ResourceHealth) > 0 {
+		// One goroutine forwards every source's updates (an agent has
+		// several: device plugins, DRA), not one per source.
+		c.background.Go(func() { forwardHealth(ctx, c.opts.ResourceHealth, health) })
 	}
 	if !c.waitForNode(ctx) {
 		return nil
@@ -1153,5 +1142,31 @@ func (c *Controller) housekeeping(ctx context.Context) {
 			case <-t.C():
 			}
 		})
+	}
+}
+
+// forwardHealth sends each pod UID the sources' HealthUpdates deliver to
+// out, until ctx is done.
+func forwardHealth(ctx context.Context, sources []ResourceHealthProvider, out chan<- types.UID) {
+	cases := make([]reflect.SelectCase, 0, len(sources)+1)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	for _, h := range sources {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.HealthUpdates())})
+	}
+	for {
+		i, v, ok := reflect.Select(cases)
+		if i == 0 {
+			return
+		}
+		if !ok {
+			// A closed source sends nothing more: stop selecting it.
+			cases[i].Chan = reflect.Value{}
+			continue
+		}
+		select {
+		case out <- v.Interface().(types.UID):
+		case <-ctx.Done():
+			return
+		}
 	}
 }

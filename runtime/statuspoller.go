@@ -111,8 +111,8 @@ func (p *StatusPoller) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { p.every(ctx, p.opts.StatusPeriod, p.pollStatus) })
 	wg.Go(func() { p.every(ctx, p.opts.ImagesPeriod, p.pollImages) })
-	wg.Go(func() { p.watchHealth(ctx) })
-	<-ctx.Done()
+	// In Run's own goroutine: one goroutine fewer per agent.
+	p.watchHealth(ctx)
 	return nil
 }
 

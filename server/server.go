@@ -249,7 +249,8 @@ func (s *Server) ReadOnlyHandler() http.Handler { return s.readOnly }
 // a self-signed one, or starts the CSR-based certificate manager), listens
 // on the secure port and, when configured, the read-only port, and serves
 // until ctx is done. It returns an error when a certificate, the client CA
-// bundle or an address cannot be had; it is called once. Upgraded
+// bundle or an address cannot be had; it is called once. With neither
+// port (nor listener) it serves nothing and returns nil at once. Upgraded
 // connections (exec, attach, port-forward sessions) are not closed when
 // Run returns: they end when either peer closes them.
 func (s *Server) Run(ctx context.Context) error {
@@ -307,6 +308,10 @@ func (s *Server) Run(ctx context.Context) error {
 		logger.Info("Starting to listen read-only", "address", ln.Addr().String())
 	}
 	s.readyOnce.Do(func() { close(s.ready) })
+	if len(servers) == 0 {
+		// Nothing to serve: no goroutine waits for the stop.
+		return nil
+	}
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func(srv *http.Server, ln net.Listener) {

@@ -300,10 +300,10 @@ func (m *Manager) CleanupOrphans(ctx context.Context) {
 }
 
 // Run calls CleanupOrphans every CleanupPeriod once the pod sources are
-// ready, until ctx is done; it returns nil then.
+// ready, until ctx is done; it returns nil then. Without PodKnown there are
+// no orphans to find: Run returns nil at once.
 func (m *Manager) Run(ctx context.Context) error {
 	if m.opts.PodKnown == nil {
-		<-ctx.Done()
 		return nil
 	}
 	t := m.opts.Clock.NewTicker(m.opts.CleanupPeriod)

@@ -474,7 +474,9 @@ func ids(set cpuset.CPUSet) []int64 {
 // Run reads (or creates) the state file and, with the static policy and a
 // Runtime, reconciles the running containers' cpusets every
 // ReconcilePeriod (and soon after an allocation or release) until ctx is
-// done. It fails when the state file cannot be used, as the kubelet
+// done. With policy none (or no Runtime) there is nothing to reconcile:
+// it returns nil once the state file is read, so an idle manager holds no
+// goroutine. It fails when the state file cannot be used, as the kubelet
 // refuses to start.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
@@ -484,7 +486,6 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("CPU manager: %w", err)
 	}
 	if m.policy == nil || m.opts.Runtime == nil {
-		<-ctx.Done()
 		return nil
 	}
 	logger := m.logger

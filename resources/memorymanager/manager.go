@@ -480,8 +480,10 @@ func (m *Manager) AllocatableMemory() []*podresourcesv1.ContainerMemory {
 
 // Run reads (or creates) the state file and, with the Static policy,
 // gives back the memory of pods no longer active every 10 seconds (the
-// kubelet does when their containers stop) until ctx is done. It fails
-// when the state file cannot be used, as the kubelet refuses to start.
+// kubelet does when their containers stop) until ctx is done. With policy
+// None it returns nil once the state file is read: there is nothing to
+// give back, and an idle manager holds no goroutine. It fails when the
+// state file cannot be used, as the kubelet refuses to start.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	err := m.ensureLoaded()
@@ -490,7 +492,6 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("memory manager: %w", err)
 	}
 	if m.policy == nil {
-		<-ctx.Done()
 		return nil
 	}
 	t := m.opts.Clock.NewTicker(admissionWindow)
