@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,8 +61,9 @@ type Options struct {
 	// --port, --read-only-port=0, --root-dir, --cgroups-per-qos=false.
 	Args []string
 	// Client is the fake clientset the agent talks to; nil makes a new one.
-	// Share one between agents to put several nodes in one fake cluster.
-	// Objects created without a UID get one, as from an API server.
+	// Share one between agents to put several nodes in one fake cluster
+	// (starting one while others run on it is safe). Objects created
+	// without a UID get one, as from an API server.
 	Client *fake.Clientset
 	// Standalone starts the agent without an API server (agent.Standalone,
 	// as with an empty --kubeconfig): Node.Client is nil, so the helpers
@@ -109,7 +111,9 @@ func Start(t testing.TB, opts Options) *Node {
 		n.Client = fake.NewClientset()
 	}
 	if n.Client != nil {
-		n.Client.PrependReactor("create", "*", assignUID)
+		if _, done := uidClients.LoadOrStore(n.Client, true); !done {
+			n.Client.PrependReactor("create", "*", assignUID)
+		}
 	}
 	runtime, endpoint := opts.Runtime, opts.CRIEndpoint
 	switch {
@@ -190,6 +194,10 @@ func portOf(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
 
 // assignUID gives an object created without a UID one, as the API server
 // does (the fake clientset does not): mirror pods and the Node need theirs.
+// uidClients holds the clients assignUID was added to: once per client, as
+// a reactor added while other agents use the client races with them.
+var uidClients sync.Map
+
 func assignUID(action k8stesting.Action) (bool, runtime.Object, error) {
 	if create, ok := action.(k8stesting.CreateAction); ok {
 		if obj, err := meta.Accessor(create.GetObject()); err == nil && obj.GetUID() == "" {
