@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/resources/allocation"
@@ -66,8 +67,14 @@ type Options struct {
 	// ResourceHealth report, in order, the health of the devices
 	// allocated to the pods' containers in their statuses
 	// (allocatedResourcesStatus); their changes sync the pod. Empty
-	// reports none.
+	// reports none, and so does the ResourceHealthStatus gate off.
 	ResourceHealth []ResourceHealthProvider
+	// Features are the node's feature gates (nil: the kubelet's
+	// defaults). The Controller reads ResourceHealthStatus and
+	// InPlacePodLevelResourcesVerticalScaling (off: a resize of pod-level
+	// resources is Infeasible); Module's DeclaredFeatures admit handler
+	// the gates of the node features.
+	Features *features.Gates
 	// HostIPs returns the node's IPs, reported as the pods' hostIPs; nil
 	// reports none.
 	HostIPs func() []net.IP
@@ -224,6 +231,11 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Allocations == nil {
 		opts.Allocations = allocation.New(allocation.Options{})
+	}
+	if !opts.Features.Enabled(features.ResourceHealthStatus) {
+		// As the kubelet with the gate off: no device's health in the
+		// pods' statuses, and no sync on its changes.
+		opts.ResourceHealth = nil
 	}
 	m, err := newControllerMetrics(opts.Registerer)
 	if err != nil {

@@ -7,9 +7,11 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
@@ -73,8 +75,15 @@ func (c *Controller) handleResize(ctx context.Context, pod *v1.Pod) *v1.Pod {
 	}
 	logger := klog.FromContext(ctx)
 	// Pod-level resources are resized as the containers'
-	// (InPlacePodLevelResourcesVerticalScaling).
-	res := c.admitAs(pod, alloc)
+	// (InPlacePodLevelResourcesVerticalScaling); with the gate off, as the
+	// kubelet's resize admission, such a resize is Infeasible.
+	var res AdmitResult
+	if !c.opts.Features.Enabled(features.InPlacePodLevelResourcesVerticalScaling) &&
+		!apiequality.Semantic.DeepEqual(pod.Spec.Resources, alloc.Spec.Resources) {
+		res = AdmitResult{Reason: v1.PodReasonInfeasible, Message: "InPlacePodLevelResourcesVerticalScaling is disabled"}
+	} else {
+		res = c.admitAs(pod, alloc)
+	}
 	if res.Admit {
 		if err := c.opts.Allocations.SetAllocated(pod); err != nil {
 			logger.Error(err, "Cannot record the pod's resized allocation; will retry", "pod", klog.KObj(pod))

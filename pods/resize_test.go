@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/resources/allocation"
 	"github.com/nodekit/nodekit/status/podstatus"
@@ -172,4 +173,61 @@ func TestResizeAdmission(t *testing.T) {
 	if got.Spec.Resources.Requests.Cpu().String() != "200m" {
 		t.Errorf("checkpoint holds pod-level %s for pl, want 200m", got.Spec.Resources.Requests.Cpu())
 	}
+}
+
+// TestPodLevelResizeGateOff: with InPlacePodLevelResourcesVerticalScaling
+// off, a resize of pod-level resources is Infeasible with the kubelet's
+// message, and the runtime keeps the allocation; a container's resize is
+// still allocated.
+func TestPodLevelResizeGateOff(t *testing.T) {
+	gates, err := features.New(klog.Background(), map[string]bool{"InPlacePodLevelResourcesVerticalScaling": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi"),
+	}}}
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: record.NewFakeRecorder(100),
+		Allocations: allocation.New(allocation.Options{RootDir: t.TempDir()}), Features: gates,
+		Node:  func() (*v1.Node, bool) { return node, true },
+		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
+	})
+	send := func(op podsource.Op, pods ...*v1.Pod) {
+		t.Helper()
+		select {
+		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the controller did not take a %s update", op)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	pl := cpuPod("pl", 1, "50m")
+	pl.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}
+	send(podsource.OpAdd, pl)
+	waitFor("pl synced", func() bool { cpu, _ := rt.state("pl"); return cpu == "pod 100m" })
+	pl = pl.DeepCopy()
+	pl.Generation = 2
+	pl.Spec.Resources.Requests[v1.ResourceCPU] = resource.MustParse("200m")
+	send(podsource.OpUpdate, pl)
+	waitFor("pl's pod-level resize pending", func() bool { _, p := rt.state("pl"); return p != nil })
+	cpu, p := rt.state("pl")
+	if cpu != "pod 100m" || p.Reason != v1.PodReasonInfeasible || p.Message != "InPlacePodLevelResourcesVerticalScaling is disabled" {
+		t.Errorf("pod-level resize with the gate off: runtime synced %s, pending %+v; want pod 100m, Infeasible", cpu, p)
+	}
+
+	a := cpuPod("a", 1, "100m")
+	send(podsource.OpAdd, a)
+	waitFor("a synced", func() bool { cpu, _ := rt.state("a"); return cpu == "100m" })
+	send(podsource.OpUpdate, cpuPod("a", 2, "200m"))
+	waitFor("a's container resize allocated", func() bool { cpu, p := rt.state("a"); return cpu == "200m" && p == nil })
 }
