@@ -303,7 +303,7 @@ logging:
 `)
 	logger, lines := logLines()
 	_, err := ParseFlags(logger, []string{"--config=" + file, "--hostname-override=n", "--cert-dir=/pki",
-		"--anonymous-auth=true", "--node-status-update-frequency=3s", "--v=0", "--feature-gates=KubeletSeparateDiskGC=false,ExtendWebSocketsToKubelet=false,MemoryQoS=true",
+		"--anonymous-auth=true", "--node-status-update-frequency=3s", "--v=0", "--feature-gates=KubeletSeparateDiskGC=false,ExtendWebSocketsToKubelet=false,MemoryQoS=true,RestartAllContainersOnContainerExits=false",
 		"--lock-file=/run/lock", "--register-node=true", "--cgroup-root=/x"})
 	if err != nil {
 		t.Fatal(err)
@@ -311,6 +311,7 @@ logging:
 	want := []string{
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates.KubeletSeparateDiskGC" "flag"="--feature-gates"`,
+		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "setting"="featureGates.RestartAllContainersOnContainerExits" "flag"="--feature-gates" "implemented"="the node's declared feature follows the gate; the behaviour does not"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {

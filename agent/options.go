@@ -152,6 +152,8 @@ func (cfg *Config) PodsOptions(node pods.NodeGetter) pods.Options {
 		HostIPs:              func() []net.IP { return cfg.hostIPs(node) },
 		AllowedUnsafeSysctls: cfg.Kubelet.AllowedUnsafeSysctls,
 		Features:             cfg.Features,
+		CPUManagerPolicy:     cfg.Kubelet.CPUManagerPolicy,
+		MemoryManagerPolicy:  cfg.Kubelet.MemoryManagerPolicy,
 		Allocations:          allocation.New(allocation.Options{RootDir: cfg.RootDir}),
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nodekit/nodekit/features"
+	"github.com/nodekit/nodekit/pods"
 )
 
 // implementedSettings are the kubelet settings nodekit acts on: the
@@ -230,7 +232,11 @@ func unimplemented(kc *kubeletconfig.KubeletConfiguration, gates *features.Gates
 		}
 	}
 	for _, gate := range gates.Unimplemented() {
-		out = append(out, unimplementedSetting{name: "featureGates." + gate, flag: flagOf["featureGates"]})
+		u := unimplementedSetting{name: "featureGates." + gate, flag: flagOf["featureGates"]}
+		if slices.Contains(pods.CRIFeatures(), gate) {
+			u.partly = "the node's declared feature follows the gate; the behaviour does not"
+		}
+		out = append(out, u)
 	}
 	for _, path := range changedSettings(kc, &base) {
 		if note, ok := implementedSettings[path]; !ok || note != "" {

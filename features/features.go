@@ -21,6 +21,14 @@ const (
 	// pod-level resources (spec.resources) is allocated (pods/); off, it
 	// is Infeasible, and the node does not declare the feature.
 	InPlacePodLevelResourcesVerticalScaling featuregate.Feature = "InPlacePodLevelResourcesVerticalScaling"
+	// InPlacePodVerticalScalingExclusiveCPUs and
+	// InPlacePodVerticalScalingExclusiveMemory (alpha, off): off, an
+	// in-place resize of a Guaranteed pod's CPU (memory) under the static
+	// CPU (Static memory) manager policy is Infeasible (pods/). nodekit
+	// does not resize exclusive CPUs or memory: on, they are reported as
+	// not implemented.
+	InPlacePodVerticalScalingExclusiveCPUs   featuregate.Feature = "InPlacePodVerticalScalingExclusiveCPUs"
+	InPlacePodVerticalScalingExclusiveMemory featuregate.Feature = "InPlacePodVerticalScalingExclusiveMemory"
 	// ResourceHealthStatus: the health of a container's devices (device
 	// plugins, DRA drivers) is reported in its allocatedResourcesStatus.
 	ResourceHealthStatus featuregate.Feature = "ResourceHealthStatus"
@@ -101,7 +109,8 @@ func (g *Gates) Set() map[string]bool {
 // (Unimplemented). Locked gates cannot be set to a non-default value and
 // are not listed. A gate of nodedeclaredfeatures always switches the
 // node's declared feature (pods.NodeDeclaredFeatures reads the gates),
-// which alone does not make it implemented.
+// which alone does not make it implemented (the agent reports such a gate
+// as partly implemented).
 var Implemented = map[featuregate.Feature]string{
 	ExtendWebSocketsToKubelet:               "off: WebSocket exec, attach and port-forward are proxied to the runtime untranslated, and the feature is not declared",
 	InPlacePodLevelResourcesVerticalScaling: "off: a resize of pod-level resources is Infeasible, and the feature is not declared",

@@ -51,6 +51,12 @@ type Options struct {
 	// rejects is failed and never started. GeneralPredicates is the
 	// kubelet's first one; see AdmitHandlerGroup for the fx way.
 	Admit []AdmitHandler
+	// CPUManagerPolicy and MemoryManagerPolicy are the node's
+	// cpuManagerPolicy and memoryManagerPolicy: under "static" ("Static")
+	// an in-place resize of a Guaranteed pod's CPU (memory) is Infeasible,
+	// as on the kubelet while InPlacePodVerticalScalingExclusiveCPUs
+	// (ExclusiveMemory) is off. "" is the kubelet's "none" ("None").
+	CPUManagerPolicy, MemoryManagerPolicy string
 	// AllowedUnsafeSysctls are the unsafe sysctls (names, or prefixes
 	// ending in *) the Module's Sysctls admit handler lets pods set
 	// (kubelet allowedUnsafeSysctls); New ignores it.
@@ -70,9 +76,10 @@ type Options struct {
 	// reports none, and so does the ResourceHealthStatus gate off.
 	ResourceHealth []ResourceHealthProvider
 	// Features are the node's feature gates (nil: the kubelet's
-	// defaults). The Controller reads ResourceHealthStatus and
+	// defaults). The Controller reads ResourceHealthStatus,
 	// InPlacePodLevelResourcesVerticalScaling (off: a resize of pod-level
-	// resources is Infeasible); Module's DeclaredFeatures admit handler
+	// resources is Infeasible) and the exclusive CPU and memory resize
+	// gates (see CPUManagerPolicy); Module's DeclaredFeatures admit handler
 	// the gates of the node features.
 	Features *features.Gates
 	// HostIPs returns the node's IPs, reported as the pods' hostIPs; nil

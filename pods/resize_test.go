@@ -231,3 +231,67 @@ func TestPodLevelResizeGateOff(t *testing.T) {
 	send(podsource.OpUpdate, cpuPod("a", 2, "200m"))
 	waitFor("a's container resize allocated", func() bool { cpu, p := rt.state("a"); return cpu == "200m" && p == nil })
 }
+
+// TestGuaranteedResizeUnderStaticCPUManager: with the static CPU manager
+// policy, an in-place resize of a Guaranteed pod's CPU is Infeasible with
+// the kubelet's message (InPlacePodVerticalScalingExclusiveCPUs off, its
+// default), its memory is resized; a Burstable pod's CPU is resized.
+func TestGuaranteedResizeUnderStaticCPUManager(t *testing.T) {
+	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi"),
+	}}}
+	allocs := allocation.New(allocation.Options{RootDir: t.TempDir()})
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: record.NewFakeRecorder(100),
+		Allocations: allocs, CPUManagerPolicy: "static",
+		QOSClass: func(p *v1.Pod) v1.PodQOSClass {
+			if p.Name == "g" {
+				return v1.PodQOSGuaranteed
+			}
+			return v1.PodQOSBurstable
+		},
+		Node:  func() (*v1.Node, bool) { return node, true },
+		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
+	})
+	send := func(op podsource.Op, pods ...*v1.Pod) {
+		t.Helper()
+		select {
+		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the controller did not take a %s update", op)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	guaranteed := func(gen int64, cpu, mem string) *v1.Pod {
+		p := cpuPod("g", gen, cpu)
+		r := v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+		p.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: r, Limits: r.DeepCopy()}
+		return p
+	}
+	send(podsource.OpAdd, guaranteed(1, "1", "1Gi"), cpuPod("b", 1, "500m"))
+	waitFor("both synced", func() bool { g, _ := rt.state("g"); b, _ := rt.state("b"); return g == "1" && b == "500m" })
+
+	send(podsource.OpUpdate, guaranteed(2, "2", "1Gi"))
+	waitFor("g's CPU resize pending", func() bool { _, p := rt.state("g"); return p != nil })
+	if cpu, p := rt.state("g"); cpu != "1" || p.Reason != v1.PodReasonInfeasible || p.Message != `Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"` {
+		t.Errorf("Guaranteed CPU resize: runtime synced %s, pending %+v; want 1, Infeasible", cpu, p)
+	}
+	// Memory only: allocated.
+	send(podsource.OpUpdate, guaranteed(3, "1", "2Gi"))
+	waitFor("g's memory resize allocated", func() bool {
+		_, p := rt.state("g")
+		got, _, _ := allocs.AllocatedPod(guaranteed(3, "1", "2Gi"))
+		return p == nil && got.Spec.Containers[0].Resources.Requests.Memory().String() == "2Gi"
+	})
+	send(podsource.OpUpdate, cpuPod("b", 2, "700m"))
+	waitFor("b's CPU resize allocated", func() bool { cpu, p := rt.state("b"); return cpu == "700m" && p == nil })
+}
