@@ -381,7 +381,7 @@ func (c *Config) complete(logger klog.Logger) error {
 	}
 	c.NodeName = strings.ToLower(strings.TrimSpace(name))
 	c.Hostname = c.NodeName
-	gates, err := features.New(logger, c.Kubelet.FeatureGates)
+	gates, err := features.New(logger.WithValues("node", c.NodeName), c.Kubelet.FeatureGates)
 	if err != nil {
 		return fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err)
 	}
