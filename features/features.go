@@ -2,7 +2,6 @@ package features
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 
 	"k8s.io/component-base/featuregate"
@@ -46,9 +45,21 @@ const (
 // agent builds one from its configuration and gives it to each module
 // through the module's options; nothing reads a process-wide gate.
 type Gates struct {
-	gate featuregate.FeatureGate
-	set  map[string]bool
+	// differ are the gates whose value is not their default, as set
+	// (AllAlpha and AllBeta set every gate of their stage): a node keeps
+	// these few values, not a feature gate of its own, so that a process
+	// running many agents does not keep hundreds of gate specs for each.
+	differ map[featuregate.Feature]bool
 }
+
+// defaults are every gate's default, AllAlpha and AllBeta (false) too.
+var defaults = func() map[featuregate.Feature]bool {
+	out := map[featuregate.Feature]bool{"AllAlpha": false, "AllBeta": false}
+	for name, spec := range kubeletGates {
+		out[name] = spec.Default
+	}
+	return out
+}()
 
 // New returns the gates with set applied, validated as the kubelet does at
 // start: an unknown gate, a gate locked to its default set to the other
@@ -63,43 +74,38 @@ func New(logger klog.Logger, set map[string]bool) (*Gates, error) {
 	if err := g.SetFromMapWithLogger(logger, set); err != nil {
 		return nil, err
 	}
-	return &Gates{gate: g, set: maps.Clone(set)}, nil
-}
-
-// defaults are the gates at their defaults, for a nil *Gates.
-var defaults = func() gate {
-	g, err := newGate()
-	if err != nil {
-		panic(err)
+	differ := map[featuregate.Feature]bool{}
+	for name, def := range defaults {
+		if on := g.Enabled(name); on != def {
+			differ[name] = on
+		}
 	}
-	return g
-}()
+	return &Gates{differ: differ}, nil
+}
 
 // Enabled reports whether the gate named f is on. It panics on a gate the
 // kubelet does not know, as the kubelet's gate does (a programming error:
 // use the constants of this package).
 func (g *Gates) Enabled(f featuregate.Feature) bool {
-	if g == nil {
-		return defaults.Enabled(f)
+	def, ok := defaults[f]
+	if !ok {
+		panic(fmt.Errorf("feature %q is not a kubelet feature gate", f))
 	}
-	return g.gate.Enabled(f)
+	if g != nil {
+		if on, ok := g.differ[f]; ok {
+			return on
+		}
+	}
+	return def
 }
 
 // EnabledName is Enabled for a gate's name, false for a gate the kubelet
 // does not know (nodedeclaredfeatures' FeatureGate).
 func (g *Gates) EnabledName(name string) bool {
-	if _, ok := kubeletGates[featuregate.Feature(name)]; !ok {
+	if _, ok := defaults[featuregate.Feature(name)]; !ok {
 		return false
 	}
 	return g.Enabled(featuregate.Feature(name))
-}
-
-// Set returns the gates the configuration set, with their values (a copy).
-func (g *Gates) Set() map[string]bool {
-	if g == nil {
-		return map[string]bool{}
-	}
-	return maps.Clone(g.set)
 }
 
 // Implemented are the gates whose value nodekit acts on, with what it
@@ -120,19 +126,19 @@ var Implemented = map[featuregate.Feature]string{
 }
 
 // Unimplemented returns, sorted, the gates g sets to a value other than
-// their default that nodekit does not act on (Implemented); the agent logs
-// them with its other accepted but unimplemented settings.
+// their default (one by one, or through AllAlpha and AllBeta) that nodekit
+// does not act on (Implemented); the agent logs them with its other
+// accepted but unimplemented settings.
 func (g *Gates) Unimplemented() []string {
+	if g == nil {
+		return nil
+	}
 	var out []string
-	for name, on := range g.Set() {
-		spec, ok := kubeletGates[featuregate.Feature(name)]
-		if !ok || spec.Default == on {
+	for name := range g.differ {
+		if _, ok := Implemented[name]; ok || name == "AllAlpha" || name == "AllBeta" {
 			continue
 		}
-		if _, ok := Implemented[featuregate.Feature(name)]; ok {
-			continue
-		}
-		out = append(out, name)
+		out = append(out, string(name))
 	}
 	slices.Sort(out)
 	return out
@@ -161,7 +167,11 @@ func newGate() (gate, error) {
 // their default, stage and lock at that version (the spec's Version is
 // nil). e2e/kubeletparity compares it with the kubelet's own.
 func KubeletGates() map[featuregate.Feature]featuregate.FeatureSpec {
-	all := defaults.GetAll()
+	g, err := newGate()
+	if err != nil {
+		panic(err)
+	}
+	all := g.GetAll()
 	for name, spec := range all {
 		spec.Version = nil
 		all[name] = spec

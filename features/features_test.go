@@ -2,6 +2,7 @@ package features
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,5 +99,33 @@ func TestImplementedAreSettable(t *testing.T) {
 		if spec.LockToDefault {
 			t.Errorf("Implemented lists %s, which is locked to its default", name)
 		}
+	}
+}
+
+// TestAllAlpha: the AllAlpha and AllBeta special gates turn on every
+// alpha and beta gate not set otherwise, as the kubelet's (alone,
+// AllAlpha fails: alpha gates depend on GenericWorkload, a beta gate off
+// by default).
+func TestAllAlpha(t *testing.T) {
+	if _, err := New(klog.Background(), map[string]bool{"AllAlpha": true}); err == nil || !strings.Contains(err.Error(), "depends on features that are disabled: [GenericWorkload]") {
+		t.Errorf("AllAlpha alone: %v, want the dependency on GenericWorkload", err)
+	}
+	g, err := New(klog.Background(), map[string]bool{"AllAlpha": true, "AllBeta": true, "ImageVolumeWithDigest": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Enabled("InPlacePodVerticalScalingExclusiveCPUs") || !g.Enabled("GenericWorkload") || g.Enabled("ImageVolumeWithDigest") {
+		t.Error("AllAlpha, AllBeta: an alpha or beta gate is off, or the one set off is on")
+	}
+	if un := g.Unimplemented(); !slices.Contains(un, "InPlacePodVerticalScalingExclusiveCPUs") || slices.Contains(un, "AllAlpha") {
+		t.Errorf("Unimplemented() = %v, want the alpha gates AllAlpha turned on, not AllAlpha", un)
+	}
+}
+
+// TestKubeletGatesAreValid: the generated table is accepted by
+// component-base's featuregate (its dependencies agree with the stages).
+func TestKubeletGatesAreValid(t *testing.T) {
+	if _, err := newGate(); err != nil {
+		t.Fatal(err)
 	}
 }
