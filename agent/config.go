@@ -15,11 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/userns"
 )
 
@@ -99,6 +101,12 @@ type Config struct {
 	// or a test that binds port 0 and reads it back). The servers close
 	// them when they stop, so a Config with them starts one agent.
 	HealthzListener, NodeAPIListener net.Listener
+
+	// Features are the feature gates of Kubelet.FeatureGates (featureGates,
+	// --feature-gates), derived and validated by Complete as the kubelet
+	// validates them at start; the agent gives them to every module in its
+	// options.
+	Features *features.Gates
 
 	// NodeName is the Node's name, derived by Complete: HostnameOverride or
 	// the machine's hostname, lower-cased.
@@ -203,13 +211,14 @@ func setZero[T comparable](v *T, def T) {
 	}
 }
 
-// featureEnabled reports whether kc's featureGates enable gate, or def
-// when they do not name it: the kubelet's defaulting reads two gates.
-func featureEnabled(kc *kubeletconfig.KubeletConfiguration, gate string, def bool) bool {
-	if on, ok := kc.FeatureGates[gate]; ok {
+// featureEnabled reports whether kc's featureGates enable gate, or the
+// gate's default when they do not name it: the kubelet's defaulting reads
+// two gates (before the gates are validated, as the kubelet's).
+func featureEnabled(kc *kubeletconfig.KubeletConfiguration, gate featuregate.Feature) bool {
+	if on, ok := kc.FeatureGates[string(gate)]; ok {
 		return on
 	}
-	return def
+	return (*features.Gates)(nil).Enabled(gate)
 }
 
 // SetDefaults fills every unset field of kc with the value the kubelet
@@ -309,10 +318,10 @@ func SetDefaults(kc *kubeletconfig.KubeletConfiguration) {
 	setPtr(&kc.LocalStorageCapacityIsolation, true)
 	setString(&kc.ContainerRuntimeEndpoint, "unix:///run/containerd/containerd.sock")
 	setString(&kc.PodLogsDir, defaultPodLogsDir)
-	if featureEnabled(kc, "KubeletCrashLoopBackOffMax", true) {
+	if featureEnabled(kc, features.KubeletCrashLoopBackOffMax) {
 		setPtr(&kc.CrashLoopBackOff.MaxContainerRestartPeriod, metav1.Duration{Duration: defaultMaxContainerBackOff})
 	}
-	if featureEnabled(kc, "KubeletEnsureSecretPulledImages", true) {
+	if featureEnabled(kc, features.KubeletEnsureSecretPulledImages) {
 		setString(&kc.ImagePullCredentialsVerificationPolicy, kubeletconfig.NeverVerifyPreloadedImages)
 	}
 }
@@ -341,13 +350,15 @@ func ApplyConfigFileDefaults(kc *kubeletconfig.KubeletConfiguration) {
 // idempotent.
 func (c *Config) Complete() error {
 	SetDefaults(&c.Kubelet)
-	return c.complete()
+	return c.complete(klog.Background())
 }
 
 // complete is Complete without SetDefaults: ParseFlags defaults before it
 // applies the flags, so a flag set to a zero value (say
 // --minimum-image-ttl-duration=0s) keeps it, as with the kubelet.
-func (c *Config) complete() error {
+// The feature gates log through logger (setting a GA or deprecated gate is
+// a warning, as on the kubelet).
+func (c *Config) complete(logger klog.Logger) error {
 	if c.RootDir == "" {
 		c.RootDir = DefaultRootDir
 	}
@@ -370,6 +381,11 @@ func (c *Config) complete() error {
 	}
 	c.NodeName = strings.ToLower(strings.TrimSpace(name))
 	c.Hostname = c.NodeName
+	gates, err := features.New(logger.WithValues("node", c.NodeName), c.Kubelet.FeatureGates)
+	if err != nil {
+		return fmt.Errorf("failed to set feature gates from initial flags-based config: %w", err)
+	}
+	c.Features = gates
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -427,6 +443,12 @@ func (c *Config) Validate() error {
 		if err := validateTaint(t); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if !featureEnabled(kc, features.KubeletCrashLoopBackOffMax) && kc.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
+		errs = append(errs, errors.New("invalid configuration: FeatureGate KubeletCrashLoopBackOffMax not enabled, CrashLoopBackOff.MaxContainerRestartPeriod must not be set"))
+	}
+	if !featureEnabled(kc, features.KubeletEnsureSecretPulledImages) && kc.ImagePullCredentialsVerificationPolicy != "" {
+		errs = append(errs, errors.New("invalid configuration: `imagePullCredentialsVerificationPolicy` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"))
 	}
 	if p := kc.CrashLoopBackOff.MaxContainerRestartPeriod; p != nil && (p.Duration < time.Second || p.Duration > defaultMaxContainerBackOff) {
 		errs = append(errs, fmt.Errorf("invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: %v seconds) must be set between 1s and 300s", p.Duration.Seconds()))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,7 +13,11 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/features"
+	"github.com/nodekit/nodekit/pods"
 )
 
 func writeFile(t *testing.T, name, data string) string {
@@ -298,14 +303,15 @@ logging:
 `)
 	logger, lines := logLines()
 	_, err := ParseFlags(logger, []string{"--config=" + file, "--hostname-override=n", "--cert-dir=/pki",
-		"--anonymous-auth=true", "--node-status-update-frequency=3s", "--v=0", "--feature-gates=Foo=true",
+		"--anonymous-auth=true", "--node-status-update-frequency=3s", "--v=0", "--feature-gates=KubeletSeparateDiskGC=false,ExtendWebSocketsToKubelet=false,MemoryQoS=true,RestartAllContainersOnContainerExits=false",
 		"--lock-file=/run/lock", "--register-node=true", "--cgroup-root=/x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates" "flag"="--feature-gates"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates.KubeletSeparateDiskGC" "flag"="--feature-gates"`,
+		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "setting"="featureGates.RestartAllContainersOnContainerExits" "flag"="--feature-gates" "implemented"="the node's declared feature follows the gate; the behaviour does not"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
@@ -321,6 +327,65 @@ logging:
 		t.Errorf("without --config, logged %q, want nothing", *lines)
 	}
 }
+
+// TestFeatureGates: the configuration's gates are validated as the
+// kubelet's at start (an unknown gate, a locked one changed, a dependency
+// off are the kubelet's errors), given to the modules' options, and the
+// two gated defaults follow them.
+func TestFeatureGates(t *testing.T) {
+	for _, tc := range []struct{ gates, want string }{
+		{"NoSuchGate=true", "failed to set feature gates from initial flags-based config: unrecognized feature gate: NoSuchGate"},
+		{"UserNamespacesSupport=false", "cannot set feature gate UserNamespacesSupport to false, feature is locked to true"},
+		{"ContainerRestartRules=false", "RestartAllContainersOnContainerExits is enabled, but depends on features that are disabled: [ContainerRestartRules]"},
+		// As on the kubelet, the flags come after the defaults, which the
+		// gate on by default filled.
+		{"KubeletCrashLoopBackOffMax=false", "FeatureGate KubeletCrashLoopBackOffMax not enabled, CrashLoopBackOff.MaxContainerRestartPeriod must not be set"},
+	} {
+		_, err := ParseFlags(klog.Background(), []string{"--hostname-override=n", "--feature-gates=" + tc.gates})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--feature-gates=%s: %v, want %q", tc.gates, err, tc.want)
+		}
+	}
+
+	file := writeFile(t, "kubelet.yaml", `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+featureGates:
+  ExtendWebSocketsToKubelet: false
+  InPlacePodLevelResourcesVerticalScaling: false
+  KubeletCrashLoopBackOffMax: false
+`)
+	cfg, err := ParseFlags(klog.Background(), []string{"--hostname-override=n", "--config=" + file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []featuregate.Feature{features.ExtendWebSocketsToKubelet, features.InPlacePodLevelResourcesVerticalScaling, features.KubeletCrashLoopBackOffMax} {
+		if cfg.Features.Enabled(g) {
+			t.Errorf("%s is on after --feature-gates turned it off", g)
+		}
+	}
+	if !cfg.Features.Enabled(features.ResourceHealthStatus) {
+		t.Error("ResourceHealthStatus, on by default, is off")
+	}
+	if cfg.ServerOptions(nil).Features != cfg.Features || cfg.PodsOptions(nil).Features != cfg.Features {
+		t.Error("the server's and the pods loop's options do not carry the configuration's gates")
+	}
+	if cfg.Kubelet.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
+		t.Errorf("KubeletCrashLoopBackOffMax off: maxContainerRestartPeriod defaulted to %v", cfg.Kubelet.CrashLoopBackOff.MaxContainerRestartPeriod)
+	}
+	so, err := cfg.SetterOptions(criFeatureRuntime{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}; !slices.Equal(so.DeclaredFeatures, want) {
+		t.Errorf("declared features with two gates off: %v, want %v", so.DeclaredFeatures, want)
+	}
+}
+
+// criFeatureRuntime is a pods.Runtime that supports the CRI path's node
+// features (only SupportedNodeFeatures is called).
+type criFeatureRuntime struct{ pods.Runtime }
+
+func (criFeatureRuntime) SupportedNodeFeatures() []string { return pods.CRIFeatures() }
 
 func TestFlagUsageListsKubeletFlags(t *testing.T) {
 	usage := FlagUsage()

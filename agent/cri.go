@@ -50,6 +50,9 @@ var CRI = fx.Options(
 		provideStatusPoller,
 		provideCgroups,
 		podManagerOptions,
+		// The images the containers mount, which the pod manager records
+		// and the image GC reads.
+		runtime.NewImageMounts,
 		newServiceLister,
 		func(cfg *Config) stats.Options { return cfg.StatsOptions() },
 	),
@@ -216,6 +219,7 @@ type podManagerParams struct {
 	Devices  *devices.Manager       `optional:"true"`
 	CPUs     *cpumanager.Manager    `optional:"true"`
 	Memory   *memorymanager.Manager `optional:"true"`
+	Mounts   *runtime.ImageMounts
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
@@ -238,6 +242,7 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 		o.UpdatePodCgroup = p.Cgroups.UpdatePod
 	}
 	o.Allocatable = p.Node.Allocatable
+	o.ImageMounts = p.Mounts
 	o.ConfigMaps = p.Volumes.ConfigMap
 	o.Secrets = p.Volumes.Secret
 	if p.Services != nil {

@@ -302,12 +302,12 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 			cfg.NodeIPs = append(cfg.NodeIPs, ip)
 		}
 	}
-	if err := cfg.complete(); err != nil {
+	if err := cfg.complete(logger); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	var given []string
 	fs.Visit(func(f *pflag.Flag) { given = append(given, f.Name) })
-	logUnimplemented(logger, unimplemented(&cfg.Kubelet, probe.configFile != "", given, b.fields, b.klog))
+	logUnimplemented(logger, unimplemented(&cfg.Kubelet, cfg.Features, probe.configFile != "", given, b.fields, b.klog))
 	return cfg, nil
 }
 

@@ -109,7 +109,7 @@ func exercise(t *testing.T, cfg *Config) {
 	}
 	cfg.LeaseOptions(nil)
 	cfg.StatusOptions(nil)
-	_, _ = cfg.SetterOptions()
+	_, _ = cfg.SetterOptions(nil)
 	cfg.APIServerSourceOptions(nil)
 	cfg.RuntimeOptions()
 	cfg.CgroupsPerQOS()

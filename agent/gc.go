@@ -47,7 +47,10 @@ type runtimeGCParams struct {
 	Shutdowner     fx.Shutdowner
 }
 
-func provideImageGC(p runtimeGCParams, o runtime.ImageGCOptions) (*runtime.ImageGC, error) {
+func provideImageGC(p runtimeGCParams, o runtime.ImageGCOptions, mounts *runtime.ImageMounts) (*runtime.ImageGC, error) {
+	if o.ImageMounts == nil {
+		o.ImageMounts = mounts
+	}
 	if o.Runtime == nil {
 		o.Runtime = p.RuntimeService
 	}

@@ -294,9 +294,10 @@ func ensureDataDirs(lc fx.Lifecycle, cfg *Config) dataDirs {
 	return dataDirs{}
 }
 
-// setterOptions gives the status setters the agent's one machine.Func.
-func setterOptions(cfg *Config, host machine.Func) (status.SetterOptions, error) {
-	opts, err := cfg.SetterOptions()
+// setterOptions gives the status setters the agent's one machine.Func
+// and the features of its runtime.
+func setterOptions(cfg *Config, host machine.Func, rt pods.Runtime) (status.SetterOptions, error) {
+	opts, err := cfg.SetterOptions(rt)
 	opts.Machine = host
 	return opts, err
 }

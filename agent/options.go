@@ -85,11 +85,12 @@ func (cfg *Config) StatusOptions(onRepeatedFailure func()) status.Options {
 // SetterOptions returns the options of the default node status setters:
 // addresses, capacity and allocatable (maxPods, podsPerCore, kubeReserved,
 // systemReserved, hard eviction thresholds), images, the kubelet port, and
-// the node features this agent implements (pods.NodeDeclaredFeatures, which
-// replace what a kubelet that ran the node before declared).
-func (cfg *Config) SetterOptions() (status.SetterOptions, error) {
+// the node features this agent implements: those its runtime rt supports
+// (pods.NodeFeatureSupporter) whose gates are on (pods.NodeDeclaredFeatures,
+// which replace what a kubelet that ran the node before declared).
+func (cfg *Config) SetterOptions(rt pods.Runtime) (status.SetterOptions, error) {
 	kc := &cfg.Kubelet
-	declared, err := pods.NodeDeclaredFeatures(nodekit.KubeletVersion())
+	declared, err := pods.NodeDeclaredFeatures(nodekit.KubeletVersion(), pods.SupportedNodeFeatures(rt), cfg.Features)
 	if err != nil {
 		return status.SetterOptions{}, err
 	}
@@ -150,6 +151,9 @@ func (cfg *Config) PodsOptions(node pods.NodeGetter) pods.Options {
 		QOSClass:             cgroupdriver.PodQOS,
 		HostIPs:              func() []net.IP { return cfg.hostIPs(node) },
 		AllowedUnsafeSysctls: cfg.Kubelet.AllowedUnsafeSysctls,
+		Features:             cfg.Features,
+		CPUManagerPolicy:     cfg.Kubelet.CPUManagerPolicy,
+		MemoryManagerPolicy:  cfg.Kubelet.MemoryManagerPolicy,
 		Allocations:          allocation.New(allocation.Options{RootDir: cfg.RootDir}),
 	}
 }

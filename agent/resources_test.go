@@ -57,7 +57,7 @@ func TestReservedSystemCPUsOverrideReservation(t *testing.T) {
 	if err != nil || q.Cmp(resource.MustParse("2")) != 0 {
 		t.Errorf("reserved CPU %s (%v), want 2", q.String(), err)
 	}
-	so, err := cfg.SetterOptions()
+	so, err := cfg.SetterOptions(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,6 +195,7 @@ func (cfg *Config) ServerOptions(node func() (*v1.Node, bool)) server.Options {
 		o.Port, o.ReadOnlyPort = -1, 0
 	}
 	o.NodeName = cfg.NodeName
+	o.Features = cfg.Features
 	if cfg.ServerEnabled() {
 		o.Listener = cfg.NodeAPIListener
 	}

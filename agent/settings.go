@@ -2,6 +2,7 @@ package agent
 
 import (
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -9,6 +10,9 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/go-logr/logr"
+
+	"github.com/nodekit/nodekit/features"
+	"github.com/nodekit/nodekit/pods"
 )
 
 // implementedSettings are the kubelet settings nodekit acts on: the
@@ -172,6 +176,11 @@ var implementedSettings = map[string]string{
 	// User namespaces (userns/, agent/userns.go).
 	"userNamespaces": "",
 
+	// Feature gates (features/): validated as the kubelet's; a gate
+	// features.Implemented does not list, set to a value other than its
+	// default, is reported as its own setting, featureGates.<Gate>.
+	"featureGates": "",
+
 	// Cgroups.
 	"cgroupDriver":      "",
 	"cgroupRoot":        "",
@@ -197,8 +206,10 @@ type unimplementedSetting struct {
 // implemented. A field counts when its value differs from the default the
 // kubelet would give it on the same path (a configuration file or flags
 // only); fromFile says which. given are the flags on the command line,
-// fieldFlags maps a flag to the field it sets, klogFlags are klog's.
-func unimplemented(kc *kubeletconfig.KubeletConfiguration, fromFile bool, given []string, fieldFlags map[string]string, klogFlags map[string]bool) []unimplementedSetting {
+// fieldFlags maps a flag to the field it sets, klogFlags are klog's. gates
+// are kc's feature gates: each one they set that nodekit does not act on
+// (features.Gates.Unimplemented) is a setting "featureGates.<Gate>".
+func unimplemented(kc *kubeletconfig.KubeletConfiguration, gates *features.Gates, fromFile bool, given []string, fieldFlags map[string]string, klogFlags map[string]bool) []unimplementedSetting {
 	base := kubeletconfig.KubeletConfiguration{FeatureGates: kc.FeatureGates}
 	SetDefaults(&base)
 	if fromFile {
@@ -219,6 +230,13 @@ func unimplemented(kc *kubeletconfig.KubeletConfiguration, fromFile bool, given 
 		if note, ok := implementedSettings["--"+name]; !ok || note != "" {
 			out = append(out, unimplementedSetting{name: "--" + name, partly: note})
 		}
+	}
+	for _, gate := range gates.Unimplemented() {
+		u := unimplementedSetting{name: "featureGates." + gate, flag: flagOf["featureGates"]}
+		if slices.Contains(pods.CRIFeatures(), gate) {
+			u.partly = "the node's declared feature follows the gate; the behaviour does not"
+		}
+		out = append(out, u)
 	}
 	for _, path := range changedSettings(kc, &base) {
 		if note, ok := implementedSettings[path]; !ok || note != "" {

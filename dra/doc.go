@@ -28,9 +28,14 @@
 // node's ResourceSlices (of that driver) are deleted, as the kubelet does
 // so that the scheduler stops placing pods on a driver that went away.
 //
-// Not implemented: the DRAResourceHealth stream (ResourceHealthStatus,
-// beta in 1.37: the containers' allocatedResourcesStatus), the
-// DRAOptionalNodeOperations alpha gate (a claim whose results skip node
+// The health drivers report on their DRAResourceHealth stream goes into
+// the containers' allocatedResourcesStatus (ResourceHealthStatus) and is
+// checkpointed in the kubelet's <root-dir>/dra_health_state
+// (HealthCheckpointFile), so a restarted agent reports it until the report
+// times out rather than Unknown; a driver whose stream ends is cleared, as
+// by the kubelet.
+//
+// Not implemented: the DRAOptionalNodeOperations alpha gate (a claim whose results skip node
 // operations is refused, as the kubelet with the gate off), and claims of
 // PodGroups (DRAWorkloadResourceClaims, off by default).
 //

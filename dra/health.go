@@ -2,10 +2,14 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +22,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
+
+	"github.com/nodekit/nodekit/internal/atomicfile"
 )
 
 // The Manager as the pod lifecycle loop's pods.ResourceHealthProvider: the
@@ -56,11 +62,96 @@ type deviceHealth struct {
 	timeout time.Duration
 }
 
+// HealthCheckpointFile is the file in Options.StateDir that keeps the
+// devices' reported health across restarts, the kubelet's
+// dra_health_state (its format too): after a restart a device keeps the
+// health its plugin last reported until that report times out, instead of
+// turning Unknown until the plugin reports again.
+const HealthCheckpointFile = "dra_health_state"
+
+// checkpointDevice is a device in HealthCheckpointFile: the kubelet's
+// state.DeviceHealth, whose JSON names are its Go field names.
+type checkpointDevice struct {
+	PoolName           string
+	DeviceName         string
+	Health             v1.ResourceHealthStatus
+	LastUpdated        time.Time
+	HealthCheckTimeout time.Duration
+	Message            string
+}
+
+// checkpointDriver is a driver in HealthCheckpointFile (the kubelet's
+// state.DriverHealthState), its devices by "<pool>/<device>".
+type checkpointDriver struct {
+	Devices map[string]checkpointDevice
+}
+
 // healthCache is the devices' reported health by driver, then by
-// "<pool>/<device>".
+// "<pool>/<device>", kept in path (HealthCheckpointFile; "" keeps it in
+// memory only).
 type healthCache struct {
+	path    string
 	mu      sync.RWMutex
 	drivers map[string]map[string]deviceHealth
+}
+
+// load reads the checkpoint, as the kubelet's newHealthInfoCache: a
+// missing file is an empty cache.
+func (c *healthCache) load() error {
+	if c.path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the DRA health checkpoint %s: %w", c.path, err)
+	}
+	var saved map[string]checkpointDriver
+	if err := json.Unmarshal(data, &saved); err != nil {
+		return fmt.Errorf("decode the DRA health checkpoint %s: %w", c.path, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drivers = map[string]map[string]deviceHealth{}
+	for driver, d := range saved {
+		devices := map[string]deviceHealth{}
+		for key, dev := range d.Devices {
+			timeout := dev.HealthCheckTimeout
+			if timeout == 0 {
+				timeout = DefaultHealthTimeout
+			}
+			devices[key] = deviceHealth{health: dev.Health, message: dev.Message, updated: dev.LastUpdated, timeout: timeout}
+		}
+		c.drivers[driver] = devices
+	}
+	return nil
+}
+
+// save writes the checkpoint whole; c.mu held.
+func (c *healthCache) save() error {
+	if c.path == "" {
+		return nil
+	}
+	out := make(map[string]checkpointDriver, len(c.drivers))
+	for driver, devices := range c.drivers {
+		d := checkpointDriver{Devices: make(map[string]checkpointDevice, len(devices))}
+		for key, dev := range devices {
+			pool, name, _ := strings.Cut(key, "/")
+			d.Devices[key] = checkpointDevice{PoolName: pool, DeviceName: name, Health: dev.health,
+				LastUpdated: dev.updated, HealthCheckTimeout: dev.timeout, Message: dev.message}
+		}
+		out[driver] = d
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("encode the DRA health checkpoint: %w", err)
+	}
+	if err := atomicfile.Write(c.path, data); err != nil {
+		return fmt.Errorf("write the DRA health checkpoint %s: %w", c.path, err)
+	}
+	return nil
 }
 
 // get returns the device's health, Unknown when it has no report or the
@@ -77,8 +168,9 @@ func (c *healthCache) get(driver, pool, device string, now time.Time) deviceHeal
 
 // update records a report of driver and returns the devices whose health,
 // message or timeout changed, and those not reported whose last report
-// timed out (they turn Unknown and are forgotten), as the kubelet's.
-func (c *healthCache) update(driver string, reported map[string]deviceHealth, now time.Time) (changed []string, ignored int) {
+// timed out (they turn Unknown and are forgotten), as the kubelet's; the
+// checkpoint is written when any did (err says it could not be).
+func (c *healthCache) update(driver string, reported map[string]deviceHealth, now time.Time) (changed []string, ignored int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.drivers == nil {
@@ -100,6 +192,7 @@ func (c *healthCache) update(driver string, reported map[string]deviceHealth, no
 		}
 		devices[key] = d
 	}
+	deleted := false
 	for key, d := range devices {
 		if _, ok := reported[key]; ok || now.Sub(d.updated) <= d.timeout {
 			continue
@@ -108,15 +201,21 @@ func (c *healthCache) update(driver string, reported map[string]deviceHealth, no
 			changed = append(changed, key)
 		}
 		delete(devices, key)
+		deleted = true
 	}
-	return changed, ignored
+	if len(changed) > 0 || deleted {
+		err = c.save()
+	}
+	return changed, ignored, err
 }
 
-// clear forgets driver's devices (its health stream ended).
-func (c *healthCache) clear(driver string) {
+// clear forgets driver's devices (its health stream ended) and writes the
+// checkpoint, as the kubelet's clearDriver.
+func (c *healthCache) clear(driver string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.drivers, driver)
+	return c.save()
 }
 
 // HealthUpdates delivers the UID of each pod one of whose claims' devices
@@ -267,7 +366,11 @@ func (m *Manager) watchHealth(ctx context.Context, p *plugin) {
 // health is forgotten when it ends.
 func (m *Manager) handleHealthStream(ctx context.Context, stream drahealthv1.DRAResourceHealth_NodeWatchResourcesClient, driver string) error {
 	logger := m.logger(ctx).WithValues("driverName", driver)
-	defer m.health.clear(driver)
+	defer func() {
+		if err := m.health.clear(driver); err != nil {
+			logger.Error(err, "Failed to clear health info cache for driver")
+		}
+	}()
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -296,7 +399,10 @@ func (m *Manager) handleHealthStream(ctx context.Context, stream drahealthv1.DRA
 			}
 			reported[d.GetDevice().GetPoolName()+"/"+d.GetDevice().GetDeviceName()] = deviceHealth{health: health, message: msg, updated: now, timeout: timeout}
 		}
-		changed, ignored := m.health.update(driver, reported, now)
+		changed, ignored, err := m.health.update(driver, reported, now)
+		if err != nil {
+			logger.Error(err, "Failed to save health checkpoint after update. Kubelet restart may lose the device health information.")
+		}
 		if ignored > 0 {
 			logger.Error(nil, "Health report contains more devices than the cache keeps per driver, ignoring new devices beyond the limit", "limit", maxDevicesPerDriver, "ignoredDevices", ignored)
 		}

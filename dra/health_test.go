@@ -1,6 +1,10 @@
 package dra
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -124,7 +128,7 @@ func TestHealthCacheTimeout(t *testing.T) {
 	var c healthCache
 	t0 := time.Now()
 	h := deviceHealth{health: v1.ResourceHealthStatusHealthy, updated: t0, timeout: 10 * time.Second}
-	if changed, _ := c.update("d", map[string]deviceHealth{"p/a": h, "p/b": h}, t0); len(changed) != 2 {
+	if changed, _, _ := c.update("d", map[string]deviceHealth{"p/a": h, "p/b": h}, t0); len(changed) != 2 {
 		t.Errorf("first report changed %v", changed)
 	}
 	if got := c.get("d", "p", "a", t0.Add(5*time.Second)).health; got != v1.ResourceHealthStatusHealthy {
@@ -137,12 +141,94 @@ func TestHealthCacheTimeout(t *testing.T) {
 	// and is forgotten.
 	t1 := t0.Add(11 * time.Second)
 	h.updated = t1
-	changed, _ := c.update("d", map[string]deviceHealth{"p/a": h}, t1)
+	changed, _, _ := c.update("d", map[string]deviceHealth{"p/a": h}, t1)
 	if !reflect.DeepEqual(changed, []string{"p/b"}) {
 		t.Errorf("changed %v, want p/b turning Unknown", changed)
 	}
 	if _, ok := c.drivers["d"]["p/b"]; ok {
 		t.Error("stale device kept")
+	}
+}
+
+// TestHealthCheckpoint: the devices' reported health is kept in
+// <state dir>/dra_health_state, the kubelet's file and format, so that a
+// restarted agent reports it until it times out instead of Unknown; a
+// driver whose health stream ended is cleared from it.
+func TestHealthCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, HealthCheckpointFile)
+	now := time.Now()
+	c := healthCache{path: path}
+	h := deviceHealth{health: v1.ResourceHealthStatusUnhealthy, message: "ECC errors", updated: now, timeout: time.Minute}
+	if _, _, err := c.update("example.com", map[string]deviceHealth{"pool/gpu-0": h}, now); err != nil {
+		t.Fatal(err)
+	}
+	// Restarted: a new Manager on the same directory.
+	m, _ := newTestManager(t, dir, nil)
+	if err := m.load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.health.get("example.com", "pool", "gpu-0", now.Add(time.Second)); got.health != v1.ResourceHealthStatusUnhealthy || got.message != "ECC errors" {
+		t.Errorf("after a restart: %+v, want the checkpointed Unhealthy, ECC errors", got)
+	}
+	if got := m.health.get("example.com", "pool", "gpu-0", now.Add(2*time.Minute)); got.health != v1.ResourceHealthStatusUnknown {
+		t.Errorf("after a restart, past the report's timeout: %s, want Unknown", got.health)
+	}
+	// The stream ended: cleared in the file too.
+	if err := c.clear("example.com"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := healthCache{path: path}
+	if err := c2.load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c2.get("example.com", "pool", "gpu-0", now); got.health != v1.ResourceHealthStatusUnknown {
+		t.Errorf("after the driver was cleared: %s, want Unknown", got.health)
+	}
+
+	// A checkpoint the kubelet wrote (state.DevicesHealthMap; a zero
+	// timeout is the default one) is read.
+	kubelets := fmt.Sprintf(`{"example.com":{"Devices":{"pool/gpu-1":{"PoolName":"pool","DeviceName":"gpu-1","Health":"Healthy","LastUpdated":%q,"HealthCheckTimeout":0,"Message":"ok"}}}}`,
+		now.Format(time.RFC3339Nano))
+	if err := os.WriteFile(path, []byte(kubelets), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c3 := healthCache{path: path}
+	if err := c3.load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c3.get("example.com", "pool", "gpu-1", now.Add(DefaultHealthTimeout-time.Second)); got.health != v1.ResourceHealthStatusHealthy || got.message != "ok" {
+		t.Errorf("the kubelet's checkpoint: %+v, want Healthy, ok", got)
+	}
+	// Written back in the same shape.
+	if _, _, err := c3.update("example.com", map[string]deviceHealth{"pool/gpu-1": {health: v1.ResourceHealthStatusUnhealthy, updated: now, timeout: DefaultHealthTimeout}}, now); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]struct {
+		Devices map[string]struct {
+			PoolName, DeviceName, Health string
+			HealthCheckTimeout           time.Duration
+		}
+	}
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if d := back["example.com"].Devices["pool/gpu-1"]; d.PoolName != "pool" || d.DeviceName != "gpu-1" || d.Health != "Unhealthy" || d.HealthCheckTimeout != DefaultHealthTimeout {
+		t.Errorf("checkpoint written %s", data)
+	}
+
+	// An unreadable checkpoint: logged, the health starts empty, the
+	// Manager works.
+	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := newTestManager(t, dir, nil)
+	if err := m2.load(); err != nil {
+		t.Errorf("a broken health checkpoint failed the Manager: %v", err)
 	}
 }
 

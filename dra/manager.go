@@ -126,7 +126,7 @@ func New(opts Options) (*Manager, error) {
 		opts.ClientCallTimeout = DefaultClientCallTimeout
 	}
 	m := &Manager{opts: opts, path: filepath.Join(opts.StateDir, CheckpointFile), claims: map[string]*claimInfo{}, baseLog: klog.Background(),
-		healthUpdates: make(chan types.UID, healthUpdatesBuffer)}
+		health: healthCache{path: filepath.Join(opts.StateDir, HealthCheckpointFile)}, healthUpdates: make(chan types.UID, healthUpdatesBuffer)}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
 	m.reg = &registry{ctx: ctx, m: m, plugins: map[string][]*plugin{}, wipes: map[string]*time.Timer{}}
@@ -144,9 +144,14 @@ func (m *Manager) logger(ctx context.Context) logr.Logger {
 	return m.baseLog.WithName("dra-manager")
 }
 
-// load reads the checkpoint once.
+// load reads the checkpoints once: the devices' health (a health
+// checkpoint that cannot be read is logged, and the health starts empty,
+// as the kubelet's) and the claims.
 func (m *Manager) load() error {
 	m.loadOnce.Do(func() {
+		if err := m.health.load(); err != nil {
+			m.logger(context.Background()).Error(err, "Failed to load health checkpoint, proceeding with empty cache")
+		}
 		states, err := readCheckpoint(m.path)
 		if err != nil {
 			m.loadErr = fmt.Errorf("DRA manager: read the claim checkpoint %s (drain the node and remove it): %w", m.path, err)

@@ -120,7 +120,7 @@ func TestHandoverFromKubelet(t *testing.T) {
 	agent, agentStart := k.handOver(t, "--sync-frequency="+handoverSyncFrequency.String())
 	cri := k.cri
 	// The node declares the agent's features, not the kubelet's leftover.
-	own, err := pods.NodeDeclaredFeatures(nodekit.KubeletVersion())
+	own, err := pods.NodeDeclaredFeatures(nodekit.KubeletVersion(), pods.CRIFeatures(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

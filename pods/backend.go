@@ -34,6 +34,9 @@ var ErrPodNotFound = errors.New("pod not found in the backend")
 // implementations must be safe for concurrent use. Pods passed in are shared
 // and must not be modified; returned objects become the caller's (return a
 // copy of what you keep).
+//
+// A backend that implements node features (in-place resize, say) says so
+// by being a NodeFeatureSupporter; one that is not declares none.
 type PodBackend interface {
 	// CreatePod starts pod. It is called when the pod is first synced and
 	// the backend does not know it (GetPodStatus says ErrPodNotFound).
@@ -126,6 +129,16 @@ func NewBackendRuntime(b PodBackend, opts BackendRuntimeOptions) (*BackendRuntim
 		opts.Clock = clock.RealClock{}
 	}
 	return &BackendRuntime{b: b, opts: opts, events: make(chan *podstate.PodLifecycleEvent, 1000), pods: map[types.UID]*backendPod{}, failed: map[types.UID]error{}}, nil
+}
+
+// SupportedNodeFeatures is the backend's, when it is a
+// NodeFeatureSupporter; none otherwise (nothing of the CRI path, such as
+// in-place resize or the node API's WebSockets, applies to it).
+func (r *BackendRuntime) SupportedNodeFeatures() []string {
+	if s, ok := r.b.(NodeFeatureSupporter); ok {
+		return s.SupportedNodeFeatures()
+	}
+	return nil
 }
 
 // Run registers for the backend's notifications, or polls the status of

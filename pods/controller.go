@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/resources/allocation"
@@ -51,6 +52,12 @@ type Options struct {
 	// rejects is failed and never started. GeneralPredicates is the
 	// kubelet's first one; see AdmitHandlerGroup for the fx way.
 	Admit []AdmitHandler
+	// CPUManagerPolicy and MemoryManagerPolicy are the node's
+	// cpuManagerPolicy and memoryManagerPolicy: under "static" ("Static")
+	// an in-place resize of a Guaranteed pod's CPU (memory) is Infeasible,
+	// as on the kubelet while InPlacePodVerticalScalingExclusiveCPUs
+	// (ExclusiveMemory) is off. "" is the kubelet's "none" ("None").
+	CPUManagerPolicy, MemoryManagerPolicy string
 	// AllowedUnsafeSysctls are the unsafe sysctls (names, or prefixes
 	// ending in *) the Module's Sysctls admit handler lets pods set
 	// (kubelet allowedUnsafeSysctls); New ignores it.
@@ -67,8 +74,15 @@ type Options struct {
 	// ResourceHealth report, in order, the health of the devices
 	// allocated to the pods' containers in their statuses
 	// (allocatedResourcesStatus); their changes sync the pod. Empty
-	// reports none.
+	// reports none, and so does the ResourceHealthStatus gate off.
 	ResourceHealth []ResourceHealthProvider
+	// Features are the node's feature gates (nil: the kubelet's
+	// defaults). The Controller reads ResourceHealthStatus,
+	// InPlacePodLevelResourcesVerticalScaling (off: a resize of pod-level
+	// resources is Infeasible) and the exclusive CPU and memory resize
+	// gates (see CPUManagerPolicy); Module's DeclaredFeatures admit handler
+	// the gates of the node features.
+	Features *features.Gates
 	// HostIPs returns the node's IPs, reported as the pods' hostIPs; nil
 	// reports none.
 	HostIPs func() []net.IP
@@ -225,6 +239,11 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Allocations == nil {
 		opts.Allocations = allocation.New(allocation.Options{})
+	}
+	if !opts.Features.Enabled(features.ResourceHealthStatus) {
+		// As the kubelet with the gate off: no device's health in the
+		// pods' statuses, and no sync on its changes.
+		opts.ResourceHealth = nil
 	}
 	m, err := newControllerMetrics(opts.Registerer)
 	if err != nil {

@@ -7,8 +7,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
 )
@@ -72,4 +74,43 @@ func TestControllerResourceHealth(t *testing.T) {
 	log.waitFor(t, "a sync after a device health update", func(c []string) bool { return count(c, "SyncPod") == 2 })
 	claims.updates <- "a"
 	log.waitFor(t, "a sync after a claim health update", func(c []string) bool { return count(c, "SyncPod") == 3 })
+}
+
+// TestControllerResourceHealthGateOff: with ResourceHealthStatus off, as
+// on the kubelet, no device health reaches the pods' statuses.
+func TestControllerResourceHealthGateOff(t *testing.T) {
+	gates, err := features.New(klog.Background(), map[string]bool{"ResourceHealthStatus": false, "ResourceHealthStatusMessage": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &callLog{}
+	sources := loggedSources{ch: make(chan podsource.Update)}
+	rt := &loggedRuntime{log: log, events: make(chan *podstate.PodLifecycleEvent)}
+	devs := &fakeHealth{name: "example.com/dev", updates: make(chan types.UID)}
+	c, err := New(Options{
+		Sources:        sources,
+		Runtime:        rt,
+		Statuses:       &loggedStatuses{log: log, statuses: map[types.UID]v1.PodStatus{}},
+		Node:           knownNode,
+		ResourceHealth: []ResourceHealthProvider{devs},
+		Features:       gates,
+		Clock:          testclock.NewFakeClock(time.Now()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	sources.ch <- podsource.Update{Op: podsource.OpAdd, Pods: []*v1.Pod{probedPod("a")}, Source: podsource.APIServerSource}
+	log.waitFor(t, "a sync", func(c []string) bool { return count(c, "SyncPod") == 1 })
+	if opts := rt.statusOptions(); opts.AllocatedResourcesStatus != nil {
+		t.Error("ResourceHealthStatus off: the status options carry an allocatedResourcesStatus hook")
+	}
 }

@@ -120,20 +120,26 @@ func provide(p Params) (*Controller, error) {
 type podSpecParams struct {
 	fx.In
 
-	Options   Options      `optional:"true"`
+	Options   Options `optional:"true"`
+	Runtime   Runtime
 	Supported []PodFeature `group:"pod_supported_features"`
 }
 
 // podSpecHandlers are the default admit handlers that refuse a pod whose
 // spec asks for what the node cannot do: Sysctls (with the Options'
 // AllowedUnsafeSysctls), AppArmor, PodFeatures (admitting the features of
-// the SupportedPodFeatureGroup) and DeclaredFeatures.
+// the SupportedPodFeatureGroup) and DeclaredFeatures (the features the
+// Runtime supports whose gates the Options' Features enable).
 func podSpecHandlers(p podSpecParams) ([]OrderedAdmitHandler, error) {
 	sysctls, err := Sysctls(kernelRelease(), p.Options.AllowedUnsafeSysctls)
 	if err != nil {
 		return nil, fmt.Errorf("allowedUnsafeSysctls: %w", err)
 	}
-	declared, err := DeclaredFeatures(nodekit.KubeletVersion())
+	own, err := NodeDeclaredFeatures(nodekit.KubeletVersion(), SupportedNodeFeatures(p.Runtime), p.Options.Features)
+	if err != nil {
+		return nil, err
+	}
+	declared, err := DeclaredFeatures(nodekit.KubeletVersion(), own)
 	if err != nil {
 		return nil, err
 	}

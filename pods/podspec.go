@@ -21,6 +21,7 @@ import (
 	"k8s.io/component-helpers/nodedeclaredfeatures/features/volumebindmountoptions"
 	ndftypes "k8s.io/component-helpers/nodedeclaredfeatures/types"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/podstate"
 )
 
@@ -287,8 +288,8 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 	})
 }
 
-// implementedFeatures are the node features of
-// k8s.io/component-helpers/nodedeclaredfeatures this node implements, by
+// criFeatures are the node features of
+// k8s.io/component-helpers/nodedeclaredfeatures the CRI path implements, by
 // the feature gate each one's discovery asks for: a running non-sidecar
 // init container is resized in place (runtime's computePodActions), and so
 // are pod-level resources (the pod's cgroup, runtime/resize.go); a
@@ -297,11 +298,38 @@ func PodFeatures(supported ...PodFeature) AdmitHandler {
 // podstatus's AllContainersRestarting condition); the node API serves exec,
 // attach and port-forward over WebSockets itself (server/websocket.go), so
 // the API server proxies them unchanged.
-var implementedFeatures = ndftypes.FeatureGateMap{
-	inplacepodresize.IPPRInitContainersFeatureGate:                 true,
-	inplacepodresize.IPPRPodLevelResourcesFeatureGate:              true,
-	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: true,
-	restartallcontainers.RestartAllContainersOnContainerExits:      true,
+var criFeatures = []string{
+	inplacepodresize.IPPRInitContainersFeatureGate,
+	inplacepodresize.IPPRPodLevelResourcesFeatureGate,
+	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate,
+	restartallcontainers.RestartAllContainersOnContainerExits,
+}
+
+// CRIFeatures returns the feature gates of the node features
+// (k8s.io/component-helpers/nodedeclaredfeatures) that a node running its
+// pods on a CRI runtime with nodekit's runtime and server packages
+// implements: runtime.Backend's SupportedNodeFeatures.
+func CRIFeatures() []string { return slices.Clone(criFeatures) }
+
+// NodeFeatureSupporter is an optional capability of a Runtime, and of a
+// PodBackend (BackendRuntime passes it on): the feature gates of the node
+// features (k8s.io/component-helpers/nodedeclaredfeatures) whose behaviour
+// it implements, so the node declares them (NodeDeclaredFeatures) when
+// the gates are on. A Runtime or PodBackend without it implements none: its
+// node declares no feature, and the scheduler places no pod that needs one
+// on it.
+type NodeFeatureSupporter interface {
+	// SupportedNodeFeatures returns the gates' names. It must not block.
+	SupportedNodeFeatures() []string
+}
+
+// SupportedNodeFeatures returns rt's SupportedNodeFeatures, none when it
+// is not a NodeFeatureSupporter.
+func SupportedNodeFeatures(rt Runtime) []string {
+	if s, ok := rt.(NodeFeatureSupporter); ok {
+		return s.SupportedNodeFeatures()
+	}
+	return nil
 }
 
 // undeclaredFeatures are the node features of the registry this node does
@@ -318,17 +346,22 @@ var undeclaredFeatures = map[string]string{
 }
 
 // NodeDeclaredFeatures returns the node's status.declaredFeatures: the
-// features of k8s.io/component-helpers/nodedeclaredfeatures this node
-// implements, discovered as the kubelet discovers its own for
-// kubeletVersion (a feature past its registry MaxVersion is not declared),
-// sorted as the API requires. It is never nil, so that a node taken over
-// from a kubelet drops the kubelet's declaration.
-func NodeDeclaredFeatures(kubeletVersion string) ([]string, error) {
+// features of k8s.io/component-helpers/nodedeclaredfeatures whose gates
+// the node's runtime supports (supported, see NodeFeatureSupporter) and
+// gates enables (nil: the defaults), discovered as the kubelet discovers
+// its own for kubeletVersion (a feature past its registry MaxVersion is not
+// declared), sorted as the API requires. It is never nil, so that a node
+// taken over from a kubelet drops the kubelet's declaration.
+func NodeDeclaredFeatures(kubeletVersion string, supported []string, gates *features.Gates) ([]string, error) {
 	v, err := version.ParseSemantic(kubeletVersion)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet version %q: %w", kubeletVersion, err)
 	}
-	names := ndf.DefaultFramework.DiscoverNodeFeatures(&ndf.NodeConfiguration{FeatureGates: implementedFeatures, Version: v})
+	on := make(ndftypes.FeatureGateMap, len(supported))
+	for _, gate := range supported {
+		on[gate] = gates.EnabledName(gate)
+	}
+	names := ndf.DefaultFramework.DiscoverNodeFeatures(&ndf.NodeConfiguration{FeatureGates: on, Version: v})
 	if names == nil {
 		names = []string{}
 	}
@@ -338,21 +371,18 @@ func NodeDeclaredFeatures(kubeletVersion string) ([]string, error) {
 
 // DeclaredFeatures is the kubelet's declared-features admit handler: a pod
 // that needs a node feature (k8s.io/component-helpers/nodedeclaredfeatures,
-// e.g. VolumeBindMountOptions for a volume mount's bindMountOptions) this
-// node does not implement (NodeDeclaredFeatures) is
+// e.g. VolumeBindMountOptions for a volume mount's bindMountOptions) that
+// is not among declared, the node's own features (NodeDeclaredFeatures), is
 // refused with PodFeatureUnsupported, as on a kubelet without that
 // feature. As the kubelet's, it matches the node's own features, not the
 // Node object's, which may still carry what a previous agent declared.
 // kubeletVersion is the version the node reports.
-func DeclaredFeatures(kubeletVersion string) (AdmitHandler, error) {
+func DeclaredFeatures(kubeletVersion string, declared []string) (AdmitHandler, error) {
 	v, err := version.ParseSemantic(kubeletVersion)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet version %q: %w", kubeletVersion, err)
 	}
-	names, err := NodeDeclaredFeatures(kubeletVersion)
-	if err != nil {
-		return nil, err
-	}
+	names := declared
 	fw := ndf.DefaultFramework
 	own, err := fw.MapSorted(names)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	ndftypes "k8s.io/component-helpers/nodedeclaredfeatures/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/features"
 )
 
 func sysctlPod(hostNet, hostIPC bool, names ...string) *v1.Pod {
@@ -138,7 +140,7 @@ func TestPodFeatures(t *testing.T) {
 }
 
 func TestDeclaredFeaturesAdmitsRestartAllContainers(t *testing.T) {
-	h, err := DeclaredFeatures("v1.37.2+nodekit.0.1.0")
+	h, err := criDeclaredFeatures(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,15 +187,74 @@ func TestGeneralPredicatesOSAndGroupsPolicy(t *testing.T) {
 	}
 }
 
+// criDeclaredFeatures is the DeclaredFeatures handler of a CRI node with
+// the default gates.
+func criDeclaredFeatures(t *testing.T) (AdmitHandler, error) {
+	t.Helper()
+	own, err := NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0", CRIFeatures(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return DeclaredFeatures("v1.37.2+nodekit.0.1.0", own)
+}
+
+// TestNodeDeclaredFeaturesFollowGatesAndRuntime: a gate turned off drops
+// its feature, as on the kubelet, and a runtime declares only what it
+// supports.
+func TestNodeDeclaredFeaturesFollowGatesAndRuntime(t *testing.T) {
+	gates, err := features.New(klog.Background(), map[string]bool{
+		"ExtendWebSocketsToKubelet":               false,
+		"InPlacePodLevelResourcesVerticalScaling": false,
+		"ContainerRestartRules":                   false,
+		"RestartAllContainersOnContainerExits":    false,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0", CRIFeatures(), gates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"InPlacePodVerticalScalingInitContainers"}; !slices.Equal(got, want) {
+		t.Errorf("gates off: NodeDeclaredFeatures = %v, want %v", got, want)
+	}
+	got, err = NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || len(got) != 0 {
+		t.Errorf("a runtime supporting nothing: NodeDeclaredFeatures = %#v, want empty, not nil", got)
+	}
+	got, err = NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0", []string{"ExtendWebSocketsToKubelet"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"ExtendWebSocketsToKubelet"}; !slices.Equal(got, want) {
+		t.Errorf("a runtime supporting WebSockets: NodeDeclaredFeatures = %v, want %v", got, want)
+	}
+	// The handler refuses a pod needing a feature the node turned off.
+	h, err := DeclaredFeatures("v1.37.2+nodekit.0.1.0", []string{"InPlacePodVerticalScalingInitContainers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := v1.ContainerRestartPolicyNever
+	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", RestartPolicy: &never,
+		RestartPolicyRules: []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
+			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}}}}
+	if r := h.Admit(AdmitAttributes{Pod: pod, Node: admitNode()}); r.Admit || r.Reason != ReasonPodFeatureUnsupported {
+		t.Errorf("RestartAllContainers with its gate off: %+v", r)
+	}
+}
+
 func TestNodeDeclaredFeatures(t *testing.T) {
-	got, err := NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0")
+	got, err := NodeDeclaredFeatures("v1.37.2+nodekit.0.1.0", CRIFeatures(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"ExtendWebSocketsToKubelet", "InPlacePodLevelResourcesVerticalScaling", "InPlacePodVerticalScalingInitContainers", "RestartAllContainersOnContainerExits"}; !slices.Equal(got, want) {
 		t.Errorf("NodeDeclaredFeatures = %v, want %v", got, want)
 	}
-	if _, err := NodeDeclaredFeatures("not a version"); err == nil {
+	if _, err := NodeDeclaredFeatures("not a version", CRIFeatures(), nil); err == nil {
 		t.Error("a kubelet version that does not parse was accepted")
 	}
 	// Every feature of the registry is either implemented or named as not,
@@ -217,7 +278,7 @@ func TestNodeDeclaredFeatures(t *testing.T) {
 }
 
 func TestDeclaredFeaturesAdmitsWhatTheNodeDeclares(t *testing.T) {
-	h, err := DeclaredFeatures("v1.37.2+nodekit.0.1.0")
+	h, err := criDeclaredFeatures(t)
 	if err != nil {
 		t.Fatal(err)
 	}

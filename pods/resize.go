@@ -7,9 +7,11 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/status/podstatus"
 )
 
@@ -74,7 +76,12 @@ func (c *Controller) handleResize(ctx context.Context, pod *v1.Pod) *v1.Pod {
 	logger := klog.FromContext(ctx)
 	// Pod-level resources are resized as the containers'
 	// (InPlacePodLevelResourcesVerticalScaling).
-	res := c.admitAs(pod, alloc)
+	var res AdmitResult
+	if msg := c.resizeInfeasible(pod, alloc); msg != "" {
+		res = AdmitResult{Reason: v1.PodReasonInfeasible, Message: msg}
+	} else {
+		res = c.admitAs(pod, alloc)
+	}
 	if res.Admit {
 		if err := c.opts.Allocations.SetAllocated(pod); err != nil {
 			logger.Error(err, "Cannot record the pod's resized allocation; will retry", "pod", klog.KObj(pod))
@@ -101,6 +108,56 @@ func (c *Controller) handleResize(ctx context.Context, pod *v1.Pod) *v1.Pod {
 		r.resizePending, r.resizePendingGeneration = pending, pod.Generation
 	}
 	return alloc
+}
+
+// resizeInfeasible returns why the node cannot resize pod from its
+// allocation alloc at all, as the kubelet's resize admission before it
+// weighs the resize against the other pods, or "": a resize of pod-level
+// resources with InPlacePodLevelResourcesVerticalScaling off, and the CPU
+// (memory) of a Guaranteed pod under the static CPU (Static memory)
+// manager policy while InPlacePodVerticalScalingExclusiveCPUs
+// (InPlacePodVerticalScalingExclusiveMemory) is off, its default.
+func (c *Controller) resizeInfeasible(pod, alloc *v1.Pod) string {
+	if !c.opts.Features.Enabled(features.InPlacePodLevelResourcesVerticalScaling) &&
+		!apiequality.Semantic.DeepEqual(pod.Spec.Resources, alloc.Spec.Resources) {
+		return "InPlacePodLevelResourcesVerticalScaling is disabled"
+	}
+	qos := pod.Status.QOSClass
+	if c.opts.QOSClass != nil {
+		qos = c.opts.QOSClass(pod)
+	}
+	if qos != v1.PodQOSGuaranteed {
+		return ""
+	}
+	if !c.opts.Features.Enabled(features.InPlacePodVerticalScalingExclusiveCPUs) && c.opts.CPUManagerPolicy == "static" &&
+		containerRequestResized(pod, alloc, v1.ResourceCPU) {
+		return `Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"`
+	}
+	if !c.opts.Features.Enabled(features.InPlacePodVerticalScalingExclusiveMemory) && c.opts.MemoryManagerPolicy == "Static" &&
+		containerRequestResized(pod, alloc, v1.ResourceMemory) {
+		return `Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"`
+	}
+	return ""
+}
+
+// containerRequestResized reports whether a container of pod requests
+// another amount of resource than its allocation in alloc (for a
+// Guaranteed pod requests equal limits).
+func containerRequestResized(pod, alloc *v1.Pod, resource v1.ResourceName) bool {
+	allocated := map[string]v1.ResourceList{}
+	for _, list := range [][]v1.Container{alloc.Spec.InitContainers, alloc.Spec.Containers} {
+		for _, c := range list {
+			allocated[c.Name] = c.Resources.Requests
+		}
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if !c.Resources.Requests[resource].Equal(allocated[c.Name][resource]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // admitAs runs the admission checks on pod against the other active pods,

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/resources/allocation"
 	"github.com/nodekit/nodekit/status/podstatus"
@@ -172,4 +173,125 @@ func TestResizeAdmission(t *testing.T) {
 	if got.Spec.Resources.Requests.Cpu().String() != "200m" {
 		t.Errorf("checkpoint holds pod-level %s for pl, want 200m", got.Spec.Resources.Requests.Cpu())
 	}
+}
+
+// TestPodLevelResizeGateOff: with InPlacePodLevelResourcesVerticalScaling
+// off, a resize of pod-level resources is Infeasible with the kubelet's
+// message, and the runtime keeps the allocation; a container's resize is
+// still allocated.
+func TestPodLevelResizeGateOff(t *testing.T) {
+	gates, err := features.New(klog.Background(), map[string]bool{"InPlacePodLevelResourcesVerticalScaling": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi"),
+	}}}
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: record.NewFakeRecorder(100),
+		Allocations: allocation.New(allocation.Options{RootDir: t.TempDir()}), Features: gates,
+		Node:  func() (*v1.Node, bool) { return node, true },
+		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
+	})
+	send := func(op podsource.Op, pods ...*v1.Pod) {
+		t.Helper()
+		select {
+		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the controller did not take a %s update", op)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	pl := cpuPod("pl", 1, "50m")
+	pl.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}
+	send(podsource.OpAdd, pl)
+	waitFor("pl synced", func() bool { cpu, _ := rt.state("pl"); return cpu == "pod 100m" })
+	pl = pl.DeepCopy()
+	pl.Generation = 2
+	pl.Spec.Resources.Requests[v1.ResourceCPU] = resource.MustParse("200m")
+	send(podsource.OpUpdate, pl)
+	waitFor("pl's pod-level resize pending", func() bool { _, p := rt.state("pl"); return p != nil })
+	cpu, p := rt.state("pl")
+	if cpu != "pod 100m" || p.Reason != v1.PodReasonInfeasible || p.Message != "InPlacePodLevelResourcesVerticalScaling is disabled" {
+		t.Errorf("pod-level resize with the gate off: runtime synced %s, pending %+v; want pod 100m, Infeasible", cpu, p)
+	}
+
+	a := cpuPod("a", 1, "100m")
+	send(podsource.OpAdd, a)
+	waitFor("a synced", func() bool { cpu, _ := rt.state("a"); return cpu == "100m" })
+	send(podsource.OpUpdate, cpuPod("a", 2, "200m"))
+	waitFor("a's container resize allocated", func() bool { cpu, p := rt.state("a"); return cpu == "200m" && p == nil })
+}
+
+// TestGuaranteedResizeUnderStaticCPUManager: with the static CPU manager
+// policy, an in-place resize of a Guaranteed pod's CPU is Infeasible with
+// the kubelet's message (InPlacePodVerticalScalingExclusiveCPUs off, its
+// default), its memory is resized; a Burstable pod's CPU is resized.
+func TestGuaranteedResizeUnderStaticCPUManager(t *testing.T) {
+	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi"),
+	}}}
+	allocs := allocation.New(allocation.Options{RootDir: t.TempDir()})
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: record.NewFakeRecorder(100),
+		Allocations: allocs, CPUManagerPolicy: "static",
+		QOSClass: func(p *v1.Pod) v1.PodQOSClass {
+			if p.Name == "g" {
+				return v1.PodQOSGuaranteed
+			}
+			return v1.PodQOSBurstable
+		},
+		Node:  func() (*v1.Node, bool) { return node, true },
+		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
+	})
+	send := func(op podsource.Op, pods ...*v1.Pod) {
+		t.Helper()
+		select {
+		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the controller did not take a %s update", op)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return cond(), nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	guaranteed := func(gen int64, cpu, mem string) *v1.Pod {
+		p := cpuPod("g", gen, cpu)
+		r := v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+		p.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: r, Limits: r.DeepCopy()}
+		return p
+	}
+	send(podsource.OpAdd, guaranteed(1, "1", "1Gi"), cpuPod("b", 1, "500m"))
+	waitFor("both synced", func() bool { g, _ := rt.state("g"); b, _ := rt.state("b"); return g == "1" && b == "500m" })
+
+	send(podsource.OpUpdate, guaranteed(2, "2", "1Gi"))
+	waitFor("g's CPU resize pending", func() bool { _, p := rt.state("g"); return p != nil })
+	if cpu, p := rt.state("g"); cpu != "1" || p.Reason != v1.PodReasonInfeasible || p.Message != `Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"` {
+		t.Errorf("Guaranteed CPU resize: runtime synced %s, pending %+v; want 1, Infeasible", cpu, p)
+	}
+	// Memory only: allocated.
+	send(podsource.OpUpdate, guaranteed(3, "1", "2Gi"))
+	waitFor("g's memory resize allocated", func() bool {
+		_, p := rt.state("g")
+		got, _, _ := allocs.AllocatedPod(guaranteed(3, "1", "2Gi"))
+		return p == nil && got.Spec.Containers[0].Resources.Requests.Memory().String() == "2Gi"
+	})
+	send(podsource.OpUpdate, cpuPod("b", 2, "700m"))
+	waitFor("b's CPU resize allocated", func() bool { cpu, p := rt.state("b"); return cpu == "700m" && p == nil })
 }

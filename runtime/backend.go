@@ -91,6 +91,10 @@ var (
 // ImagePullTime is PodManager.ImagePullTime.
 func (b *Backend) ImagePullTime(uid types.UID) time.Duration { return b.pm.ImagePullTime(uid) }
 
+// SupportedNodeFeatures are the node features of the CRI path
+// (pods.CRIFeatures): the node declares those whose gates are on.
+func (b *Backend) SupportedNodeFeatures() []string { return pods.CRIFeatures() }
+
 // NewBackend returns a Backend. It does no I/O.
 func NewBackend(opts BackendOptions) (*Backend, error) {
 	if opts.Pods == nil || opts.PLEG == nil {

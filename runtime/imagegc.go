@@ -14,8 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -90,6 +88,11 @@ type ImageGCOptions struct {
 	// Registerer registers kubelet_image_garbage_collected_total; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
+	// ImageMounts knows the images the containers mount as image volumes
+	// (in use): give it the PodManager's, which records the containers it
+	// creates. nil: an ImageMounts of the ImageGC's own, which asks the
+	// runtime for each container's status once.
+	ImageMounts *ImageMounts
 }
 
 // ImageGC removes unused images as the kubelet's image garbage collector
@@ -109,6 +112,7 @@ type ImageGC struct {
 	nodeRef   *v1.ObjectReference
 	collected *prometheus.CounterVec
 	began     time.Time
+	mounts    *ImageMounts
 
 	// mu serializes collections and guards records and noFs.
 	mu      sync.Mutex
@@ -131,7 +135,10 @@ func NewImageGC(opts ImageGCOptions) (*ImageGC, error) {
 		return nil, errors.New("image GC: the CRI runtime and image services are required")
 	}
 	g := &ImageGC{opts: opts, high: DefaultImageGCHighThresholdPercent, low: DefaultImageGCLowThresholdPercent,
-		minAge: DefaultImageMinimumGCAge, records: map[string]*imageRecord{}}
+		minAge: DefaultImageMinimumGCAge, records: map[string]*imageRecord{}, mounts: opts.ImageMounts}
+	if g.mounts == nil {
+		g.mounts = NewImageMounts()
+	}
 	if opts.HighThresholdPercent != nil {
 		g.high = *opts.HighThresholdPercent
 	}
@@ -337,18 +344,12 @@ func (g *ImageGC) evictionOrder(ctx context.Context, now time.Time) ([]evictionC
 	for _, c := range containers {
 		used[c.GetImageRef()] = true
 		used[c.GetImage().GetImage()] = true
-		// Image volumes: an image a container mounts is in use, as the
-		// kubelet's handleImageVolumes reads each container's mounts.
-		resp, err := g.opts.Runtime.ContainerStatus(ctx, c.GetId(), false)
-		if status.Code(err) == codes.NotFound {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get container status of %s: %w", c.GetId(), err)
-		}
-		for _, m := range resp.GetStatus().GetMounts() {
-			used[m.GetImage().GetImage()] = true
-		}
+	}
+	// Image volumes: an image a container mounts is in use, as the
+	// kubelet's handleImageVolumes reads each container's mounts (known
+	// from their creation; a container's status is asked once otherwise).
+	if err := g.mounts.inUse(ctx, g.opts.Runtime, containers, used); err != nil {
+		return nil, err
 	}
 	delete(used, "")
 	pinned := map[string]bool{}

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -173,4 +174,82 @@ func TestImageGCKeepsImageVolumes(t *testing.T) {
 	if !slices.Contains(refs, "docker.io/library/tools:1") || slices.Contains(refs, "docker.io/library/unused:1") {
 		t.Errorf("images after DeleteUnusedImages %q: want tools:1 (an image volume) kept, unused:1 removed", refs)
 	}
+}
+
+// TestImageGCAsksNoContainerStatus: the image GC knows the images the
+// containers mount from the pod manager, which recorded them when it
+// created the containers (a shared runtime.ImageMounts): a collection asks
+// the runtime for no container's status. An ImageGC started afresh (the
+// agent restarted) asks for each container's status once, on its first
+// collection, and never again; it keeps the image volumes either way.
+func TestImageGCAsksNoContainerStatus(t *testing.T) {
+	mounts := runtime.NewImageMounts()
+	h := newHarness(t, fakecri.Options{}, func(o *runtime.PodManagerOptions) { o.ImageMounts = mounts })
+	for _, ref := range []string{"tools:1", "unused:1", "unused:2"} {
+		img, err := fakecri.NewImage(ref, 10<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.cri.AddImage(img)
+	}
+	for _, pod := range []*v1.Pod{
+		imageVolumePod("a", "tools:1", v1.PullIfNotPresent, v1.VolumeMount{Name: "tools", MountPath: "/tools"}),
+		newPod("b", ctr("app", "sleep", "3600")),
+	} {
+		if res := h.sync(pod, nil); res.Err != nil || len(res.Waiting) != 0 {
+			t.Fatalf("sync %s: %+v", pod.Name, res)
+		}
+	}
+	newGC := func(m *runtime.ImageMounts) *runtime.ImageGC {
+		gc, err := runtime.NewImageGC(runtime.ImageGCOptions{Runtime: h.client.RuntimeService(), Images: h.client.ImageService(),
+			FsStats: func(context.Context) (uint64, uint64, error) { return 100 << 20, 50 << 20, nil }, Clock: h.clk, ImageMounts: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gc
+	}
+	collect := func(gc *runtime.ImageGC, step time.Duration) int {
+		t.Helper()
+		before := h.cri.Calls("ContainerStatus")
+		h.clk.Step(step)
+		if err := gc.DeleteUnusedImages(h.ctx); err != nil {
+			t.Fatal(err)
+		}
+		return h.cri.Calls("ContainerStatus") - before
+	}
+	kept := func(what string) {
+		t.Helper()
+		var refs []string
+		for _, img := range h.cri.Images() {
+			refs = append(refs, img.GetRepoTags()...)
+		}
+		if !slices.Contains(refs, "docker.io/library/tools:1") {
+			t.Errorf("%s: images %q, the image volume tools:1 removed", what, refs)
+		}
+	}
+
+	gc := newGC(mounts)
+	for i := range 3 {
+		if n := collect(gc, 3*time.Minute); n != 0 {
+			t.Errorf("collection %d with the pod manager's mounts: %d ContainerStatus calls, want 0", i, n)
+		}
+	}
+	kept("the pod manager's mounts")
+
+	// The agent restarted: nothing recorded, the containers are the
+	// runtime's.
+	containers, err := h.client.RuntimeService().ListContainers(h.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc = newGC(runtime.NewImageMounts())
+	if n, want := collect(gc, 3*time.Minute), len(containers); n != want || want < 2 {
+		t.Errorf("first collection after a restart: %d ContainerStatus calls, want %d (one per container)", n, want)
+	}
+	for i := range 2 {
+		if n := collect(gc, 3*time.Minute); n != 0 {
+			t.Errorf("collection %d after a restart: %d ContainerStatus calls, want 0", i+2, n)
+		}
+	}
+	kept("after a restart")
 }

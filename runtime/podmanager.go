@@ -185,6 +185,11 @@ type PodManagerOptions struct {
 	// allocated. An error fails the start with CreateContainerConfigError,
 	// and the container is retried with back-off.
 	ContainerConfigHook func(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
+	// ImageMounts records the images each container created mounts as
+	// image volumes, for the image garbage collector (give both the same
+	// one: ImageGCOptions.ImageMounts); nil records them where nothing
+	// reads them.
+	ImageMounts *ImageMounts
 
 	// DynamicResources, when set, prepares a pod's ResourceClaims before
 	// its sandbox is created (a failure records the kubelet's
@@ -295,6 +300,9 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	}
 	if opts.PodsDir == "" {
 		opts.PodsDir = DefaultPodsDir
+	}
+	if opts.ImageMounts == nil {
+		opts.ImageMounts = NewImageMounts()
 	}
 	if opts.HostsFile == "" {
 		opts.HostsFile = DefaultHostsFile

@@ -395,6 +395,7 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		return failed(podstate.ErrCreateContainer, msg)
 	}
 	m.metrics.imageVolumeMounts(len(vols.images), imageMounts, false)
+	m.opts.ImageMounts.record(id, cfg.Mounts)
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Container created")
 	if err := m.rs.StartContainer(ctx, id); err != nil {
 		return failed(podstate.ErrRunContainer, grpcMessage(err))

@@ -15,6 +15,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/features"
 )
 
 // Defaults, as the kubelet's (KubeletConfiguration v1beta1).
@@ -136,6 +138,14 @@ type Options struct {
 	// files (<n>.log.<timestamp>, gzipped or not) before its current one.
 	// The kubelet reads the current file only, so false is the default.
 	ReadRotatedLogs bool
+
+	// Features are the node's feature gates (nil: the kubelet's
+	// defaults). The server reads ExtendWebSocketsToKubelet: off, WebSocket
+	// exec, attach and port-forward are proxied to the runtime's streaming
+	// server untranslated, as by the kubelet with the gate off (the node
+	// must then not declare the feature; pods.NodeDeclaredFeatures follows
+	// the same gates).
+	Features *features.Gates
 
 	// RuntimeRequestTimeout bounds the CRI calls the server makes; 0
 	// means 2m.

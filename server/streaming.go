@@ -20,6 +20,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	"github.com/nodekit/nodekit/features"
 )
 
 // streamOptions are the stdin/stdout/stderr/tty flags of an exec or attach
@@ -63,10 +65,11 @@ func headerHasToken(h http.Header, name, token string) bool {
 }
 
 // portForwardPorts parses the ports a WebSocket port-forward request names;
-// SPDY requests, tunneled (SPDY over WebSocket) ones included, name them
-// per stream, so they have none here.
-func portForwardPorts(r *http.Request) ([]int32, error) {
-	if !isWebSocketRequest(r) || wsstream.IsWebSocketRequestWithTunnelingProtocol(r) {
+// SPDY requests, tunneled (SPDY over WebSocket) ones included when tunnel
+// is on (ExtendWebSocketsToKubelet), name them per stream, so they have
+// none here.
+func portForwardPorts(r *http.Request, tunnel bool) ([]int32, error) {
+	if !isWebSocketRequest(r) || (tunnel && wsstream.IsWebSocketRequestWithTunnelingProtocol(r)) {
 		return nil, nil
 	}
 	values := r.URL.Query()[v1.PortHeader]
@@ -121,18 +124,21 @@ func (proxyResponder) Error(w http.ResponseWriter, r *http.Request, err error) {
 // to SPDY with the streams of opts, a SPDY-over-WebSocket port-forward is
 // tunneled (websocket.go; both counted in
 // kubelet_websocket_streaming_requests_total), and any other upgrade (SPDY,
-// the older WebSocket protocols) is proxied unchanged.
+// the older WebSocket protocols) is proxied unchanged. With the
+// ExtendWebSocketsToKubelet gate off, as the kubelet's, every upgrade is
+// proxied unchanged.
 func (s *Server) proxyStream(w http.ResponseWriter, r *http.Request, rawURL, subresource string, opts streamOptions) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		writeStreamingError(w, fmt.Errorf("parse streaming URL %q: %w", rawURL, err))
 		return
 	}
+	translate := s.opts.Features.Enabled(features.ExtendWebSocketsToKubelet)
 	switch {
-	case subresource != "portforward" && wsstream.IsWebSocketRequestWithStreamCloseProtocol(r):
+	case translate && subresource != "portforward" && wsstream.IsWebSocketRequestWithStreamCloseProtocol(r):
 		s.metrics.websocketStreams.WithLabelValues(subresource).Inc()
 		translateRemoteCommand(w, r, u, opts)
-	case subresource == "portforward" && wsstream.IsWebSocketRequestWithTunnelingProtocol(r):
+	case translate && subresource == "portforward" && wsstream.IsWebSocketRequestWithTunnelingProtocol(r):
 		s.metrics.websocketStreams.WithLabelValues(subresource).Inc()
 		tunnelPortForward(w, r, u)
 	default:
@@ -269,7 +275,7 @@ func (s *Server) getAttach(w http.ResponseWriter, r *http.Request) {
 
 // getPortForward serves /portForward/{podNamespace}/{podID}[/{uid}].
 func (s *Server) getPortForward(w http.ResponseWriter, r *http.Request) {
-	ports, err := portForwardPorts(r)
+	ports, err := portForwardPorts(r, s.opts.Features.Enabled(features.ExtendWebSocketsToKubelet))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

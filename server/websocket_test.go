@@ -21,7 +21,10 @@ import (
 	"k8s.io/client-go/util/exec"
 	"k8s.io/cri-streaming/pkg/streaming"
 	remotecommandserver "k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/nodekit/nodekit/features"
 )
 
 // criStreams is the container side of the CRI streaming server in these
@@ -72,6 +75,12 @@ type wsHarness struct {
 // is k8s.io/cri-streaming's (what CRI runtimes embed), speaking SPDY.
 func newWSHarness(t *testing.T) *wsHarness {
 	t.Helper()
+	return newWSHarnessWith(t, nil)
+}
+
+// newWSHarnessWith is newWSHarness with the server's feature gates.
+func newWSHarnessWith(t *testing.T, gates *features.Gates) *wsHarness {
+	t.Helper()
 	criSrv := httptest.NewUnstartedServer(nil)
 	base, _ := url.Parse("http://" + criSrv.Listener.Addr().String())
 	cfg := streaming.DefaultConfig
@@ -91,6 +100,7 @@ func newWSHarness(t *testing.T) *wsHarness {
 	o := baseOptions(pod)
 	o.Runtime = rt
 	o.Registerer = h.reg
+	o.Features = gates
 	h.srv = httptest.NewServer(mustNew(t, o).Handler())
 	t.Cleanup(h.srv.Close)
 	return h
@@ -165,6 +175,47 @@ func TestWebSocketExecTranslated(t *testing.T) {
 	if got := h.websocketRequests("exec"); got != 3 {
 		t.Errorf("kubelet_websocket_streaming_requests_total{subresource=exec} = %v, want 3", got)
 	}
+}
+
+// TestWebSocketsGateOff: with ExtendWebSocketsToKubelet off, as the
+// kubelet's, a v5.channel.k8s.io exec is not translated (the runtime's
+// streaming server, which speaks no v5, refuses it) and nothing is
+// counted; SPDY clients are served as before.
+func TestWebSocketsGateOff(t *testing.T) {
+	gates, err := features.New(klog.Background(), map[string]bool{"ExtendWebSocketsToKubelet": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newWSHarnessWith(t, gates)
+	var stdout bytes.Buffer
+	err = h.execV5(t, "/exec/default/web/app?command=cat&input=1&output=1", remotecommand.StreamOptions{
+		Stdin: strings.NewReader("x"), Stdout: &stdout,
+	})
+	if err == nil {
+		t.Errorf("v5 WebSocket exec with the gate off succeeded (%q); the kubelet does not translate it", stdout.String())
+	}
+	if got := h.websocketRequests("exec"); got != 0 {
+		t.Errorf("kubelet_websocket_streaming_requests_total{subresource=exec} = %v, want 0", got)
+	}
+	ex, err := remotecommand.NewSPDYExecutor(&rest.Config{Host: h.srv.URL}, "POST", mustURL(t, h.srv.URL+"/exec/default/web/app?command=cat&input=1&output=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdout.Reset()
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader("spdy"), Stdout: &stdout}); err != nil || stdout.String() != "web-app ran cat: spdy" {
+		t.Errorf("SPDY exec with the gate off: %q %v", stdout.String(), err)
+	}
+}
+
+func mustURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 type oneSize struct{ size *remotecommand.TerminalSize }
