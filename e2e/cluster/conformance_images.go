@@ -48,6 +48,18 @@ exec /bin/sh "$@"
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// agnhostOSRelease is /etc/os-release of the agnhost images: upstream's
+// agnhost is built on Alpine Linux 3.21 (test/images/agnhost/BASEIMAGE),
+// and the images built on it say so; the ImageVolume test reads it
+// through a kitten image volume.
+const agnhostOSRelease = `# nodekit e2e stand-in for upstream's agnhost image, whose base is Alpine Linux 3.21;
+# the programs are Debian's static busybox and agnhost.
+NAME="Alpine Linux"
+ID=alpine
+VERSION_ID=3.21
+PRETTY_NAME="Alpine Linux v3.21"
+`
+
 // BuildTestImage writes ref, an image of upstream's e2e framework named by
 // the last element of its repository (agnhost, busybox, ...), as a docker
 // archive in dir for Containerd.ImportImage, and returns its path. The
@@ -58,8 +70,9 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     pause, with the user-defined-in-image user (1000) and
 //     group-defined-in-image group (50000) the upstream image adds, a
 //     curl that fetches its URL argument with busybox wget, a bash that is
-//     busybox sh, and the image's TLS key pair (/localhost.crt,
-//     /localhost.key) from the Kubernetes source;
+//     busybox sh, the image's TLS key pair (/localhost.crt,
+//     /localhost.key) from the Kubernetes source, and the /etc/os-release
+//     of its Alpine base;
 //   - busybox: BusyboxImage's layer with /bin/sysctl, command sh;
 //   - glibc-dns-testing: the same: the tests run hostname and hostname -f,
 //     which the static (glibc) busybox resolves from /etc/hosts;
@@ -104,6 +117,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		l.file("agnhost", agnhost, 0o755)
 		l.file("usr/bin/curl", []byte(curlStandIn), 0o755)
 		l.file("bin/bash", []byte(bashStandIn), 0o755)
+		l.file("etc/os-release", []byte(agnhostOSRelease), 0o644)
 		l.symlink("agnhost-2", "agnhost")
 		l.dir("uploads", 0o755)
 		l.dir("home/user-defined-in-image", 0o755)

@@ -54,7 +54,7 @@ func TestBuildTestImage(t *testing.T) {
 	if got := cfg.Cmd; len(got) != 1 || got[0] != "pause" {
 		t.Errorf("agnhost command = %q, want [pause]", got)
 	}
-	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads", "localhost.crt", "localhost.key"} {
+	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads", "localhost.crt", "localhost.key", "etc/os-release"} {
 		if !files[f] {
 			t.Errorf("agnhost image lacks %s", f)
 		}
