@@ -73,7 +73,10 @@ PRETTY_NAME="Alpine Linux v3.21"
 //     busybox sh, the image's TLS key pair (/localhost.crt,
 //     /localhost.key) from the Kubernetes source, and the /etc/os-release
 //     of its Alpine base;
-//   - busybox: BusyboxImage's layer with /bin/sysctl, command sh;
+//   - busybox: BusyboxImage's layer with upstream's ash (bins.Ash) as
+//     /bin/sh and /bin/ash, as the upstream image has (Debian's drops
+//     environment variables whose names are not shell identifiers), and
+//     /bin/sysctl, command sh;
 //   - glibc-dns-testing: the same: the tests run hostname and hostname -f,
 //     which the static (glibc) busybox resolves from /etc/hosts;
 //   - pause: PauseImage's program;
@@ -81,8 +84,9 @@ PRETTY_NAME="Alpine Linux v3.21"
 //     nginx, which no test here exercises beyond serving;
 //   - kitten, nautilus: agnhost running test-webserver, with the upstream
 //     image's files when the Kubernetes source holds them;
-//   - nonroot: the busybox layer with user 1234;
-//   - nonewprivs: nnp (bins.Nonewprivs), setuid root, as the command.
+//   - nonroot: the busybox image's layer with user 1234;
+//   - nonewprivs: nnp (bins.Nonewprivs), setuid root, as the command,
+//     over the busybox image's layer.
 //
 // Any other name returns ErrNoLocalTestImage.
 func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, ref, dir string, log io.Writer) (string, error) {
@@ -110,7 +114,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		}
 		l, err := busyboxLayer(ctx,
 			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
-			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")
+			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -133,6 +137,14 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 			}
 		}
 		return l, nil
+	}
+	// The busybox images' sh is upstream's ash (busybox_ash.go).
+	busyboxImageLayer := func() (*layerBuilder, error) {
+		ash, err := readBin(bins.Ash)
+		if err != nil {
+			return nil, err
+		}
+		return busyboxLayer(ctx, "", "", ash)
 	}
 	switch name {
 	case "agnhost":
@@ -165,7 +177,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		}
 		config.Entrypoint, config.Cmd = []string{"/agnhost"}, []string{"test-webserver"}
 	case "busybox", "glibc-dns-testing":
-		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
+		if layer, err = busyboxImageLayer(); err != nil {
 			return fail(err)
 		}
 		// The upstream busybox image has every applet in /bin; the sysctl
@@ -173,7 +185,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		layer.symlink("bin/sysctl", "/bin/busybox")
 		config.Cmd = []string{"sh"}
 	case "nonroot":
-		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
+		if layer, err = busyboxImageLayer(); err != nil {
 			return fail(err)
 		}
 		config.Cmd, config.User = []string{"sh"}, "1234"
@@ -182,7 +194,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		if err != nil {
 			return fail(err)
 		}
-		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
+		if layer, err = busyboxImageLayer(); err != nil {
 			return fail(err)
 		}
 		layer.file("usr/local/bin/nnp", nnp, 0o4755)
