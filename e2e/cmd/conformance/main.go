@@ -4,7 +4,10 @@
 // the other, on a local control plane and containerd, and writes a markdown
 // table: each test, the kubelet's result, nodekit's, and for a failure the
 // first line of its reason. It needs root and the harness's packages
-// (hack/install-deps.sh); no registry or internet is used.
+// (hack/install-deps.sh). The test images are served by a registry of its
+// own on loopback; the first build downloads Debian's busybox source
+// package with apt-get (the busybox images' sh is upstream's ash), nothing
+// else is fetched.
 //
 //	go -C e2e run ./cmd/conformance                                  # [sig-node] [Conformance], both agents
 //	go -C e2e run ./cmd/conformance -focus='\[NodeConformance\]' -procs=2 -out=table.md
