@@ -18,8 +18,10 @@ import (
 // against a nodekit node: tests that pass on nodekit and on the kubelet
 // here, chosen to cover the pod lifecycle, container status, probes,
 // lifecycle hooks, init containers, the downward API, configMap/secret
-// environment, security context, exec through the kubelet API, in-place
-// resize and spec.hostnameOverride, within a few minutes. cmd/conformance runs
+// environment (envFrom names that are not shell identifiers: the busybox
+// image's upstream ash), security context, exec through the kubelet API,
+// an image volume pulled with policy Always (the harness's registry),
+// in-place resize and spec.hostnameOverride, within a few minutes. cmd/conformance runs
 // the whole focus.
 var conformanceSubset = []string{
 	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
@@ -31,12 +33,14 @@ var conformanceSubset = []string{
 	"[sig-node] Containers should be able to override the image's default command and arguments [Conformance] [NodeConformance]",
 	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [Conformance] [NodeConformance]",
 	"[sig-node] ConfigMap should be consumable via environment variable [Conformance] [NodeConformance]",
+	"[sig-node] ConfigMap should be consumable via the environment [Conformance] [NodeConformance]",
 	"[sig-node] Secrets should be consumable from pods in env vars [Conformance] [NodeConformance]",
 	"[sig-node] InitContainer should invoke init containers on a RestartNever pod [Conformance] [NodeConformance]",
 	"[sig-node] Container Lifecycle Hook when create a pod with lifecycle hook should execute poststart http hook properly [Conformance] [NodeConformance]",
 	"[sig-node] Security Context When creating a container with runAsUser should run the container with uid 65534 [LinuxOnly] [Conformance] [NodeConformance]",
 	"[sig-node] Variable Expansion should allow composing env vars into new env vars [Conformance] [NodeConformance]",
 	"[sig-node] Kubelet when scheduling a busybox command that always fails in a pod should have an terminated reason [Conformance] [NodeConformance]",
+	"[sig-node] ImageVolume should succeed with pod and pull policy of Always [LinuxOnly] [MinimumKubeletVersion:1.35] [Conformance]",
 	"[sig-node] Pod InPlace Resize Container burstable pods - extended 6 containers - various operations performed (including adding limits and requests) [MinimumKubeletVersion:1.34] [Conformance]",
 	"[sig-node] Override hostname of Pod a pod with only hostnameOverride field will have hostnameOverride as hostname [NodeConformance]",
 }

@@ -6,7 +6,9 @@
 #     lane), containernetworking-plugins (bridge, host-local, loopback),
 #     busybox-static (the e2e busybox image), iptables, iproute2, git,
 #     ca-certificates, and gcc, libc6-dev, pkg-config and libseccomp-dev, with
-#     which the harness builds runc (cgo) for its containerd 2;
+#     which the harness builds runc (cgo) for its containerd 2, and make, with
+#     which it builds upstream busybox's ash for the conformance test images
+#     (from Debian's busybox source package, which it downloads with apt-get);
 #   - the Go modules of the library and of the e2e module.
 #
 # The Go toolchain itself is not installed here: put Go (the version in
@@ -14,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(containerd runc containernetworking-plugins busybox-static iptables iproute2 git ca-certificates gcc libc6-dev pkg-config libseccomp-dev)
+packages=(containerd runc containernetworking-plugins busybox-static iptables iproute2 git ca-certificates gcc libc6-dev pkg-config libseccomp-dev make)
 
 missing=()
 for p in "${packages[@]}"; do

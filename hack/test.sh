@@ -18,7 +18,8 @@
 #      e2e suite's runtime; a few minutes cold); the control plane is built
 #      statically linked, so kubeadm init's images (e2e/kubeadm_init_test.go)
 #      hold the same binaries; then upstream's e2e.test, ginkgo and agnhost for the conformance
-#      subset (e2e/conformance_test.go);
+#      subset (e2e/conformance_test.go), and upstream busybox's ash for its busybox images
+#      (Debian's busybox source package, fetched with apt-get; about a minute to build);
 #   6. the e2e suite (e2e/): agents against the real control plane, on
 #      containerd 2 (and its 1.6 lane, Debian's containerd) and on the fake
 #      runtime.

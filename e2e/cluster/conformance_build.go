@@ -26,13 +26,17 @@ type ConformanceBinaries struct {
 	// Nonewprivs is test/images/nonewprivs (nnp), the program of the
 	// nonewprivs test image, linked statically.
 	Nonewprivs string
+	// Ash is a static busybox of upstream's ash alone, the sh of the
+	// busybox test images (busybox_ash.go).
+	Ash string
 }
 
 // conformanceRecipe versions how BuildConformance builds, in its cache key.
 const conformanceRecipe = "conformance-1"
 
 // BuildConformance returns upstream's e2e.test, the ginkgo CLI, agnhost and
-// nnp at the pinned Kubernetes version, building them with the go command
+// nnp at the pinned Kubernetes version, and upstream's ash
+// (buildUpstreamAsh), building them with the go command
 // in a copy of the tools module (as BuildKubelet does) when the cache does
 // not hold them, and caching them in <cache>/conformance-<version>/bin. A
 // cold build takes several minutes on two cores even with the control
@@ -86,5 +90,8 @@ func BuildConformance(ctx context.Context, opts BuildOptions) (ConformanceBinari
 		return ConformanceBinaries{}, fmt.Errorf("locate the source of %s %s: %w", kubernetesModule, k8sVersion, err)
 	}
 	bins.Source = strings.TrimSpace(string(dir))
+	if bins.Ash, err = buildUpstreamAsh(ctx, opts); err != nil {
+		return ConformanceBinaries{}, err
+	}
 	return bins, nil
 }

@@ -48,6 +48,18 @@ exec /bin/sh "$@"
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// agnhostOSRelease is /etc/os-release of the agnhost images: upstream's
+// agnhost is built on Alpine Linux 3.21 (test/images/agnhost/BASEIMAGE),
+// and the images built on it say so; the ImageVolume test reads it
+// through a kitten image volume.
+const agnhostOSRelease = `# nodekit e2e stand-in for upstream's agnhost image, whose base is Alpine Linux 3.21;
+# the programs are Debian's static busybox and agnhost.
+NAME="Alpine Linux"
+ID=alpine
+VERSION_ID=3.21
+PRETTY_NAME="Alpine Linux v3.21"
+`
+
 // BuildTestImage writes ref, an image of upstream's e2e framework named by
 // the last element of its repository (agnhost, busybox, ...), as a docker
 // archive in dir for Containerd.ImportImage, and returns its path. The
@@ -58,9 +70,13 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     pause, with the user-defined-in-image user (1000) and
 //     group-defined-in-image group (50000) the upstream image adds, a
 //     curl that fetches its URL argument with busybox wget, a bash that is
-//     busybox sh, and the image's TLS key pair (/localhost.crt,
-//     /localhost.key) from the Kubernetes source;
-//   - busybox: BusyboxImage's layer with /bin/sysctl, command sh;
+//     busybox sh, the image's TLS key pair (/localhost.crt,
+//     /localhost.key) from the Kubernetes source, and the /etc/os-release
+//     of its Alpine base;
+//   - busybox: BusyboxImage's layer with upstream's ash (bins.Ash) as
+//     /bin/sh and /bin/ash, as the upstream image has (Debian's drops
+//     environment variables whose names are not shell identifiers), and
+//     /bin/sysctl, command sh;
 //   - glibc-dns-testing: the same: the tests run hostname and hostname -f,
 //     which the static (glibc) busybox resolves from /etc/hosts;
 //   - pause: PauseImage's program;
@@ -68,8 +84,9 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     nginx, which no test here exercises beyond serving;
 //   - kitten, nautilus: agnhost running test-webserver, with the upstream
 //     image's files when the Kubernetes source holds them;
-//   - nonroot: the busybox layer with user 1234;
-//   - nonewprivs: nnp (bins.Nonewprivs), setuid root, as the command.
+//   - nonroot: the busybox image's layer with user 1234;
+//   - nonewprivs: nnp (bins.Nonewprivs), setuid root, as the command,
+//     over the busybox image's layer.
 //
 // Any other name returns ErrNoLocalTestImage.
 func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, ref, dir string, log io.Writer) (string, error) {
@@ -97,13 +114,14 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		}
 		l, err := busyboxLayer(ctx,
 			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
-			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")
+			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n", nil)
 		if err != nil {
 			return nil, err
 		}
 		l.file("agnhost", agnhost, 0o755)
 		l.file("usr/bin/curl", []byte(curlStandIn), 0o755)
 		l.file("bin/bash", []byte(bashStandIn), 0o755)
+		l.file("etc/os-release", []byte(agnhostOSRelease), 0o644)
 		l.symlink("agnhost-2", "agnhost")
 		l.dir("uploads", 0o755)
 		l.dir("home/user-defined-in-image", 0o755)
@@ -119,6 +137,14 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 			}
 		}
 		return l, nil
+	}
+	// The busybox images' sh is upstream's ash (busybox_ash.go).
+	busyboxImageLayer := func() (*layerBuilder, error) {
+		ash, err := readBin(bins.Ash)
+		if err != nil {
+			return nil, err
+		}
+		return busyboxLayer(ctx, "", "", ash)
 	}
 	switch name {
 	case "agnhost":
@@ -151,7 +177,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		}
 		config.Entrypoint, config.Cmd = []string{"/agnhost"}, []string{"test-webserver"}
 	case "busybox", "glibc-dns-testing":
-		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
+		if layer, err = busyboxImageLayer(); err != nil {
 			return fail(err)
 		}
 		// The upstream busybox image has every applet in /bin; the sysctl
@@ -159,7 +185,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		layer.symlink("bin/sysctl", "/bin/busybox")
 		config.Cmd = []string{"sh"}
 	case "nonroot":
-		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
+		if layer, err = busyboxImageLayer(); err != nil {
 			return fail(err)
 		}
 		config.Cmd, config.User = []string{"sh"}, "1234"
@@ -168,7 +194,7 @@ func BuildTestImage(ctx context.Context, src Source, bins ConformanceBinaries, r
 		if err != nil {
 			return fail(err)
 		}
-		if layer, err = busyboxLayer(ctx, "", ""); err != nil {
+		if layer, err = busyboxImageLayer(); err != nil {
 			return fail(err)
 		}
 		layer.file("usr/local/bin/nnp", nnp, 0o4755)

@@ -40,7 +40,11 @@ func TestBuildTestImage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bins := ConformanceBinaries{Agnhost: fakeAgnhost, Source: filepath.Join(dir, "src")}
+	fakeAsh := filepath.Join(dir, "ash-program")
+	if err := os.WriteFile(fakeAsh, []byte("ash"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bins := ConformanceBinaries{Agnhost: fakeAgnhost, Ash: fakeAsh, Source: filepath.Join(dir, "src")}
 
 	ref := "nodekit.local/e2e/agnhost:2.66.1"
 	archive, err := BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil)
@@ -54,10 +58,13 @@ func TestBuildTestImage(t *testing.T) {
 	if got := cfg.Cmd; len(got) != 1 || got[0] != "pause" {
 		t.Errorf("agnhost command = %q, want [pause]", got)
 	}
-	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads", "localhost.crt", "localhost.key"} {
-		if !files[f] {
+	for _, f := range []string{"agnhost", "agnhost-2", "usr/bin/curl", "bin/bash", "bin/sh", "etc/passwd", "uploads", "localhost.crt", "localhost.key", "etc/os-release"} {
+		if files[f] == nil {
 			t.Errorf("agnhost image lacks %s", f)
 		}
+	}
+	if h := files["bin/sh"]; h == nil || h.Typeflag != tar.TypeSymlink {
+		t.Errorf("agnhost image: bin/sh = %+v, want busybox's applet link", h)
 	}
 
 	// The bash stand-in runs a probe test's kind of script with sh.
@@ -82,9 +89,17 @@ func TestBuildTestImage(t *testing.T) {
 	if archive, err = BuildTestImage(t.Context(), Source{}, bins, ref, dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, files := readTestImage(t, archive, ref); !files["bin/hostname"] || !files["bin/sysctl"] || len(cfg.Cmd) != 1 || cfg.Cmd[0] != "sh" {
+	cfg, files = readTestImage(t, archive, ref)
+	// The busybox images' sh and ash are upstream's ash; agnhost's are
+	// Debian busybox's applet.
+	for _, sh := range []string{"bin/sh", "bin/ash"} {
+		if h := files[sh]; h == nil || h.Typeflag != tar.TypeReg || h.Size != int64(len("ash")) {
+			t.Errorf("glibc-dns-testing (the busybox image): %s = %+v, want the ash program", sh, h)
+		}
+	}
+	if files["bin/hostname"] == nil || files["bin/sysctl"] == nil || len(cfg.Cmd) != 1 || cfg.Cmd[0] != "sh" {
 		t.Errorf("glibc-dns-testing (the busybox image): command %q, hostname and /bin/sysctl in the layer: %v, %v; want sh and both",
-			cfg.Cmd, files["bin/hostname"], files["bin/sysctl"])
+			cfg.Cmd, files["bin/hostname"] != nil, files["bin/sysctl"] != nil)
 	}
 
 	if _, err := BuildTestImage(t.Context(), Source{}, bins, "nodekit.local/e2e/perl:5.26", dir, nil); !errors.Is(err, ErrNoLocalTestImage) {
@@ -97,7 +112,7 @@ func TestBuildTestImage(t *testing.T) {
 func readTestImage(t *testing.T, path, ref string) (cfg struct {
 	Entrypoint, Cmd, Env []string
 	User                 string
-}, files map[string]bool) {
+}, files map[string]*tar.Header) {
 	t.Helper()
 	tag, err := name.NewTag(ref)
 	if err != nil {
@@ -114,7 +129,7 @@ func readTestImage(t *testing.T, path, ref string) (cfg struct {
 	cfg.Entrypoint, cfg.Cmd, cfg.Env, cfg.User = cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Env, cf.Config.User
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	files = map[string]bool{}
+	files = map[string]*tar.Header{}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
@@ -124,7 +139,7 @@ func readTestImage(t *testing.T, path, ref string) (cfg struct {
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[strings.TrimSuffix(h.Name, "/")] = true
+		files[strings.TrimSuffix(h.Name, "/")] = h
 	}
 	return cfg, files
 }

@@ -47,7 +47,7 @@ func BuildImages(ctx context.Context, src Source, dir string, log io.Writer) ([]
 		return nil, err
 	}
 
-	busybox, err := busyboxLayer(ctx, "", "")
+	busybox, err := busyboxLayer(ctx, "", "", nil)
 	if err != nil {
 		return nil, fmt.Errorf("build image %s: %w", BusyboxImage, err)
 	}
@@ -105,8 +105,9 @@ func pauseLayer(ctx context.Context, src Source, dir string, log io.Writer) (*la
 
 // busyboxLayer packs the static busybox with its applet links and an
 // /etc/passwd and /etc/group of root and nobody, followed by the lines
-// extraPasswd and extraGroup (each line ending in a newline).
-func busyboxLayer(ctx context.Context, extraPasswd, extraGroup string) (*layerBuilder, error) {
+// extraPasswd and extraGroup (each line ending in a newline). A non-nil ash
+// is the program of bin/sh and bin/ash instead of busybox's applet.
+func busyboxLayer(ctx context.Context, extraPasswd, extraGroup string, ash []byte) (*layerBuilder, error) {
 	data, err := os.ReadFile(busyboxPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w (install Debian's busybox-static)", err)
@@ -121,10 +122,13 @@ func busyboxLayer(ctx context.Context, extraPasswd, extraGroup string) (*layerBu
 	l := newLayer()
 	l.file("bin/busybox", data, 0o755)
 	for _, applet := range strings.Fields(string(out)) {
-		if applet == "bin/busybox" {
-			continue
+		switch {
+		case applet == "bin/busybox":
+		case ash != nil && (applet == "bin/sh" || applet == "bin/ash"):
+			l.file(applet, ash, 0o755)
+		default:
+			l.symlink(applet, "/bin/busybox")
 		}
-		l.symlink(applet, "/bin/busybox")
 	}
 	l.file("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"+extraPasswd), 0o644)
 	l.file("etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"+extraGroup), 0o644)

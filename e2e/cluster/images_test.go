@@ -34,7 +34,7 @@ func TestControlPlaneImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, files := readTestImage(t, archive, ref)
-	if !files["usr/local/bin/kube-scheduler"] {
+	if files["usr/local/bin/kube-scheduler"] == nil {
 		t.Errorf("image files %v, want usr/local/bin/kube-scheduler", files)
 	}
 	if len(cfg.Entrypoint) != 0 || len(cfg.Cmd) != 0 {

@@ -3,8 +3,10 @@
 // by nodekit's agent and one run by the upstream kubelet, each on a fresh
 // containerd under the same local control plane (package cluster), and
 // compares the results test by test. The test images are built locally
-// (cluster.BuildTestImage) and renamed with the framework's
-// KUBE_TEST_REPO_LIST, so nothing is pulled; tests that need a registry,
-// several nodes, a cloud, DNS or a service proxy fail on both agents and
-// are reported as such. cmd/conformance is its command line.
+// (cluster.BuildTestImage), renamed with the framework's
+// KUBE_TEST_REPO_LIST into a registry the run serves on loopback, which
+// serves the pulls with policy Always, and imported into each containerd;
+// tests that need several nodes, a cloud, DNS or a service proxy fail on
+// both agents and are reported as such. cmd/conformance is its command
+// line.
 package conformance

@@ -35,10 +35,9 @@ const (
 	Kubelet Agent = "kubelet"
 )
 
-// Registry is the registry the test images are renamed into through
-// KUBE_TEST_REPO_LIST; no registry serves it, the images are imported into
-// containerd before the tests run.
-const Registry = "nodekit.local/e2e"
+// repoPath is the repository prefix, on the run's loopback registry, that
+// KUBE_TEST_REPO_LIST renames the framework's registries into.
+const repoPath = "e2e"
 
 // Options configure Run.
 type Options struct {
@@ -66,9 +65,12 @@ type Options struct {
 
 // Run builds (or takes from the cache) the control plane, upstream's
 // e2e.test and ginkgo, the node agents and the test images; starts a
-// control plane; and for each agent in turn starts a fresh containerd with
-// the test images imported under the names the framework uses after
-// KUBE_TEST_REPO_LIST renames them into Registry, one node on it run by the
+// control plane and a registry on loopback serving the test images under the
+// names the framework uses after KUBE_TEST_REPO_LIST renames its registries
+// into it (a pod pulling with policy Always is served as upstream's
+// registry serves it); and for each agent in turn starts a fresh containerd
+// with the test images also imported (the others are not pulled), one node
+// on it run by the
 // agent, and runs ginkgo with e2e.test and the focus against that single
 // node, then stops the node, deletes it and removes the containerd. It
 // returns the tests' results per agent; a test failing is not an error,
@@ -116,6 +118,7 @@ type runner struct {
 	bins     cluster.ConformanceBinaries
 	agent    string // nodekit's agent binary
 	kubelet  string // the kubelet binary
+	registry *localRegistry
 	repoList string
 	images   []string // archives to import
 }
@@ -152,6 +155,14 @@ func (r *runner) run(ctx context.Context) (_ *Report, err error) {
 		}
 	}
 	r.logf("binaries ready in %s", time.Since(start).Round(time.Second))
+	blobs := filepath.Join(r.dir, "registry")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		return nil, err
+	}
+	if r.registry, err = startRegistry(blobs); err != nil {
+		return nil, fmt.Errorf("conformance: %w", err)
+	}
+	defer func() { err = errors.Join(err, r.registry.close()) }()
 	if err := r.buildImages(ctx); err != nil {
 		return nil, fmt.Errorf("conformance: %w", err)
 	}
@@ -177,24 +188,26 @@ func (r *runner) run(ctx context.Context) (_ *Report, err error) {
 }
 
 // repoList is KUBE_TEST_REPO_LIST: every registry the framework pulls from
-// renamed into Registry, except the invalid and the private (authenticated)
+// renamed into prefix, except the invalid and the private (authenticated)
 // registries, whose tests expect a pull to fail or need credentials.
-func repoList() map[string]string {
+func repoList(prefix string) map[string]string {
 	return map[string]string{
-		"promoterE2eRegistry":      Registry,
-		"buildImageRegistry":       Registry + "/build-image",
-		"gcEtcdRegistry":           Registry,
-		"gcRegistry":               Registry,
-		"sigStorageRegistry":       Registry + "/sig-storage",
-		"dockerLibraryRegistry":    Registry + "/library",
-		"cloudProviderGcpRegistry": Registry + "/cloud-provider-gcp",
+		"promoterE2eRegistry":      prefix,
+		"buildImageRegistry":       prefix + "/build-image",
+		"gcEtcdRegistry":           prefix,
+		"gcRegistry":               prefix,
+		"sigStorageRegistry":       prefix + "/sig-storage",
+		"dockerLibraryRegistry":    prefix + "/library",
+		"cloudProviderGcpRegistry": prefix + "/cloud-provider-gcp",
 	}
 }
 
-// buildImages writes the repo list and builds every image the framework
-// names (e2e.test --list-images) that cluster.BuildTestImage can build.
+// buildImages writes the repo list, builds every image the framework names
+// (e2e.test --list-images) that cluster.BuildTestImage can build and
+// pushes it to the run's registry.
 func (r *runner) buildImages(ctx context.Context) error {
-	data, err := yaml.Marshal(repoList())
+	prefix := r.registry.host + "/" + repoPath
+	data, err := yaml.Marshal(repoList(prefix))
 	if err != nil {
 		return err
 	}
@@ -214,7 +227,7 @@ func (r *runner) buildImages(ctx context.Context) error {
 	}
 	var built, missing []string
 	for _, ref := range strings.Fields(string(out)) {
-		if !strings.HasPrefix(ref, Registry+"/") {
+		if !strings.HasPrefix(ref, prefix+"/") {
 			continue
 		}
 		archive, err := cluster.BuildTestImage(ctx, r.opts.Source, r.bins, ref, dir, r.opts.Log)
@@ -223,6 +236,9 @@ func (r *runner) buildImages(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
+			return err
+		}
+		if err := r.registry.push(ctx, archive, ref); err != nil {
 			return err
 		}
 		r.images = append(r.images, archive)

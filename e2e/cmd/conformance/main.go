@@ -4,12 +4,15 @@
 // the other, on a local control plane and containerd, and writes a markdown
 // table: each test, the kubelet's result, nodekit's, and for a failure the
 // first line of its reason. It needs root and the harness's packages
-// (hack/install-deps.sh); no registry or internet is used.
+// (hack/install-deps.sh). The test images are served by a registry of its
+// own on loopback; the first build downloads Debian's busybox source
+// package with apt-get (the busybox images' sh is upstream's ash), nothing
+// else is fetched.
 //
 //	go -C e2e run ./cmd/conformance                                  # [sig-node] [Conformance], both agents
 //	go -C e2e run ./cmd/conformance -focus='\[NodeConformance\]' -procs=2 -out=table.md
 //	go -C e2e run ./cmd/conformance -agents=nodekit -focus='Pods should get a host IP'
-//	go -C e2e run ./cmd/conformance -build -agents=nodekit           # only build/cache e2e.test, ginkgo, agnhost
+//	go -C e2e run ./cmd/conformance -build -agents=nodekit           # only build/cache e2e.test, ginkgo, agnhost, ash
 //
 // Binaries are cached in $NODEKIT_CACHE (default ~/.cache/nodekit). Hold
 // /tmp/nodekit-e2e.lock (flock) when other e2e runs share the machine.
@@ -48,7 +51,7 @@ func run(args []string) (err error) {
 	dir := fs.String("dir", "", "keep state, logs and reports in this directory (default: a temporary one, kept when a test fails)")
 	out := fs.String("out", "", "write the markdown table to this file instead of stdout")
 	fromJUnit := fs.String("junit", "", "write the table from existing JUnit reports instead of running: agent=path,... (e.g. nodekit=DIR/nodekit/report/junit_01.xml,kubelet=...); several reports of one agent (a focus run in chunks) are merged, a test in a later one taking its result")
-	buildOnly := fs.Bool("build", false, "only build (or find in the cache) e2e.test, ginkgo, agnhost and nnp, and the kubelet when -agents has it, and print their paths")
+	buildOnly := fs.Bool("build", false, "only build (or find in the cache) e2e.test, ginkgo, agnhost, nnp and upstream's ash, and the kubelet when -agents has it, and print their paths")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,7 +63,7 @@ func run(args []string) (err error) {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s\n%s\n%s\n%s\n", bins.E2ETest, bins.Ginkgo, bins.Agnhost, bins.Nonewprivs)
+		fmt.Printf("%s\n%s\n%s\n%s\n%s\n", bins.E2ETest, bins.Ginkgo, bins.Agnhost, bins.Nonewprivs, bins.Ash)
 		if strings.Contains(*agents, string(conformance.Kubelet)) {
 			kubelet, err := cluster.BuildKubelet(ctx, cluster.BuildOptions{Log: os.Stderr})
 			if err != nil {
