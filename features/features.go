@@ -157,7 +157,9 @@ func newGate() (gate, error) {
 	if err := g.Add(kubeletGates); err != nil {
 		return nil, fmt.Errorf("kubelet feature gates: %w", err)
 	}
-	if err := g.AddDependencies(kubeletGateDependencies); err != nil {
+	// A copy: AddDependencies sorts and writes the map it is given, and
+	// agents start concurrently in a fleet.
+	if err := g.AddDependencies(KubeletGateDependencies()); err != nil {
 		return nil, fmt.Errorf("kubelet feature gate dependencies: %w", err)
 	}
 	return g, nil

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/component-base/featuregate"
@@ -128,4 +129,19 @@ func TestKubeletGatesAreValid(t *testing.T) {
 	if _, err := newGate(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNewConcurrently builds gates from many goroutines, as a fleet starts
+// its agents: under -race, component-base's AddDependencies writing the
+// package's dependency table (it sorts the map it is given) was a race.
+func TestNewConcurrently(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := New(klog.Background(), map[string]bool{"ExtendWebSocketsToKubelet": false}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
 }
