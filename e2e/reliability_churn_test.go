@@ -56,25 +56,36 @@ func pick[T any](short, long T) T {
 
 // TestChurn creates pods on one node, waits until all run, deletes them
 // all and waits until they are gone, several rounds; the apiserver must
-// have denied none of the node's requests, reads included; then the node must
-// hold nothing of them (no sandbox, container, pod or log directory, pod
-// cgroup on containerd) and the agent no more goroutines or open files
-// than when it was idle before the first round. Its live heap, read right
-// after a forced collection, may grow by at most 4 MiB from the first
-// round to the last (the event correlator's cache, below, still fills
-// after the first round; a leak of 1 KiB a pod is 8 MiB over the soak's
-// last four rounds, twice the bound, while CI's short runs churn too few
-// pods to see one that small), and stay within 16 MiB of its idle figure:
-// what stays is what client-go's event correlator keeps by design (the
-// last 4,096 events and their aggregation keys, as in the kubelet) and the
-// capacity Go's maps keep after a round's peak of pods. CI runs 100 pods ×
-// 3 rounds on fakecri and 20 × 2 on containerd; NODEKIT_SOAK=1
-// (hack/soak.sh) 2,000 × 5 and 200 × 5. It prints each round's times and
-// the agent's figures before and after, and leaves a heap profile of the
-// agent in the run's directory. NODEKIT_SOAK_PODS and NODEKIT_SOAK_ROUNDS
-// shorten the soak (see soakSize).
-// The short subtests run beside the rest of the suite; the soak's run one
-// after the other, since either alone fills two cores.
+// have denied none of the node's requests, reads included, and the node
+// must have read none of the pods (a GET of each before its final status
+// cost a third of the deletion's time at the client's rate limit); then
+// the node must hold nothing of them (no sandbox, container, pod or log
+// directory, pod cgroup on containerd) and the agent no more goroutines or
+// open files than when it was idle before the first round.
+//
+// Its live heap, read right after a forced collection after every round,
+// may grow only by what fills to a fixed size: client-go's event
+// correlator, which the kubelet uses too, keeps the last 4,096 event keys
+// and events and one spam-filter entry (a rate limiter) for each of the
+// last 4,096 objects: 8.2 MiB when full in the soak's heap profiles
+// (2,000 × 5 pods of four events each: 4.1 MiB aggregation, 3.1 MiB spam
+// filter, 1.0 MiB event log). So, from the first round to the last, at
+// most churnHeapFill; and from the round after which 4,096 pods have
+// passed (the caches full) to the last, at most churnHeapSteady: a leak of
+// 1 KiB a pod is 4 MiB over the soak's last two rounds of 2,000 pods (the
+// soak measured +0.1 MiB). CI's short runs (100 pods × 3 rounds on
+// fakecri, 20 × 2 on containerd) never fill the caches, and churn too few
+// pods to see a leak that small; NODEKIT_SOAK=1 (hack/soak.sh) runs 2,000
+// × 5 and 200 × 5 (1,000 pods in all never fill the caches either). The
+// live heap must also stay within churnHeapIdle of its idle figure: the
+// full caches, the capacity Go's maps keep after a round's peak of 2,000
+// pods and /metrics' pooled gzip writer (1.8 MiB, alive from one scrape
+// to the next collection) took 16.4 MiB. It prints each round's times and
+// the agent's figures, and leaves a heap profile of the agent after each
+// round in the run's directory (go tool pprof -base to compare).
+// NODEKIT_SOAK_PODS and NODEKIT_SOAK_ROUNDS shorten the soak (see
+// soakSize). The short subtests run beside the rest of the suite; the
+// soak's run one after the other, since either alone fills two cores.
 func TestChurn(t *testing.T) {
 	t.Run("fakecri", func(t *testing.T) {
 		count, rounds := 100, 3
@@ -97,9 +108,16 @@ func TestChurn(t *testing.T) {
 	})
 }
 
-// churnHeapGrowth is how much the agent's live heap may grow from the
-// churn's first round to its last (see TestChurn).
-const churnHeapGrowth = 4 << 20
+// The live heap bounds of the churn (see TestChurn): churnHeapFill from
+// the first round to the last, churnHeapSteady from the round after which
+// the event correlator's caches are full (churnCorrelatorObjects pods seen)
+// to the last, churnHeapIdle from idle to the end.
+const (
+	churnHeapFill          = 9 << 20
+	churnHeapSteady        = 1 << 20
+	churnHeapIdle          = 20 << 20
+	churnCorrelatorObjects = 4096
+)
 
 // agentFigures are what churn compares before and after: live is the
 // heap's objects right after a collection (go_memstats_heap_alloc_bytes),
@@ -145,13 +163,26 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 	}
 	time.Sleep(5 * time.Second)
 	idle := figures("idle")
+	// settle waits until the agent holds goroutines and fds within a few of
+	// idle (the API and runtime connections may have been redialled): its
+	// last pods' workers are gone.
+	var settled agentFigures
+	settle := func() bool {
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+			settled = read()
+			return settled.goroutines <= idle.goroutines+10 && settled.fds <= idle.fds+10, nil
+		})
+		return err == nil
+	}
 
 	// A round's pods must run, and be gone, within the CI's two pod
 	// timeouts, or the soak's 15 minutes (2,000 pods take one status
 	// write each at the default 50 requests a second, and as many deletes).
 	timeout := pick(2*podTimeout, 15*time.Minute)
 	var rows []string
-	var first agentFigures
+	// each holds the agent's figures after each round (heap profiles
+	// roundN in the run's directory).
+	each := make([]agentFigures, rounds)
 	for round := range rounds {
 		start := time.Now()
 		names := createPods(t, count, fmt.Sprintf("r%d", round), func(name string) *v1.Pod { return withGrace(n.pod(name, sleeper...), 1) })
@@ -160,12 +191,15 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 		start = time.Now()
 		deletePods(t, n.ns, names)
 		waitPodsGone(t, n.ns, names, timeout)
-		rows = append(rows, fmt.Sprintf("round %d: %d Running in %s, gone in %s", round+1, count, running.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond)))
-		if round == 0 {
-			first = figures("round1")
-			rows = append(rows, "after round 1: "+first.String())
-		}
+		gone := time.Since(start)
+		// Compared once the agent has wound the round down: right after
+		// the API objects are gone, the last pods' workers still tear
+		// down (on containerd, 200 pods' held 190 goroutines and 6 MiB).
+		settle()
+		each[round] = figures(fmt.Sprintf("round%d", round+1))
+		rows = append(rows, fmt.Sprintf("round %d: %d Running in %s, gone in %s; then %s", round+1, count, running.Round(100*time.Millisecond), gone.Round(100*time.Millisecond), each[round]))
 	}
+	first := each[0]
 
 	// Nothing left on the node.
 	var left []string
@@ -181,32 +215,50 @@ func churn(t *testing.T, o relOptions, count, rounds int) {
 	}
 	// Every request the node made was allowed: no status read or written
 	// for a pod whose object is gone (the Node authorizer refuses both).
-	var denied []string
+	// And none was a GET of a churned pod: the agent writes a pod's status
+	// from its watch's copy, or the last write's answer, whichever is newer,
+	// so a pod costs a status PATCH or two and the final DELETE (a GET
+	// before each terminal status made 1,000 deletions take 60 s instead of
+	// 40 at the default 50 requests a second).
+	var denied, gets []string
+	verbs := map[string]int{}
 	for _, r := range readAuditRecords(t) {
-		if r.User.Username == "system:node:"+n.name && r.Code == 403 {
+		if r.User.Username != "system:node:"+n.name {
+			continue
+		}
+		if r.Code == 403 {
 			denied = append(denied, r.String())
+		}
+		if o := r.ObjectRef; o != nil && o.Resource == "pods" && o.Namespace == n.ns && o.Name != "" {
+			verbs[r.Verb]++
+			if r.Verb == "get" {
+				gets = append(gets, r.String())
+			}
 		}
 	}
 	if len(denied) > 0 {
 		t.Errorf("the apiserver denied %d requests of the node during the churn:\n  %s", len(denied), strings.Join(denied, "\n  "))
 	}
-	t.Logf("requests of the node denied during the churn: %d", len(denied))
+	if len(gets) > 0 {
+		t.Errorf("the node read %d of the churn's pods (one GET each costs a request of its rate limit):\n  %s", len(gets), strings.Join(gets[:min(len(gets), 10)], "\n  "))
+	}
+	t.Logf("requests of the node denied during the churn: %d; its requests on the %d pods churned: %d get, %d patch, %d delete", len(denied), rounds*count, verbs["get"], verbs["patch"], verbs["delete"])
 	// The agent back to idle: goroutines and fds within a few of the
 	// baseline (the API and runtime connections may have been redialled)
 	// once its last pods' workers are gone, the live heap as above.
-	var settled agentFigures
-	err = wait.PollUntilContextTimeout(ctx, 5*time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
-		settled = read()
-		return settled.goroutines <= idle.goroutines+10 && settled.fds <= idle.fds+10, nil
-	})
-	if err != nil {
+	if !settle() {
 		t.Errorf("after %d × %d pods the agent holds %s, idle it held %s", rounds, count, settled, idle)
 	}
 	after := figures("after")
-	if rounds > 1 && after.live > first.live+churnHeapGrowth {
-		t.Errorf("the agent's live heap grew from %s after the first round to %s after the last: something is kept per pod", mibytes(first.live), mibytes(after.live))
+	last := each[rounds-1]
+	if last.live > first.live+churnHeapFill {
+		t.Errorf("the agent's live heap grew from %s after the first round to %s after the last, more than the event correlator's caches take: something is kept per pod", mibytes(first.live), mibytes(last.live))
 	}
-	if after.live > idle.live+16<<20 {
+	// full is the round after which the caches are full.
+	if full := (churnCorrelatorObjects+count-1)/count - 1; full < rounds-1 && last.live > each[full].live+churnHeapSteady {
+		t.Errorf("the agent's live heap grew from %s after round %d, the event correlator's caches full, to %s after round %d: something is kept per pod", mibytes(each[full].live), full+1, mibytes(last.live), rounds)
+	}
+	if after.live > idle.live+churnHeapIdle {
 		t.Errorf("after %d × %d pods the agent's live heap is %s, idle it was %s", rounds, count, mibytes(after.live), mibytes(idle.live))
 	}
 	t.Logf("%s; idle %s; afterwards %s; nothing left on the node; heap profiles in %s", strings.Join(rows, "; "), idle, after, env.dir)

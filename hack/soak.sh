@@ -3,8 +3,9 @@
 # hack/test.sh (CI) runs short: pod churn of 2,000 pods × 5 rounds on the fake
 # runtime and 200 × 5 on containerd (TestChurn; CI: 100 × 3 and 20 × 2). It
 # needs root and the control plane that hack/test.sh builds (cached in
-# $NODEKIT_CACHE, default ~/.cache/nodekit), and takes about 45 minutes on two
-# cores, the subtests one after the other. Under CI=true nothing skips. Extra
+# $NODEKIT_CACHE, default ~/.cache/nodekit); the fake runtime's subtest takes
+# about 10 minutes on two cores (README has the last figures), the subtests
+# run one after the other. Under CI=true nothing skips. Extra
 # arguments go to go test, e.g.
 #
 #   hack/soak.sh -run 'TestChurn/containerd'

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -813,11 +814,20 @@ func (m *Manager) sourcePod(uid types.UID, e *versionedStatus) (*v1.Pod, bool) {
 
 // currentPod returns the pod to compute a status patch against, saving the
 // GET the kubelet makes before every patch where the Manager knows the
-// pod's current version: the sources' copy (for a static pod, of its mirror
-// pod) when it is the version this Manager last wrote (or the Manager has
-// not written the pod yet), the last patch's answer when the sources' copy
-// is the version that patch was computed from (the watch has not caught up
-// with the write). With Options.Pods, a static pod whose current mirror
+// pod's current version: of the sources' copy (for a static pod, of its
+// mirror pod) and the last patch's answer, the newer by resourceVersion
+// (the API server's are comparable integers: resourceversion.
+// CompareResourceVersion). The sources' copy is newer when someone wrote
+// the pod after the Manager did, above all the API server marking it
+// deleted: without this, every graceful deletion cost a GET beside the
+// final PATCH and DELETE, a third more requests under the client's rate
+// limit (1,000 pods deleted in 60 s at kubeAPIQPS 50 instead of 40). The
+// answer is newer while the watch has not caught up with the write. Where
+// the versions do not compare (an API server whose resourceVersions are
+// not integers), the sources' copy serves when it is the version this
+// Manager last wrote (or the Manager has not written the pod yet), the
+// last answer when the sources' copy is the version that patch was
+// computed from. With Options.Pods, a static pod whose current mirror
 // pod the sources do not show gets errNoMirrorPod, without a request: there
 // is nothing to write to until the pod loop created it; any other pod the
 // sources do not show gets errNotInSources, without a request: the agent
@@ -842,10 +852,19 @@ func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedSta
 		last, wrote := m.written[uid]
 		from := m.writtenFrom[uid]
 		m.writeMu.Unlock()
-		switch {
-		case !wrote || last.ResourceVersion == p.ResourceVersion:
+		if !wrote {
 			return p.DeepCopy(), nil
-		case from == p.ResourceVersion:
+		}
+		if newer, err := resourceversion.CompareResourceVersion(p.ResourceVersion, last.ResourceVersion); err == nil {
+			if newer >= 0 {
+				return p.DeepCopy(), nil
+			}
+			return last.DeepCopy(), nil
+		}
+		switch p.ResourceVersion {
+		case last.ResourceVersion:
+			return p.DeepCopy(), nil
+		case from:
 			return last.DeepCopy(), nil
 		}
 	}

@@ -564,6 +564,41 @@ func TestPatchesWithoutAGetWhenTheSourcesHaveThePod(t *testing.T) {
 	}
 }
 
+// TestGracefulDeletionNeedsNoGet: a pod the API server marked deleted after
+// the Manager's last write is written from the sources' copy, newer by
+// resourceVersion than the last patch's answer: a PATCH and the DELETE, no
+// GET (which made a mass deletion take half as long again under the
+// client's rate limit: 60 s instead of 40 for 1,000 pods at 50 QPS).
+func TestGracefulDeletionNeedsNoGet(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	p.ResourceVersion = "5"
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: p.DeepCopy()}}
+	e := newEnv(t, g, p.DeepCopy())
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "Running", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+
+	// The API server records the graceful deletion: a newer version, which
+	// the sources show.
+	deleting := e.apiPod(t, "web").DeepCopy()
+	now := metav1.NewTime(t1)
+	deleting.DeletionTimestamp, deleting.ResourceVersion = &now, "7"
+	if err := e.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), deleting, "default"); err != nil {
+		t.Fatal(err)
+	}
+	g.set(deleting.DeepCopy())
+	prev, _ := e.m.GetPodStatus(p.UID)
+	e.m.SetPodStatus(deleting, podstatus.Generate(deleting, rt(exited("a", t0, 137)), nil, podstatus.GenerateOptions{Previous: &prev, Terminal: true}))
+	e.m.TerminatePod(deleting)
+	e.waitFor(t, "the deletion", func() bool { return len(e.actions("delete")) == 1 })
+	if gets := e.actions("get"); len(gets) != 0 {
+		t.Errorf("%d GETs of the deleted pod, want none: the sources' copy is the newest", len(gets))
+	}
+	if patches := e.actions("patch"); len(patches) != 2 {
+		t.Errorf("%d patches, want 2 (Running, then terminal)", len(patches))
+	}
+	checkFinalDelete(t, e, "uid-1")
+}
+
 // TestRemovedPodIsNotWrittenByABatchUnderWay: a pod removed while a batch
 // of writes is under way is not fetched or written by that batch: its
 // object is gone, and the Node authorizer refuses the read.
