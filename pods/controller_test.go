@@ -777,7 +777,12 @@ func TestPanickingAdmitHandlerRejectsThePod(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { defer close(done); _ = c.Run(ctx) }()
+			go func() {
+				defer close(done)
+				if err := c.Run(ctx); err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
 			defer func() { cancel(); <-done }()
 			badPod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "default", UID: "uid-bad"}}
 			good := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: "default", UID: "uid-good"}}
@@ -834,7 +839,12 @@ func runController(t *testing.T, opts Options) (*Controller, context.Context) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return c, ctx
 }

@@ -1,7 +1,6 @@
 package pods
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ func TestControllerResourceHealth(t *testing.T) {
 	rt := &loggedRuntime{log: log, events: make(chan *podstate.PodLifecycleEvent)}
 	devs := &fakeHealth{name: "example.com/dev", updates: make(chan types.UID)}
 	claims := &fakeHealth{name: "claim:gpu", updates: make(chan types.UID)}
-	c, err := New(Options{
+	runController(t, Options{
 		Sources:        sources,
 		Runtime:        rt,
 		Statuses:       &loggedStatuses{log: log, statuses: map[types.UID]v1.PodStatus{}},
@@ -46,18 +45,6 @@ func TestControllerResourceHealth(t *testing.T) {
 		ResourceHealth: []ResourceHealthProvider{devs, claims},
 		Clock:          testclock.NewFakeClock(time.Now()),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	defer func() { cancel(); <-done }()
 	sources.ch <- podsource.Update{Op: podsource.OpAdd, Pods: []*v1.Pod{probedPod("a")}, Source: podsource.APIServerSource}
 	log.waitFor(t, "a sync", func(c []string) bool { return count(c, "SyncPod") == 1 })
 
@@ -87,7 +74,7 @@ func TestControllerResourceHealthGateOff(t *testing.T) {
 	sources := loggedSources{ch: make(chan podsource.Update)}
 	rt := &loggedRuntime{log: log, events: make(chan *podstate.PodLifecycleEvent)}
 	devs := &fakeHealth{name: "example.com/dev", updates: make(chan types.UID)}
-	c, err := New(Options{
+	runController(t, Options{
 		Sources:        sources,
 		Runtime:        rt,
 		Statuses:       &loggedStatuses{log: log, statuses: map[types.UID]v1.PodStatus{}},
@@ -96,18 +83,6 @@ func TestControllerResourceHealthGateOff(t *testing.T) {
 		Features:       gates,
 		Clock:          testclock.NewFakeClock(time.Now()),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	defer func() { cancel(); <-done }()
 	sources.ch <- podsource.Update{Op: podsource.OpAdd, Pods: []*v1.Pod{probedPod("a")}, Source: podsource.APIServerSource}
 	log.waitFor(t, "a sync", func(c []string) bool { return count(c, "SyncPod") == 1 })
 	if opts := rt.statusOptions(); opts.AllocatedResourcesStatus != nil {

@@ -66,27 +66,30 @@ func cpuPod(name string, gen int64, cpu string) *v1.Pod {
 	}
 }
 
-// TestResizeAdmission: a resize that fits the node's allocatable beside
-// the other pods' allocations is allocated (checkpointed, synced to the
-// runtime, ResizeStarted); one that does not is Deferred with the
-// predicate's message, the runtime keeping the old allocation, and is
-// allocated once another pod's resources are freed; a resize of pod-level
-// resources is allocated or Deferred the same way.
-func TestResizeAdmission(t *testing.T) {
-	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
+// startResize runs a controller on an allocRuntime for a node with cpu
+// and memory allocatable (and 110 pods), admitting with GeneralPredicates;
+// opts gives the rest (a recorder and an allocation checkpoint in a
+// temporary directory unless set). It returns the runtime, a func that
+// sends pods as the API server source's update op, and one that waits
+// for cond (failing the test with what after 30 s).
+func startResize(t *testing.T, cpu, mem string, opts Options) (rt *allocRuntime, send func(podsource.Op, ...*v1.Pod), waitFor func(what string, cond func() bool)) {
+	t.Helper()
+	rt = &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
 	sources := &fakeSources{updates: make(chan podsource.Update)}
-	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
-		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi"),
+		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem),
 	}}}
-	rec := record.NewFakeRecorder(100)
-	root := t.TempDir()
-	allocs := allocation.New(allocation.Options{RootDir: root})
-	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: rec, Allocations: allocs,
-		Node:  func() (*v1.Node, bool) { return node, true },
-		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
-	})
-	send := func(op podsource.Op, pods ...*v1.Pod) {
+	opts.Sources, opts.Runtime, opts.Statuses = sources, rt, &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
+	if opts.Recorder == nil {
+		opts.Recorder = record.NewFakeRecorder(100)
+	}
+	if opts.Allocations == nil {
+		opts.Allocations = allocation.New(allocation.Options{RootDir: t.TempDir()})
+	}
+	opts.Node = func() (*v1.Node, bool) { return node, true }
+	opts.Admit = []AdmitHandler{GeneralPredicates(klog.Background())}
+	_, ctx := runController(t, opts)
+	send = func(op podsource.Op, pods ...*v1.Pod) {
 		t.Helper()
 		select {
 		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
@@ -94,7 +97,7 @@ func TestResizeAdmission(t *testing.T) {
 			t.Fatalf("the controller did not take a %s update", op)
 		}
 	}
-	waitFor := func(what string, cond func() bool) {
+	waitFor = func(what string, cond func() bool) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			return cond(), nil
@@ -102,6 +105,19 @@ func TestResizeAdmission(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	return rt, send, waitFor
+}
+
+// TestResizeAdmission: a resize that fits the node's allocatable beside
+// the other pods' allocations is allocated (checkpointed, synced to the
+// runtime, ResizeStarted); one that does not is Deferred with the
+// predicate's message, the runtime keeping the old allocation, and is
+// allocated once another pod's resources are freed; a resize of pod-level
+// resources is allocated or Deferred the same way.
+func TestResizeAdmission(t *testing.T) {
+	rec := record.NewFakeRecorder(100)
+	root := t.TempDir()
+	rt, send, waitFor := startResize(t, "1", "1Gi", Options{Recorder: rec, Allocations: allocation.New(allocation.Options{RootDir: root})})
 	events := func(reason string) bool {
 		for {
 			select {
@@ -184,33 +200,7 @@ func TestPodLevelResizeGateOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
-	sources := &fakeSources{updates: make(chan podsource.Update)}
-	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
-		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi"),
-	}}}
-	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: record.NewFakeRecorder(100),
-		Allocations: allocation.New(allocation.Options{RootDir: t.TempDir()}), Features: gates,
-		Node:  func() (*v1.Node, bool) { return node, true },
-		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
-	})
-	send := func(op podsource.Op, pods ...*v1.Pod) {
-		t.Helper()
-		select {
-		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the controller did not take a %s update", op)
-		}
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return cond(), nil
-		}); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	rt, send, waitFor := startResize(t, "1", "1Gi", Options{Features: gates})
 	pl := cpuPod("pl", 1, "50m")
 	pl.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}
 	send(podsource.OpAdd, pl)
@@ -237,40 +227,15 @@ func TestPodLevelResizeGateOff(t *testing.T) {
 // the kubelet's message (InPlacePodVerticalScalingExclusiveCPUs off, its
 // default), its memory is resized; a Burstable pod's CPU is resized.
 func TestGuaranteedResizeUnderStaticCPUManager(t *testing.T) {
-	rt := &allocRuntime{fakeRuntime: newFakeRuntime(), synced: map[types.UID]string{}, pending: map[types.UID]*podstatus.ResizePending{}}
-	sources := &fakeSources{updates: make(chan podsource.Update)}
-	statuses := &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
-		v1.ResourcePods: resource.MustParse("110"), v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("4Gi"),
-	}}}
 	allocs := allocation.New(allocation.Options{RootDir: t.TempDir()})
-	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: statuses, Recorder: record.NewFakeRecorder(100),
-		Allocations: allocs, CPUManagerPolicy: "static",
+	rt, send, waitFor := startResize(t, "4", "4Gi", Options{Allocations: allocs, CPUManagerPolicy: "static",
 		QOSClass: func(p *v1.Pod) v1.PodQOSClass {
 			if p.Name == "g" {
 				return v1.PodQOSGuaranteed
 			}
 			return v1.PodQOSBurstable
 		},
-		Node:  func() (*v1.Node, bool) { return node, true },
-		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
 	})
-	send := func(op podsource.Op, pods ...*v1.Pod) {
-		t.Helper()
-		select {
-		case sources.updates <- podsource.Update{Op: op, Source: podsource.APIServerSource, Pods: pods}:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the controller did not take a %s update", op)
-		}
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return cond(), nil
-		}); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
 	guaranteed := func(gen int64, cpu, mem string) *v1.Pod {
 		p := cpuPod("g", gen, cpu)
 		r := v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
