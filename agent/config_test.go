@@ -309,22 +309,35 @@ logging:
 		t.Fatal(err)
 	}
 	want := []string{
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="--lock-file"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="featureGates.KubeletSeparateDiskGC" "flag"="--feature-gates"`,
-		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "setting"="featureGates.RestartAllContainersOnContainerExits" "flag"="--feature-gates" "implemented"="the node's declared feature follows the gate; the behaviour does not"`,
-		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "setting"="logging.format"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "node"="n" "setting"="--lock-file"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "node"="n" "setting"="featureGates.KubeletSeparateDiskGC" "flag"="--feature-gates"`,
+		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "node"="n" "setting"="featureGates.RestartAllContainersOnContainerExits" "flag"="--feature-gates" "implemented"="the node's declared feature follows the gate; the behaviour does not"`,
+		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "node"="n" "setting"="imagePullCredentialsVerificationPolicy" "implemented"="NeverVerify: an image present on the node is used by any pod, without checking its pull credentials"`,
+		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "node"="n" "setting"="logging.format"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("logged:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 
-	// Flags alone: the secure defaults are kept, so nothing is logged.
+	// Flags alone: the secure defaults are kept, so nothing is logged but
+	// the default pull-credential check nodekit does not do.
 	logger, lines = logLines()
 	if _, err := ParseFlags(logger, []string{"--hostname-override=n"}); err != nil {
 		t.Fatal(err)
 	}
+	if len(*lines) != 1 || !strings.Contains((*lines)[0], `"setting"="imagePullCredentialsVerificationPolicy"`) {
+		t.Errorf("without --config, logged %q, want only imagePullCredentialsVerificationPolicy", *lines)
+	}
+	// NeverVerify is what nodekit does: nothing to say.
+	logger, lines = logLines()
+	if _, err := ParseFlags(logger, []string{"--hostname-override=n", "--config=" + writeFile(t, "never.yaml", `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+imagePullCredentialsVerificationPolicy: NeverVerify
+`)}); err != nil {
+		t.Fatal(err)
+	}
 	if len(*lines) != 0 {
-		t.Errorf("without --config, logged %q, want nothing", *lines)
+		t.Errorf("with imagePullCredentialsVerificationPolicy NeverVerify, logged %q, want nothing", *lines)
 	}
 }
 

@@ -307,7 +307,7 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 	}
 	var given []string
 	fs.Visit(func(f *pflag.Flag) { given = append(given, f.Name) })
-	logUnimplemented(logger, unimplemented(&cfg.Kubelet, cfg.Features, probe.configFile != "", given, b.fields, b.klog))
+	logUnimplemented(logger.WithValues("node", cfg.NodeName), unimplemented(&cfg.Kubelet, cfg.Features, probe.configFile != "", given, b.fields, b.klog))
 	return cfg, nil
 }
 
