@@ -9,6 +9,9 @@
 //     default piece; agent/agenttest starts whole agents in tests, on a
 //     fake clientset and runtime/fakecri; agent/fleet runs many simulated
 //     nodes in one process and deploys them as shards.
+//   - features: the kubelet's feature gates (names, defaults, locks,
+//     dependencies) and a node's values of them, validated as the
+//     kubelet's; the agent gives them to each module through its options.
 //   - podstate: the runtime-neutral pod and container state the other
 //     modules read, and the one restart decision.
 //   - pods: the pod lifecycle loop (admission, one worker per pod, graceful
