@@ -304,27 +304,51 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	return c, nil
 }
 
-// freePodSubnet picks a /24 in 10.88.0.0/16 that no host interface uses,
-// starting from one derived from seed so concurrent instances spread out.
+// podSubnets holds the pod subnets this process's containerd instances
+// use. A subnet shows on a host interface only once the instance's CNI
+// bridge exists, at its first pod: two instances started before that whose
+// seeds land on the same /24 both took it, and the second bridge's pods
+// were unreachable (connection refused from the host, the route going to
+// the first bridge). Processes do not share the machine's e2e instances
+// (the e2e lock), so a process-wide set suffices beside the host check.
+var podSubnets = struct {
+	sync.Mutex
+	taken map[string]bool
+}{taken: map[string]bool{}}
+
+// freePodSubnet picks a /24 in 10.88.0.0/16 that no host interface and no
+// other instance of this process uses, starting from one derived from seed
+// so concurrent instances spread out, and takes it until
+// releasePodSubnet.
 func freePodSubnet(seed string) (string, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return "", fmt.Errorf("list host addresses: %w", err)
 	}
+	podSubnets.Lock()
+	defer podSubnets.Unlock()
 	start := int(sha256.Sum256([]byte(seed))[0])
 	for i := range 256 {
 		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.88.%d.0/24", (start+i)%256))
-		used := false
+		used := podSubnets.taken[subnet.String()]
 		for _, a := range addrs {
 			if ipnet, ok := a.(*net.IPNet); ok && subnet.Contains(ipnet.IP) {
 				used = true
 			}
 		}
 		if !used {
+			podSubnets.taken[subnet.String()] = true
 			return subnet.String(), nil
 		}
 	}
 	return "", errors.New("no free /24 for pods in 10.88.0.0/16")
+}
+
+// releasePodSubnet gives back a subnet freePodSubnet returned.
+func releasePodSubnet(subnet string) {
+	podSubnets.Lock()
+	defer podSubnets.Unlock()
+	delete(podSubnets.taken, subnet)
 }
 
 var containerdConfig = template.Must(template.New("config").Parse(`version = 2
@@ -768,6 +792,9 @@ func (c *Containerd) Close(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if c.PodSubnet != "" {
+		releasePodSubnet(c.PodSubnet)
 	}
 	if c.removeDir {
 		if err := os.RemoveAll(c.Dir); err != nil {
