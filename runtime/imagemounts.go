@@ -32,17 +32,21 @@ func NewImageMounts() *ImageMounts {
 	return &ImageMounts{byContainer: map[string][]string{}}
 }
 
-// record notes the images the mounts of container id name.
-func (m *ImageMounts) record(id string, mounts []*runtimeapi.Mount) {
+// record notes the images the mounts of container id name and returns
+// them. A nil ImageMounts records nothing.
+func (m *ImageMounts) record(id string, mounts []*runtimeapi.Mount) []string {
 	var images []string
 	for _, mnt := range mounts {
 		if img := mnt.GetImage().GetImage(); img != "" {
 			images = append(images, img)
 		}
 	}
-	m.mu.Lock()
-	m.byContainer[id] = images
-	m.mu.Unlock()
+	if m != nil {
+		m.mu.Lock()
+		m.byContainer[id] = images
+		m.mu.Unlock()
+	}
+	return images
 }
 
 // inUse adds to used the images the containers mount, asking rs for the
@@ -76,12 +80,8 @@ func (m *ImageMounts) inUse(ctx context.Context, rs cri.RuntimeService, containe
 		if err != nil {
 			return fmt.Errorf("get container status of %s: %w", id, err)
 		}
-		mounts := resp.GetStatus().GetMounts()
-		m.record(id, mounts)
-		for _, mnt := range mounts {
-			if img := mnt.GetImage().GetImage(); img != "" {
-				used[img] = true
-			}
+		for _, img := range m.record(id, resp.GetStatus().GetMounts()) {
+			used[img] = true
 		}
 	}
 	return nil

@@ -187,8 +187,8 @@ type PodManagerOptions struct {
 	ContainerConfigHook func(ctx context.Context, pod *v1.Pod, c *v1.Container, cfg *runtimeapi.ContainerConfig) error
 	// ImageMounts records the images each container created mounts as
 	// image volumes, for the image garbage collector (give both the same
-	// one: ImageGCOptions.ImageMounts); nil records them where nothing
-	// reads them.
+	// one: ImageGCOptions.ImageMounts); nil records nothing (the image
+	// GC then asks the runtime once per container).
 	ImageMounts *ImageMounts
 
 	// DynamicResources, when set, prepares a pod's ResourceClaims before
@@ -300,9 +300,6 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	}
 	if opts.PodsDir == "" {
 		opts.PodsDir = DefaultPodsDir
-	}
-	if opts.ImageMounts == nil {
-		opts.ImageMounts = NewImageMounts()
 	}
 	if opts.HostsFile == "" {
 		opts.HostsFile = DefaultHostsFile
