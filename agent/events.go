@@ -177,7 +177,7 @@ func (r *eventRecorder) stop(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		r.logger.Info("Stopped the event recorder with an event write still in flight", "node", r.source.Host)
+		r.logger.Info("Stopped the event recorder with an event write still in flight")
 		return nil
 	}
 }
