@@ -134,12 +134,7 @@ func NewBackendRuntime(b PodBackend, opts BackendRuntimeOptions) (*BackendRuntim
 // SupportedNodeFeatures is the backend's, when it is a
 // NodeFeatureSupporter; none otherwise (nothing of the CRI path, such as
 // in-place resize or the node API's WebSockets, applies to it).
-func (r *BackendRuntime) SupportedNodeFeatures() []string {
-	if s, ok := r.b.(NodeFeatureSupporter); ok {
-		return s.SupportedNodeFeatures()
-	}
-	return nil
-}
+func (r *BackendRuntime) SupportedNodeFeatures() []string { return supportedNodeFeatures(r.b) }
 
 // Run registers for the backend's notifications, or polls the status of
 // every pod it runs every PollInterval, until ctx is done. It blocks.

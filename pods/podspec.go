@@ -325,8 +325,12 @@ type NodeFeatureSupporter interface {
 
 // SupportedNodeFeatures returns rt's SupportedNodeFeatures, none when it
 // is not a NodeFeatureSupporter.
-func SupportedNodeFeatures(rt Runtime) []string {
-	if s, ok := rt.(NodeFeatureSupporter); ok {
+func SupportedNodeFeatures(rt Runtime) []string { return supportedNodeFeatures(rt) }
+
+// supportedNodeFeatures returns v's SupportedNodeFeatures, none when v
+// (a Runtime or a PodBackend) is not a NodeFeatureSupporter.
+func supportedNodeFeatures(v any) []string {
+	if s, ok := v.(NodeFeatureSupporter); ok {
 		return s.SupportedNodeFeatures()
 	}
 	return nil
@@ -382,11 +386,10 @@ func DeclaredFeatures(kubeletVersion string, declared []string) (AdmitHandler, e
 	if err != nil {
 		return nil, fmt.Errorf("kubelet version %q: %w", kubeletVersion, err)
 	}
-	names := declared
 	fw := ndf.DefaultFramework
-	own, err := fw.MapSorted(names)
+	own, err := fw.MapSorted(declared)
 	if err != nil {
-		return nil, fmt.Errorf("declared features %v: %w", names, err)
+		return nil, fmt.Errorf("declared features %v: %w", declared, err)
 	}
 	return AdmitFunc(func(a AdmitAttributes) AdmitResult {
 		reqs, err := fw.InferForPodScheduling(&ndf.PodInfo{Spec: &a.Pod.Spec, Status: &a.Pod.Status}, v)
