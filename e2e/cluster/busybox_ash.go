@@ -63,35 +63,23 @@ func buildUpstreamAsh(ctx context.Context, opts BuildOptions) (string, error) {
 	}
 	version := strings.TrimSuffix(filepath.Base(tarball), filepath.Ext(tarball))
 	version = strings.TrimSuffix(strings.TrimSuffix(version, ".tar"), ".orig")
-	out := filepath.Join(root, version+"-"+ashRecipe, "busybox")
-	if _, err := os.Stat(out); err == nil {
-		return out, nil
-	}
-	fmt.Fprintf(opts.Log, "building ash from %s into %s\n", tarball, out)
-	staging, err := os.MkdirTemp(root, "build-")
+	binDir := filepath.Join(root, version+"-"+ashRecipe)
+	out := filepath.Join(binDir, "busybox")
+	err = cached(root, "build", binDir, cacheKey([]byte(version), []byte(ashRecipe)), []string{out}, func(staging string) error {
+		fmt.Fprintf(opts.Log, "building ash from %s into %s\n", tarball, out)
+		if err := extractTarball(tarball, staging); err != nil {
+			return err
+		}
+		if err := configureAsh(ctx, staging); err != nil {
+			return err
+		}
+		if _, err := runCommand(ctx, staging, nil, nil, "make", "-j"+strconv.Itoa(runtime.NumCPU())); err != nil {
+			return fmt.Errorf("%w (make and gcc with libc6-dev are needed: hack/install-deps.sh)", err)
+		}
+		return checkStatic(filepath.Join(staging, "busybox"))
+	})
 	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(staging)
-	if err := extractTarball(tarball, staging); err != nil {
 		return "", fmt.Errorf("upstream busybox ash: %w", err)
-	}
-	if err := configureAsh(ctx, staging); err != nil {
-		return "", fmt.Errorf("upstream busybox ash: %w", err)
-	}
-	if _, err := runCommand(ctx, staging, nil, nil, "make", "-j"+strconv.Itoa(runtime.NumCPU())); err != nil {
-		return "", fmt.Errorf("upstream busybox ash (make and gcc with libc6-dev are needed: hack/install-deps.sh): %w", err)
-	}
-	built := filepath.Join(staging, "busybox")
-	if err := checkStatic(built); err != nil {
-		return "", fmt.Errorf("upstream busybox ash: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
-	}
-	// Rename last: a cached binary is always a complete one.
-	if err := os.Rename(built, out); err != nil {
-		return "", err
 	}
 	return out, nil
 }
