@@ -10,10 +10,11 @@
 #   4c. every fuzz target of the library (func Fuzz* in a _test.go file) for
 #      FUZZ_TIME each (default 2000x, 2,000 inputs): the decoders of outside input
 #      (KubeletConfiguration, flags, static pod manifests, cgroup names)
-#      and the CRI runtime's replies (runtime.FuzzCRIReplies);
+#      and the CRI runtime's replies (runtime.FuzzCRIReplies); started in the
+#      background at nice 19 after the unit tests, waited for at the end;
 #   5. build (or reuse from $NODEKIT_CACHE, default ~/.cache/nodekit; started
-#      in the background after step 1, waited for here) the
-#      control plane: 26 minutes cold on a busy 2-core machine, seconds cached,
+#      in the background at nice 5 after go vet, waited for here) the
+#      control plane: about 20 minutes cold on a 2-core machine, seconds cached,
 #      and kubeadm (e2e/kubeadm_test.go), containerd 2, runc and crictl (the
 #      e2e suite's runtime; a few minutes cold); the control plane is built
 #      statically linked, so kubeadm init's images (e2e/kubeadm_init_test.go)
@@ -23,6 +24,17 @@
 #   6. the e2e suite (e2e/): agents against the real control plane, on
 #      containerd 2 (and its 1.6 lane, Debian's containerd) and on the fake
 #      runtime.
+#
+# A cold run is CPU-bound on two cores, so what makes it short is compiling
+# each package as few times as possible: every build but the race detector's
+# runs with CGO_ENABLED=0, as the control plane is built, and the library
+# requires the e2e module's versions of what both build from
+# (e2e/cluster TestLibraryModulesMatchE2E), so go vet, the e2e tests, the
+# agent binary and the e2e images share one compile of the library and its
+# dependencies, and e2e.test shares the control plane's. The background
+# steps fill the CPU the others leave idle (links, downloads, tests
+# waiting): the control plane build at nice 5, the fuzz targets, whose
+# instrumented build shares nothing, at nice 19.
 #
 # Every step runs even if an earlier one failed; the script ends with each
 # step's result and go test's closing lines, and exits non-zero if any step
@@ -79,8 +91,9 @@ vet() {
 	go vet ./... && (cd e2e && go vet ./...)
 }
 
+# The race detector needs cgo.
 unit() {
-	go test -race ./... 2>&1 | tee "$logs/unit.log"
+	CGO_ENABLED=1 go test -race ./... 2>&1 | tee "$logs/unit.log"
 }
 
 # fuzz runs each fuzz target of the library for $FUZZ_TIME; a failure leaves
@@ -105,22 +118,22 @@ controlplane() {
 	(cd e2e && go run ./cmd/localcluster build && go run ./cmd/conformance -build -agents=nodekit)
 }
 
-# The control plane build shares nothing with the library's steps but the
-# machine: cold (about 25 minutes on 2 cores) it runs from the start, at
-# nice 5 so the library's steps keep the CPU they need and the build fills
-# what they leave (module downloads, links, tests waiting); warm it takes
-# seconds. Its output is kept and printed at its step.
-controlplane_start() {
-	(renice -n 5 -p "$BASHPID" >/dev/null || true; controlplane) >"$logs/controlplane.log" 2>&1 &
-	controlplane_pid=$!
-	controlplane_started=$SECONDS
+# background_start NAME NICE FUNC runs FUNC in the background at nice NICE,
+# its output kept in $logs/NAME.log; background_wait NAME waits for it,
+# prints that output and returns its status.
+declare -A background_pid background_started
+background_start() {
+	local name="$1" niceness="$2" fn="$3"
+	(renice -n "$niceness" -p "$BASHPID" >/dev/null || true; "$fn") >"$logs/$name.log" 2>&1 &
+	background_pid[$name]=$!
+	background_started[$name]=$SECONDS
 }
 
-controlplane_wait() {
-	local rc=0
-	wait "$controlplane_pid" || rc=$?
-	cat "$logs/controlplane.log"
-	echo "control plane build: started $((SECONDS - controlplane_started))s ago"
+background_wait() {
+	local name="$1" rc=0
+	wait "${background_pid[$name]}" || rc=$?
+	cat "$logs/$name.log"
+	echo "$name: started $((SECONDS - ${background_started[$name]}))s ago"
 	return "$rc"
 }
 
@@ -158,15 +171,17 @@ failed_tests() {
 }
 
 total=$SECONDS
+export CGO_ENABLED=0
 run_step "dependencies" deps
-controlplane_start
 run_step "gofmt" format
 run_step "go vet" vet
+background_start controlplane 5 controlplane
 run_step "unit tests (go test -race ./...)" unit
+background_start fuzz 19 fuzz
 run_step "pod defaults against the API server's (hack/defaultscheck)" defaultscheck
-run_step "fuzz (each target for ${FUZZ_TIME:-2000x})" fuzz
-run_step "control plane build (waited for; started after dependencies)" controlplane_wait
+run_step "control plane build (waited for; started after go vet)" background_wait controlplane
 run_step "e2e tests (e2e/: go test ./...)" e2e
+run_step "fuzz (each target for ${FUZZ_TIME:-2000x}; waited for, started after the unit tests)" background_wait fuzz
 
 echo
 echo "==> summary (full logs in $logs)"

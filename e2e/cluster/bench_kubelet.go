@@ -23,13 +23,16 @@ import (
 // minutes on two cores (less once the control plane is built: most packages
 // are shared); a cached one returns at once.
 func BuildKubelet(ctx context.Context, opts BuildOptions) (string, error) {
-	return buildKubernetesCommand(ctx, opts, "kubelet")
+	// Linked dynamically, as Kubernetes' own build links the kubelet.
+	return buildKubernetesCommand(ctx, opts, "kubelet", []string{"CGO_ENABLED=1"})
 }
 
 // buildKubernetesCommand builds k8s.io/kubernetes/cmd/<name> at the version
-// e2e/tools pins in a copy of the tools module with -mod=mod, cached in
+// e2e/tools pins in a copy of the tools module with -mod=mod and the go
+// command's environment env (CGO_ENABLED above all: it decides which
+// compiled packages the build shares), cached in
 // <cache>/<name>-<version>/bin, and returns the binary's path.
-func buildKubernetesCommand(ctx context.Context, opts BuildOptions, name string) (string, error) {
+func buildKubernetesCommand(ctx context.Context, opts BuildOptions, name string, env []string) (string, error) {
 	opts, goBin, err := opts.complete()
 	if err != nil {
 		return "", err
@@ -41,9 +44,9 @@ func buildKubernetesCommand(ctx context.Context, opts BuildOptions, name string)
 	ldflags := versionLDFlags(k8sVersion)
 	binDir := filepath.Join(opts.CacheDir, name+"-"+k8sVersion, "bin")
 	bin := filepath.Join(binDir, name)
-	err = buildInToolsCopy(ctx, opts, goBin, name+"-"+k8sVersion, binDir, []string{bin}, []byte(ldflags), func(build func(env []string, args ...string) error, staging string) error {
+	err = buildInToolsCopy(ctx, opts, goBin, name+"-"+k8sVersion, binDir, []string{bin}, env, []byte(ldflags), func(build func(args ...string) error, staging string) error {
 		fmt.Fprintf(opts.Log, "building %s %s into %s\n", name, k8sVersion, binDir)
-		return build(nil, "build", "-ldflags", ldflags, "-o", filepath.Join(staging, name), kubernetesModule+"/cmd/"+name)
+		return build("build", "-ldflags", ldflags, "-o", filepath.Join(staging, name), kubernetesModule+"/cmd/"+name)
 	})
 	if err != nil {
 		return "", fmt.Errorf("build %s %s: %w", name, k8sVersion, err)
@@ -56,11 +59,14 @@ func buildKubernetesCommand(ctx context.Context, opts BuildOptions, name string)
 // module with -mod=mod, so that programs of the pinned k8s.io/kubernetes
 // the tools module does not list resolve their extra dependencies through
 // the module proxy at the versions Kubernetes requires, leaving e2e/tools
-// untouched. The outputs are cached under name in the cache directory,
-// keyed by the tools module, the go toolchain and extra.
-func buildInToolsCopy(ctx context.Context, opts BuildOptions, goBin, name, binDir string, outputs []string, extra []byte,
-	steps func(build func(env []string, args ...string) error, staging string) error) error {
-	goVersion, err := runCommand(ctx, opts.Source.Tools, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
+// untouched. Every go command runs with env added to the process's
+// environment, so what the caller's environment holds (CGO_ENABLED) does not
+// change the binaries or their cache key. The outputs are cached under
+// name in the cache directory, keyed by the tools module, the go toolchain
+// and extra.
+func buildInToolsCopy(ctx context.Context, opts BuildOptions, goBin, name, binDir string, outputs []string, env []string, extra []byte,
+	steps func(build func(args ...string) error, staging string) error) error {
+	goVersion, err := runCommand(ctx, opts.Source.Tools, env, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
 	if err != nil {
 		return err
 	}
@@ -87,7 +93,7 @@ func buildInToolsCopy(ctx context.Context, opts BuildOptions, goBin, name, binDi
 		if err := os.WriteFile(filepath.Join(mod, "go.sum"), goSum, 0o644); err != nil {
 			return err
 		}
-		return steps(func(env []string, args ...string) error {
+		return steps(func(args ...string) error {
 			_, err := runCommand(ctx, mod, append([]string{"GOWORK=off", "GOFLAGS=-mod=mod"}, env...), opts.Log, goBin, args...)
 			return err
 		}, staging)

@@ -32,7 +32,7 @@ type ConformanceBinaries struct {
 }
 
 // conformanceRecipe versions how BuildConformance builds, in its cache key.
-const conformanceRecipe = "conformance-1"
+const conformanceRecipe = "conformance-2"
 
 // BuildConformance returns upstream's e2e.test, the ginkgo CLI, agnhost and
 // nnp at the pinned Kubernetes version, and upstream's ash
@@ -62,21 +62,23 @@ func BuildConformance(ctx context.Context, opts BuildOptions) (ConformanceBinari
 		Nonewprivs:        filepath.Join(binDir, "nnp"),
 	}
 	outputs := []string{bins.E2ETest, bins.Ginkgo, bins.Agnhost, bins.Nonewprivs}
-	err = buildInToolsCopy(ctx, opts, goBin, name, binDir, outputs, []byte(ldflags+"\n"+conformanceRecipe),
-		func(build func(env []string, args ...string) error, staging string) error {
+	// All four are linked statically: agnhost and nnp because they run in
+	// images holding nothing else; ginkgo and e2e.test (which Kubernetes'
+	// own build links with cgo's default) because with cgo they would
+	// compile every package they share with the control plane
+	// (BuildControlPlane, static) a second time, minutes of a cold CI run,
+	// for nothing cgo gives them here (Go's resolver serves their lookups).
+	static := []string{"CGO_ENABLED=0"}
+	err = buildInToolsCopy(ctx, opts, goBin, name, binDir, outputs, static, []byte(ldflags+"\n"+conformanceRecipe),
+		func(build func(args ...string) error, staging string) error {
 			fmt.Fprintf(opts.Log, "building e2e.test, ginkgo, agnhost and nnp %s into %s\n", k8sVersion, binDir)
-			static := []string{"CGO_ENABLED=0"}
-			steps := []struct {
-				env  []string
-				args []string
-			}{
-				{nil, []string{"build", "-o", filepath.Join(staging, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"}},
-				{static, []string{"build", "-ldflags", ldflags, "-o", filepath.Join(staging, "agnhost"), kubernetesModule + "/test/images/agnhost"}},
-				{static, []string{"build", "-ldflags", "-s -w", "-o", filepath.Join(staging, "nnp"), kubernetesModule + "/test/images/nonewprivs"}},
-				{nil, []string{"test", "-c", "-ldflags", ldflags, "-o", filepath.Join(staging, "e2e.test"), kubernetesModule + "/test/e2e"}},
-			}
-			for _, s := range steps {
-				if err := build(s.env, s.args...); err != nil {
+			for _, args := range [][]string{
+				{"build", "-o", filepath.Join(staging, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"},
+				{"build", "-ldflags", ldflags, "-o", filepath.Join(staging, "agnhost"), kubernetesModule + "/test/images/agnhost"},
+				{"build", "-ldflags", "-s -w", "-o", filepath.Join(staging, "nnp"), kubernetesModule + "/test/images/nonewprivs"},
+				{"test", "-c", "-ldflags", ldflags, "-o", filepath.Join(staging, "e2e.test"), kubernetesModule + "/test/e2e"},
+			} {
+				if err := build(args...); err != nil {
 					return err
 				}
 			}

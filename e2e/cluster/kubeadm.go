@@ -3,7 +3,8 @@ package cluster
 import "context"
 
 // BuildKubeadm returns kubeadm (k8s.io/kubernetes/cmd/kubeadm) at the
-// version e2e/tools pins, built like the control plane and cached in
+// version e2e/tools pins, built like the control plane (statically
+// linked, as upstream releases it, so the two share their common packages) and cached in
 // <cache>/kubeadm-<version>/bin. kubeadm needs two modules the control
 // plane does not (github.com/coredns/corefile-migration and
 // k8s.io/system-validators), so, as BuildKubelet, it is built in a copy of
@@ -12,7 +13,7 @@ import "context"
 // built, a cold build compiles only kubeadm's own packages (about two
 // minutes on two cores); a cached one returns at once.
 func BuildKubeadm(ctx context.Context, opts BuildOptions) (string, error) {
-	return buildKubernetesCommand(ctx, opts, "kubeadm")
+	return buildKubernetesCommand(ctx, opts, "kubeadm", []string{"CGO_ENABLED=0"})
 }
 
 // SharedDiskKubeletConfig returns the KubeletConfiguration fields every

@@ -32,6 +32,8 @@ func BuildMetricsServer(ctx context.Context, opts BuildOptions) (string, error) 
 	_, bins, err := buildPinned(ctx, opts, goBin, pinnedTool{
 		dir: "metricsserver", module: metricsServerModule, name: "metrics-server",
 		pkgs: []string{metricsServerModule + "/cmd/metrics-server"},
+		// Static, as upstream's image holds it.
+		env: []string{"CGO_ENABLED=0"},
 	})
 	if err != nil {
 		return "", err

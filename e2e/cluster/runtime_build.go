@@ -127,7 +127,10 @@ func buildPinned(ctx context.Context, opts BuildOptions, goBin string, t pinnedT
 	if err != nil {
 		return "", nil, fmt.Errorf("build %s: %w", t.name, err)
 	}
-	goVersion, err := runCommand(ctx, modDir, nil, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
+	// Asked with the build's own environment, so that the caller's
+	// CGO_ENABLED (hack/test.sh sets 0) does not change the key of a
+	// build that pins it.
+	goVersion, err := runCommand(ctx, modDir, t.env, nil, goBin, "env", "GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED")
 	if err != nil {
 		return "", nil, fmt.Errorf("build %s: %w", t.name, err)
 	}
