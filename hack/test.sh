@@ -21,6 +21,9 @@
 #      hold the same binaries; then upstream's e2e.test, ginkgo and agnhost for the conformance
 #      subset (e2e/conformance_test.go), and upstream busybox's ash for its busybox images
 #      (Debian's busybox source package, fetched with apt-get; about a minute to build);
+#      and what e2e tests would otherwise build while the suite runs, slowing
+#      every test beside them: the upstream kubelet (the handover tests) and
+#      metrics-server (the node API test);
 #   6. the e2e suite (e2e/): agents against the real control plane, on
 #      containerd 2 (and its 1.6 lane, Debian's containerd) and on the fake
 #      runtime.
@@ -115,7 +118,7 @@ defaultscheck() {
 }
 
 controlplane() {
-	(cd e2e && go run ./cmd/localcluster build && go run ./cmd/conformance -build -agents=nodekit)
+	(cd e2e && go run ./cmd/localcluster build && go run ./cmd/conformance -build -agents=nodekit,kubelet)
 }
 
 # background_start NAME NICE FUNC runs FUNC in the background at nice NICE,

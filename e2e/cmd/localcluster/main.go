@@ -6,7 +6,7 @@
 //
 //	go -C e2e run ./cmd/localcluster up                  # one node, containerd if possible
 //	go -C e2e run ./cmd/localcluster up -nodes=3 -runtime=fakecri
-//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane, kubeadm and containerd 2
+//	go -C e2e run ./cmd/localcluster build               # only build/cache the control plane, kubeadm, containerd 2 and metrics-server
 //
 // up prints the admin kubeconfig, the images the nodes hold (no registry is
 // reachable from them) and a first kubectl run that works with them, and
@@ -50,7 +50,8 @@ commands:
   build   build (or reuse from the cache) etcd, kube-apiserver,
           kube-controller-manager, kube-scheduler, kubectl (statically
           linked, as released: kubeadm init's images hold them too),
-          kubeadm, containerd 2, runc and crictl; print their paths
+          kubeadm, containerd 2, runc, crictl and metrics-server (the e2e
+          suite's resource metrics pipeline); print their paths
   up      start a control plane and node agents, print how to reach them,
           and run until interrupted
 
@@ -82,6 +83,11 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Printf("containerd %s\n%s\n%s\n%s\nrunc %s\n%s\ncrictl %s\n%s\n", ctrd.Version, ctrd.Containerd, ctrd.Shim, ctrd.Ctr, ctrd.RuncVersion, ctrd.Runc, ctrd.CrictlVersion, ctrd.Crictl)
+		metricsServer, err := cluster.BuildMetricsServer(ctx, cluster.BuildOptions{Log: os.Stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Println(metricsServer)
 		return nil
 	case "up":
 		opts := &upOptions{}
