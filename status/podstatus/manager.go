@@ -765,7 +765,18 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 			// Never delete a pod recreated under the same name.
 			Preconditions: metav1.NewUIDPreconditions(string(pod.UID)),
 		})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) {
+			// Not proof that the pod is gone: the API server's
+			// NodeRestriction admission reads the pod from its informer
+			// cache, which can lag behind a pod created a moment ago, and
+			// answers NotFound. As the kubelet, keep the status: the next
+			// sync deletes again while the sources show the pod, and
+			// RemovePod drops it once they do not.
+			m.metrics.deletion(resultFailed)
+			logger.V(2).Info("Deleting the finished pod found no pod, deleting again at the next sync", "err", err)
+			return
+		}
+		if err != nil {
 			m.metrics.deletion(resultFailed)
 			logger.Error(err, "Failed to delete finished pod")
 			return

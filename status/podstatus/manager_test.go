@@ -606,6 +606,44 @@ func TestGracefulDeletionNeedsNoGet(t *testing.T) {
 	checkFinalDelete(t, e, "uid-1")
 }
 
+// TestDeletionAnsweredNotFoundIsRetried: the API server can answer a
+// node's DELETE of a pod that exists with NotFound (NodeRestriction reads
+// the pod from an informer cache that lags behind a pod created a moment
+// ago); the Manager keeps the status and deletes again at the next sync,
+// as the kubelet does, instead of leaving the pod on the API server.
+func TestDeletionAnsweredNotFoundIsRetried(t *testing.T) {
+	p := testPod(v1.RestartPolicyAlways, "a")
+	now := metav1.NewTime(t1)
+	p.DeletionTimestamp = &now
+	e := newEnv(t, nil, p.DeepCopy())
+	var mu sync.Mutex
+	deletes := 0
+	e.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		deletes++
+		if deletes == 1 {
+			return true, nil, apierrors.NewNotFound(v1.Resource("pods"), "web")
+		}
+		return false, nil, nil
+	})
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 137)), nil, podstatus.GenerateOptions{Terminal: true}))
+	e.m.TerminatePod(p)
+	e.waitFor(t, "the first deletion", func() bool { return len(e.actions("delete")) == 1 })
+	if _, ok := e.m.GetPodStatus(p.UID); !ok {
+		t.Fatal("the status was forgotten after a deletion answered NotFound")
+	}
+	if got := e.counter(t, "nodekit_pod_deletions_total", "failed"); got != 1 {
+		t.Errorf("failed deletions = %v, want 1", got)
+	}
+	e.resync(t)
+	e.waitFor(t, "the deletion again", func() bool { return len(e.actions("delete")) == 2 })
+	if _, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), "default", "web"); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod is still on the API server after the second deletion: %v", err)
+	}
+	e.waitFor(t, "the status to be forgotten", func() bool { _, ok := e.m.GetPodStatus(p.UID); return !ok })
+}
+
 // TestRemovedPodIsNotWrittenByABatchUnderWay: a pod removed while a batch
 // of writes is under way is not fetched or written by that batch: its
 // object is gone, and the Node authorizer refuses the read.
