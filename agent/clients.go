@@ -34,7 +34,8 @@ import (
 // for the kernel's retransmission timeout, as the kubelet learned).
 type Clients struct {
 	// Client is for everything but heartbeats: pods, events, watches. Rate
-	// limited by kubeAPIQPS/kubeAPIBurst.
+	// limited by kubeAPIQPS/kubeAPIBurst. Its API group clients are built
+	// on first use: an agent uses a handful of client-go's 56 groups.
 	Client kubernetes.Interface
 	// Heartbeat is for the node Lease and node status: not rate limited, and
 	// its requests time out within one status update period (at most the
@@ -124,7 +125,8 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 	// Each client has its own rate limit and timeout
 	// (http.Client.Timeout, which client-go also sends as each request's
 	// timeout parameter) on the shared transport.
-	client, err := kubernetes.NewForConfigAndClient(main, &http.Client{Transport: rt, Timeout: main.Timeout})
+	// The main client's groups are built on first use (lazyClientset).
+	client, err := newLazyClientset(main, &http.Client{Transport: rt, Timeout: main.Timeout})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build apiserver client: %w", err)
 	}
