@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,11 +34,16 @@ import (
 // for the kernel's retransmission timeout, as the kubelet learned).
 type Clients struct {
 	// Client is for everything but heartbeats: pods, events, watches. Rate
-	// limited by kubeAPIQPS/kubeAPIBurst.
+	// limited by kubeAPIQPS/kubeAPIBurst. Its API group clients are built
+	// on first use: an agent uses a handful of client-go's 56 groups.
 	Client kubernetes.Interface
 	// Heartbeat is for the node Lease and node status: not rate limited, and
 	// its requests time out within one status update period (at most the
-	// lease duration), as the kubelet's heartbeat client.
+	// lease duration), as the kubelet's heartbeat client. Only its CoreV1
+	// and CoordinationV1 are clients of their own (what the heartbeat
+	// writes: the Node and its Lease); its other API groups are Client's. A
+	// clientset builds a REST client for every API group (about 38 KiB per
+	// agent), which a second clientset would pay for two groups' use.
 	Heartbeat kubernetes.Interface
 	// Events writes events, rate limited by eventRecordQPS/eventBurst on
 	// its own so that a burst of events never delays pod status writes, as
@@ -113,17 +119,14 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 	if err != nil {
 		return nil, nil, fmt.Errorf("build apiserver transport: %w", err)
 	}
-	// forConfig builds a clientset on the shared transport, with c's rate
-	// limit and c's timeout (http.Client.Timeout, which client-go also
-	// sends as each request's timeout parameter).
-	forConfig := func(c *rest.Config) (*kubernetes.Clientset, error) {
-		return kubernetes.NewForConfigAndClient(c, &http.Client{Transport: rt, Timeout: c.Timeout})
-	}
-
 	main := rest.CopyConfig(base)
 	main.QPS = float32(*kc.KubeAPIQPS)
 	main.Burst = int(kc.KubeAPIBurst)
-	client, err := forConfig(main)
+	// Each client has its own rate limit and timeout
+	// (http.Client.Timeout, which client-go also sends as each request's
+	// timeout parameter) on the shared transport.
+	// The main client's groups are built on first use (lazyClientset).
+	client, err := newLazyClientset(main, &http.Client{Transport: rt, Timeout: main.Timeout})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build apiserver client: %w", err)
 	}
@@ -145,11 +148,31 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 	if lease := time.Duration(kc.NodeLeaseDurationSeconds) * time.Second; hb.Timeout > lease {
 		hb.Timeout = lease
 	}
-	heartbeat, err := forConfig(hb)
+	hbClient := &http.Client{Transport: rt, Timeout: hb.Timeout}
+	core, err := typedcorev1.NewForConfigAndClient(hb, hbClient)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build heartbeat client: %w", err)
 	}
+	coordination, err := typedcoordinationv1.NewForConfigAndClient(hb, hbClient)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build heartbeat client: %w", err)
+	}
+	heartbeat := &heartbeatClient{Interface: client, core: core, coordination: coordination}
 	return &Clients{Client: client, Heartbeat: heartbeat, Events: events, tracker: tracker}, rotating, nil
+}
+
+// heartbeatClient is Clients.Heartbeat: the heartbeat's own core/v1 and
+// coordination/v1 clients, every other group the main clientset's.
+type heartbeatClient struct {
+	kubernetes.Interface
+	core         typedcorev1.CoreV1Interface
+	coordination typedcoordinationv1.CoordinationV1Interface
+}
+
+func (h *heartbeatClient) CoreV1() typedcorev1.CoreV1Interface { return h.core }
+
+func (h *heartbeatClient) CoordinationV1() typedcoordinationv1.CoordinationV1Interface {
+	return h.coordination
 }
 
 // CloseConnections closes every open connection to the apiserver so the

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -119,4 +120,59 @@ func TestStandaloneEventsNameTheNode(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the event was not logged")
 	}
+}
+
+// TestHeartbeatClientHasItsOwnTimeout: the heartbeat's Node and Lease
+// clients time out within the status update period and are not rate
+// limited; its other groups are the main client's.
+func TestHeartbeatClientHasItsOwnTimeout(t *testing.T) {
+	cfg, err := ParseFlags(klog.Background(), []string{"--hostname-override=node-a", "--node-status-update-frequency=7s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClientsFromRESTConfig(cfg, &rest.Config{Host: "https://127.0.0.1:6443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rc := range map[string]rest.Interface{
+		"CoreV1":         c.Heartbeat.CoreV1().RESTClient(),
+		"CoordinationV1": c.Heartbeat.CoordinationV1().RESTClient(),
+	} {
+		r := rc.(*rest.RESTClient)
+		if r.Client.Timeout != 7*time.Second || r.GetRateLimiter() != nil {
+			t.Errorf("heartbeat %s: timeout %s, rate limiter %v; want 7s and none", name, r.Client.Timeout, r.GetRateLimiter())
+		}
+	}
+	if main := c.Client.CoreV1().RESTClient().(*rest.RESTClient); main.Client.Timeout != 0 || main.GetRateLimiter() == nil {
+		t.Errorf("main client: timeout %s, rate limiter %v; want none and the kube-api-qps limit", main.Client.Timeout, main.GetRateLimiter())
+	}
+	if c.Heartbeat.StorageV1() != c.Client.StorageV1() {
+		t.Error("the heartbeat's storage/v1 is not the main client's")
+	}
+}
+
+// BenchmarkNewClients reports the heap one agent's clients hold.
+//
+//	go test -run '^$' -bench NewClients -benchtime=200x ./agent
+func BenchmarkNewClients(b *testing.B) {
+	cfg, err := ParseFlags(klog.Background(), []string{"--hostname-override=node-a"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	restCfg := &rest.Config{Host: "https://127.0.0.1:6443"}
+	var held []*Clients
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for b.Loop() {
+		c, err := NewClientsFromRESTConfig(cfg, restCfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1024/float64(len(held)), "heap-KiB/agent")
+	runtime.KeepAlive(held)
 }

@@ -32,11 +32,11 @@ var idleGoroutines = []string{
 // maxGoroutinesPerIdleAgent bounds the goroutines of an idle agent on
 // fakecri as agent/fleet runs it (no node API, no healthz listener), the
 // fake runtime's side and the agent's own Services informer included
-// (a fleet shares one) and its fake clientset's watchers: 63 at the time
+// (a fleet shares one) and its fake clientset's watchers: 61 at the time
 // of writing. Each costs its stack
 // (4–8 KiB) in every agent of a fleet; a module that adds one should
 // start it only once it has work.
-const maxGoroutinesPerIdleAgent = 64
+const maxGoroutinesPerIdleAgent = 62
 
 // TestIdleAgentGoroutines starts agents as a fleet does and checks that,
 // once Ready and idle, the modules with nothing to do hold no goroutine

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/devices/internal/checkpoint"
+	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/resources/topologymanager"
 )
 
@@ -182,15 +183,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(srv, &registration{m: m, ctx: logr.NewContext(ctx, log)})
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
 	log.Info("Serving device plugin registration", "socket", m.SocketPath())
-	select {
-	case <-ctx.Done():
-		srv.Stop()
-		<-errc
-	case err = <-errc:
-	}
+	err = runner.ServeGRPC(ctx, srv, lis)
 	m.mu.Lock()
 	m.closed = true
 	eps := make([]*endpoint, 0, len(m.endpoints))
@@ -203,7 +197,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.streams.Wait()
 	os.Remove(m.SocketPath())
-	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err != nil {
 		return fmt.Errorf("device manager: serve %s: %w", m.SocketPath(), err)
 	}
 	return nil

@@ -59,6 +59,17 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("New(nil): Enabled(%s) = %t, want the default %t", name, got, spec.Default)
 		}
 	}
+	// New without gates set does not build the gate: its defaults must be
+	// what the gate reports with nothing set.
+	gate, err := newGate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, def := range defaults {
+		if got := gate.Enabled(name); got != def {
+			t.Errorf("the gate with nothing set: Enabled(%s) = %t, the defaults table %t", name, got, def)
+		}
+	}
 	if !none.Enabled(ExtendWebSocketsToKubelet) || none.Enabled("InPlacePodVerticalScalingExclusiveCPUs") {
 		t.Error("defaults are not the kubelet v1.37's")
 	}

@@ -17,6 +17,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
+
+	"github.com/nodekit/nodekit/internal/runner"
 )
 
 const (
@@ -180,18 +182,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}))
 	v1alpha1.RegisterPodResourcesListerServer(srv, alphaServer{s: s})
 	podresourcesv1.RegisterPodResourcesListerServer(srv, s)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
 	log.Info("Starting to serve the podresources API", "endpoint", "unix://"+path)
-	select {
-	case <-ctx.Done():
-		srv.Stop()
-		<-errc
-		err = nil
-	case err = <-errc:
-	}
+	err = runner.ServeGRPC(ctx, srv, lis)
 	os.Remove(path)
-	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err != nil {
 		return fmt.Errorf("pod resources API: serve %s: %w", path, err)
 	}
 	return nil

@@ -37,6 +37,9 @@ type FleetOptions struct {
 	Services agent.ServiceLister
 	// Log receives progress messages; nil discards them.
 	Log io.Writer
+	// MemoryPerNode is fleet.Options.MemoryPerNode: a Go memory limit for
+	// this process, per node.
+	MemoryPerNode int64
 }
 
 // FleetLabel is the node label, set to FleetOptions.Name, that tells a
@@ -88,6 +91,7 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 		NodeIP:     func(i int) string { return ips[i] },
 		Labels:     map[string]string{FleetLabel: opts.Name},
 		Images:     opts.Images, Parallel: opts.Parallel, Services: opts.Services, Log: opts.Log,
+		MemoryPerNode: opts.MemoryPerNode,
 	})
 	if err != nil {
 		return nil, err

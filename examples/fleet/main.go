@@ -68,6 +68,7 @@ type shardOptions struct {
 	bootstrap   string
 	nodeIP      string
 	parallel    int
+	memPerNode  float64
 	taint       bool
 	deleteNodes bool
 }
@@ -83,6 +84,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.bootstrap, "bootstrap-kubeconfig", "", "credentials that may request node client certificates (default: the pod's service account)")
 	fs.StringVar(&o.nodeIP, "node-ip", os.Getenv("POD_IP"), "every node's address (default $POD_IP)")
 	fs.IntVar(&o.parallel, "parallel", 50, "agents started at once")
+	fs.Float64Var(&o.memPerNode, "memory-per-node", 0, "set this process's Go memory limit, before the agents start, to what it holds then plus this many MiB per node: less RSS for more garbage collection (see agent/fleet's Options.MemoryPerNode); 0 leaves GOMEMLIMIT's")
 	fs.BoolVar(&o.taint, "taint", true, "register the nodes with the "+fleet.Taint+"=<fleet>:NoSchedule taint")
 	fs.BoolVar(&o.deleteNodes, "delete-nodes", true, "delete the shard's Node objects when it stops")
 	klog.InitFlags(fs)
@@ -98,6 +100,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if o.nodes < 1 {
 		return fmt.Errorf("--nodes=%d: want at least 1", o.nodes)
+	}
+	if o.memPerNode < 0 {
+		return fmt.Errorf("--memory-per-node=%g: want 0 or more", o.memPerNode)
 	}
 	logger := klog.Background().WithValues("shard", o.shard)
 	ctx = klog.NewContext(ctx, logger)
@@ -128,6 +133,7 @@ func run(ctx context.Context, args []string) error {
 		NodeIP:              func(int) string { return o.nodeIP },
 		Labels:              map[string]string{fleet.Label: o.fleet, fleet.ShardLabel: o.shard},
 		Parallel:            o.parallel,
+		MemoryPerNode:       int64(o.memPerNode * (1 << 20)),
 		Services:            services,
 		Log:                 os.Stderr,
 	}

@@ -40,3 +40,9 @@ func TestRunRefusesNoNodes(t *testing.T) {
 		t.Fatalf("run --nodes=0: %v, want it refused", err)
 	}
 }
+
+func TestRunRefusesNegativeMemoryPerNode(t *testing.T) {
+	if err := run(context.Background(), []string{"--nodes=1", "--memory-per-node=-1", "--shard=s", "--dir=" + t.TempDir()}); err == nil || !strings.Contains(err.Error(), "--memory-per-node") {
+		t.Fatalf("run --memory-per-node=-1: %v, want it refused", err)
+	}
+}

@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -189,4 +191,21 @@ func (q quietSink) WithName(name string) logr.LogSink {
 func isCancellation(err error) bool {
 	return err != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled ||
 		strings.Contains(err.Error(), context.Canceled.Error()))
+}
+
+// ServeGRPC serves srv on lis in the caller's goroutine until ctx is done,
+// then stops srv (grpc.Server.Stop, from ctx's context.AfterFunc: no
+// goroutine waits for ctx meanwhile) and returns nil once it stopped. When
+// Serve fails on its own, ServeGRPC stops srv and returns Serve's error.
+func ServeGRPC(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
+	stop := context.AfterFunc(ctx, srv.Stop)
+	err := srv.Serve(lis)
+	stop()
+	// Serve returns once a Stop completed; Stop again is a no-op then, and
+	// closes the connections when Serve failed by itself.
+	srv.Stop()
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
 }

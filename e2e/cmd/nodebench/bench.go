@@ -98,9 +98,12 @@ type fleetFigures struct {
 	memBefore, memAfter runtimeMemory
 	// The in-use heap by component before and after (perAgent divides).
 	heapBefore, heapAfter heapByComponent
-	// memLimit is this process's Go memory limit (GOMEMLIMIT), MaxInt64
-	// when none.
+	// memLimit is this process's Go memory limit (GOMEMLIMIT or
+	// -fleet-memory-limit), MaxInt64 when none.
 	memLimit int64
+	// The garbage collector's CPU time (the runtime's estimate) from the
+	// first start to all Ready, and over -hold.
+	startGCCPU, holdGCCPU time.Duration
 
 	// Over -hold: what the watch saw, this process's CPU time, its RSS at
 	// the end.
@@ -812,10 +815,12 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 		go func() { defer close(done); run(svcCtx) }()
 		defer func() { stopServices(); <-done }()
 	}
+	gcStart := gcCPU()
 	began := time.Now()
 	fleet, err := bench.StartFleet(ctx, bench.FleetOptions{
 		ControlPlane: b.cp, Nodes: b.opts.nodes, Dir: filepath.Join(b.dir, "fleet"), Name: name,
 		Images: images, Parallel: b.opts.parallel, Services: services, Log: b.progress,
+		MemoryPerNode: int64(b.opts.fleetMemLimit * (1 << 20)),
 	})
 	if err != nil {
 		return err
@@ -840,6 +845,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 		nodes: b.opts.nodes, credentials: fleet.Credentials, started: fleet.Started,
 		allReady: readyAt.Sub(began) - fleet.Credentials, rssBefore: before.RSS,
 		memBefore: memBefore, heapBefore: heapBefore, memLimit: debug.SetMemoryLimit(-1),
+		startGCCPU: gcCPU() - gcStart,
 	}
 	b.fleet = f
 	b.logf("scale: all %d nodes Ready %s after the first agent started", f.nodes, bench.FormatDuration(f.allReady))
@@ -889,6 +895,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	gcFrom := gcCPU()
 	hold, holdErr := watch.Hold(ctx, b.opts.hold)
 	cpuTo, err := bench.ReadProcStats(os.Getpid())
 	if err != nil {
@@ -896,7 +903,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	}
 	stopProfile()
 	stopProfile = func() {}
-	f.hold, f.holdCPU, f.holdRSS = &hold, cpuTo.CPU-cpuFrom.CPU, cpuTo.RSS
+	f.hold, f.holdCPU, f.holdRSS, f.holdGCCPU = &hold, cpuTo.CPU-cpuFrom.CPU, cpuTo.RSS, gcCPU()-gcFrom
 	b.logf("scale: held %s: fewest Ready at once %d of %d, %d nodes lost Ready at least once; CPU %s (%.1f %% of a core, %.4f %% per node), RSS %s",
 		hold.Held.Round(time.Second), hold.MinReady, f.nodes, len(hold.Lost), f.holdCPU,
 		cpuPercent(f.holdCPU, hold.Held), cpuPercent(f.holdCPU, hold.Held)/float64(f.nodes), bench.FormatMiB(cpuTo.RSS))

@@ -7,6 +7,7 @@ import (
 	"runtime/metrics"
 	"sort"
 	"strings"
+	"time"
 )
 
 // The heap profile is sampled every memProfileRate bytes allocated on
@@ -161,4 +162,15 @@ func readRuntimeMemory() runtimeMemory {
 		return samples[i].Value.Uint64()
 	}
 	return runtimeMemory{goroutines: v(0), heapObjects: v(1), stacks: v(2), total: v(3), heapReleased: v(4)}
+}
+
+// gcCPU is the CPU time this process's garbage collector used so far, as
+// the Go runtime estimates it (/cpu/classes/gc/total:cpu-seconds).
+func gcCPU() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }

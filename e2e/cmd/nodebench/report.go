@@ -549,7 +549,7 @@ func (b *benchmark) reportScale() {
 			t.Note("scale: the agents share one informer on the Services (agent.ServiceLister, -share-services); each has its own client certificate, connection, clientsets, Node/pod watches and fake runtime")
 		}
 		if f.memLimit != math.MaxInt64 {
-			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT)", bench.FormatMiB(uint64(f.memLimit)))
+			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT, or -fleet-memory-limit=%g MiB per node)", bench.FormatMiB(uint64(f.memLimit)), b.opts.fleetMemLimit)
 		}
 		if h := f.hold; h != nil {
 			held := h.Held.Round(time.Second)
@@ -565,7 +565,8 @@ func (b *benchmark) reportScale() {
 			perNode := pct / float64(f.nodes)
 			idleCPU.Value = fmt.Sprintf("%.4f %% (%.1f %% of a core in all, %s)", perNode, pct, held)
 			idleCPU.Result = bench.Verdict(perNode <= targetFleetCPU)
-			t.Note("scale: RSS at the end of the %s hold %s", held, bench.FormatMiB(f.holdRSS))
+			t.Note("scale: RSS at the end of the %s hold %s; the garbage collector's CPU (the Go runtime's estimate) %s of it, and %s from the first start to all Ready",
+				held, bench.FormatMiB(f.holdRSS), cpuSeconds(f.holdGCCPU), cpuSeconds(f.startGCCPU))
 		}
 		switch {
 		case f.pods != nil:
