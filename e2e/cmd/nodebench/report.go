@@ -93,7 +93,7 @@ func (b *benchmark) reportPods() {
 	}
 	row := bench.Row{
 		Metric: fmt.Sprintf("%d pods at once, containerd: create → Running p50", pods),
-		Target: fmt.Sprintf("≤ %.1f × %s = %s", targetBurstRatio, anchorFrom, bench.FormatDuration(scale(anchorP50, targetBurstRatio))),
+		Target: fmt.Sprintf("≤ %g × %s = %s", targetBurstRatio, anchorFrom, bench.FormatDuration(scale(anchorP50, targetBurstRatio))),
 		Anchor: "kubelet " + bench.FormatDuration(anchorBurstP50) + " (30 pods)",
 		Value:  notRun, Kubelet: notRun,
 	}
@@ -107,18 +107,8 @@ func (b *benchmark) reportPods() {
 	}
 	t.Add(row)
 	if k != nil {
-		anchorP99 := bench.Summarize(k.CreateToRunning).P99
-		row = bench.Row{
-			Metric: fmt.Sprintf("%d pods at once, containerd: create → Running p99", pods),
-			Target: fmt.Sprintf("≤ %.1f × kubelet = %s", targetBurstP99, bench.FormatDuration(scale(anchorP99, targetBurstP99))),
-			Value:  notRun, Kubelet: bench.FormatDuration(anchorP99),
-		}
-		if n != nil {
-			p99 := bench.Summarize(n.CreateToRunning).P99
-			row.Value = bench.FormatDuration(p99)
-			row.Result = bench.Verdict(p99 <= scale(anchorP99, targetBurstP99))
-		}
-		t.Add(row)
+		t.Add(kubeletRatioRow(fmt.Sprintf("%d pods at once, containerd: create → Running p99", pods), targetBurstP99, n, k,
+			func(r *bench.BurstResult) time.Duration { return bench.Summarize(r.CreateToRunning).P99 }))
 	}
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: create → Running p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CreateToRunning }))
 	for _, s := range b.podStarts {
@@ -132,7 +122,7 @@ func (b *benchmark) reportPods() {
 	}
 	row = bench.Row{
 		Metric: fmt.Sprintf("%d pods at once, containerd: agent CPU over the burst", pods),
-		Target: fmt.Sprintf("≤ %.1f × %s = %s", targetCPURatio, cpuFrom, cpuSeconds(scale(anchorCPU, targetCPURatio))),
+		Target: fmt.Sprintf("≤ %g × %s = %s", targetCPURatio, cpuFrom, cpuSeconds(scale(anchorCPU, targetCPURatio))),
 		Anchor: "kubelet " + cpuSeconds(anchorBurstCPU) + " (30 pods)",
 		Value:  notRun, Kubelet: notRun,
 	}
@@ -148,18 +138,8 @@ func (b *benchmark) reportPods() {
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: runtime (CRI) time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CRI }))
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running less CRI time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.Overhead }))
 	if k != nil {
-		anchorShare := bench.Summarize(k.Overhead).P50
-		row = bench.Row{
-			Metric: fmt.Sprintf("%d pods at once, containerd: agent's own share (bound → Running less CRI time) p50", pods),
-			Target: fmt.Sprintf("≤ %.1f × kubelet = %s", targetShareRatio, bench.FormatDuration(scale(anchorShare, targetShareRatio))),
-			Value:  notRun, Kubelet: bench.FormatDuration(anchorShare),
-		}
-		if n != nil {
-			p50 := bench.Summarize(n.Overhead).P50
-			row.Value = bench.FormatDuration(p50)
-			row.Result = bench.Verdict(p50 <= scale(anchorShare, targetShareRatio))
-		}
-		t.Add(row)
+		t.Add(kubeletRatioRow(fmt.Sprintf("%d pods at once, containerd: agent's own share (bound → Running less CRI time) p50", pods), targetShareRatio, n, k,
+			func(r *bench.BurstResult) time.Duration { return bench.Summarize(r.Overhead).P50 }))
 	}
 
 	row = bench.Row{Metric: fmt.Sprintf("%d pods at once, containerd: agent API requests (per pod)", pods), Value: notRun}
@@ -216,6 +196,24 @@ func (b *benchmark) reportPods() {
 	b.reportBreakdown(b.fake, fmt.Sprintf("%d pods at once, fakecri", fp), true)
 	b.reportBreakdown(b.ctrdNode, fmt.Sprintf("%d pods at once, containerd", pods), false)
 	t.Note("a burst's requests count from its first create to %s after its last pod ran", burstTail)
+}
+
+// kubeletRatioRow is the row of a figure judged against the kubelet's in
+// the same run: nodekit's (n; not run when nil) at most ratio × the
+// kubelet's (k, required).
+func kubeletRatioRow(metric string, ratio float64, n, k *bench.BurstResult, figure func(*bench.BurstResult) time.Duration) bench.Row {
+	anchor := figure(k)
+	row := bench.Row{
+		Metric: metric,
+		Target: fmt.Sprintf("≤ %g × kubelet = %s", ratio, bench.FormatDuration(scale(anchor, ratio))),
+		Value:  notRun, Kubelet: bench.FormatDuration(anchor),
+	}
+	if n != nil {
+		v := figure(n)
+		row.Value = bench.FormatDuration(v)
+		row.Result = bench.Verdict(v <= scale(anchor, ratio))
+	}
+	return row
 }
 
 // reportCSI adds the rows of the CSI burst: each segment's p50/p99.
