@@ -41,7 +41,7 @@ func ReadTable(path string) (*Table, error) {
 // durations and sizes brought to one unit), and lists the rows only one of
 // them has.
 func Compare(w io.Writer, old, cur *Table) error {
-	fmt.Fprintf(w, "change from %s (%s) to %s (%s)\n", orDash(old.Date), orDash(old.Machine), orDash(cur.Date), orDash(cur.Machine))
+	fmt.Fprintf(w, "change from %s (%s, %s) to %s (%s, %s)\n", orDash(old.Date), orDash(old.Commit), orDash(old.Machine), orDash(cur.Date), orDash(cur.Commit), orDash(cur.Machine))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "METRIC\tBEFORE\tNOW\tCHANGE (now/before)\tRESULT")
 	before := map[string]Row{}

@@ -42,8 +42,13 @@ func Verdict(ok bool) string {
 type Table struct {
 	// Date and Machine say when and where it was measured (RFC 3339; CPUs,
 	// kernel, Go).
-	Date    string   `json:"date,omitempty"`
-	Machine string   `json:"machine,omitempty"`
+	Date    string `json:"date,omitempty"`
+	Machine string `json:"machine,omitempty"`
+	// Commit is the source measured (git describe of the checkout, with
+	// "-dirty" when it had uncommitted changes); Command the command line
+	// that measured it.
+	Commit  string   `json:"commit,omitempty"`
+	Command string   `json:"command,omitempty"`
 	Rows    []Row    `json:"rows"`
 	Notes   []string `json:"notes,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -245,6 +246,7 @@ func (b *benchmark) setup(ctx context.Context) error {
 	if b.src, err = cluster.LocateSource(); err != nil {
 		return err
 	}
+	b.table.Commit = sourceCommit(ctx, b.src.Root)
 	b.logf("state in %s", b.dir)
 	bins, err := cluster.BuildControlPlane(ctx, cluster.BuildOptions{Source: b.src, Log: b.progress})
 	if err != nil {
@@ -992,6 +994,17 @@ func machine() string {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()) +
 		", cgroup " + cgroupVersion()
+}
+
+// sourceCommit describes the checkout at root as `git describe --always
+// --dirty` does (the commit, "-dirty" with uncommitted changes), or says
+// why it cannot.
+func sourceCommit(ctx context.Context, root string) string {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--always", "--dirty", "--abbrev=12").Output()
+	if err != nil {
+		return fmt.Sprintf("unknown (git describe in %s: %v)", root, err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func cgroupVersion() string {

@@ -72,6 +72,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/nodekit/nodekit/e2e/bench"
@@ -104,6 +105,7 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
+	b.table.Command = strings.Join(append([]string{"nodebench"}, args...), " ")
 	runErr := b.run(ctx)
 	b.report()
 	if err := b.table.Write(out); err != nil {

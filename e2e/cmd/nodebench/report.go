@@ -52,6 +52,7 @@ func (b *benchmark) report() {
 	t := &b.table
 	t.Date, t.Machine = time.Now().UTC().Format(time.RFC3339), machine()
 	t.Note("machine: %s; runtime %s", machine(), orNA(b.runtimeVersion, "containerd not used"))
+	t.Note("source: %s; command: %s", orNA(t.Commit, "not located"), t.Command)
 	if b.opts.fleetOnly {
 		t.Note("-fleet-only: the single-node figures were not measured")
 		b.reportScale()
