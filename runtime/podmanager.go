@@ -143,7 +143,8 @@ type PodManagerOptions struct {
 	// wait, instead of all of them finishing together at the end; a pod
 	// gives its turn up while it pulls an image. Syncs that only stop
 	// containers take no turn. 0 means DefaultMaxParallelPodStarts(), a
-	// negative value no bound.
+	// negative value no bound. With a Registerer, how long each turn was
+	// waited for is the histogram nodekit_pod_start_turn_wait_seconds.
 	MaxParallelPodStarts int
 	// RegistryPullQPS and RegistryBurst rate-limit image pulls (the
 	// kubelet's registryPullQPS and registryBurst); zero QPS means no limit.

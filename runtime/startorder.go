@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 )
 
 // DefaultMaxParallelPodStarts returns the default of
@@ -142,6 +144,9 @@ type startTurn struct {
 	q     *startQueue
 	bound time.Time
 	held  bool
+	// clock and waited, if waited is set, time each resume's wait.
+	clock  clock.PassiveClock
+	waited prometheus.Observer
 }
 
 // pause gives the turn up (before an image pull).
@@ -158,8 +163,15 @@ func (t *startTurn) resume(ctx context.Context) error {
 	if t == nil || t.held {
 		return nil
 	}
+	var start time.Time
+	if t.waited != nil {
+		start = t.clock.Now()
+	}
 	if err := t.q.acquire(ctx, t.bound); err != nil {
 		return err
+	}
+	if t.waited != nil {
+		t.waited.Observe(t.clock.Since(start).Seconds())
 	}
 	t.held = true
 	return nil

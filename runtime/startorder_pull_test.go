@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nodekit/nodekit/podstate"
 
 	cri "k8s.io/cri-api/pkg/apis"
@@ -37,8 +39,10 @@ func (b *blockingPulls) PullImage(ctx context.Context, img *runtimeapi.ImageSpec
 // once its pull is done.
 func TestPodStartTurnIsNotHeldOverAPull(t *testing.T) {
 	var pulls *blockingPulls
+	reg := prometheus.NewRegistry()
 	h := newHarness(t, fakecri.Options{PullAny: true}, func(o *runtime.PodManagerOptions) {
 		o.MaxParallelPodStarts = 1
+		o.Registerer = reg
 		pulls = &blockingPulls{ImageManagerService: o.Images, pulling: make(chan struct{}, 1), release: make(chan struct{})}
 		o.Images = pulls
 	})
@@ -76,5 +80,19 @@ func TestPodStartTurnIsNotHeldOverAPull(t *testing.T) {
 	}
 	if c := h.container(slow, "app"); c.State != podstate.ContainerStateRunning {
 		t.Fatalf("container of pod slow is %s, want running", c.State)
+	}
+	// Three turns taken: slow's, fast's, slow's again after its pull.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var turns uint64
+	for _, f := range families {
+		if f.GetName() == "nodekit_pod_start_turn_wait_seconds" {
+			turns = f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if turns != 3 {
+		t.Fatalf("%d start turn waits observed, want 3 (slow, fast, slow after its pull)", turns)
 	}
 }

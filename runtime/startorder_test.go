@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestStartQueueGrantsEarliestBoundFirst(t *testing.T) {
@@ -185,5 +188,37 @@ func TestBoundTime(t *testing.T) {
 	}
 	if got := boundTime(pod); !got.Equal(scheduled) {
 		t.Fatalf("scheduled pod: bound %v, want %v", got, scheduled)
+	}
+}
+
+// A turn's wait is observed on its clock: nothing for a turn taken at
+// once, the time the turn was held by another for one that waited.
+func TestStartTurnWaitIsObserved(t *testing.T) {
+	q := newStartQueue(1)
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(100, 0))
+	waited := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "wait", Buckets: []float64{1, 5}})
+	a := &startTurn{q: q, bound: time.Unix(1, 0), clock: clk, waited: waited}
+	if err := a.resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := &startTurn{q: q, bound: time.Unix(2, 0), clock: clk, waited: waited}
+	bDone := make(chan struct{})
+	go func() {
+		if err := b.resume(ctx); err != nil {
+			t.Error(err)
+		}
+		close(bDone)
+	}()
+	waitWaiting(t, q, 1)
+	clk.Step(3 * time.Second)
+	a.pause()
+	<-bDone
+	m := &dto.Metric{}
+	if err := waited.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	if h := m.GetHistogram(); h.GetSampleCount() != 2 || h.GetSampleSum() != 3 {
+		t.Fatalf("observed %d waits summing %gs, want 2 summing 3s (0 for the first turn, 3 for the second)", h.GetSampleCount(), h.GetSampleSum())
 	}
 }

@@ -173,7 +173,10 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 		return
 	}
 	if m.starts != nil {
-		s.turn = &startTurn{q: m.starts, bound: boundTime(pod)}
+		s.turn = &startTurn{q: m.starts, bound: boundTime(pod), clock: m.clock}
+		if m.metrics != nil {
+			s.turn.waited = m.metrics.startTurnWait
+		}
 		if err := s.turn.resume(ctx); err != nil {
 			s.fail(fmt.Errorf("wait for a turn to start pod %s: %w", podDesc(pod), err))
 			return

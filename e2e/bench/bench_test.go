@@ -23,7 +23,7 @@ func TestSummarizeNearestRank(t *testing.T) {
 	}
 	d := Summarize(samples)
 	want := Distribution{N: 100, P50: 50 * time.Millisecond, P90: 90 * time.Millisecond, P99: 99 * time.Millisecond,
-		Min: time.Millisecond, Max: 100 * time.Millisecond}
+		Min: time.Millisecond, Max: 100 * time.Millisecond, Mean: 50500 * time.Microsecond}
 	if d != want {
 		t.Errorf("Summarize = %+v, want %+v", d, want)
 	}

@@ -13,24 +13,30 @@ type Distribution struct {
 	N             int
 	P50, P90, P99 time.Duration
 	Min, Max      time.Duration
+	Mean          time.Duration
 }
 
 // Summarize returns the nearest-rank percentiles of samples (the p-th
-// percentile is the smallest sample at or above p % of them). samples is
-// not modified.
+// percentile is the smallest sample at or above p % of them), their
+// extremes and mean. samples is not modified.
 func Summarize(samples []time.Duration) Distribution {
 	if len(samples) == 0 {
 		return Distribution{}
 	}
 	s := slices.Clone(samples)
 	slices.Sort(s)
+	var sum time.Duration
+	for _, v := range s {
+		sum += v
+	}
 	return Distribution{
-		N:   len(s),
-		P50: percentile(s, 50),
-		P90: percentile(s, 90),
-		P99: percentile(s, 99),
-		Min: s[0],
-		Max: s[len(s)-1],
+		Mean: sum / time.Duration(len(s)),
+		N:    len(s),
+		P50:  percentile(s, 50),
+		P90:  percentile(s, 90),
+		P99:  percentile(s, 99),
+		Min:  s[0],
+		Max:  s[len(s)-1],
 	}
 }
 

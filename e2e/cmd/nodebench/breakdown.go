@@ -39,6 +39,9 @@ type breakdown struct {
 	criOps  map[string]float64
 	criTime map[string]time.Duration
 	relists bench.Histogram
+	// turnWait is nodekit_pod_start_turn_wait_seconds: the waits for a
+	// start turn (--max-parallel-pod-starts), one per turn taken.
+	turnWait bench.Histogram
 }
 
 // newBreakdown computes the breakdown from the agent's metrics before and
@@ -50,6 +53,7 @@ func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
 	b.sli, _ = bench.HistogramDelta(before, after, "kubelet_pod_start_sli_duration_seconds", nil)
 	b.statusSync, _ = bench.HistogramDelta(before, after, "kubelet_pod_status_sync_duration_seconds", nil)
 	b.relists, _ = bench.HistogramDelta(before, after, "kubelet_pleg_relist_duration_seconds", nil)
+	b.turnWait, _ = bench.HistogramDelta(before, after, "nodekit_pod_start_turn_wait_seconds", nil)
 	for _, op := range []string{"create", "update", "sync", "kill"} {
 		if h, ok := bench.HistogramDelta(before, after, "kubelet_pod_worker_duration_seconds", map[string]string{"operation_type": op}); ok && h.Count > 0 {
 			b.worker[op] = h
@@ -64,6 +68,12 @@ func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
 		}
 	}
 	return b
+}
+
+// turnWaitPerPod is the time the burst's pods waited for start turns, on
+// average per pod.
+func (b *breakdown) turnWaitPerPod() time.Duration {
+	return time.Duration(b.turnWait.Sum / float64(b.pods) * float64(time.Second))
 }
 
 // statusWritesPerPod is the pod status PATCHes per pod.
@@ -114,6 +124,8 @@ func (b *breakdown) String() string {
 	parts = append(parts, fmt.Sprintf("CRI calls %.0f (%.1f per pod) taking %s in all: %s", total, total/float64(b.pods),
 		bench.FormatDuration(totalTime), strings.Join(cri, ", ")))
 	parts = append(parts, fmt.Sprintf("PLEG relists %d taking %s", b.relists.Count, bench.FormatDuration(time.Duration(b.relists.Sum*float64(time.Second)))))
+	parts = append(parts, fmt.Sprintf("start turns %d waited %s per pod (p50/p99 %s / %s)", b.turnWait.Count, bench.FormatDuration(b.turnWaitPerPod()),
+		bench.FormatDuration(b.turnWait.Quantile(0.5)), bench.FormatDuration(b.turnWait.Quantile(0.99))))
 	return strings.Join(parts, "; ")
 }
 

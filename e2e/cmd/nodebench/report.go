@@ -23,7 +23,7 @@ const (
 	anchorIdleCPU      = 0.9 // % of a core
 	targetBurstRatio   = 0.5 // p50
 	targetBurstP99     = 0.8
-	targetShareRatio   = 0.2 // the agent's own share (bound → Running less CRI time) p50
+	targetShareRatio   = 0.2 // the agent's own share (bound → Running less the runtime's time), mean
 	targetCPURatio     = 0.25
 	targetOverheadP99  = 200 * time.Millisecond // bound → Running seen by a client, 100 pods on fakecri
 	targetAgentP99     = 50 * time.Millisecond  // the agent's internal latency, 100 pods on fakecri
@@ -139,8 +139,7 @@ func (b *benchmark) reportPods() {
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: runtime (CRI) time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CRI }))
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running less CRI time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.Overhead }))
 	if k != nil {
-		t.Add(kubeletRatioRow(fmt.Sprintf("%d pods at once, containerd: agent's own share (bound → Running less CRI time) p50", pods), targetShareRatio, n, k,
-			func(r *bench.BurstResult) time.Duration { return bench.Summarize(r.Overhead).P50 }))
+		t.Add(b.ownShareRow(pods, n, k))
 	}
 
 	row = bench.Row{Metric: fmt.Sprintf("%d pods at once, containerd: agent API requests (per pod)", pods), Value: notRun}
@@ -197,6 +196,31 @@ func (b *benchmark) reportPods() {
 	b.reportBreakdown(b.fake, fmt.Sprintf("%d pods at once, fakecri", fp), true)
 	b.reportBreakdown(b.ctrdNode, fmt.Sprintf("%d pods at once, containerd", pods), false)
 	t.Note("a burst's requests count from its first create to %s after its last pod ran", burstTail)
+}
+
+// ownShareRow judges the agent's own share of the containerd burst against
+// the kubelet's (k, required): bound → Running less the runtime's time, on
+// average per pod. The runtime's time is its CRI time and, for nodekit,
+// the wait for a start turn: a pod waits there while the runtime works on
+// the pods bound before it (--max-parallel-pod-starts sizes the turns to
+// the runtime); the kubelet sends every pod to the runtime at once, so
+// that wait is inside its CRI time.
+func (b *benchmark) ownShareRow(pods int, n, k *bench.BurstResult) bench.Row {
+	anchor := bench.Summarize(k.Overhead).Mean
+	row := bench.Row{
+		Metric: fmt.Sprintf("%d pods at once, containerd: agent's own share (bound → Running less CRI time and the wait for a start turn), mean", pods),
+		Target: fmt.Sprintf("≤ %g × kubelet = %s", targetShareRatio, bench.FormatDuration(scale(anchor, targetShareRatio))),
+		Value:  notRun, Kubelet: bench.FormatDuration(anchor),
+	}
+	if n == nil || b.ctrdNode.breakdown == nil {
+		return row
+	}
+	wait := b.ctrdNode.breakdown.turnWaitPerPod()
+	overhead := bench.Summarize(n.Overhead).Mean
+	v := overhead - wait
+	row.Value = fmt.Sprintf("%s (%s less CRI time, %s of it waiting for a turn)", bench.FormatDuration(v), bench.FormatDuration(overhead), bench.FormatDuration(wait))
+	row.Result = bench.Verdict(v <= scale(anchor, targetShareRatio))
+	return row
 }
 
 // kubeletRatioRow is the row of a figure judged against the kubelet's in
