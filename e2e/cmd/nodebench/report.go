@@ -31,7 +31,8 @@ const (
 	targetStart        = 50 * time.Millisecond
 	targetIdleRSS      = 40 << 20
 	targetPodsRSS      = 45 << 20
-	targetIdleCPU      = 0.1
+	targetIdleCPU      = 0.1  // % of a core, on containerd
+	targetIdleCPUFake  = 0.05 // % of a core, on fakecri
 	targetLeasePeriod  = 10 * time.Second
 	targetStatusPeriod = 5 * time.Minute
 	targetFleetNodes   = 1000
@@ -416,15 +417,16 @@ func (b *benchmark) reportResources() {
 	}
 	t.Add(fakeRSS)
 
+	idleTarget := idleCPUTarget(where)
 	idleCPU := bench.Row{
-		Metric: "idle CPU, " + where, Target: fmt.Sprintf("≤ %.1f %% of a core", targetIdleCPU),
+		Metric: "idle CPU, " + where, Target: fmt.Sprintf("≤ %g %% of a core", idleTarget),
 		Anchor: fmt.Sprintf("kubelet %.1f %%", anchorIdleCPU), Value: notRun, Kubelet: notRun,
 	}
 	if primary != nil && primary.idle != nil {
 		p := cpuPercent(primary.idle.cpu, primary.idle.window)
 		idleCPU.Metric += fmt.Sprintf(" (%s window)", primary.idle.window.Round(time.Second))
 		idleCPU.Value = fmt.Sprintf("%.2f %%", p)
-		idleCPU.Result = bench.Verdict(p <= targetIdleCPU)
+		idleCPU.Result = bench.Verdict(p <= idleTarget)
 	}
 	if kubelet != nil && kubelet.idle != nil {
 		idleCPU.Kubelet = fmt.Sprintf("%.2f %%", cpuPercent(kubelet.idle.cpu, kubelet.idle.window))
@@ -443,10 +445,20 @@ func (b *benchmark) reportResources() {
 	}
 	if where == "containerd" && b.fake != nil && b.fake.idle != nil {
 		p := cpuPercent(b.fake.idle.cpu, b.fake.idle.window)
-		t.Add(bench.Row{Metric: "idle CPU, fakecri", Value: fmt.Sprintf("%.2f %%", p), Target: fmt.Sprintf("≤ %.1f %% of a core", targetIdleCPU),
-			Result: bench.Verdict(p <= targetIdleCPU)})
+		t.Add(bench.Row{Metric: "idle CPU, fakecri", Value: fmt.Sprintf("%.2f %%", p), Target: fmt.Sprintf("≤ %g %% of a core", targetIdleCPUFake),
+			Result: bench.Verdict(p <= targetIdleCPUFake)})
 	}
 	t.Note("CPU is utime+stime of the agent process from /proc/<pid>/stat (10 ms steps); RSS is VmRSS of /proc/<pid>/status")
+}
+
+// idleCPUTarget is the idle CPU target (% of a core) of an agent on where,
+// "containerd" or "fakecri" (the project's targets: on the fake runtime,
+// which streams events and answers at once, half of containerd's).
+func idleCPUTarget(where string) float64 {
+	if where == "fakecri" {
+		return targetIdleCPUFake
+	}
+	return targetIdleCPU
 }
 
 func (b *benchmark) reportTraffic() {
