@@ -35,12 +35,14 @@ import (
 	"go.uber.org/fx"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/certificate"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // Options configure Start.
@@ -120,9 +122,12 @@ type Fleet struct {
 	MemoryLimit int64
 
 	socketDir, ownSocketDir string
-	mu                      sync.Mutex
-	apps                    []*fx.App
-	stopCRI                 []func()
+	// mounter is every agent's: mount.New checks how umount behaves by
+	// running it, once per mounter.
+	mounter mount.Interface
+	mu      sync.Mutex
+	apps    []*fx.App
+	stopCRI []func()
 }
 
 // Start builds and starts the agents, opts.Parallel at a time, and returns
@@ -142,7 +147,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir}
+	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir, mounter: mount.New("")}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Stop())
@@ -278,7 +283,7 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 			return fmt.Errorf("node %s: %w", name, err)
 		}
 	}
-	app := agent.New(cfg, nodeOptions(opts, i, cri)...)
+	app := agent.New(cfg, nodeOptions(opts, i, cri, f.mounter)...)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("node %s: build agent: %w", name, err)
 	}
@@ -300,16 +305,27 @@ const inProcessEndpoint = "inprocess://fakecri/"
 // nodeOptions are the fx options the fleet adds to node i's agent: its
 // name on every log line, the shared Services lister, the in-process
 // services of cri, its fake runtime, unless nil (Options.SocketCRI: the
-// agent dials the runtime's socket), and, for every node
+// agent dials the runtime's socket), mounter as its volume manager's
+// unless nil (volume.Manager's default, mount.New, runs umount(8) once
+// for each agent to learn how it behaves: a thousand processes at a
+// fleet's start), and, for every node
 // but the first, an empty fx.DotGraph. The agent's graph check
 // (a value in a nodekit value group of a type nobody reads there fails the
 // start) reads the graph's DOT rendering, which fx then keeps for the
 // application's lifetime: about 47 KiB per agent, and its CPU at start.
 // Every node of a fleet is built from the same options, so the first
 // node's check stands for all of them.
-func nodeOptions(opts Options, i int, cri *fakecri.Server) []fx.Option {
+func nodeOptions(opts Options, i int, cri *fakecri.Server, mounter mount.Interface) []fx.Option {
 	name := opts.Names[i]
 	extra := []fx.Option{fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", name) })}
+	if mounter != nil {
+		extra = append(extra, fx.Decorate(func(o volume.Options) volume.Options {
+			if o.Mounter == nil {
+				o.Mounter = mounter
+			}
+			return o
+		}))
+	}
 	if cri != nil {
 		extra = append(extra, fx.Decorate(func(o runtime.Options) runtime.Options {
 			o.RuntimeService, o.ImageService = cri.InProcess()

@@ -7,9 +7,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	"k8s.io/mount-utils"
 
 	nkruntime "github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // TestNodeOptionsCheckTheGraphOnce checks that the first node's agent
@@ -18,7 +20,7 @@ func TestNodeOptionsCheckTheGraphOnce(t *testing.T) {
 	opts := Options{Names: []string{"a", "b", "c"}}
 	for i, wantGraph := range []bool{true, false, false} {
 		var graph fx.DotGraph
-		app := fx.New(append(nodeOptions(opts, i, nil),
+		app := fx.New(append(nodeOptions(opts, i, nil, nil),
 			fx.NopLogger,
 			fx.Supply(logr.Discard()),
 			fx.Invoke(func(g fx.DotGraph, _ logr.Logger) { graph = g }),
@@ -59,7 +61,7 @@ func TestNodeOptionsCallTheFakeRuntimeInProcess(t *testing.T) {
 		inProcess bool
 	}{{cri, true}, {nil, false}} {
 		var got nkruntime.Options
-		app := fx.New(append(nodeOptions(opts, 0, tc.cri),
+		app := fx.New(append(nodeOptions(opts, 0, tc.cri, nil),
 			fx.NopLogger,
 			fx.Supply(logr.Discard(), nkruntime.Options{Endpoint: inProcessEndpoint + "a"}),
 			fx.Invoke(func(o nkruntime.Options, _ logr.Logger) { got = o }),
@@ -86,6 +88,29 @@ func TestNodeOptionsCallTheFakeRuntimeInProcess(t *testing.T) {
 		}
 		if err := c.Close(); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestNodeOptionsShareTheMounter: every node's volume manager gets the
+// fleet's one mounter, unless something set its own.
+func TestNodeOptionsShareTheMounter(t *testing.T) {
+	opts := Options{Names: []string{"a"}}
+	shared, own := mount.NewFakeMounter(nil), mount.NewFakeMounter(nil)
+	for _, tc := range []struct {
+		given, want mount.Interface
+	}{{nil, shared}, {own, own}} {
+		var got volume.Options
+		app := fx.New(append(nodeOptions(opts, 0, nil, shared),
+			fx.NopLogger,
+			fx.Supply(logr.Discard(), volume.Options{Mounter: tc.given}),
+			fx.Invoke(func(o volume.Options, _ logr.Logger) { got = o }),
+		)...)
+		if err := app.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got.Mounter != tc.want {
+			t.Errorf("volume manager's mounter %p given %p, want %p", got.Mounter, tc.given, tc.want)
 		}
 	}
 }
