@@ -136,3 +136,17 @@ func benchmarkIdleAgent(b *testing.B, inProcessCRI bool) {
 	b.ReportMetric(float64(after.StackInuse-before.StackInuse)/1024/n, "stack-KiB/agent")
 	b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/n, "goroutines/agent")
 }
+
+// BenchmarkNew builds (fx.New, without starting) an agent's application:
+// what every agent of a fleet pays in CPU and garbage before it starts.
+//
+//	go test -run '^$' -bench '^BenchmarkNew$' -benchtime=200x ./agent
+func BenchmarkNew(b *testing.B) {
+	cfg := agenttest.Config(b, "new", "unix:///nonexistent/cri.sock", "--healthz-port=0")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := agent.New(cfg).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
