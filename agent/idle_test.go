@@ -30,13 +30,13 @@ var idleGoroutines = []string{
 }
 
 // maxGoroutinesPerIdleAgent bounds the goroutines of an idle agent on
-// fakecri as agent/fleet runs it (no node API, no healthz listener), the
-// fake runtime's side and the agent's own Services informer included
-// (a fleet shares one) and its fake clientset's watchers: 61 at the time
-// of writing. Each costs its stack
-// (4–8 KiB) in every agent of a fleet; a module that adds one should
-// start it only once it has work.
-const maxGoroutinesPerIdleAgent = 62
+// fakecri as agent/fleet runs it (called in process, no node API, no
+// healthz listener), the agent's own Services informer included (a fleet
+// shares one) and its fake clientset's watchers: 43 at the time of
+// writing (61 over the fake's socket: its two gRPC connections, both
+// ends). Each costs its stack (4–8 KiB) in every agent of a fleet; a
+// module that adds one should start it only once it has work.
+const maxGoroutinesPerIdleAgent = 44
 
 // TestIdleAgentGoroutines starts agents as a fleet does and checks that,
 // once Ready and idle, the modules with nothing to do hold no goroutine
@@ -47,9 +47,10 @@ func TestIdleAgentGoroutines(t *testing.T) {
 	nodes := make([]*agenttest.Node, agents)
 	for i := range nodes {
 		nodes[i] = agenttest.Start(t, agenttest.Options{
-			Name:      fmt.Sprintf("idle-%d", i),
-			Args:      []string{"--healthz-port=0"},
-			Configure: func(c *agent.Config) { c.Kubelet.EnableServer = ptr.To(false) },
+			Name:         fmt.Sprintf("idle-%d", i),
+			Args:         []string{"--healthz-port=0"},
+			Configure:    func(c *agent.Config) { c.Kubelet.EnableServer = ptr.To(false) },
+			InProcessCRI: true,
 		})
 	}
 	ctx := agenttest.Context(t)
@@ -90,14 +91,25 @@ func firstLines(s string, n int) string {
 }
 
 // BenchmarkIdleAgent starts b.N agents as a fleet does (each on its own
-// fake clientset and fakecri, no node API, no healthz listener), waits for
-// all to be Ready and reports what each holds once they are idle: the
-// live heap (after a collection), goroutine stacks and goroutines. The
-// fake runtime's side and the fake clientset are counted: a figure to
-// compare between commits, not the fleet's own (nodebench measures that).
+// fake clientset and fakecri, called in process or, cri=socket, over its
+// socket; no node API, no healthz listener), waits for all to be Ready
+// and reports what each holds once they are idle: the live heap (after a
+// collection), goroutine stacks and goroutines. The fake runtime's side
+// and the fake clientset are counted: a figure to compare between
+// commits, not the fleet's own (nodebench measures that).
 //
 //	go test -run '^$' -bench IdleAgent -benchtime=30x ./agent
 func BenchmarkIdleAgent(b *testing.B) {
+	for _, inProcess := range []bool{true, false} {
+		name := "cri=socket"
+		if inProcess {
+			name = "cri=in-process"
+		}
+		b.Run(name, func(b *testing.B) { benchmarkIdleAgent(b, inProcess) })
+	}
+}
+
+func benchmarkIdleAgent(b *testing.B, inProcessCRI bool) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -105,9 +117,10 @@ func BenchmarkIdleAgent(b *testing.B) {
 	var nodes []*agenttest.Node
 	for i := 0; b.Loop(); i++ {
 		nodes = append(nodes, agenttest.Start(b, agenttest.Options{
-			Name:      fmt.Sprintf("idle-%d", i),
-			Args:      []string{"--healthz-port=0"},
-			Configure: func(c *agent.Config) { c.Kubelet.EnableServer = ptr.To(false) },
+			Name:         fmt.Sprintf("idle-%d", i),
+			Args:         []string{"--healthz-port=0"},
+			Configure:    func(c *agent.Config) { c.Kubelet.EnableServer = ptr.To(false) },
+			InProcessCRI: inProcessCRI,
 		}))
 	}
 	ctx := agenttest.Context(b)
@@ -122,4 +135,18 @@ func BenchmarkIdleAgent(b *testing.B) {
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1024/n, "heap-KiB/agent")
 	b.ReportMetric(float64(after.StackInuse-before.StackInuse)/1024/n, "stack-KiB/agent")
 	b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/n, "goroutines/agent")
+}
+
+// BenchmarkNew builds (fx.New, without starting) an agent's application:
+// what every agent of a fleet pays in CPU and garbage before it starts.
+//
+//	go test -run '^$' -bench '^BenchmarkNew$' -benchtime=200x ./agent
+func BenchmarkNew(b *testing.B) {
+	cfg := agenttest.Config(b, "new", "unix:///nonexistent/cri.sock", "--healthz-port=0")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := agent.New(cfg).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -195,6 +195,9 @@ func NewWith(cfg *Config, runtime fx.Option, opts ...fx.Option) *fx.App {
 	return fx.New(append([]fx.Option{
 		fx.Supply(cfg),
 		fx.WithLogger(func(l logr.Logger) fxevent.Logger {
+			if !l.V(4).Enabled() {
+				return fxevent.NopLogger
+			}
 			return &fxevent.SlogLogger{Logger: slog.New(logr.ToSlogHandler(logrOnly(l.WithName("fx")).V(4)))}
 		}),
 		CoreFor(cfg),

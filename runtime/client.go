@@ -59,7 +59,21 @@ type Options struct {
 	// Logger, the node's, is in the context of what Close logs (the calls
 	// that take a context log with its logger); default klog's.
 	Logger logr.Logger
+	// RuntimeService, if set, is used in place of dialling Endpoint: an
+	// in-process runtime, such as runtime/fakecri's Server.InProcess,
+	// that costs no connection, goroutines or serialization. The Client
+	// wraps it as it wraps a connection (the CRI operation metrics,
+	// ErrClosed after Close) and owns it: Close closes it. Endpoint then
+	// only names the runtime in messages (default "in-process").
+	RuntimeService cri.RuntimeService
+	// ImageService, if set, is used in place of dialling ImageEndpoint,
+	// as RuntimeService is; ImageEndpoint then defaults to Endpoint.
+	ImageService cri.ImageManagerService
 }
+
+// inProcessEndpoint names an in-process service given without an
+// endpoint.
+const inProcessEndpoint = "in-process"
 
 // Client is the agent's connection to a CRI container runtime. New does no
 // I/O: the runtime and image services connect on their first call, and every
@@ -96,9 +110,14 @@ type Health struct {
 	Features *runtimeapi.RuntimeFeatures
 }
 
-// New returns a Client for the runtime at opts.Endpoint. It validates and
-// defaults opts and registers the metrics but does not connect.
+// New returns a Client for the runtime at opts.Endpoint, or for the
+// in-process services opts.RuntimeService and opts.ImageService. It
+// validates and defaults opts and registers the metrics but does not
+// connect.
 func New(opts Options) (*Client, error) {
+	if opts.RuntimeService != nil && opts.Endpoint == "" {
+		opts.Endpoint = inProcessEndpoint
+	}
 	if opts.ImageEndpoint == "" {
 		opts.ImageEndpoint = opts.Endpoint
 	}
@@ -119,44 +138,54 @@ func New(opts Options) (*Client, error) {
 		return nil, err
 	}
 
-	endpoint, addr, dial, err := parseEndpoint("runtime", opts.Endpoint)
-	if err != nil {
-		return nil, err
-	}
-	runtimeConn := &lazyConn[cri.RuntimeService]{
-		kind: "runtime service", endpoint: endpoint, addr: addr, dial: dial,
-		timeout: opts.ConnectionTimeout, clock: opts.Clock, metrics: m,
-		attempt: make(chan struct{}, 1),
-		build: func(ctx context.Context) (cri.RuntimeService, error) {
-			return criclient.NewRemoteRuntimeServiceBuilder().
-				WithEndpoint(endpoint).
-				WithConnectionTimeout(opts.ConnectionTimeout).
-				// No OpenTelemetry: the agent exports no traces, and
-				// cri-client's default (otelgrpc with a noop provider)
-				// still builds attribute sets on every call.
-				WithTracerProvider(nil).
-				Build(ctx)
-		},
+	endpoint := opts.Endpoint
+	var runtimeConn *lazyConn[cri.RuntimeService]
+	if opts.RuntimeService != nil {
+		runtimeConn = inProcess("runtime service", endpoint, opts.RuntimeService, opts.Clock, m)
+	} else {
+		var addr string
+		var dial func(context.Context, string) (net.Conn, error)
+		if endpoint, addr, dial, err = parseEndpoint("runtime", opts.Endpoint); err != nil {
+			return nil, err
+		}
+		runtimeConn = &lazyConn[cri.RuntimeService]{
+			kind: "runtime service", endpoint: endpoint, addr: addr, dial: dial,
+			timeout: opts.ConnectionTimeout, clock: opts.Clock, metrics: m,
+			attempt: make(chan struct{}, 1),
+			build: func(ctx context.Context) (cri.RuntimeService, error) {
+				return criclient.NewRemoteRuntimeServiceBuilder().
+					WithEndpoint(endpoint).
+					WithConnectionTimeout(opts.ConnectionTimeout).
+					// No OpenTelemetry: the agent exports no traces, and
+					// cri-client's default (otelgrpc with a noop provider)
+					// still builds attribute sets on every call.
+					WithTracerProvider(nil).
+					Build(ctx)
+			},
+		}
 	}
 
-	imageEndpoint, imageAddr, imageDial, err := parseEndpoint("image", opts.ImageEndpoint)
-	if err != nil {
-		return nil, err
-	}
-	imageConn := &lazyConn[cri.ImageManagerService]{
-		kind: "image service", endpoint: imageEndpoint, addr: imageAddr, dial: imageDial,
-		timeout: opts.ConnectionTimeout, clock: opts.Clock, metrics: m,
-		attempt: make(chan struct{}, 1),
-		build: func(ctx context.Context) (cri.ImageManagerService, error) {
-			return criclient.NewRemoteImageServiceBuilder().
-				WithEndpoint(imageEndpoint).
-				WithConnectionTimeout(opts.ConnectionTimeout).
-				// No OpenTelemetry: the agent exports no traces, and
-				// cri-client's default (otelgrpc with a noop provider)
-				// still builds attribute sets on every call.
-				WithTracerProvider(nil).
-				Build(ctx)
-		},
+	var imageConn *lazyConn[cri.ImageManagerService]
+	if opts.ImageService != nil {
+		imageConn = inProcess("image service", opts.ImageEndpoint, opts.ImageService, opts.Clock, m)
+	} else {
+		imageEndpoint, imageAddr, imageDial, err := parseEndpoint("image", opts.ImageEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		imageConn = &lazyConn[cri.ImageManagerService]{
+			kind: "image service", endpoint: imageEndpoint, addr: imageAddr, dial: imageDial,
+			timeout: opts.ConnectionTimeout, clock: opts.Clock, metrics: m,
+			attempt: make(chan struct{}, 1),
+			build: func(ctx context.Context) (cri.ImageManagerService, error) {
+				return criclient.NewRemoteImageServiceBuilder().
+					WithEndpoint(imageEndpoint).
+					WithConnectionTimeout(opts.ConnectionTimeout).
+					// No OpenTelemetry, as for the runtime service.
+					WithTracerProvider(nil).
+					Build(ctx)
+			},
+		}
 	}
 
 	return &Client{

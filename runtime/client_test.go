@@ -389,6 +389,69 @@ func TestClose(t *testing.T) {
 	}
 }
 
+// TestInProcessServices: a Client given in-process services (fakecri's
+// Server.InProcess) uses them without an endpoint, records the CRI
+// operation metrics for them, names them in its errors, and closes them.
+func TestInProcessServices(t *testing.T) {
+	srv := fakecri.New(fakecri.Options{RuntimeName: "in-process-fake"})
+	rt, img := srv.InProcess()
+	reg := prometheus.NewRegistry()
+	c, err := runtime.New(runtime.Options{RuntimeService: rt, ImageService: img, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if name, _, err := c.Version(ctx); err != nil || name != "in-process-fake" {
+		t.Fatalf("Version = %q, %v; want in-process-fake", name, err)
+	}
+	if h := c.Health(ctx); h.RuntimeErr != nil || h.NetworkErr != nil {
+		t.Fatalf("Health = %+v, want a healthy runtime", h)
+	}
+	if _, err := c.ImageService().ListImages(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetError("RuntimeConfig", status.Error(codes.Unavailable, "down")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.CgroupDriver(ctx); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "in-process") {
+		t.Fatalf("CgroupDriver with RuntimeConfig failing = %v, want Unavailable naming the in-process runtime", err)
+	}
+	want := `
+# HELP kubelet_runtime_operations_total Cumulative number of runtime operations by operation type.
+# TYPE kubelet_runtime_operations_total counter
+kubelet_runtime_operations_total{operation_type="list_images"} 1
+kubelet_runtime_operations_total{operation_type="runtime_config"} 1
+kubelet_runtime_operations_total{operation_type="status"} 1
+kubelet_runtime_operations_total{operation_type="version"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubelet_runtime_operations_total"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Version(ctx); !errors.Is(err, runtime.ErrClosed) {
+		t.Errorf("Version after Close = %v, want ErrClosed", err)
+	}
+	if _, err := rt.Status(ctx, false); status.Code(err) != codes.Canceled {
+		t.Errorf("the in-process runtime service after the Client's Close: %v, want it closed (Canceled)", err)
+	}
+	if _, err := img.ImageFsInfo(ctx); status.Code(err) != codes.Canceled {
+		t.Errorf("the in-process image service after the Client's Close: %v, want it closed (Canceled)", err)
+	}
+
+	// One in-process service beside a dialled one.
+	endpoint, _ := serve(t, srv, socketPath(t))
+	_, img = srv.InProcess()
+	mixed := newClient(t, runtime.Options{Endpoint: endpoint, ImageService: img})
+	if _, _, err := mixed.Version(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mixed.ImageService().ImageFsInfo(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNewValidatesOptions(t *testing.T) {
 	for name, opts := range map[string]runtime.Options{
 		"no endpoint":         {},

@@ -49,6 +49,13 @@ type lazyConn[S closer] struct {
 	retryAt   time.Time // no handshake before this time
 }
 
+// inProcess returns a lazyConn that is connected from the start to svc, an
+// in-process service (Options.RuntimeService or ImageService): no dial, no
+// handshake, closed by close as a connection is.
+func inProcess[S closer](kind, endpoint string, svc S, clk clock.Clock, m *metrics) *lazyConn[S] {
+	return &lazyConn[S]{kind: kind, endpoint: endpoint, clock: clk, metrics: m, svc: svc, connected: true}
+}
+
 // get returns the connected service, connecting first if needed. It blocks
 // at most until ctx is done or the connection timeout elapses.
 func (l *lazyConn[S]) get(ctx context.Context) (S, error) {

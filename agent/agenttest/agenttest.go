@@ -43,6 +43,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/nodekit/nodekit/agent"
+	nkruntime "github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 	"github.com/nodekit/nodekit/volume"
 )
@@ -80,6 +81,11 @@ type Options struct {
 	// CRIEndpoint, when set, is an existing CRI runtime to run on instead
 	// of a new fakecri.
 	CRIEndpoint string
+	// InProcessCRI has the agent call its new fakecri in process
+	// (Server.InProcess as runtime.Options' RuntimeService and
+	// ImageService), as agent/fleet's nodes do, instead of over its
+	// socket, which is then not served.
+	InProcessCRI bool
 	// Extra are the embedder's fx options, applied last.
 	Extra []fx.Option
 	// Configure, when set, changes the agent's Config after the flags
@@ -126,8 +132,16 @@ func Start(t testing.TB, opts Options) *Node {
 		if opts.CRI != nil {
 			criOpts = *opts.CRI
 		}
-		n.CRI, endpoint = StartFakeCRI(t, criOpts)
 		runtime = agent.CRI
+		if !opts.InProcessCRI {
+			n.CRI, endpoint = StartFakeCRI(t, criOpts)
+			break
+		}
+		n.CRI, endpoint = fakecri.New(criOpts), "unix:///nonexistent/in-process-cri.sock"
+		runtime = fx.Options(runtime, fx.Decorate(func(o nkruntime.Options) nkruntime.Options {
+			o.RuntimeService, o.ImageService = n.CRI.InProcess()
+			return o
+		}))
 	}
 	// The healthz server and the node API listen on loopback ports bound
 	// here, at port 0, and handed to the agent: no other test can take

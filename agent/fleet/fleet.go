@@ -1,7 +1,8 @@
 // Package fleet runs many simulated nodes in one process: each a complete
 // nodekit agent (agent.New, the whole fx graph) on its own in-process fake
-// runtime (runtime/fakecri on a unix socket of its own), with its own
-// client certificate, Prometheus registry and root directory. Their pods
+// runtime (runtime/fakecri, called directly, or on a unix socket of its
+// own with Options.SocketCRI), with its own client certificate,
+// Prometheus registry and root directory. Their pods
 // "run" on the fake runtime; everything the API server sees (registration,
 // status, leases, pod status, events) is the real agent's.
 //
@@ -34,11 +35,14 @@ import (
 	"go.uber.org/fx"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/certificate"
+	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/volume"
 )
 
 // Options configure Start.
@@ -48,9 +52,18 @@ type Options struct {
 	// Dir holds a directory per node (<Dir>/<name>: its root directory,
 	// kubeconfig, certificates, pod logs). Required.
 	Dir string
-	// SocketDir holds the fake runtimes' sockets (<SocketDir>/<n>.sock).
-	// Unix socket paths are limited to 107 bytes: keep it short. Empty
-	// means a new temporary directory, removed by Stop.
+	// SocketCRI serves each node's fake runtime on a unix socket and has
+	// its agent dial it, as an agent does a real runtime: the same CRI
+	// client code (cri-client over gRPC) as on containerd, for two gRPC
+	// connections per node (about 16 goroutines and 76 KiB of heap) and
+	// their CPU. False, the default, has each agent call its fake runtime
+	// in process (fakecri's Server.InProcess through the runtime
+	// package's Options.RuntimeService and ImageService): no socket,
+	// connection or serialization, the same replies and errors.
+	SocketCRI bool
+	// SocketDir holds the fake runtimes' sockets (<SocketDir>/<n>.sock)
+	// with SocketCRI. Unix socket paths are limited to 107 bytes: keep it
+	// short. Empty means a new temporary directory, removed by Stop.
 	SocketDir string
 	// Kubeconfig returns the kubeconfig of node i (Names[i]) with its
 	// client certificate. Exactly one of Kubeconfig and
@@ -109,9 +122,12 @@ type Fleet struct {
 	MemoryLimit int64
 
 	socketDir, ownSocketDir string
-	mu                      sync.Mutex
-	apps                    []*fx.App
-	stopCRI                 []func()
+	// mounter is every agent's: mount.New checks how umount behaves by
+	// running it, once per mounter.
+	mounter mount.Interface
+	mu      sync.Mutex
+	apps    []*fx.App
+	stopCRI []func()
 }
 
 // Start builds and starts the agents, opts.Parallel at a time, and returns
@@ -131,13 +147,15 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir}
+	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir, mounter: mount.New("")}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Stop())
 		}
 	}()
-	if f.socketDir == "" {
+	if !opts.SocketCRI {
+		f.socketDir = ""
+	} else if f.socketDir == "" {
 		if f.socketDir, err = os.MkdirTemp("", "nbf"); err != nil {
 			return nil, fmt.Errorf("start fleet: %w", err)
 		}
@@ -225,13 +243,21 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
 	cri := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS, Images: opts.Images})
-	endpoint, stopCRI, err := cri.Start(filepath.Join(f.socketDir, fmt.Sprintf("%d.sock", i+1)))
-	if err != nil {
-		return fmt.Errorf("node %s: %w", name, err)
+	// An in-process runtime has no endpoint; this one names it in the
+	// agent's messages.
+	endpoint := inProcessEndpoint + name
+	if opts.SocketCRI {
+		var stopCRI func()
+		var err error
+		endpoint, stopCRI, err = cri.Start(filepath.Join(f.socketDir, fmt.Sprintf("%d.sock", i+1)))
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		f.mu.Lock()
+		f.stopCRI = append(f.stopCRI, stopCRI)
+		f.mu.Unlock()
+		cri = nil // the agent dials it
 	}
-	f.mu.Lock()
-	f.stopCRI = append(f.stopCRI, stopCRI)
-	f.mu.Unlock()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if opts.Kubeconfig != nil {
 		kubeconfig = opts.Kubeconfig(i)
@@ -257,7 +283,7 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 			return fmt.Errorf("node %s: %w", name, err)
 		}
 	}
-	app := agent.New(cfg, nodeOptions(opts, i)...)
+	app := agent.New(cfg, nodeOptions(opts, i, cri, f.mounter)...)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("node %s: build agent: %w", name, err)
 	}
@@ -272,17 +298,40 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 	return nil
 }
 
+// inProcessEndpoint, followed by the node's name, is the runtime endpoint
+// of an agent that calls its fake runtime in process.
+const inProcessEndpoint = "inprocess://fakecri/"
+
 // nodeOptions are the fx options the fleet adds to node i's agent: its
-// name on every log line, the shared Services lister, and, for every node
+// name on every log line, the shared Services lister, the in-process
+// services of cri, its fake runtime, unless nil (Options.SocketCRI: the
+// agent dials the runtime's socket), mounter as its volume manager's
+// unless nil (volume.Manager's default, mount.New, runs umount(8) once
+// for each agent to learn how it behaves: a thousand processes at a
+// fleet's start), and, for every node
 // but the first, an empty fx.DotGraph. The agent's graph check
 // (a value in a nodekit value group of a type nobody reads there fails the
 // start) reads the graph's DOT rendering, which fx then keeps for the
 // application's lifetime: about 47 KiB per agent, and its CPU at start.
 // Every node of a fleet is built from the same options, so the first
 // node's check stands for all of them.
-func nodeOptions(opts Options, i int) []fx.Option {
+func nodeOptions(opts Options, i int, cri *fakecri.Server, mounter mount.Interface) []fx.Option {
 	name := opts.Names[i]
 	extra := []fx.Option{fx.Decorate(func(l logr.Logger) logr.Logger { return l.WithValues("node", name) })}
+	if mounter != nil {
+		extra = append(extra, fx.Decorate(func(o volume.Options) volume.Options {
+			if o.Mounter == nil {
+				o.Mounter = mounter
+			}
+			return o
+		}))
+	}
+	if cri != nil {
+		extra = append(extra, fx.Decorate(func(o runtime.Options) runtime.Options {
+			o.RuntimeService, o.ImageService = cri.InProcess()
+			return o
+		}))
+	}
 	if opts.Services != nil {
 		extra = append(extra, fx.Replace(opts.Services))
 	}

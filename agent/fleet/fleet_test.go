@@ -3,9 +3,18 @@ package fleet_test
 import (
 	"context"
 	"runtime/debug"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/agent/agenttest"
 	"github.com/nodekit/nodekit/agent/fleet"
+	"github.com/nodekit/nodekit/runtime/fakecri"
 )
 
 func TestStartRefusesIncompleteOptions(t *testing.T) {
@@ -39,5 +48,56 @@ func TestStartSetsTheMemoryLimit(t *testing.T) {
 	}
 	if got := debug.SetMemoryLimit(-1); got < 2*perNode || got > 2*perNode+1<<30 {
 		t.Errorf("memory limit after Start: %d, want 2 × %d plus what the runtime held", got, perNode)
+	}
+}
+
+// TestAgentRunsPodsOnAnInProcessRuntime: an agent calling its fake runtime
+// in process, as a fleet's nodes do, turns Ready and runs a pod's life
+// through it: a readiness probe by exec (ExecSync's exit code), a
+// container that exits (the event stream), the pod's deletion (stop and
+// removal), all without a socket.
+func TestAgentRunsPodsOnAnInProcessRuntime(t *testing.T) {
+	n := agenttest.Start(t, agenttest.Options{InProcessCRI: true})
+	ctx := agenttest.Context(t)
+	n.WaitReady(ctx)
+
+	var ready atomic.Bool
+	n.CRI.SetExecHandler(func(r fakecri.ExecRequest) fakecri.ExecResult {
+		if r.Cmd[0] == "ready" && ready.Load() {
+			return fakecri.ExecResult{}
+		}
+		return fakecri.ExecResult{ExitCode: 1, Stderr: []byte("not yet")}
+	})
+	web := agenttest.Pod("web", "busybox")
+	web.Spec.Containers[0].ReadinessProbe = &v1.Probe{
+		ProbeHandler:  v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"ready"}}},
+		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+	}
+	web = n.CreatePod(ctx, web)
+	n.WaitForPod(ctx, web, func(p *v1.Pod) bool {
+		return agenttest.PodPhase(v1.PodRunning)(p) && agenttest.PodCondition(p, v1.PodReady).Status == v1.ConditionFalse
+	})
+	ready.Store(true)
+	n.WaitForPod(ctx, web, agenttest.PodRunningAndReady)
+
+	job := agenttest.Pod("job", "busybox")
+	job.Spec.RestartPolicy = v1.RestartPolicyNever
+	job.Annotations = map[string]string{fakecri.BehaviorAnnotation: "exit 3 after 100ms"}
+	job = n.CreatePod(ctx, job)
+	done := n.WaitForPod(ctx, job, agenttest.PodPhase(v1.PodFailed))
+	if st := done.Status.ContainerStatuses; len(st) != 1 || st[0].State.Terminated == nil || st[0].State.Terminated.ExitCode != 3 {
+		t.Fatalf("job's container statuses %+v, want one terminated with exit code 3", st)
+	}
+
+	if err := n.Client.CoreV1().Pods(web.Namespace).Delete(ctx, web.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		return n.CRI.Calls("RemovePodSandbox") > 0, nil
+	}); err != nil {
+		t.Fatalf("the deleted pod's sandbox was not removed: %v", err)
+	}
+	if n.CRI.EventStreams() != 1 {
+		t.Errorf("%d container event streams open, want the PLEG's one", n.CRI.EventStreams())
 	}
 }

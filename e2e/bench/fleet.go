@@ -40,6 +40,9 @@ type FleetOptions struct {
 	// MemoryPerNode is fleet.Options.MemoryPerNode: a Go memory limit for
 	// this process, per node.
 	MemoryPerNode int64
+	// SocketCRI is fleet.Options.SocketCRI: the agents dial their fake
+	// runtimes' sockets instead of calling them in process.
+	SocketCRI bool
 }
 
 // FleetLabel is the node label, set to FleetOptions.Name, that tells a
@@ -91,7 +94,7 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 		NodeIP:     func(i int) string { return ips[i] },
 		Labels:     map[string]string{FleetLabel: opts.Name},
 		Images:     opts.Images, Parallel: opts.Parallel, Services: opts.Services, Log: opts.Log,
-		MemoryPerNode: opts.MemoryPerNode,
+		MemoryPerNode: opts.MemoryPerNode, SocketCRI: opts.SocketCRI,
 	})
 	if err != nil {
 		return nil, err

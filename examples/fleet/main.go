@@ -79,7 +79,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.nodes, "nodes", 10, "simulated nodes in this shard")
 	fs.StringVar(&o.shard, "shard", os.Getenv("POD_NAME"), "the shard's name, the prefix of its nodes' names (default $POD_NAME)")
 	fs.StringVar(&o.fleet, "fleet", "fleet", "the fleet's name: the nodes' "+fleet.Label+" label and their "+fleet.Taint+" taint's value")
-	fs.StringVar(&o.dir, "dir", "/var/lib/nodekit-fleet", "the nodes' state (root directories, certificates, sockets)")
+	fs.StringVar(&o.dir, "dir", "/var/lib/nodekit-fleet", "the nodes' state (root directories, certificates)")
 	fs.StringVar(&o.server, "server", "", "the API server's URL (default: the in-cluster address)")
 	fs.StringVar(&o.bootstrap, "bootstrap-kubeconfig", "", "credentials that may request node client certificates (default: the pod's service account)")
 	fs.StringVar(&o.nodeIP, "node-ip", os.Getenv("POD_IP"), "every node's address (default $POD_IP)")
@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string) error {
 	defer func() { stopServices(); <-servicesDone }()
 	names := fleet.NodeNames(o.shard, o.nodes)
 	opts := fleet.Options{
-		Names: names, Dir: filepath.Join(o.dir, "nodes"), SocketDir: filepath.Join(o.dir, "s"),
+		Names: names, Dir: filepath.Join(o.dir, "nodes"),
 		BootstrapKubeconfig: o.bootstrap,
 		NodeIP:              func(int) string { return o.nodeIP },
 		Labels:              map[string]string{fleet.Label: o.fleet, fleet.ShardLabel: o.shard},

@@ -1,6 +1,6 @@
 // Package fakecri is an in-process CRI v1 gRPC server (the RuntimeService and
-// ImageService of k8s.io/cri-api) listening on a unix socket: a fake
-// container runtime. It lets tests, demos and many-node simulations run the
+// ImageService of k8s.io/cri-api) listening on a unix socket, or called
+// directly ([Server.InProcess]): a fake container runtime. It lets tests, demos and many-node simulations run the
 // same client code that talks to containerd, without a container runtime on
 // the machine.
 //
@@ -68,5 +68,10 @@
 //
 // Nothing in the agent depends on this package: point the runtime package's
 // Options.Endpoint at the endpoint [Server.Start] returns (or at the socket
-// given to [Server.Serve]) to run an agent on the fake runtime.
+// given to [Server.Serve]) to run an agent on the fake runtime. An agent in
+// the same process can skip the socket: [Server.InProcess] returns CRI
+// services that call the fake directly (the runtime package's
+// Options.RuntimeService and Options.ImageService), with the same replies,
+// errors, faults and call counts and none of gRPC's connections,
+// goroutines or serialization; agent/fleet runs its nodes so.
 package fakecri

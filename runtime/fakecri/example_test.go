@@ -80,3 +80,36 @@ func Example() {
 	// NetworkReady=false reason:"NetworkPluginNotReady"
 	// image fs info: Unavailable 1
 }
+
+// ExampleServer_InProcess calls a fake runtime without a socket, as an
+// agent in the same process does through the runtime package's
+// Options.RuntimeService and Options.ImageService: the same answers and
+// errors as over gRPC, without a connection.
+func ExampleServer_InProcess() {
+	srv := fakecri.New(fakecri.Options{RuntimeVersion: "1.2.3", PullAny: true})
+	rt, img := srv.InProcess()
+	defer rt.Close(context.Background())  //nolint:errcheck // never fails
+	defer img.Close(context.Background()) //nolint:errcheck // never fails
+	ctx := context.Background()
+
+	v, err := rt.Version(ctx, "0.1.0")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s://%s\n", v.RuntimeName, v.RuntimeVersion)
+	ref, err := img.PullImage(ctx, &runtimeapi.ImageSpec{Image: "nginx"}, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("pulled:", ref == srv.Images()[0].Id)
+
+	if err := srv.SetError("Status", status.Error(codes.Unavailable, "runtime gone")); err != nil {
+		panic(err)
+	}
+	_, err = rt.Status(ctx, false)
+	fmt.Println("status:", err)
+	// Output:
+	// fakecri://1.2.3
+	// pulled: true
+	// status: rpc error: code = Unavailable desc = runtime gone
+}

@@ -246,8 +246,9 @@ func (s *Server) SetCgroupDriver(driver runtimeapi.CgroupDriver) {
 }
 
 // SetError makes every later call of the RPC named method (its short name,
-// such as "PullImage" or "RuntimeConfig") fail with err before it reaches the
-// fake runtime; a nil err clears the fault. A status error (status.Error)
+// such as "PullImage" or "RuntimeConfig"), on a socket or in process
+// (InProcess), fail with err before it reaches the fake runtime; a nil err
+// clears the fault. A status error (status.Error)
 // reaches the client with its code, any other error as codes.Unknown. It
 // returns an error if method is not an RPC of the CRI v1 RuntimeService or
 // ImageService.
@@ -273,7 +274,8 @@ func (s *Server) SetUnimplemented(method string) error {
 }
 
 // Calls returns how many calls of the RPC named method (its short name) the
-// server has received on all its sockets, including failed ones.
+// server has received on all its sockets and from its in-process clients
+// (InProcess), including failed ones.
 func (s *Server) Calls(method string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,7 +328,8 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 }
 
 // ReplyRewriter rewrites the reply of a unary RPC that the fake runtime
-// answered without an error, before it goes on the wire: method is the
+// answered without an error, before it goes on the wire (or, in process,
+// back to the caller, which unlike cri-client does not check it): method is the
 // RPC's short name ("ListPodSandbox"), req its request (read only), reply
 // a copy of the fake's answer (a *runtimeapi.<Method>Response) that the
 // rewriter may change in place or replace. A non-nil error is sent instead

@@ -28,6 +28,7 @@ type options struct {
 	hold           time.Duration
 	fleetPods      int
 	fleetMemLimit  float64
+	fleetSocketCRI bool
 	shareServices  bool
 	dir            string
 	heapProfile    string
@@ -74,6 +75,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.DurationVar(&o.hold, "hold", 5*time.Minute, "how long the -nodes agents must stay Ready once all were; their idle CPU is measured over it")
 	fs.BoolVar(&o.shareServices, "share-services", true, "the -nodes agents share one informer on the Services (agent.ServiceLister) instead of one watch each")
 	fs.Float64Var(&o.fleetMemLimit, "fleet-memory-limit", 0, "a Go memory limit for this process set before the -nodes agents start: what the Go runtime held then plus this many MiB per node (agent/fleet's Options.MemoryPerNode; 0 sets none)")
+	fs.BoolVar(&o.fleetSocketCRI, "fleet-socket-cri", false, "the -nodes agents dial their fake runtimes over unix sockets (cri-client over gRPC, as on containerd) instead of calling them in process (agent/fleet's Options.SocketCRI)")
 	fs.IntVar(&o.fleetPods, "fleet-pods", 10, "pods per node created on the -nodes agents after -hold (0 skips them)")
 	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) a CPU profile over its idle window (<node>.idle.cpu.pprof; the profiler adds to the idle CPU figure) and a heap profile at the end of it (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof; and of this process with the -nodes agents, a CPU profile from their start to all Ready (fleet.start.cpu.pprof) and over -hold (fleet.idle.cpu.pprof) and a heap profile once all were Ready (fleet.heap.pprof)")

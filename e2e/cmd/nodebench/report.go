@@ -583,6 +583,11 @@ func (b *benchmark) reportScale() {
 		if b.opts.shareServices {
 			t.Note("scale: the agents share one informer on the Services (agent.ServiceLister, -share-services); each has its own client certificate, connection, clientsets, Node/pod watches and fake runtime")
 		}
+		if b.opts.fleetSocketCRI {
+			t.Note("scale: each agent dials its fake runtime over a unix socket (cri-client over gRPC, -fleet-socket-cri)")
+		} else {
+			t.Note("scale: each agent calls its fake runtime in process (fakecri's Server.InProcess: no socket, gRPC or serialization; -fleet-socket-cri for the wire)")
+		}
 		if f.memLimit != math.MaxInt64 {
 			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT, or -fleet-memory-limit=%g MiB per node)", bench.FormatMiB(uint64(f.memLimit)), b.opts.fleetMemLimit)
 		}
