@@ -350,9 +350,20 @@ func (c *Controller) sourceHandled(source string) {
 // SourcesReady is Store.SourcesReady of the Controller's Store.
 func (c *Controller) SourcesReady() bool { return c.store.SourcesReady() }
 
+// updateVerbosity is the verbosity at which an update of op is logged, the
+// kubelet's sync loop's: a reconcile (a status change, most often the
+// agent's own status write coming back on the watch: one or two per pod
+// start) at 4, the others at 2.
+func updateVerbosity(op podsource.Op) int {
+	if op == podsource.OpReconcile {
+		return 4
+	}
+	return 2
+}
+
 func (c *Controller) handle(ctx context.Context, u podsource.Update) {
 	logger := klog.FromContext(ctx)
-	logger.V(2).Info("Pod update", "op", u.Op.String(), "source", u.Source, "pods", klog.KObjSlice(u.Pods))
+	logger.V(updateVerbosity(u.Op)).Info("Pod update", "op", u.Op.String(), "source", u.Source, "pods", klog.KObjSlice(u.Pods))
 	switch u.Op {
 	case podsource.OpAdd:
 		// Admit in creation order, so pods that ran before a restart keep
