@@ -347,12 +347,13 @@ func (m *Manager) MirrorPodsChanged() {
 // PodSeen records when the agent first saw the pod uid, which had not
 // started yet: when the API server accepts the first status write that
 // shows every regular container started (AllContainersStarted), the time
-// since then goes into nodekit_pod_start_internal_duration_seconds, the
-// agent's internal share of the pod's start: admission, volumes, runtime
-// calls, status generation, waiting for a free writer and the client's
-// rate limit, and the PATCH's round trip (image pulls included, the
-// watch that shows the write to others not). RemovePod forgets it. It
-// does not block.
+// from then to the write's PATCH being sent goes into
+// nodekit_pod_start_internal_duration_seconds, the agent's internal share
+// of the pod's start (admission, volumes, runtime calls, status
+// generation, waiting for a free writer; image pulls included), and the
+// PATCH's round trip (the client's rate limiter and the API server) into
+// nodekit_pod_start_status_patch_duration_seconds. RemovePod forgets it.
+// It does not block.
 func (m *Manager) PodSeen(uid types.UID, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -362,8 +363,9 @@ func (m *Manager) PodSeen(uid types.UID, at time.Time) {
 }
 
 // observeWritten records the start of a pod whose first status showing
-// every container started the API server just accepted.
-func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus) {
+// every container started the API server just accepted; its PATCH was sent
+// at sent.
+func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus, sent time.Time) {
 	if !AllContainersStarted(status) {
 		return
 	}
@@ -372,7 +374,7 @@ func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus) {
 	delete(m.seen, uid)
 	m.mu.Unlock()
 	if ok {
-		m.metrics.started(m.clock.Since(seen))
+		m.metrics.started(sent.Sub(seen), m.clock.Since(sent))
 	}
 }
 
@@ -737,6 +739,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		m.metrics.patch(resultUnchanged)
 		logger.V(4).Info("Pod status is up to date", "version", e.version)
 	} else {
+		sent := m.clock.Now()
 		updated, err := pods.Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if apierrors.IsNotFound(err) {
 			logger.V(3).Info("Pod does not exist on the API server")
@@ -748,7 +751,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 			return
 		}
 		m.metrics.patch(resultPatched)
-		m.observeWritten(uid, &updated.Status)
+		m.observeWritten(uid, &updated.Status, sent)
 		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
 		pod = updated
 	}
