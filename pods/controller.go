@@ -215,6 +215,10 @@ type podRecord struct {
 	resizePending           *podstatus.ResizePending
 	resizePendingGeneration int64
 	resizing                bool
+	// unflushed: admission recorded the pod's allocation in memory only
+	// (allocationRecorder); its first sync stores it before the runtime
+	// acts.
+	unflushed bool
 }
 
 // New validates opts and applies defaults. It does no I/O.
@@ -449,7 +453,15 @@ func (c *Controller) add(ctx context.Context, pod *v1.Pod) {
 			c.reject(ctx, pod, res)
 			return
 		}
-		if err := c.opts.Allocations.SetAllocated(alloc); err != nil {
+		if rec, ok := c.opts.Allocations.(allocationRecorder); ok {
+			// Stored by the pod's first sync: a burst's admissions, one
+			// at a time, do not wait for the disk in turn.
+			if err := rec.Record(alloc); err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot record the pod's allocated resources", "pod", klog.KObj(pod))
+			} else {
+				r.unflushed = true
+			}
+		} else if err := c.opts.Allocations.SetAllocated(alloc); err != nil {
 			klog.FromContext(ctx).Error(err, "Cannot record the pod's allocated resources", "pod", klog.KObj(pod))
 		}
 		c.store.set(alloc)
@@ -627,6 +639,7 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	if w.Terminate || (hasPrev && isTerminal(prev.Phase)) {
 		return c.terminate(ctx, w)
 	}
+	c.flushAllocation(ctx, pod)
 	// The runtime actuates, and the status reports, the allocation.
 	pod = c.handleResize(ctx, pod)
 	var prevStatus *v1.PodStatus

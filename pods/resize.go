@@ -33,6 +33,42 @@ type Allocations interface {
 	RemoveOrphans(keep func(types.UID) bool) error
 }
 
+// allocationRecorder is implemented by Allocations that can record an
+// allocation in memory and write their checkpoint later
+// (*allocation.Manager does): admission, which decides one pod at a time,
+// then records without waiting for the disk, and each pod's first sync
+// calls Flush before the runtime acts on the allocation, so that the pods
+// of a burst share the checkpoint's writes. With Allocations that do not,
+// admission calls SetAllocated.
+type allocationRecorder interface {
+	// Record records pod's spec resources as its allocation in memory:
+	// AllocatedPod sees it at once.
+	Record(pod *v1.Pod) error
+	// Flush returns once every allocation recorded before the call is
+	// stored.
+	Flush() error
+}
+
+// flushAllocation stores the allocation admission recorded for pod, if it
+// is not stored yet; a failure is logged, as admission logs one of
+// SetAllocated, and not retried (the next change of any allocation writes
+// the checkpoint again).
+func (c *Controller) flushAllocation(ctx context.Context, pod *v1.Pod) {
+	c.mu.Lock()
+	r := c.pods[pod.UID]
+	unflushed := r != nil && r.unflushed
+	if unflushed {
+		r.unflushed = false
+	}
+	c.mu.Unlock()
+	if !unflushed {
+		return
+	}
+	if err := c.opts.Allocations.(allocationRecorder).Flush(); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot record the pod's allocated resources", "pod", klog.KObj(pod))
+	}
+}
+
 // Event reasons of in-place resize, the kubelet's.
 const (
 	eventResizeStarted    = "ResizeStarted"

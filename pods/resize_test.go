@@ -2,6 +2,7 @@ package pods
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -259,4 +260,58 @@ func TestGuaranteedResizeUnderStaticCPUManager(t *testing.T) {
 	})
 	send(podsource.OpUpdate, cpuPod("b", 2, "700m"))
 	waitFor("b's CPU resize allocated", func() bool { cpu, p := rt.state("b"); return cpu == "700m" && p == nil })
+}
+
+// storedCheckRuntime is a fakeRuntime whose SyncPod records, by pod,
+// whether the allocation checkpoint in root held the pod's allocation when
+// the runtime was asked to act.
+type storedCheckRuntime struct {
+	*fakeRuntime
+	root   string
+	mu     sync.Mutex
+	stored map[types.UID]bool
+}
+
+func (r *storedCheckRuntime) SyncPod(ctx context.Context, pod *v1.Pod) SyncResult {
+	onDisk := allocation.New(allocation.Options{RootDir: r.root}).Allocated(pod.UID)
+	r.mu.Lock()
+	if _, seen := r.stored[pod.UID]; !seen {
+		r.stored[pod.UID] = onDisk
+	}
+	r.mu.Unlock()
+	return r.fakeRuntime.SyncPod(ctx, pod)
+}
+
+// TestAllocationIsStoredBeforeTheRuntimeActs: admission records a burst's
+// allocations in memory (allocation.Manager.Record), and every pod's
+// allocation is in the checkpoint on disk before the runtime's first
+// SyncPod of the pod.
+func TestAllocationIsStoredBeforeTheRuntimeActs(t *testing.T) {
+	root := t.TempDir()
+	rt := &storedCheckRuntime{fakeRuntime: newFakeRuntime(), root: root, stored: map[types.UID]bool{}}
+	sources := &fakeSources{updates: make(chan podsource.Update)}
+	_, ctx := runController(t, Options{Sources: sources, Runtime: rt, Statuses: &fakeStatuses{statuses: map[types.UID]v1.PodStatus{}},
+		Allocations: allocation.New(allocation.Options{RootDir: root}), Node: knownNode})
+	const pods = 30
+	for i := range pods {
+		select {
+		case sources.updates <- podsource.Update{Op: podsource.OpAdd, Source: podsource.APIServerSource, Pods: []*v1.Pod{cpuPod(fmt.Sprintf("p%02d", i), 1, "10m")}}:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the controller did not take an add")
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return len(rt.stored) == pods, nil
+	}); err != nil {
+		t.Fatalf("not every pod was synced: %v", err)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for uid, ok := range rt.stored {
+		if !ok {
+			t.Errorf("pod %s: the runtime was asked to act before its allocation was in the checkpoint", uid)
+		}
+	}
 }

@@ -172,7 +172,9 @@ func (b *Backend) PodStatus(ctx context.Context, pod *v1.Pod, opts podstatus.Gen
 // SyncPod mounts the pod's volumes (VolumeManager.MountPod), then runs
 // PodManager.SyncPod on the latest cached runtime status (at least as new
 // as the one PodStatus read) with the pod's pull secrets and volumes, then,
-// unless the sync found nothing to do, refreshes the cache. When the
+// unless the sync found nothing to do, refreshes the cache: with the
+// status the sync put together itself when it created a new pod
+// (SyncResult.Status), else by reading the pod from the runtime. When the
 // volumes cannot be mounted nothing is started (the pod stays
 // ContainerCreating; the volume manager recorded FailedMount) and the error
 // makes the loop retry after its back-off, or when the volume manager says
@@ -215,9 +217,14 @@ func (b *Backend) SyncPod(ctx context.Context, pod *v1.Pod) pods.SyncResult {
 	res := b.pm.SyncPod(ctx, pod, rs, in)
 	// A sync that acted on nothing leaves the cached status as it is (the
 	// PLEG brings any change meanwhile): no need to read the pod again.
-	if res.Idle {
+	switch {
+	case res.Idle:
 		b.keepStatus(pod.UID)
-	} else {
+	case res.Status != nil:
+		// The sync read all there is of the pod itself.
+		b.cache.Set(pod.UID, res.Status, nil, res.Status.TimeStamp)
+		b.opts.PLEG.Observe(res.Status)
+	default:
 		b.refresh(ctx, pod)
 	}
 	return pods.SyncResult{RetryAt: res.RetryAt, Err: res.Err}

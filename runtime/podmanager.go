@@ -449,6 +449,13 @@ type SyncResult struct {
 	// container or sandbox to kill, create or start. The pod's runtime
 	// status is then as the sync found it.
 	Idle bool
+	// Status, when set, is the pod's runtime status read after the sync,
+	// as GetPodStatus would read it: the runtime had nothing of the pod
+	// and the sync created its sandbox and containers without an error,
+	// so it read them by their IDs (one PodSandboxStatus, one
+	// ContainerStatus each) without GetPodStatus's lists of the pod's
+	// sandboxes and containers. nil otherwise. The caller owns it.
+	Status *podstate.PodStatus
 }
 
 // podDesc is the kubelet's format.Pod: name_namespace(uid).

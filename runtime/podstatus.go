@@ -67,26 +67,39 @@ func (m *PodManager) GetPodStatus(ctx context.Context, uid types.UID, name, name
 	if err != nil {
 		return nil, fmt.Errorf("get status of pod %s/%s: list containers: %w", namespace, name, err)
 	}
+	ids := make([][2]string, len(containers))
+	for i, c := range containers {
+		ids[i] = [2]string{c.GetId(), c.GetPodSandboxId()}
+	}
+	if err := m.readContainers(ctx, st, ids); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// readContainers adds to st the status of each container of ids (its ID
+// and its sandbox's), newest first; one removed meanwhile is left out.
+func (m *PodManager) readContainers(ctx context.Context, st *podstate.PodStatus, ids [][2]string) error {
 	rt := m.runtimeType(ctx)
-	for _, c := range containers {
-		resp, err := m.rs.ContainerStatus(ctx, c.GetId(), false)
+	for _, c := range ids {
+		resp, err := m.rs.ContainerStatus(ctx, c[0], false)
 		if status.Code(err) == codes.NotFound {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("get status of pod %s/%s: container %s: %w", namespace, name, c.GetId(), err)
+			return fmt.Errorf("get status of pod %s/%s: container %s: %w", st.Namespace, st.Name, c[0], err)
 		}
 		if resp.GetStatus() == nil {
-			return nil, fmt.Errorf("get status of pod %s/%s: container %s: the runtime returned no status", namespace, name, c.GetId())
+			return fmt.Errorf("get status of pod %s/%s: container %s: the runtime returned no status", st.Namespace, st.Name, c[0])
 		}
-		st.Containers = append(st.Containers, m.containerStatus(ctx, resp.GetStatus(), c.GetPodSandboxId(), rt))
+		st.Containers = append(st.Containers, m.containerStatus(ctx, resp.GetStatus(), c[1], rt))
 	}
 	// Newest first; instances created within the clock's resolution are
 	// told apart by their restart count.
 	slices.SortStableFunc(st.Containers, func(a, b *podstate.ContainerStatus) int {
 		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.RestartCount, a.RestartCount))
 	})
-	return st, nil
+	return nil
 }
 
 // sandboxIPs returns the IPs of a ready sandbox: the node's for a sandbox in

@@ -52,7 +52,7 @@ func (m *PodManager) SyncPod(ctx context.Context, pod *v1.Pod, status *podstate.
 	if s.usernsStarted && len(s.errs) > 0 {
 		m.metrics.startedUserNamespacedPodError()
 	}
-	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...), Idle: s.idle}
+	return SyncResult{Waiting: m.waiting(pod.UID), RetryAt: s.retryAt, Err: errors.Join(s.errs...), Idle: s.idle, Status: s.after(ctx)}
 }
 
 // SyncInput is what SyncPod works with besides the pod and its runtime
@@ -105,6 +105,40 @@ type podSync struct {
 	// created (kubelet_started_user_namespaced_pods_total); an error of
 	// the sync counts in its errors_total, as the kubelet's.
 	usernsStarted bool
+	// newSandbox: this sync created the pod's sandbox; created are the
+	// containers it created (ID, sandbox ID). See after.
+	newSandbox bool
+	created    [][2]string
+}
+
+// after returns the pod's runtime status after a sync that found nothing
+// of the pod in the runtime and did all it had to without an error: the
+// sandbox and the containers it created are all there is of the pod, so
+// their status calls (one PodSandboxStatus, one ContainerStatus each) read
+// it without GetPodStatus's two lists. nil when the sync was any other, or
+// a read failed: the caller reads the pod.
+func (s *podSync) after(ctx context.Context) *podstate.PodStatus {
+	if !s.newSandbox || len(s.errs) > 0 || len(s.status.Sandboxes) > 0 || len(s.status.Containers) > 0 {
+		return nil
+	}
+	m, pod := s.m, s.pod
+	st := &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, TimeStamp: m.clock.Now()}
+	resp, err := m.rs.PodSandboxStatus(ctx, s.sandboxID, false)
+	if err == nil && resp.GetStatus() == nil {
+		err = errors.New("the runtime returned no status")
+	}
+	if err == nil {
+		st.Sandboxes = []*podstate.SandboxStatus{sandboxStatus(resp.GetStatus())}
+		if resp.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+			st.IPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
+		}
+		err = m.readContainers(ctx, st, s.created)
+	}
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Cannot read what the sync created; reading the pod", "err", err)
+		return nil
+	}
+	return st
 }
 
 func (s *podSync) fail(err error) { s.errs = append(s.errs, err) }
@@ -285,6 +319,7 @@ func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 	}
 	s.sandboxID, s.sandboxCfg = id, cfg
 	s.podIPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
+	s.newSandbox = true
 	// The pod's cgroup was made for the pod's allocation.
 	m.setPodLevelActuated(pod.UID, pod.Spec.Resources)
 	return true
@@ -398,6 +433,7 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		return failed(podstate.ErrCreateContainer, msg)
 	}
 	m.metrics.imageVolumeMounts(len(vols.images), imageMounts, false)
+	s.created = append(s.created, [2]string{id, s.sandboxID})
 	m.opts.ImageMounts.record(id, cfg.Mounts)
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Created", "Container created")
 	if err := m.rs.StartContainer(ctx, id); err != nil {

@@ -71,6 +71,14 @@ type Manager struct {
 	mu      sync.Mutex
 	entries map[types.UID]podInfo
 	loaded  bool
+	// version counts the changes of entries; stored is the version the
+	// checkpoint on disk holds (both under mu).
+	version, stored uint64
+
+	// storeMu is held while the checkpoint is written: a caller that
+	// waited for it finds its change stored by the writer before it, if
+	// that writer saw it (group commit).
+	storeMu sync.Mutex
 }
 
 // New returns a Manager; it does no I/O (the checkpoint is read on first
@@ -120,13 +128,30 @@ func (m *Manager) loadLocked() error {
 	return nil
 }
 
-// storeLocked writes the checkpoint atomically (a temporary file renamed
-// over the old one).
-func (m *Manager) storeLocked() error {
-	if m.path == "" {
+// changedLocked records a change of entries (mu held); Flush stores it.
+func (m *Manager) changedLocked() { m.version++ }
+
+// Flush returns once the checkpoint on disk holds every allocation change
+// made before the call (Record, RemovePod), or the error of writing it.
+// Concurrent calls share writes: a caller that waits while the checkpoint
+// is being written finds its change stored by the next write, which holds
+// every change made until it started, so that N pods recorded together
+// cost about two writes, not N. The checkpoint is written atomically (a
+// temporary file, synced, renamed over the old one).
+func (m *Manager) Flush() error {
+	m.mu.Lock()
+	want := m.version
+	m.mu.Unlock()
+	m.storeMu.Lock()
+	defer m.storeMu.Unlock()
+	m.mu.Lock()
+	if m.stored >= want || m.path == "" {
+		m.mu.Unlock()
 		return nil
 	}
+	version := m.version
 	data, err := json.Marshal(checkpointInfo{Entries: m.entries})
+	m.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("marshal pod allocation checkpoint: %w", err)
 	}
@@ -140,6 +165,9 @@ func (m *Manager) storeLocked() error {
 	if err := atomicfile.Write(m.path, blob); err != nil {
 		return fmt.Errorf("write pod allocation checkpoint %s: %w", m.path, err)
 	}
+	m.mu.Lock()
+	m.stored = version
+	m.mu.Unlock()
 	return nil
 }
 
@@ -219,8 +247,26 @@ func resourcesEqual(a, b *v1.ResourceRequirements) bool {
 }
 
 // SetAllocated records the resources pod's spec asks for as its allocation
-// (at admission, and when a resize is accepted) and writes the checkpoint.
+// (at admission, and when a resize is accepted) and writes the checkpoint:
+// Record, then Flush.
 func (m *Manager) SetAllocated(pod *v1.Pod) error {
+	if err := m.Record(pod); err != nil {
+		return err
+	}
+	if err := m.Flush(); err != nil {
+		return fmt.Errorf("allocate resources of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// Record records the resources pod's spec asks for as its allocation in
+// memory only: AllocatedPod and Allocated see it at once, the checkpoint
+// once Flush (or a later SetAllocated, RemovePod) has written it. An
+// admission that records many pods at once (a burst) does not wait for
+// the disk once per pod: each pod's worker calls Flush before the runtime
+// acts on the allocation, and the workers share the writes. It fails only
+// when the checkpoint cannot be read.
+func (m *Manager) Record(pod *v1.Pod) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.loadLocked(); err != nil {
@@ -231,9 +277,7 @@ func (m *Manager) SetAllocated(pod *v1.Pod) error {
 		return nil
 	}
 	m.entries[pod.UID] = info
-	if err := m.storeLocked(); err != nil {
-		return fmt.Errorf("allocate resources of pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
+	m.changedLocked()
 	return nil
 }
 
@@ -251,15 +295,18 @@ func (m *Manager) Allocated(uid types.UID) bool {
 // RemovePod forgets the allocation of the pod with uid.
 func (m *Manager) RemovePod(uid types.UID) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err := m.loadLocked(); err != nil {
+		m.mu.Unlock()
 		return err
 	}
 	if _, ok := m.entries[uid]; !ok {
+		m.mu.Unlock()
 		return nil
 	}
 	delete(m.entries, uid)
-	if err := m.storeLocked(); err != nil {
+	m.changedLocked()
+	m.mu.Unlock()
+	if err := m.Flush(); err != nil {
 		return fmt.Errorf("remove allocation of pod %s: %w", uid, err)
 	}
 	return nil
@@ -289,9 +336,10 @@ func (m *Manager) RemoveOrphans(keep func(types.UID) bool) error {
 		return nil
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, uid := range drop {
 		delete(m.entries, uid)
 	}
-	return m.storeLocked()
+	m.changedLocked()
+	m.mu.Unlock()
+	return m.Flush()
 }

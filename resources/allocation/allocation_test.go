@@ -2,6 +2,7 @@ package allocation_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,5 +80,56 @@ func TestAllocationCheckpoint(t *testing.T) {
 	}
 	if _, _, err := allocation.New(allocation.Options{RootDir: root}).AllocatedPod(p); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("corrupt checkpoint: %v", err)
+	}
+}
+
+// TestRecordFlush: Record changes what AllocatedPod and Allocated see at
+// once and the checkpoint only at Flush; concurrent Record+Flush calls of
+// many pods leave a checkpoint that holds them all, each Flush returning
+// only once its pod is stored.
+func TestRecordFlush(t *testing.T) {
+	root := t.TempDir()
+	m := allocation.New(allocation.Options{RootDir: root})
+	if err := m.Record(pod("a", "100m")); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Allocated("a") {
+		t.Fatal("a recorded allocation is not seen at once")
+	}
+	if _, err := os.Stat(filepath.Join(root, allocation.CheckpointFile)); !os.IsNotExist(err) {
+		t.Fatalf("Record wrote the checkpoint (stat: %v)", err)
+	}
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !allocation.New(allocation.Options{RootDir: root}).Allocated("a") {
+		t.Fatal("the checkpoint does not hold the flushed allocation")
+	}
+
+	const pods = 50
+	errs := make(chan error, pods)
+	for i := range pods {
+		go func() {
+			uid := fmt.Sprintf("p%02d", i)
+			if err := m.Record(pod(uid, "10m")); err != nil {
+				errs <- err
+				return
+			}
+			if err := m.Flush(); err != nil {
+				errs <- err
+				return
+			}
+			// Stored once Flush returned, whoever wrote it.
+			if !allocation.New(allocation.Options{RootDir: root}).Allocated(types.UID(uid)) {
+				errs <- fmt.Errorf("pod %s is not in the checkpoint after its Flush", uid)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range pods {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }

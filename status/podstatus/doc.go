@@ -85,8 +85,10 @@
 //     pods, deleted or failed;
 //   - nodekit_pod_start_internal_duration_seconds (histogram, buckets from
 //     1 ms): from the agent first seeing a pod (PodSeen, see StartObserver)
-//     to the API server accepting the first status that shows all its
-//     containers started.
+//     to the agent sending the first status write (PATCH) that shows all
+//     its containers started, once the API server accepted it;
+//   - nodekit_pod_start_status_patch_duration_seconds (histogram, the same
+//     buckets): that PATCH's round trip, the API server's share, apart.
 //
 // # Swapping pieces
 //

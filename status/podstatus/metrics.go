@@ -15,6 +15,7 @@ const (
 	metricPatches      = "nodekit_pod_status_patches_total"
 	metricDeletions    = "nodekit_pod_deletions_total"
 	metricStart        = "nodekit_pod_start_internal_duration_seconds"
+	metricStartPatch   = "nodekit_pod_start_status_patch_duration_seconds"
 )
 
 // StartLatencyBuckets are the buckets (seconds) of nodekit's pod start
@@ -41,6 +42,7 @@ type metrics struct {
 	patches      *prometheus.CounterVec
 	deletions    *prometheus.CounterVec
 	start        prometheus.Histogram
+	startPatch   prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -64,7 +66,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		start: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    metricStart,
-			Help:    "Duration in seconds from the agent first seeing a pod that had not started to the API server accepting the first status write that shows all its containers started: the agent's internal share of the pod's start, image pulls included.",
+			Help:    "Duration in seconds from the agent first seeing a pod that had not started to the agent sending the first status write (PATCH) that shows all its containers started, for writes the API server accepted: the agent's internal share of the pod's start, image pulls included, the API server's time not (see " + metricStartPatch + ").",
+			Buckets: StartLatencyBuckets,
+		}),
+		startPatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    metricStartPatch,
+			Help:    "Duration in seconds of the status write (PATCH) that ended " + metricStart + ", from the agent sending it to the API server's answer: the API server's share (and the client's rate limiter's), apart from the agent's.",
 			Buckets: StartLatencyBuckets,
 		}),
 	}
@@ -77,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	collectors := []prometheus.Collector{m.syncDuration, m.terminated, m.patches, m.deletions, m.start}
+	collectors := []prometheus.Collector{m.syncDuration, m.terminated, m.patches, m.deletions, m.start, m.startPatch}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range collectors[:i] {
@@ -89,10 +96,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) patch(result string)     { m.patches.WithLabelValues(result).Inc() }
-func (m *metrics) deletion(result string)  { m.deletions.WithLabelValues(result).Inc() }
-func (m *metrics) synced(d time.Duration)  { m.syncDuration.Observe(d.Seconds()) }
-func (m *metrics) started(d time.Duration) { m.start.Observe(d.Seconds()) }
+func (m *metrics) patch(result string)    { m.patches.WithLabelValues(result).Inc() }
+func (m *metrics) deletion(result string) { m.deletions.WithLabelValues(result).Inc() }
+func (m *metrics) synced(d time.Duration) { m.syncDuration.Observe(d.Seconds()) }
+func (m *metrics) started(internal, patch time.Duration) {
+	m.start.Observe(internal.Seconds())
+	m.startPatch.Observe(patch.Seconds())
+}
 
 // countTerminations counts the containers status shows terminated that old
 // did not.

@@ -43,9 +43,11 @@
 //
 // For each nodekit burst it also prints where the agent's time went, from
 // the agent's metrics over the burst: its internal latency of each pod's
-// start (nodekit_pod_start_internal_duration_seconds: seen → the API
-// server accepted the status showing the containers started, the figure
-// judged against the target), its share as its watch sees it
+// start (nodekit_pod_start_internal_duration_seconds: seen → the agent
+// sent the status PATCH showing the containers started, the figure judged
+// against the target; the PATCH's round trip, the API server's time, apart
+// from nodekit_pod_start_status_patch_duration_seconds), its share as its
+// watch sees it
 // (nodekit_pod_start_agent_duration_seconds: seen → its watch shows the
 // containers started), the pod worker syncs, the status writes and how
 // long a change waited for its write, and the CRI calls by operation with

@@ -274,7 +274,7 @@ func (b *benchmark) reportCSI() {
 // breakdown; judged applies the fakecri targets.
 func (b *benchmark) reportBreakdown(n *node, what string, judged bool) {
 	t := &b.table
-	internal := bench.Row{Metric: what + ": agent's internal latency (seen → Running status written) p50/p99", Value: notRun}
+	internal := bench.Row{Metric: what + ": agent's internal latency (seen → Running status PATCH sent) p50/p99", Value: notRun}
 	share := bench.Row{Metric: what + ": agent's share (seen → its watch shows started, less pulls) p50/p99", Value: notRun}
 	writes := bench.Row{Metric: what + ": pod status writes per pod", Value: notRun, Anchor: "kubelet: 2 (ContainerCreating, Running)"}
 	if judged {
