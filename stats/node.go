@@ -222,9 +222,17 @@ func (r *round) addCapacity(fs *statsapi.FsStats, mountpoint string) {
 	}
 	info, err := r.statfs(mountpoint)
 	if err != nil {
-		r.log().V(2).Info("Cannot read the capacity of a runtime filesystem", "mountpoint", mountpoint, "err", err)
+		// Said at --v=2 when it starts or its error changes; every round
+		// (each 10 s under the eviction manager) only at --v=5.
+		v := 5
+		if msg := err.Error(); r.p.fsErrs[mountpoint] != msg {
+			r.p.fsErrs[mountpoint] = msg
+			v = 2
+		}
+		r.log().V(v).Info("Cannot read the capacity of a runtime filesystem", "mountpoint", mountpoint, "err", err)
 		return
 	}
+	delete(r.p.fsErrs, mountpoint)
 	fs.AvailableBytes = u64(info.available)
 	fs.CapacityBytes = u64(info.capacity)
 	fs.Inodes = u64(info.inodes)

@@ -36,6 +36,9 @@ type Provider struct {
 	boot  time.Time
 	// podCgroups are the pod cgroup paths by UID, kept across rounds.
 	podCgroups map[types.UID]string
+	// fsErrs are the runtime filesystems whose capacity could not be read,
+	// with the error last logged for each (see round.addCapacity).
+	fsErrs map[string]string
 
 	mu     sync.Mutex // guards full and cpuMem
 	full   *snapshot
@@ -94,11 +97,12 @@ func New(o Options) (*Provider, error) {
 		return nil, err
 	}
 	return &Provider{
-		opts:  o,
-		clock: o.Clock,
-		cg:    &cgroupFS{root: o.CgroupRoot, version: o.CgroupVersion},
-		start: o.Clock.Now(),
-		round: make(chan struct{}, 1),
+		opts:   o,
+		clock:  o.Clock,
+		cg:     &cgroupFS{root: o.CgroupRoot, version: o.CgroupVersion},
+		start:  o.Clock.Now(),
+		round:  make(chan struct{}, 1),
+		fsErrs: map[string]string{},
 	}, nil
 }
 
