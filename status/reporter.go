@@ -325,14 +325,16 @@ func (r *Reporter) waitForNode(ctx context.Context) bool {
 	}
 	// The watch's cache is read, no request is made: a short period costs
 	// nothing.
+	var node *v1.Node
 	err := wait.PollUntilContextCancel(ctx, nodeAppearPoll, true, func(context.Context) (bool, error) {
-		_, ok := r.node.Node()
+		n, ok := r.node.Node()
+		node = n
 		return ok, nil
 	})
 	if err != nil {
 		return false
 	}
-	r.markRegistered()
+	r.markRegistered(node)
 	return true
 }
 
@@ -348,7 +350,7 @@ func (r *Reporter) runLocal(ctx context.Context) {
 	node := r.initialNode(ctx)
 	r.initial.Store(node)
 	r.setLocal(ctx, node)
-	r.markRegistered()
+	r.markRegistered(node)
 	t := r.clock.NewTimer(r.opts.UpdateFrequency)
 	defer t.Stop()
 	for {
@@ -379,7 +381,11 @@ func (r *Reporter) setLocal(ctx context.Context, node *v1.Node) {
 	}
 }
 
-func (r *Reporter) markRegistered() {
+// markRegistered records node, the Node as the API server (or, standalone,
+// the setters) last answered at registration, in the watch and closes
+// Registered.
+func (r *Reporter) markRegistered(node *v1.Node) {
+	r.node.noteRegistered(node)
 	r.regOnce.Do(func() { close(r.registered) })
 }
 
@@ -530,11 +536,18 @@ func (r *Reporter) tryUpdate(ctx context.Context, try int) (bool, error) {
 
 // readNode returns the Node as last seen. fromCache reads the informer's
 // copy, unless it has not yet seen this reporter's last patch (then the
-// patch's answer is newer) or does not have the Node yet (then it GETs).
+// patch's answer is newer) or does not have the Node yet (then, before the
+// first patch, registering's answer, else it GETs).
 // The returned Node is shared: do not modify it.
 func (r *Reporter) readNode(ctx context.Context, fromCache bool) (*v1.Node, error) {
 	if fromCache {
 		if node := r.cachedNode(); node != nil {
+			return node, nil
+		}
+		// The first cycle right after registering, before the watch
+		// delivered the Node: registering's answer is the Node the
+		// GET would return.
+		if node := r.node.registeredNode.Load(); node != nil && r.lastPatched == nil {
 			return node, nil
 		}
 	}
