@@ -19,7 +19,8 @@ import (
 // Lease's owner reference, for the CSINode's, and for the first status
 // update when its informer has not delivered it yet): the Lease and the
 // CSINode take the UID from the registration, the first status patch
-// starts from registering's answer. Both are still owned by the Node. The
+// starts from registering's answer. Nor does it GET the CSINode of the Node
+// it just created before creating it. Both are still owned by the Node. The
 // test reads the fake cluster's tracker, which records no request.
 func TestStartReadsNoNode(t *testing.T) {
 	n := agenttest.Start(t, agenttest.Options{InProcessCRI: true})
@@ -52,8 +53,8 @@ func TestStartReadsNoNode(t *testing.T) {
 		t.Fatalf("the node did not turn Ready with its Lease and CSINode: %v", err)
 	}
 	for _, a := range n.Client.Actions() {
-		if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
-			t.Errorf("the agent read its Node: %v", a)
+		if r := a.GetResource().Resource; a.GetVerb() == "get" && (r == "nodes" || r == "csinodes") {
+			t.Errorf("the agent read its %s: %v", r, a)
 		}
 	}
 }

@@ -39,6 +39,7 @@ type NodeWatch struct {
 	registered     chan struct{}
 	regOnce        sync.Once
 	registeredNode atomic.Pointer[v1.Node]
+	nodeCreated    atomic.Bool
 }
 
 // NewNodeWatch returns a watch of node name through client. It does no I/O
@@ -145,11 +146,26 @@ func (w *NodeWatch) RegisteredNode() *v1.Node {
 	return w.registeredNode.Load()
 }
 
-// noteRegistered records node as what registering answered and closes
-// Registered, once.
-func (w *NodeWatch) noteRegistered(node *v1.Node) {
+// NodeCreated reports whether registering created the Node (false before
+// Registered is closed, when the Node existed, and with registration off):
+// objects owned by a Node just created cannot exist yet unless left by an
+// earlier Node of the same name, so their owners may CREATE them without
+// reading them first.
+func (w *NodeWatch) NodeCreated() bool {
+	select {
+	case <-w.registered:
+		return w.nodeCreated.Load()
+	default:
+		return false
+	}
+}
+
+// noteRegistered records node as what registering answered, and whether
+// registering created it, and closes Registered, once.
+func (w *NodeWatch) noteRegistered(node *v1.Node, created bool) {
 	w.regOnce.Do(func() {
 		w.registeredNode.Store(node)
+		w.nodeCreated.Store(created)
 		close(w.registered)
 	})
 }

@@ -125,7 +125,7 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	nodes := r.opts.Client.CoreV1().Nodes()
 	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if err == nil {
-		r.markRegistered(created)
+		r.markRegistered(created, true)
 		return nil
 	}
 	if !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
@@ -146,7 +146,7 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 		}
 		existing = patched
 	}
-	r.markRegistered(existing)
+	r.markRegistered(existing, false)
 	return nil
 }
 

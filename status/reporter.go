@@ -334,7 +334,7 @@ func (r *Reporter) waitForNode(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	r.markRegistered(node)
+	r.markRegistered(node, false)
 	return true
 }
 
@@ -350,7 +350,7 @@ func (r *Reporter) runLocal(ctx context.Context) {
 	node := r.initialNode(ctx)
 	r.initial.Store(node)
 	r.setLocal(ctx, node)
-	r.markRegistered(node)
+	r.markRegistered(node, false)
 	t := r.clock.NewTimer(r.opts.UpdateFrequency)
 	defer t.Stop()
 	for {
@@ -382,10 +382,10 @@ func (r *Reporter) setLocal(ctx context.Context, node *v1.Node) {
 }
 
 // markRegistered records node, the Node as the API server (or, standalone,
-// the setters) last answered at registration, in the watch and closes
-// Registered.
-func (r *Reporter) markRegistered(node *v1.Node) {
-	r.node.noteRegistered(node)
+// the setters) last answered at registration, and whether registering
+// created it, in the watch and closes Registered.
+func (r *Reporter) markRegistered(node *v1.Node, created bool) {
+	r.node.noteRegistered(node, created)
 	r.regOnce.Do(func() { close(r.registered) })
 }
 

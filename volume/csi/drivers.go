@@ -62,8 +62,11 @@ type DriversOptions struct {
 	// its UID (the CSINode's owner reference): Run waits for it before
 	// it creates the CSINode, and the Node is not read from the API server
 	// for its UID (the kubelet GETs it, and retries while it is not
-	// registered yet). status.NodeWatch is one when a status.Reporter runs
-	// with it. Nil reads the Node from the API server.
+	// registered yet); when registering created the Node, Run CREATEs the
+	// CSINode without reading it first (AlreadyExists, a CSINode left by
+	// an earlier Node of the name, falls back to reading it).
+	// status.NodeWatch is one when a status.Reporter runs with it. Nil
+	// reads the Node from the API server.
 	Registration NodeRegistration
 }
 
@@ -75,6 +78,8 @@ type NodeRegistration interface {
 	// RegisteredNode returns the Node once it is registered, nil before;
 	// it makes no request.
 	RegisteredNode() *v1.Node
+	// NodeCreated reports whether registering created the Node.
+	NodeCreated() bool
 }
 
 // Drivers is the registry of the CSI drivers on the node, as the kubelet's
@@ -104,6 +109,9 @@ type Drivers struct {
 	// lock; nodeUID is the Node's UID once read.
 	infoMu  sync.Mutex
 	nodeUID types.UID
+	// triedCreate is set once Run created the CSINode without reading it
+	// first; infoMu guards it.
+	triedCreate bool
 }
 
 type driver struct {
@@ -361,6 +369,14 @@ func (d *Drivers) initializeCSINode(ctx context.Context) error {
 	defer d.infoMu.Unlock()
 	if err := d.readNodeUID(ctx); err != nil {
 		return err
+	}
+	if d.registration != nil && d.registration.NodeCreated() && !d.triedCreate {
+		// Once: a retry after an error reads the CSINode first.
+		d.triedCreate = true
+		_, err := d.createCSINode(ctx)
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
 	csiNode, err := d.client.StorageV1().CSINodes().Get(ctx, d.nodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

@@ -16,6 +16,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -248,9 +249,12 @@ func TestRunInitializesCSINode(t *testing.T) {
 // fakeRegistration is a NodeRegistration whose Node is registered when the
 // test closes ch.
 type fakeRegistration struct {
-	ch   chan struct{}
-	node *v1.Node
+	ch      chan struct{}
+	node    *v1.Node
+	created bool
 }
+
+func (f *fakeRegistration) NodeCreated() bool { return f.created }
 
 func (f *fakeRegistration) Registered() <-chan struct{} { return f.ch }
 
@@ -299,5 +303,50 @@ func TestRunWaitsForTheRegistration(t *testing.T) {
 	}
 	if len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].UID != "uid-2" {
 		t.Errorf("ownerReferences = %+v, want the registered node's", cn.OwnerReferences)
+	}
+}
+
+// A Node that registering created has no CSINode of its own yet: Run
+// CREATEs it without reading it first; a CSINode left by an earlier Node of
+// the name (AlreadyExists) is read, replaced and created again.
+func TestRunCreatesTheCSINodeOfANewNode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		objs []runtime.Object
+		want []string
+	}{
+		{name: "new", want: []string{"create csinodes"}},
+		{
+			name: "stale",
+			objs: []runtime.Object{&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n1", OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "old"}}}}},
+			want: []string{"create csinodes", "get csinodes", "delete csinodes", "get csinodes", "create csinodes"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(tc.objs...)
+			reg := &fakeRegistration{ch: make(chan struct{}), node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-2"}}, created: true}
+			close(reg.ch)
+			d, err := NewDrivers(DriversOptions{NodeName: "n1", Client: client, Registration: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, a := range client.Actions() {
+				got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("requests = %q, want %q", got, tc.want)
+			}
+			cn, err := client.StorageV1().CSINodes().Get(context.Background(), "n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].UID != "uid-2" {
+				t.Errorf("ownerReferences = %+v, want the registered node's", cn.OwnerReferences)
+			}
+		})
 	}
 }
