@@ -307,9 +307,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 	} else if err := r.register(ctx); err != nil {
 		return nil // ctx is done
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), r.node.HasSynced) {
-		return nil
-	}
+	// No wait for the watch's first list: until it has listed, the
+	// Reporter reads the API server's last answers (cachedNode), as the
+	// kubelet's first status update does not wait for its informer.
 	r.loop(ctx)
 	return nil
 }
@@ -559,12 +559,23 @@ func (r *Reporter) readNode(ctx context.Context, fromCache bool) (*v1.Node, erro
 }
 
 // cachedNode is the Node as the informer has it, or the answer to the last
-// patch when the informer has not caught up with it yet; nil when the
-// informer does not have the Node. The returned Node is shared.
+// patch when the informer has not caught up with it yet; before the
+// informer's first list, the last patch's or registering's answer; nil when
+// the informer has listed and does not have the Node. The returned Node is
+// shared.
 func (r *Reporter) cachedNode() *v1.Node {
 	node, ok := r.node.Node()
 	if !ok {
-		return nil
+		if r.node.HasSynced() {
+			return nil
+		}
+		// The watch has not listed yet (an API server slow to answer
+		// its first list delays it by seconds): the newest Node the API
+		// server answered, the last patch's or registering's.
+		if r.lastPatched != nil {
+			return r.lastPatched
+		}
+		return r.node.registeredNode.Load()
 	}
 	if r.lastPatched != nil && r.patchedFromRV != "" && node.ResourceVersion == r.patchedFromRV {
 		return r.lastPatched
