@@ -74,9 +74,13 @@ var Core = fx.Options(
 		// kubelet's: set in their Options rather than decorated in an
 		// fx.Module of their own, whose dig scope costs every agent of a
 		// fleet ~6 KiB.
-		func(cfg *Config, c *Clients) lease.Options {
+		// The Lease takes its owner reference from the Node's
+		// registration (the node watch, which the status Reporter
+		// runs with) instead of reading the Node.
+		func(cfg *Config, c *Clients, w *status.NodeWatch) lease.Options {
 			o := cfg.LeaseOptions(c.CloseConnections)
 			o.Client = c.Heartbeat
+			o.Registration = w
 			return o
 		},
 		func(cfg *Config, c *Clients) status.Options {

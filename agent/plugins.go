@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pluginmanager"
+	"github.com/nodekit/nodekit/status"
 	"github.com/nodekit/nodekit/volume/csi"
 )
 
@@ -51,7 +52,10 @@ type csiDriversParams struct {
 	Options    csi.DriversOptions
 	Client     kubernetes.Interface  `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
-	Logger     logr.Logger           `optional:"true"`
+	// Node, the node watch, gives the Drivers the Node's registration
+	// (the status Reporter runs with it in Core and Standalone).
+	Node       *status.NodeWatch `optional:"true"`
+	Logger     logr.Logger       `optional:"true"`
 	Lifecycle  fx.Lifecycle
 	Shutdowner fx.Shutdowner
 }
@@ -63,6 +67,9 @@ func provideCSIDrivers(p csiDriversParams) (*csi.Drivers, error) {
 	}
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer
+	}
+	if opts.Registration == nil && p.Node != nil {
+		opts.Registration = p.Node
 	}
 	d, err := csi.NewDrivers(opts)
 	if err != nil {

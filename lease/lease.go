@@ -76,6 +76,24 @@ type Options struct {
 	OnRepeatedFailure func()
 	// Registerer receives the controller's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Registration, when set, tells the controller when the Node is
+	// registered and gives it the Node: the Lease's owner reference is
+	// then taken from it, and while the Node is not registered the
+	// controller waits for it instead of reading the Node from the API
+	// server (the kubelet GETs the Node for every Lease it creates).
+	// status.NodeWatch is one when a status.Reporter runs with it. Nil
+	// reads the Node from the API server.
+	Registration NodeRegistration
+}
+
+// NodeRegistration reports the registration of the Node whose Lease the
+// controller keeps (status.NodeWatch implements it).
+type NodeRegistration interface {
+	// Registered is closed once the Node is registered.
+	Registered() <-chan struct{}
+	// RegisteredNode returns the Node once it is registered, nil before;
+	// it makes no request.
+	RegisteredNode() *corev1.Node
 }
 
 // Controller keeps the node's Lease in the kube-node-lease namespace
@@ -93,6 +111,7 @@ type Controller struct {
 	clock          clock.Clock
 	onRepeated     func()
 	metrics        *metrics
+	registration   NodeRegistration
 
 	running atomic.Bool
 	// latest is the lease as last written or read; only the Run goroutine
@@ -160,6 +179,7 @@ func New(opts Options) (*Controller, error) {
 		clock:          opts.Clock,
 		onRepeated:     opts.OnRepeatedFailure,
 		metrics:        m,
+		registration:   opts.Registration,
 	}, nil
 }
 
@@ -267,8 +287,12 @@ func (c *Controller) updateWithRetries(ctx context.Context, base *coordinationv1
 // (then it returns nil). created reports whether this call created it.
 func (c *Controller) ensureWithBackoff(ctx context.Context) (lease *coordinationv1.Lease, created bool) {
 	delay := initialBackoff
+	// missing is true when the last attempt found no lease and waited
+	// for the Node's registration: the next one creates it at once.
+	missing := false
 	for {
-		lease, created, err := c.ensure(ctx)
+		lease, created, err := c.ensure(ctx, missing)
+		missing = false
 		if err == nil {
 			return lease, created
 		}
@@ -278,6 +302,16 @@ func (c *Controller) ensureWithBackoff(ctx context.Context) (lease *coordination
 		if errors.Is(err, errNodeNotRegistered) {
 			// The agent registers the Node while the lease starts: not
 			// a failure, the lease waits for its owner.
+			if c.registration != nil {
+				klog.FromContext(ctx).V(2).Info("Waiting for the node to be registered before creating its lease")
+				select {
+				case <-ctx.Done():
+					return nil, false
+				case <-c.registration.Registered():
+				}
+				missing = true
+				continue
+			}
 			klog.FromContext(ctx).Info("Waiting for the node to be registered before creating its lease", "err", err, "retryAfter", delay)
 		} else {
 			klog.FromContext(ctx).Error(err, "Failed to ensure lease exists, will retry", "retryAfter", delay)
@@ -290,15 +324,19 @@ func (c *Controller) ensureWithBackoff(ctx context.Context) (lease *coordination
 }
 
 // ensure makes one attempt to read the lease or, if it does not exist, to
-// create it with the owner reference to the Node.
-func (c *Controller) ensure(ctx context.Context) (*coordinationv1.Lease, bool, error) {
-	lease, err := c.leases.Get(ctx, c.nodeName, metav1.GetOptions{})
-	if err == nil {
-		return lease, false, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		c.metrics.failed(opGet)
-		return nil, false, fmt.Errorf("get lease %s/%s: %w", c.namespace, c.nodeName, err)
+// create it with the owner reference to the Node. missing says that the
+// lease was just found missing: ensure creates it without reading it
+// first, and reads it when the CREATE is answered AlreadyExists.
+func (c *Controller) ensure(ctx context.Context, missing bool) (*coordinationv1.Lease, bool, error) {
+	if !missing {
+		lease, err := c.leases.Get(ctx, c.nodeName, metav1.GetOptions{})
+		if err == nil {
+			return lease, false, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			c.metrics.failed(opGet)
+			return nil, false, fmt.Errorf("get lease %s/%s: %w", c.namespace, c.nodeName, err)
+		}
 	}
 	owner, err := c.nodeOwner(ctx)
 	if err != nil {
@@ -312,7 +350,10 @@ func (c *Controller) ensure(ctx context.Context) (*coordinationv1.Lease, bool, e
 		},
 	}
 	c.assertSpec(desired)
-	lease, err = c.leases.Create(ctx, desired, metav1.CreateOptions{})
+	lease, err := c.leases.Create(ctx, desired, metav1.CreateOptions{})
+	if missing && apierrors.IsAlreadyExists(err) {
+		return c.ensure(ctx, false)
+	}
 	if err != nil {
 		c.metrics.failed(opCreate)
 		return nil, false, fmt.Errorf("create lease %s/%s: %w", c.namespace, c.nodeName, err)
@@ -353,9 +394,17 @@ func (c *Controller) assertSpec(lease *coordinationv1.Lease) {
 // exist (yet).
 var errNodeNotRegistered = errors.New("the node is not registered yet")
 
-// nodeOwner reads the Node to build the lease's owner reference, so that
-// deleting the Node garbage-collects its lease.
+// nodeOwner builds the lease's owner reference, so that deleting the Node
+// garbage-collects its lease, from the registered Node when the controller
+// has a Registration, else from the Node read from the API server.
 func (c *Controller) nodeOwner(ctx context.Context) (metav1.OwnerReference, error) {
+	if c.registration != nil {
+		node := c.registration.RegisteredNode()
+		if node == nil {
+			return metav1.OwnerReference{}, errNodeNotRegistered
+		}
+		return ownerOf(node), nil
+	}
 	node, err := c.nodes.Get(ctx, c.nodeName, metav1.GetOptions{})
 	if err != nil {
 		c.metrics.failed(opGetNode)
@@ -364,12 +413,17 @@ func (c *Controller) nodeOwner(ctx context.Context) (metav1.OwnerReference, erro
 		}
 		return metav1.OwnerReference{}, fmt.Errorf("get node %s for the lease owner reference: %w", c.nodeName, err)
 	}
+	return ownerOf(node), nil
+}
+
+// ownerOf is the owner reference to node.
+func ownerOf(node *corev1.Node) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion: corev1.SchemeGroupVersion.Version,
 		Kind:       "Node",
 		Name:       node.Name,
 		UID:        node.UID,
-	}, nil
+	}
 }
 
 // sleep waits d on the controller's clock. It returns false, at once, when

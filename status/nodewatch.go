@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,6 +32,14 @@ type NodeWatch struct {
 	// watchErrors counts the times the informer's list or watch failed:
 	// its Node may then be stale until it lists again (see WatchErrors).
 	watchErrors atomic.Int64
+
+	// registered is closed, once, when a Reporter running with this
+	// watch registered the Node; registeredNode is what registering
+	// answered.
+	registered     chan struct{}
+	regOnce        sync.Once
+	registeredNode atomic.Pointer[v1.Node]
+	nodeCreated    atomic.Bool
 }
 
 // NewNodeWatch returns a watch of node name through client. It does no I/O
@@ -45,7 +54,7 @@ func NewNodeWatch(client kubernetes.Interface, name string) (*NodeWatch, error) 
 	informer := coreinformers.NewFilteredNodeInformer(client, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = selector
 	})
-	w := &NodeWatch{name: name, informer: informer}
+	w := &NodeWatch{name: name, informer: informer, registered: make(chan struct{})}
 	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		w.noteWatchError()
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -75,7 +84,7 @@ func NewLocalNodeWatch(name string) (*NodeWatch, error) {
 	if name == "" {
 		return nil, errors.New("node watch: the node name is required")
 	}
-	return &NodeWatch{name: name}, nil
+	return &NodeWatch{name: name, registered: make(chan struct{})}, nil
 }
 
 // Local reports whether w is a local watch (NewLocalNodeWatch).
@@ -111,6 +120,54 @@ func (w *NodeWatch) Node() (*v1.Node, bool) {
 	}
 	node, ok := obj.(*v1.Node)
 	return node, ok
+}
+
+// Registered returns a channel that is closed once a Reporter running with
+// this watch has registered the Node: created it, found it existing or (with
+// registration off) seen it appear; for a local watch, once the Reporter
+// computed it. A watch no Reporter runs with never closes it. Modules that
+// need the Node's UID (the Lease's and the CSINode's owner references) wait
+// for it rather than read the Node from the API server before it exists.
+func (w *NodeWatch) Registered() <-chan struct{} { return w.registered }
+
+// RegisteredNode returns, once Registered is closed, the Node as the watch
+// last saw it or, while the watch has not seen it yet, as the API server
+// answered the registration (the created Node, with its UID); nil before.
+// It makes no request. The Node is shared: callers must not modify it.
+func (w *NodeWatch) RegisteredNode() *v1.Node {
+	select {
+	case <-w.registered:
+	default:
+		return nil
+	}
+	if node, ok := w.Node(); ok {
+		return node
+	}
+	return w.registeredNode.Load()
+}
+
+// NodeCreated reports whether registering created the Node (false before
+// Registered is closed, when the Node existed, and with registration off):
+// objects owned by a Node just created cannot exist yet unless left by an
+// earlier Node of the same name, so their owners may CREATE them without
+// reading them first.
+func (w *NodeWatch) NodeCreated() bool {
+	select {
+	case <-w.registered:
+		return w.nodeCreated.Load()
+	default:
+		return false
+	}
+}
+
+// noteRegistered records node as what registering answered, and whether
+// registering created it, and closes Registered, once.
+func (w *NodeWatch) noteRegistered(node *v1.Node, created bool) {
+	w.regOnce.Do(func() {
+		w.registeredNode.Store(node)
+		w.nodeCreated.Store(created)
+		close(w.registered)
+	})
 }
 
 // Allocatable returns the node's allocatable resources as last seen; nil

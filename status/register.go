@@ -123,9 +123,9 @@ func hasTaint(taints []v1.Taint, key string, effect v1.TaintEffect) bool {
 // forbidden but the Node may exist) it reconciles what the kubelet owns on it.
 func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	nodes := r.opts.Client.CoreV1().Nodes()
-	_, err := nodes.Create(ctx, node, metav1.CreateOptions{})
+	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if err == nil {
-		r.markRegistered()
+		r.markRegistered(created, true)
 		return nil
 	}
 	if !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
@@ -140,11 +140,13 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	klog.FromContext(ctx).Info("Node was previously registered", "node", klog.KObj(node))
 	reconciled := existing.DeepCopy()
 	if reconcileExisting(node, reconciled) {
-		if _, err := r.sendPatch(ctx, existing, reconciled, patchReasonRegister); err != nil {
+		patched, err := r.sendPatch(ctx, existing, reconciled, patchReasonRegister)
+		if err != nil {
 			return fmt.Errorf("reconcile existing node %s: %w", node.Name, err)
 		}
+		existing = patched
 	}
-	r.markRegistered()
+	r.markRegistered(existing, false)
 	return nil
 }
 

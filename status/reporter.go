@@ -307,9 +307,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 	} else if err := r.register(ctx); err != nil {
 		return nil // ctx is done
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), r.node.HasSynced) {
-		return nil
-	}
+	// No wait for the watch's first list: until it has listed, the
+	// Reporter reads the API server's last answers (cachedNode), as the
+	// kubelet's first status update does not wait for its informer.
 	r.loop(ctx)
 	return nil
 }
@@ -325,14 +325,16 @@ func (r *Reporter) waitForNode(ctx context.Context) bool {
 	}
 	// The watch's cache is read, no request is made: a short period costs
 	// nothing.
+	var node *v1.Node
 	err := wait.PollUntilContextCancel(ctx, nodeAppearPoll, true, func(context.Context) (bool, error) {
-		_, ok := r.node.Node()
+		n, ok := r.node.Node()
+		node = n
 		return ok, nil
 	})
 	if err != nil {
 		return false
 	}
-	r.markRegistered()
+	r.markRegistered(node, false)
 	return true
 }
 
@@ -348,7 +350,7 @@ func (r *Reporter) runLocal(ctx context.Context) {
 	node := r.initialNode(ctx)
 	r.initial.Store(node)
 	r.setLocal(ctx, node)
-	r.markRegistered()
+	r.markRegistered(node, false)
 	t := r.clock.NewTimer(r.opts.UpdateFrequency)
 	defer t.Stop()
 	for {
@@ -379,7 +381,11 @@ func (r *Reporter) setLocal(ctx context.Context, node *v1.Node) {
 	}
 }
 
-func (r *Reporter) markRegistered() {
+// markRegistered records node, the Node as the API server (or, standalone,
+// the setters) last answered at registration, and whether registering
+// created it, in the watch and closes Registered.
+func (r *Reporter) markRegistered(node *v1.Node, created bool) {
+	r.node.noteRegistered(node, created)
 	r.regOnce.Do(func() { close(r.registered) })
 }
 
@@ -530,11 +536,18 @@ func (r *Reporter) tryUpdate(ctx context.Context, try int) (bool, error) {
 
 // readNode returns the Node as last seen. fromCache reads the informer's
 // copy, unless it has not yet seen this reporter's last patch (then the
-// patch's answer is newer) or does not have the Node yet (then it GETs).
+// patch's answer is newer) or does not have the Node yet (then, before the
+// first patch, registering's answer, else it GETs).
 // The returned Node is shared: do not modify it.
 func (r *Reporter) readNode(ctx context.Context, fromCache bool) (*v1.Node, error) {
 	if fromCache {
 		if node := r.cachedNode(); node != nil {
+			return node, nil
+		}
+		// The first cycle right after registering, before the watch
+		// delivered the Node: registering's answer is the Node the
+		// GET would return.
+		if node := r.node.registeredNode.Load(); node != nil && r.lastPatched == nil {
 			return node, nil
 		}
 	}
@@ -546,12 +559,23 @@ func (r *Reporter) readNode(ctx context.Context, fromCache bool) (*v1.Node, erro
 }
 
 // cachedNode is the Node as the informer has it, or the answer to the last
-// patch when the informer has not caught up with it yet; nil when the
-// informer does not have the Node. The returned Node is shared.
+// patch when the informer has not caught up with it yet; before the
+// informer's first list, the last patch's or registering's answer; nil when
+// the informer has listed and does not have the Node. The returned Node is
+// shared.
 func (r *Reporter) cachedNode() *v1.Node {
 	node, ok := r.node.Node()
 	if !ok {
-		return nil
+		if r.node.HasSynced() {
+			return nil
+		}
+		// The watch has not listed yet (an API server slow to answer
+		// its first list delays it by seconds): the newest Node the API
+		// server answered, the last patch's or registering's.
+		if r.lastPatched != nil {
+			return r.lastPatched
+		}
+		return r.node.registeredNode.Load()
 	}
 	if r.lastPatched != nil && r.patchedFromRV != "" && node.ResourceVersion == r.patchedFromRV {
 		return r.lastPatched

@@ -58,6 +58,28 @@ type DriversOptions struct {
 	// Registerer, when set, gets csi_operations_seconds, observed on every
 	// call through a NodeClient.
 	Registerer prometheus.Registerer
+	// Registration, when set, tells when the Node is registered and gives
+	// its UID (the CSINode's owner reference): Run waits for it before
+	// it creates the CSINode, and the Node is not read from the API server
+	// for its UID (the kubelet GETs it, and retries while it is not
+	// registered yet); when registering created the Node, Run CREATEs the
+	// CSINode without reading it first (AlreadyExists, a CSINode left by
+	// an earlier Node of the name, falls back to reading it).
+	// status.NodeWatch is one when a status.Reporter runs with it. Nil
+	// reads the Node from the API server.
+	Registration NodeRegistration
+}
+
+// NodeRegistration reports the registration of the node's Node
+// (status.NodeWatch implements it).
+type NodeRegistration interface {
+	// Registered is closed once the Node is registered.
+	Registered() <-chan struct{}
+	// RegisteredNode returns the Node once it is registered, nil before;
+	// it makes no request.
+	RegisteredNode() *v1.Node
+	// NodeCreated reports whether registering created the Node.
+	NodeCreated() bool
 }
 
 // Drivers is the registry of the CSI drivers on the node, as the kubelet's
@@ -75,9 +97,10 @@ type DriversOptions struct {
 // NodeClient gives the volume plugin a client of a registered driver. All
 // methods are safe for concurrent use.
 type Drivers struct {
-	nodeName string
-	client   kubernetes.Interface
-	latency  *prometheus.HistogramVec
+	nodeName     string
+	client       kubernetes.Interface
+	latency      *prometheus.HistogramVec
+	registration NodeRegistration
 
 	mu      sync.RWMutex
 	drivers map[string]*driver
@@ -86,6 +109,9 @@ type Drivers struct {
 	// lock; nodeUID is the Node's UID once read.
 	infoMu  sync.Mutex
 	nodeUID types.UID
+	// triedCreate is set once Run created the CSINode without reading it
+	// first; infoMu guards it.
+	triedCreate bool
 }
 
 type driver struct {
@@ -100,7 +126,7 @@ func NewDrivers(opts DriversOptions) (*Drivers, error) {
 	if opts.NodeName == "" {
 		return nil, errors.New("csi: DriversOptions.NodeName is required")
 	}
-	d := &Drivers{nodeName: opts.NodeName, client: opts.Client, drivers: map[string]*driver{}}
+	d := &Drivers{nodeName: opts.NodeName, client: opts.Client, drivers: map[string]*driver{}, registration: opts.Registration}
 	if opts.Registerer != nil {
 		d.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "csi",
@@ -307,6 +333,13 @@ func (d *Drivers) Run(ctx context.Context) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
+	if d.registration != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.registration.Registered():
+		}
+	}
 	const maxDelay = 30 * time.Second
 	delay := 30 * time.Millisecond
 	for {
@@ -334,11 +367,17 @@ func (d *Drivers) Run(ctx context.Context) error {
 func (d *Drivers) initializeCSINode(ctx context.Context) error {
 	d.infoMu.Lock()
 	defer d.infoMu.Unlock()
-	node, err := d.client.CoreV1().Nodes().Get(ctx, d.nodeName, metav1.GetOptions{})
-	if err != nil {
+	if err := d.readNodeUID(ctx); err != nil {
 		return err
 	}
-	d.nodeUID = node.UID
+	if d.registration != nil && d.registration.NodeCreated() && !d.triedCreate {
+		// Once: a retry after an error reads the CSINode first.
+		d.triedCreate = true
+		_, err := d.createCSINode(ctx)
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
 	csiNode, err := d.client.StorageV1().CSINodes().Get(ctx, d.nodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = d.createCSINode(ctx)
@@ -353,6 +392,24 @@ func (d *Drivers) initializeCSINode(ctx context.Context) error {
 		_, err = d.client.StorageV1().CSINodes().Update(ctx, csiNode, metav1.UpdateOptions{})
 	}
 	return err
+}
+
+// readNodeUID sets nodeUID from the registered Node or, without a
+// Registration or before the Node is registered, from the API server;
+// infoMu is held.
+func (d *Drivers) readNodeUID(ctx context.Context) error {
+	if d.registration != nil {
+		if node := d.registration.RegisteredNode(); node != nil {
+			d.nodeUID = node.UID
+			return nil
+		}
+	}
+	node, err := d.client.CoreV1().Nodes().Get(ctx, d.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	d.nodeUID = node.UID
+	return nil
 }
 
 // install is nodeinfomanager's InstallCSIDriver: the Node first (node ID
@@ -520,11 +577,9 @@ func (d *Drivers) installInCSINode(ctx context.Context, name, nodeID string, max
 	d.infoMu.Lock()
 	defer d.infoMu.Unlock()
 	if d.nodeUID == "" {
-		node, err := d.client.CoreV1().Nodes().Get(ctx, d.nodeName, metav1.GetOptions{})
-		if err != nil {
+		if err := d.readNodeUID(ctx); err != nil {
 			return err
 		}
-		d.nodeUID = node.UID
 	}
 	csiNode, err := d.client.StorageV1().CSINodes().Get(ctx, d.nodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

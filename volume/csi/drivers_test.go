@@ -16,6 +16,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -242,5 +243,110 @@ func TestRunInitializesCSINode(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fakeRegistration is a NodeRegistration whose Node is registered when the
+// test closes ch.
+type fakeRegistration struct {
+	ch      chan struct{}
+	node    *v1.Node
+	created bool
+}
+
+func (f *fakeRegistration) NodeCreated() bool { return f.created }
+
+func (f *fakeRegistration) Registered() <-chan struct{} { return f.ch }
+
+func (f *fakeRegistration) RegisteredNode() *v1.Node {
+	select {
+	case <-f.ch:
+		return f.node
+	default:
+		return nil
+	}
+}
+
+// With a Registration, Run waits for the Node to be registered without a
+// request and takes the CSINode's owner from it: no GET of the Node.
+func TestRunWaitsForTheRegistration(t *testing.T) {
+	client := fake.NewClientset()
+	reg := &fakeRegistration{ch: make(chan struct{}), node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-2"}}}
+	d, err := NewDrivers(DriversOptions{NodeName: "n1", Client: client, Registration: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v before the Node was registered", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if n := len(client.Actions()); n != 0 {
+		t.Fatalf("%d requests before the Node was registered, want 0: %v", n, client.Actions())
+	}
+	close(reg.ch)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range client.Actions() {
+		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	if want := []string{"get csinodes", "create csinodes"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("requests = %q, want %q", got, want)
+	}
+	cn, err := client.StorageV1().CSINodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].UID != "uid-2" {
+		t.Errorf("ownerReferences = %+v, want the registered node's", cn.OwnerReferences)
+	}
+}
+
+// A Node that registering created has no CSINode of its own yet: Run
+// CREATEs it without reading it first; a CSINode left by an earlier Node of
+// the name (AlreadyExists) is read, replaced and created again.
+func TestRunCreatesTheCSINodeOfANewNode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		objs []runtime.Object
+		want []string
+	}{
+		{name: "new", want: []string{"create csinodes"}},
+		{
+			name: "stale",
+			objs: []runtime.Object{&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "n1", OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "old"}}}}},
+			want: []string{"create csinodes", "get csinodes", "delete csinodes", "get csinodes", "create csinodes"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(tc.objs...)
+			reg := &fakeRegistration{ch: make(chan struct{}), node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-2"}}, created: true}
+			close(reg.ch)
+			d, err := NewDrivers(DriversOptions{NodeName: "n1", Client: client, Registration: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, a := range client.Actions() {
+				got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("requests = %q, want %q", got, tc.want)
+			}
+			cn, err := client.StorageV1().CSINodes().Get(context.Background(), "n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].UID != "uid-2" {
+				t.Errorf("ownerReferences = %+v, want the registered node's", cn.OwnerReferences)
+			}
+		})
 	}
 }
