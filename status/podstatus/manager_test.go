@@ -1017,6 +1017,21 @@ func TestInternalStartIsMeasuredFromSeenToTheStartedStatusSent(t *testing.T) {
 	e.clock.Step(4 * time.Millisecond)
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
 	e.waitFor(t, "web Running", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	// The write's round trip is recorded once Patch returned, after the
+	// API server shows it: wait for it, or the next write's 2 ms (on the
+	// shared clock) would land inside it.
+	e.waitFor(t, "web's PATCH timed", func() bool {
+		families, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "nodekit_pod_start_status_patch_duration_seconds" {
+				return f.GetMetric()[0].GetHistogram().GetSampleCount() == 1
+			}
+		}
+		return false
+	})
 	e.m.SetPodStatus(other, podstatus.Generate(other, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
 	e.waitFor(t, "other Running", func() bool { return e.apiPod(t, "other").Status.Phase == v1.PodRunning })
 	// A later write of the started pod does not count again.
