@@ -138,54 +138,24 @@ func New(opts Options) (*Client, error) {
 		return nil, err
 	}
 
-	endpoint := opts.Endpoint
-	var runtimeConn *lazyConn[cri.RuntimeService]
-	if opts.RuntimeService != nil {
-		runtimeConn = inProcess("runtime service", endpoint, opts.RuntimeService, opts.Clock, m)
-	} else {
-		var addr string
-		var dial func(context.Context, string) (net.Conn, error)
-		if endpoint, addr, dial, err = parseEndpoint("runtime", opts.Endpoint); err != nil {
-			return nil, err
-		}
-		runtimeConn = &lazyConn[cri.RuntimeService]{
-			kind: "runtime service", endpoint: endpoint, addr: addr, dial: dial,
-			timeout: opts.ConnectionTimeout, clock: opts.Clock, metrics: m,
-			attempt: make(chan struct{}, 1),
-			build: func(ctx context.Context) (cri.RuntimeService, error) {
-				return criclient.NewRemoteRuntimeServiceBuilder().
-					WithEndpoint(endpoint).
-					WithConnectionTimeout(opts.ConnectionTimeout).
-					// No OpenTelemetry: the agent exports no traces, and
-					// cri-client's default (otelgrpc with a noop provider)
-					// still builds attribute sets on every call.
-					WithTracerProvider(nil).
-					Build(ctx)
-			},
-		}
+	// No OpenTelemetry on either service: the agent exports no traces, and
+	// cri-client's default (otelgrpc with a noop provider) still builds
+	// attribute sets on every call.
+	runtimeConn, endpoint, err := newConn("runtime", opts.Endpoint, opts.RuntimeService, opts.ConnectionTimeout, opts.Clock, m,
+		func(ctx context.Context, endpoint string) (cri.RuntimeService, error) {
+			return criclient.NewRemoteRuntimeServiceBuilder().WithEndpoint(endpoint).
+				WithConnectionTimeout(opts.ConnectionTimeout).WithTracerProvider(nil).Build(ctx)
+		})
+	if err != nil {
+		return nil, err
 	}
-
-	var imageConn *lazyConn[cri.ImageManagerService]
-	if opts.ImageService != nil {
-		imageConn = inProcess("image service", opts.ImageEndpoint, opts.ImageService, opts.Clock, m)
-	} else {
-		imageEndpoint, imageAddr, imageDial, err := parseEndpoint("image", opts.ImageEndpoint)
-		if err != nil {
-			return nil, err
-		}
-		imageConn = &lazyConn[cri.ImageManagerService]{
-			kind: "image service", endpoint: imageEndpoint, addr: imageAddr, dial: imageDial,
-			timeout: opts.ConnectionTimeout, clock: opts.Clock, metrics: m,
-			attempt: make(chan struct{}, 1),
-			build: func(ctx context.Context) (cri.ImageManagerService, error) {
-				return criclient.NewRemoteImageServiceBuilder().
-					WithEndpoint(imageEndpoint).
-					WithConnectionTimeout(opts.ConnectionTimeout).
-					// No OpenTelemetry, as for the runtime service.
-					WithTracerProvider(nil).
-					Build(ctx)
-			},
-		}
+	imageConn, _, err := newConn("image", opts.ImageEndpoint, opts.ImageService, opts.ConnectionTimeout, opts.Clock, m,
+		func(ctx context.Context, endpoint string) (cri.ImageManagerService, error) {
+			return criclient.NewRemoteImageServiceBuilder().WithEndpoint(endpoint).
+				WithConnectionTimeout(opts.ConnectionTimeout).WithTracerProvider(nil).Build(ctx)
+		})
+	if err != nil {
+		return nil, err
 	}
 
 	return &Client{

@@ -49,11 +49,26 @@ type lazyConn[S closer] struct {
 	retryAt   time.Time // no handshake before this time
 }
 
-// inProcess returns a lazyConn that is connected from the start to svc, an
-// in-process service (Options.RuntimeService or ImageService): no dial, no
-// handshake, closed by close as a connection is.
-func inProcess[S closer](kind, endpoint string, svc S, clk clock.Clock, m *metrics) *lazyConn[S] {
-	return &lazyConn[S]{kind: kind, endpoint: endpoint, clock: clk, metrics: m, svc: svc, connected: true}
+// newConn returns the connection to one CRI service (kind is "runtime" or
+// "image") and the endpoint it names: connected from the start when inproc,
+// an in-process service (Options.RuntimeService or ImageService), is set —
+// no dial, no handshake, closed by close as a connection is — otherwise a
+// lazy connection to endpoint, normalized, that build makes on first use.
+func newConn[S closer](kind, endpoint string, inproc S, timeout time.Duration, clk clock.Clock, m *metrics,
+	build func(ctx context.Context, endpoint string) (S, error)) (*lazyConn[S], string, error) {
+	if any(inproc) != nil {
+		return &lazyConn[S]{kind: kind + " service", endpoint: endpoint, clock: clk, metrics: m, svc: inproc, connected: true}, endpoint, nil
+	}
+	endpoint, addr, dial, err := parseEndpoint(kind, endpoint)
+	if err != nil {
+		return nil, "", err
+	}
+	return &lazyConn[S]{
+		kind: kind + " service", endpoint: endpoint, addr: addr, dial: dial,
+		timeout: timeout, clock: clk, metrics: m,
+		attempt: make(chan struct{}, 1),
+		build:   func(ctx context.Context) (S, error) { return build(ctx, endpoint) },
+	}, endpoint, nil
 }
 
 // get returns the connected service, connecting first if needed. It blocks
