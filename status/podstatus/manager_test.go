@@ -141,6 +141,9 @@ func TestWritesAStrategicMergePatchWithTheUID(t *testing.T) {
 	e := newEnv(t, nil, p.DeepCopy())
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
 	e.waitFor(t, "the status write", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	// The write is counted once Patch returned, after the API server
+	// shows it.
+	e.waitFor(t, "the write counted", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 1 })
 
 	patches := e.actions("patch")
 	if len(patches) != 1 {
@@ -631,6 +634,9 @@ func TestDeletionAnsweredNotFoundIsRetried(t *testing.T) {
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 137)), nil, podstatus.GenerateOptions{Terminal: true}))
 	e.m.TerminatePod(p)
 	e.waitFor(t, "the first deletion", func() bool { return len(e.actions("delete")) == 1 })
+	// It is counted once Delete returned, after the fake client
+	// recorded it.
+	e.waitFor(t, "the first deletion counted", func() bool { return e.counter(t, "nodekit_pod_deletions_total", "failed") >= 1 })
 	if _, ok := e.m.GetPodStatus(p.UID); !ok {
 		t.Fatal("the status was forgotten after a deletion answered NotFound")
 	}
