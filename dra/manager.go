@@ -20,6 +20,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/clock"
 )
 
 // Defaults of Options, the kubelet's.
@@ -69,6 +70,8 @@ type Options struct {
 	ReconcilePeriod   time.Duration
 	WipingDelay       time.Duration
 	ClientCallTimeout time.Duration
+	// Clock times ReconcilePeriod and WipingDelay; nil is the real clock.
+	Clock clock.WithTickerAndDelayedExecution
 }
 
 // claimInfo is a claim in the cache: its checkpointed state, whether it
@@ -125,11 +128,14 @@ func New(opts Options) (*Manager, error) {
 	if opts.ClientCallTimeout <= 0 {
 		opts.ClientCallTimeout = DefaultClientCallTimeout
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	m := &Manager{opts: opts, path: filepath.Join(opts.StateDir, CheckpointFile), claims: map[string]*claimInfo{}, baseLog: klog.Background(),
 		health: healthCache{path: filepath.Join(opts.StateDir, HealthCheckpointFile)}, healthUpdates: make(chan types.UID, healthUpdatesBuffer)}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
-	m.reg = &registry{ctx: ctx, m: m, plugins: map[string][]*plugin{}, wipes: map[string]*time.Timer{}}
+	m.reg = &registry{ctx: ctx, m: m, plugins: map[string][]*plugin{}, wipes: map[string]clock.Timer{}}
 	m.metrics = newMetrics(m, opts.Registerer)
 	return m, nil
 }
@@ -190,13 +196,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		defer wg.Done()
 		m.wipeResourceSlices(ctx, "")
 	}()
-	t := time.NewTicker(m.opts.ReconcilePeriod)
+	t := m.opts.Clock.NewTicker(m.opts.ReconcilePeriod)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 			m.reconcile(ctx)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -564,7 +565,10 @@ func TestResourceSlicesWiped(t *testing.T) {
 	var del deletions
 	del.react(client)
 	const delay = 300 * time.Millisecond
-	m, err := New(Options{Client: client, NodeName: testNode, StateDir: t.TempDir(), WipingDelay: delay})
+	// On a fake clock: "back within the delay" does not depend on how
+	// fast a loaded machine reconnects.
+	clk := testingclock.NewFakeClock(time.Now())
+	m, err := New(Options{Client: client, NodeName: testNode, StateDir: t.TempDir(), WipingDelay: delay, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,20 +593,33 @@ func TestResourceSlicesWiped(t *testing.T) {
 	m.DeRegisterPlugin(ctx, testDriver, d.sock)
 	register(t, m, d)
 	waitFor(t, "the plugin's connection", connected)
-	m.reg.mu.Lock()
-	pending := m.reg.wipes[testDriver]
-	m.reg.mu.Unlock()
-	if pending != nil {
+	pending := func() bool {
+		m.reg.mu.Lock()
+		defer m.reg.mu.Unlock()
+		return m.reg.wipes[testDriver] != nil
+	}
+	if pending() {
 		t.Fatal("a wipe is still pending for a driver whose plugin came back in time")
 	}
 	if got := del.list(); len(got) != 1 {
 		t.Fatalf("deletions %v after a plugin came back in time", got)
 	}
+	// wipe waits for the pending wipe, then lets the delay pass.
+	wipe := func() {
+		t.Helper()
+		waitFor(t, "a pending wipe", pending)
+		clk.Step(delay)
+	}
 	// The plugin dies: its connection ends, the driver's slices go.
 	d.srv.Stop()
+	wipe()
 	waitFor(t, "the driver's slices deleted", func() bool { return slices.Equal(del.list(), []string{all, drv}) })
+	// The wipe is forgotten after its deletion: a deregistration before
+	// would find it pending and schedule none.
+	waitFor(t, "the wipe done", func() bool { return !pending() })
 	// Its deregistration later schedules nothing new once done.
 	m.DeRegisterPlugin(ctx, testDriver, d.sock)
+	wipe()
 	waitFor(t, "a second deletion after the deregistration", func() bool { return len(del.list()) == 3 })
 	if got := del.list(); got[2] != drv {
 		t.Errorf("deletions %v", got)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	"k8s.io/utils/clock"
 )
 
 // PluginType is the pluginregistration v1 type of a DRA driver's kubelet
@@ -55,7 +56,7 @@ type registry struct {
 	mu      sync.Mutex
 	plugins map[string][]*plugin
 	// wipes are the pending ResourceSlice wipes by driver name.
-	wipes map[string]*time.Timer
+	wipes map[string]clock.Timer
 	// watches are the plugins' health watches.
 	watches sync.WaitGroup
 }
@@ -203,8 +204,8 @@ func (r *registry) syncLocked(driver string) {
 		return
 	}
 	r.m.logger(r.ctx).V(2).Info("DRA driver has no connected plugin, its ResourceSlices will be deleted", "driverName", driver, "delay", r.m.opts.WipingDelay)
-	var t *time.Timer
-	t = time.AfterFunc(r.m.opts.WipingDelay, func() {
+	var t clock.Timer
+	t = r.m.opts.Clock.AfterFunc(r.m.opts.WipingDelay, func() {
 		r.mu.Lock()
 		current := r.wipes[driver] == t
 		r.mu.Unlock()

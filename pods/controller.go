@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/features"
+	"github.com/nodekit/nodekit/internal/timers"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/resources/allocation"
@@ -615,7 +616,7 @@ func (c *Controller) statusOptions(pod *v1.Pod, terminal bool) podstatus.Generat
 // pod-level backend, a prober) is logged at error level with its stack and
 // recorded as a FailedSync warning event on the pod, and the pod synced
 // again after the error back-off, instead of taking the agent down.
-func (c *Controller) syncPodRecovering(ctx context.Context, w podWork) (requeue time.Duration, done bool) {
+func (c *Controller) syncPodRecovering(ctx context.Context, w podWork) (requeueAt time.Time, done bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("pod sync panicked: %v", r)
@@ -623,7 +624,7 @@ func (c *Controller) syncPodRecovering(ctx context.Context, w podWork) (requeue 
 			if c.opts.Recorder != nil {
 				c.opts.Recorder.Event(w.Pod, v1.EventTypeWarning, "FailedSync", "Error syncing pod: "+err.Error())
 			}
-			requeue, done = c.retryAfterError(), false
+			requeueAt, done = c.after(c.retryAfterError()), false
 		}
 	}()
 	return c.syncPod(ctx, w)
@@ -631,7 +632,7 @@ func (c *Controller) syncPodRecovering(ctx context.Context, w podWork) (requeue 
 
 // syncPod is one pod worker sync: report the status the runtime shows,
 // then run or stop the pod and report what that did.
-func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, bool) {
+func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Time, bool) {
 	pod := w.Pod
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 	ctx = klog.NewContext(ctx, logger)
@@ -649,21 +650,21 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 	deadlineLeft, hasDeadline := activeDeadlineLeft(pod, prevStatus, c.clock.Now())
 	if hasDeadline && deadlineLeft <= 0 {
 		c.killForDeadline(ctx, pod)
-		return 0, false
+		return time.Time{}, false
 	}
 	if !c.mayStart(ctx, pod) {
-		return c.retryAfterError(), false
+		return c.after(c.retryAfterError()), false
 	}
 	st, err := c.opts.Runtime.PodStatus(ctx, pod, c.statusOptions(pod, false))
 	if err != nil {
 		logger.Error(err, "Cannot read the pod's runtime status; will retry")
-		return c.retryAfterError(), false
+		return c.after(c.retryAfterError()), false
 	}
 	c.setStatus(pod, st)
 	if isTerminal(st.Phase) {
 		// Every container finished for good: stop the sandbox next.
 		c.workers.update(ctx, pod, true, false, nil)
-		return 0, false
+		return time.Time{}, false
 	}
 	mirrorRetry := c.syncMirrorPod(ctx, pod)
 	// Probes start before the runtime acts, as the kubelet's syncPod: a
@@ -687,22 +688,25 @@ func (c *Controller) syncPod(ctx context.Context, w podWork) (time.Duration, boo
 		}
 	}
 
+	now := c.clock.Now()
 	requeue := wait.Jitter(c.opts.SyncFrequency, jitterFactor)
 	if res.Err != nil || mirrorRetry {
 		requeue = min(requeue, c.retryAfterError())
-	}
-	if !res.RetryAt.IsZero() {
-		requeue = min(requeue, max(res.RetryAt.Sub(c.clock.Now()), time.Millisecond))
 	}
 	if hasDeadline {
 		// Sync again when the active deadline passes (counted from the
 		// start time this sync may just have set).
 		if st, ok := c.opts.Statuses.GetPodStatus(pod.UID); ok {
-			deadlineLeft, _ = activeDeadlineLeft(pod, &st, c.clock.Now())
+			deadlineLeft, _ = activeDeadlineLeft(pod, &st, now)
 		}
-		requeue = min(requeue, max(deadlineLeft, time.Millisecond))
+		requeue = min(requeue, deadlineLeft)
 	}
-	return requeue, false
+	return timers.Earliest(now.Add(requeue), res.RetryAt), false
+}
+
+// after is the time d from now on the controller's clock.
+func (c *Controller) after(d time.Duration) time.Time {
+	return c.clock.Now().Add(d)
 }
 
 // setStatus hands a running pod's status to the status manager. The first
@@ -814,7 +818,7 @@ func (c *Controller) retryAfterError() time.Duration {
 // terminate stops the pod's containers with its grace period, reports the
 // final status, and once the pod is gone from its source removes what the
 // runtime holds of it and forgets it.
-func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, bool) {
+func (c *Controller) terminate(ctx context.Context, w podWork) (time.Time, bool) {
 	pod, logger := w.Pod, klog.FromContext(ctx)
 	// No liveness or startup failure may restart a container while the
 	// pod stops; readiness keeps being probed until the containers are
@@ -831,7 +835,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		c.opts.Statuses.RemovePod(pod.UID)
 	}
 	if err := c.opts.Runtime.KillPod(ctx, pod, w.GracePeriod); err != nil {
-		return c.retryTerminate(ctx, pod.UID, "Cannot stop the pod or tear down its volumes; will retry", err), false
+		return c.after(c.retryTerminate(ctx, pod.UID, "Cannot stop the pod or tear down its volumes; will retry", err)), false
 	}
 	// A removed pod is gone from its source (its API object deleted): it
 	// has no status left to write, and writing one would only be refused.
@@ -841,7 +845,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		alloc, _ := c.allocatedPod(ctx, pod)
 		var err error
 		if st, err = c.opts.Runtime.PodStatus(ctx, alloc, c.statusOptions(pod, true)); err != nil {
-			return c.retryTerminate(ctx, pod.UID, "Cannot read the stopped pod's runtime status; will retry", err), false
+			return c.after(c.retryTerminate(ctx, pod.UID, "Cannot read the stopped pod's runtime status; will retry", err)), false
 		}
 	}
 	c.mu.Lock()
@@ -873,10 +877,10 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 		close(ch)
 	}
 	if !w.Removed {
-		return 0, false
+		return time.Time{}, false
 	}
 	if err := c.opts.Runtime.RemovePod(ctx, pod.UID); err != nil {
-		return c.retryTerminate(ctx, pod.UID, "Cannot remove the pod's leftovers; will retry", err), false
+		return c.after(c.retryTerminate(ctx, pod.UID, "Cannot remove the pod's leftovers; will retry", err)), false
 	}
 	c.mu.Lock()
 	delete(c.pods, pod.UID)
@@ -884,7 +888,7 @@ func (c *Controller) terminate(ctx context.Context, w podWork) (time.Duration, b
 	delete(c.terminateRetries, pod.UID)
 	c.mu.Unlock()
 	logger.V(2).Info("Pod removed")
-	return 0, true
+	return time.Time{}, true
 }
 
 // Back-off of a pod whose stop or removal fails: the first retry after

@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/timers"
 )
 
 // podWork is the latest intent for one pod, as its worker sees it.
@@ -26,9 +28,10 @@ type podWork struct {
 }
 
 // podSyncFunc syncs one pod. It returns when to sync again when nothing
-// else triggers it (0 means only on a trigger) and whether the pod is done:
-// stopped and removed, so its worker ends.
-type podSyncFunc func(ctx context.Context, work podWork) (requeueAfter time.Duration, done bool)
+// else triggers it (zero means only on a trigger) and whether the pod is
+// done: stopped and removed, so its worker ends. The time is on the
+// workers' clock, and a time already passed means at once.
+type podSyncFunc func(ctx context.Context, work podWork) (requeueAt time.Time, done bool)
 
 // podWorkers runs one goroutine per pod so that a pod's syncs never overlap
 // while different pods sync in parallel, as the kubelet's pod workers. A
@@ -180,13 +183,20 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 			timer.Stop()
 		}
 	}()
+	// again is set when the requeue time came before the timer was armed.
+	again := false
 	for {
-		select {
-		case <-ctx.Done():
+		if !again {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.notify:
+			case <-timerC:
+			}
+		} else if ctx.Err() != nil {
 			return
-		case <-w.notify:
-		case <-timerC:
 		}
+		again = false
 		syncCtx, cancel := context.WithCancel(ctx)
 		w.mu.Lock()
 		work := w.work
@@ -204,7 +214,7 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 		}
 		last = work.Pod
 		start := p.clock.Now()
-		requeue, done := p.sync(syncCtx, work)
+		requeueAt, done := p.sync(syncCtx, work)
 		if p.observe != nil {
 			p.observe(op, p.clock.Since(start))
 		}
@@ -224,13 +234,16 @@ func (p *podWorkers) run(ctx context.Context, uid types.UID, w *podWorker) {
 			}
 			return
 		}
-		if timer != nil {
-			timer.Stop()
-			timerC = nil
-		}
-		if requeue > 0 {
-			timer = p.clock.NewTimer(requeue)
-			timerC = timer.C()
+		timerC = nil
+		if !requeueAt.IsZero() {
+			// A time, not a wait: a wait the sync computed from a
+			// reading stale by a fake clock's step made since would
+			// fire late.
+			if timer, again = timers.Arm(p.clock, timer, requeueAt, time.Millisecond); !again {
+				timerC = timer.C()
+			}
+		} else if timer != nil {
+			timers.Stop(timer)
 		}
 	}
 }

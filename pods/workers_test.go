@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	testclock "k8s.io/utils/clock/testing"
 )
 
@@ -26,7 +27,7 @@ func TestPodWorkersSerializePerPodAndRunPodsInParallel(t *testing.T) {
 	)
 	release := make(chan struct{})
 	bothIn := make(chan types.UID, 10)
-	sync := func(ctx context.Context, w podWork) (time.Duration, bool) {
+	sync := func(ctx context.Context, w podWork) (time.Time, bool) {
 		mu.Lock()
 		if running[w.Pod.UID] {
 			overlap.Store(true)
@@ -39,7 +40,7 @@ func TestPodWorkersSerializePerPodAndRunPodsInParallel(t *testing.T) {
 		mu.Lock()
 		running[w.Pod.UID] = false
 		mu.Unlock()
-		return 0, false
+		return time.Time{}, false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pw := newPodWorkers(sync, testclock.NewFakeClock(time.Now()), nil)
@@ -67,12 +68,12 @@ func TestPodWorkersSerializePerPodAndRunPodsInParallel(t *testing.T) {
 func TestPodWorkersRequeueTerminateAndFinish(t *testing.T) {
 	clk := testclock.NewFakeClock(time.Now())
 	works := make(chan podWork, 10)
-	sync := func(ctx context.Context, w podWork) (time.Duration, bool) {
+	sync := func(ctx context.Context, w podWork) (time.Time, bool) {
 		works <- w
 		if w.Removed {
-			return 0, true
+			return time.Time{}, true
 		}
-		return 10 * time.Second, false
+		return clk.Now().Add(10 * time.Second), false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -111,6 +112,38 @@ func TestPodWorkersRequeueTerminateAndFinish(t *testing.T) {
 	}
 }
 
+// TestPodWorkersRequeueAtATimePassedSyncAtOnce: a requeue time the clock
+// passed before the worker armed its timer (a fake clock's step after the
+// sync read it, a back-off's end already reached) is a sync at once, not a
+// wait for the clock's next step.
+func TestPodWorkersRequeueAtATimePassedSyncAtOnce(t *testing.T) {
+	clk := testclock.NewFakeClock(time.Now())
+	start := clk.Now()
+	works := make(chan podWork, 10)
+	syncs := 0 // one worker: its syncs do not overlap
+	sync := func(ctx context.Context, w podWork) (time.Time, bool) {
+		works <- w
+		if syncs++; syncs == 1 {
+			// The clock steps after the sync chose its time.
+			clk.Step(10 * time.Second)
+			return start.Add(5 * time.Second), false
+		}
+		return time.Time{}, false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pw := newPodWorkers(sync, clk, nil)
+	pw.update(ctx, workPod("a"), false, false, nil)
+	<-works
+	select {
+	case <-works:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("no sync at a requeue time already passed")
+	}
+	cancel()
+	pw.wait()
+}
+
 // TestPodWorkersReportOperationTypes checks the operation_type of each sync
 // as kubelet_pod_worker_duration_seconds labels it: the first sync is a
 // create, a sync after a new pod object an update, a poke or requeue a
@@ -124,10 +157,10 @@ func TestPodWorkersReportOperationTypes(t *testing.T) {
 	}
 	seen := make(chan obs, 10)
 	step := make(chan struct{}, 10)
-	sync := func(ctx context.Context, w podWork) (time.Duration, bool) {
+	sync := func(ctx context.Context, w podWork) (time.Time, bool) {
 		clk.Step(time.Second) // every sync takes a second on the clock
 		step <- struct{}{}
-		return 0, w.Removed
+		return time.Time{}, w.Removed
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -76,21 +76,10 @@ func (m *Manager) schedule(ctx context.Context) {
 
 		var fired <-chan time.Time
 		if !next.IsZero() {
-			// The timer counts from the clock's time at Reset, so the
-			// wait is taken from a fresh reading: now may be stale by a
-			// fake clock's step made while the heap was looked at.
-			armed := m.clock.Now()
-			wait := max(next.Sub(armed), m.resolution)
-			if timer == nil {
-				timer = m.clock.NewTimer(wait)
-			} else {
-				timer.Reset(wait)
-			}
-			// If the clock moved while the timer was armed (a step, or a
-			// long preemption), it may fire after next, or next may have
-			// passed: look again instead.
-			if after := m.clock.Now(); !after.Before(next) || after.Sub(armed) >= m.resolution {
-				timers.Stop(timer)
+			// Armed from now, stale by a fake clock's step made while
+			// the heap was looked at, the timer would fire late.
+			var due bool
+			if timer, due = timers.Arm(m.clock, timer, next, m.resolution); due {
 				continue
 			}
 			fired = timer.C()

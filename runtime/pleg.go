@@ -276,20 +276,18 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 				idle = p.cache.waiting
 			}
 		}
-		if timer == nil {
-			timer = p.clock.NewTimer(next.Sub(p.clock.Now()))
-		} else {
-			timers.Stop(timer)
-			timer.Reset(next.Sub(p.clock.Now()))
+		var due bool
+		if timer, due = timers.Arm(p.clock, timer, next, time.Millisecond); due {
+			if ctx.Err() != nil {
+				return false, false
+			}
+			return p.relistDue(lastRelist), true
 		}
 		select {
 		case <-ctx.Done():
 			return false, false
 		case <-timer.C():
-			if !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod {
-				return true, true
-			}
-			return false, true
+			return p.relistDue(lastRelist), true
 		case <-p.resync:
 			return true, true
 		case h := <-p.hints:
@@ -302,6 +300,12 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 			// A pod worker waits: the timer moves to the grid.
 		}
 	}
+}
+
+// relistDue reports whether the time that came for wait is a relist's
+// (true) or only for marking the cache fresh (false).
+func (p *PLEG) relistDue(lastRelist time.Time) bool {
+	return !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod
 }
 
 // markFresh reads the pods of the events received so far, then marks the

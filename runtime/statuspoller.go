@@ -154,13 +154,14 @@ func (p *StatusPoller) pollStatus(ctx context.Context) {
 	if needVersion {
 		p.name, p.ver, p.verErr = name, ver, verErr
 	}
-	before, _ := p.healthKeyLocked()
+	now := p.clock.Now()
+	before, _ := p.healthKeyLocked(now)
 	// A call that got no answer changes nothing: the last answer stands
 	// until DownThreshold passes, as the kubelet's runtime state.
 	if !errors.Is(h.RuntimeErr, errRuntimeUnreachable) {
 		p.health, p.lastHealthy = h, answered
 	}
-	after, _ := p.healthKeyLocked()
+	after, _ := p.healthKeyLocked(now)
 	p.mu.Unlock()
 	if after != before {
 		signal(p.poke)
@@ -175,13 +176,21 @@ func (p *StatusPoller) pollStatus(ctx context.Context) {
 // answer (while answers come every StatusPeriod that is once per
 // DownThreshold, to look again).
 func (p *StatusPoller) watchHealth(ctx context.Context) {
-	t := p.clock.NewTimer(p.opts.DownThreshold)
-	defer t.Stop()
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	var last string
 	seen := false
 	for {
 		p.mu.Lock()
-		key, answered := p.healthKeyLocked()
+		// The health and the time it turns down by DownThreshold are
+		// taken from one reading: a later one could see that time
+		// passed, with no change signalled for it.
+		now := p.clock.Now()
+		key, answered := p.healthKeyLocked(now)
 		downAt := p.lastHealthy.Add(p.opts.DownThreshold)
 		p.mu.Unlock()
 		var wake <-chan time.Time
@@ -192,9 +201,11 @@ func (p *StatusPoller) watchHealth(ctx context.Context) {
 			last, seen = key, true
 			// Health counts the runtime down once more than
 			// DownThreshold has passed: look just after.
-			if d := downAt.Sub(p.clock.Now()); d >= 0 {
-				timers.Stop(t)
-				t.Reset(d + time.Millisecond)
+			if !now.After(downAt) {
+				var due bool
+				if t, due = timers.Arm(p.clock, t, downAt.Add(time.Millisecond), time.Millisecond); due {
+					continue
+				}
 				wake = t.C()
 			}
 		}
@@ -238,14 +249,15 @@ func (p *StatusPoller) Version(context.Context) (string, string, error) {
 func (p *StatusPoller) Health(context.Context) (runtimeErr, networkErr error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.healthLocked()
+	return p.healthLocked(p.clock.Now())
 }
 
-func (p *StatusPoller) healthLocked() (runtimeErr, networkErr error) {
+// healthLocked is what Health answers at now.
+func (p *StatusPoller) healthLocked(now time.Time) (runtimeErr, networkErr error) {
 	switch {
 	case p.lastHealthy.IsZero():
 		return errNotAsked, nil
-	case p.clock.Since(p.lastHealthy) > p.opts.DownThreshold:
+	case now.Sub(p.lastHealthy) > p.opts.DownThreshold:
 		return errRuntimeUnreachable, nil
 	}
 	return p.health.RuntimeErr, p.health.NetworkErr
@@ -253,8 +265,8 @@ func (p *StatusPoller) healthLocked() (runtimeErr, networkErr error) {
 
 // healthKeyLocked is what Health answers, comparable; answered is false
 // before the runtime's first answer.
-func (p *StatusPoller) healthKeyLocked() (key string, answered bool) {
-	runtimeErr, networkErr := p.healthLocked()
+func (p *StatusPoller) healthKeyLocked(now time.Time) (key string, answered bool) {
+	runtimeErr, networkErr := p.healthLocked(now)
 	text := func(err error) string {
 		if err == nil {
 			return ""

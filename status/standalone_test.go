@@ -103,6 +103,10 @@ func TestNodeAnyWayBeforeRegistration(t *testing.T) {
 	if _, ok := h.r.Node(); ok {
 		t.Error("the watch has a node that was never created")
 	}
+	// The node is computed before the create is tried: step only once
+	// the refused create's back-off timer is armed, or the step comes
+	// before it and the timer never fires.
+	h.waitFor("the registration back-off", func() bool { return h.clk.Waiters() == 1 })
 	refuse.Store(false)
 	h.clk.Step(time.Minute) // the registration back-off
 	h.waitRegistered()

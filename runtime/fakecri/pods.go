@@ -692,9 +692,26 @@ func (s *Server) armLocked() {
 	if earliest.IsZero() {
 		return
 	}
-	// The callback must not call into the clock synchronously: a fake
-	// clock runs it while holding its own lock.
-	s.timer = afterFunc(s.clock, earliest.Sub(s.clock.Now()), func() { go s.wake() })
+	for {
+		// The wait is taken from a reading of its own, and again if the
+		// clock moved while the timer was armed: the clock may have
+		// passed earliest since the exits were applied (a fake clock's
+		// step), and a fake clock's timer armed for a passed time fires
+		// only at its next step.
+		now := s.clock.Now()
+		if !now.Before(earliest) {
+			s.advanceLocked() // applies the exits and arms again
+			return
+		}
+		// The callback must not call into the clock synchronously: a
+		// fake clock runs it while holding its own lock.
+		s.timer = afterFunc(s.clock, earliest.Sub(now), func() { go s.wake() })
+		if s.clock.Since(now) < time.Millisecond {
+			return
+		}
+		s.timer.Stop()
+		s.timer = nil
+	}
 }
 
 func (s *Server) wake() {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/internal/timers"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
 )
@@ -504,14 +505,25 @@ func (m *Manager) Run(ctx context.Context) error {
 			deferred.Stop()
 		}
 	}()
-	arm := func(due time.Time) {
-		if deferred != nil {
-			deferred.Stop()
-		}
-		deferred, deferredC = nil, nil
-		if !due.IsZero() {
-			deferred = m.clock.NewTimer(max(due.Sub(m.clock.Now()), time.Millisecond))
-			deferredC = deferred.C()
+	// queueWrites queues the writes and arms deferred. A held-back status whose
+	// time came since syncBatch read the clock is queued at once: a fake
+	// clock's timer armed for a passed time fires only at its next step.
+	queueWrites := func(all bool) {
+		for {
+			due := m.syncBatch(ctx, queue, all)
+			if due.IsZero() {
+				if deferred != nil {
+					timers.Stop(deferred)
+				}
+				deferredC = nil
+				return
+			}
+			var passed bool
+			if deferred, passed = timers.Arm(m.clock, deferred, due, time.Millisecond); !passed {
+				deferredC = deferred.C()
+				return
+			}
+			all = false
 		}
 	}
 	for {
@@ -520,11 +532,11 @@ func (m *Manager) Run(ctx context.Context) error {
 			logger.V(2).Info("Stopped syncing pod status")
 			return nil
 		case <-m.signal:
-			arm(m.syncBatch(ctx, queue, false))
+			queueWrites(false)
 		case <-deferredC:
-			arm(m.syncBatch(ctx, queue, false))
+			queueWrites(false)
 		case <-timer.C():
-			arm(m.syncBatch(ctx, queue, true))
+			queueWrites(true)
 			timer.Reset(m.syncPeriod)
 		}
 	}

@@ -141,6 +141,9 @@ func TestWritesAStrategicMergePatchWithTheUID(t *testing.T) {
 	e := newEnv(t, nil, p.DeepCopy())
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
 	e.waitFor(t, "the status write", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	// The write is counted once Patch returned, after the API server
+	// shows it.
+	e.waitFor(t, "the write counted", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 1 })
 
 	patches := e.actions("patch")
 	if len(patches) != 1 {
@@ -619,30 +622,43 @@ func TestDeletionAnsweredNotFoundIsRetried(t *testing.T) {
 	e := newEnv(t, nil, p.DeepCopy())
 	var mu sync.Mutex
 	deletes := 0
+	// Later deletions wait until the first one's outcome is checked: the
+	// signals of SetPodStatus and TerminatePod may make two syncs, the
+	// second deleting again before the test looks.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	e.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
-		defer mu.Unlock()
 		deletes++
-		if deletes == 1 {
+		n := deletes
+		mu.Unlock()
+		if n == 1 {
 			return true, nil, apierrors.NewNotFound(v1.Resource("pods"), "web")
 		}
+		<-release
 		return false, nil, nil
 	})
 	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 137)), nil, podstatus.GenerateOptions{Terminal: true}))
 	e.m.TerminatePod(p)
-	e.waitFor(t, "the first deletion", func() bool { return len(e.actions("delete")) == 1 })
+	// It is counted once Delete returned, after the fake client
+	// recorded it.
+	e.waitFor(t, "the first deletion counted", func() bool { return e.counter(t, "nodekit_pod_deletions_total", "failed") >= 1 })
 	if _, ok := e.m.GetPodStatus(p.UID); !ok {
 		t.Fatal("the status was forgotten after a deletion answered NotFound")
 	}
 	if got := e.counter(t, "nodekit_pod_deletions_total", "failed"); got != 1 {
 		t.Errorf("failed deletions = %v, want 1", got)
 	}
+	releaseOnce.Do(func() { close(release) })
 	e.resync(t)
-	e.waitFor(t, "the deletion again", func() bool { return len(e.actions("delete")) == 2 })
+	e.waitFor(t, "the deletion again", func() bool { return len(e.actions("delete")) >= 2 })
+	// Forgotten once Delete returned: the fake client records the action
+	// before its tracker deletes.
+	e.waitFor(t, "the status to be forgotten", func() bool { _, ok := e.m.GetPodStatus(p.UID); return !ok })
 	if _, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), "default", "web"); !apierrors.IsNotFound(err) {
 		t.Errorf("the pod is still on the API server after the second deletion: %v", err)
 	}
-	e.waitFor(t, "the status to be forgotten", func() bool { _, ok := e.m.GetPodStatus(p.UID); return !ok })
 }
 
 // TestRemovedPodIsNotWrittenByABatchUnderWay: a pod removed while a batch
