@@ -90,10 +90,8 @@ type Config struct {
 	// MaxParallelPodStarts is runtime.PodManagerOptions.MaxParallelPodStarts
 	// (--max-parallel-pod-starts, nodekit's own flag): how many pods create
 	// their sandbox and start their containers at once, the earliest bound
-	// first, while the runtime is slow to create sandboxes (over 50 ms on
-	// average; a faster one starts every pod at once). 0 means
-	// runtime.DefaultMaxParallelPodStarts() (four per CPU), a negative value
-	// no bound (every pod at once, as the kubelet).
+	// first. 0 means runtime.DefaultMaxParallelPodStarts() (four per CPU), a
+	// negative value no bound (every pod at once, as the kubelet).
 	MaxParallelPodStarts int
 
 	// HealthzListener and NodeAPIListener, when set, are where the healthz

@@ -123,7 +123,7 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.StringVar(&c.PodInfraContainerImage, "pod-infra-container-image", c.PodInfraContainerImage, "Image the image garbage collector never removes (the runtime's sandbox image).")
 	// nodekit's own: the kubelet has no such flag.
 	fs.BoolVar(&c.NodeShutdownSignal, "node-shutdown-signal", c.NodeShutdownSignal, "With shutdownGracePeriod set, take SIGPWR sent to the agent as a node shutdown (for machines without systemd-logind). Off by default.")
-	fs.IntVar(&c.MaxParallelPodStarts, "max-parallel-pod-starts", c.MaxParallelPodStarts, "Pods that create their sandbox and start their containers at once, the earliest bound first, while the runtime takes over 50 ms on average to create a sandbox (a faster one starts every pod at once); 0 for four per CPU, negative for no bound (every pod at once, as the kubelet).")
+	fs.IntVar(&c.MaxParallelPodStarts, "max-parallel-pod-starts", c.MaxParallelPodStarts, "Pods that create their sandbox and start their containers at once, the earliest bound first; 0 for four per CPU, negative for no bound (every pod at once, as the kubelet).")
 	b.discarded = make(map[string]any, len(discardedFlags))
 	for name, isBool := range discardedFlags {
 		usage := "Accepted for kubelet compatibility; nodekit does not implement it."

@@ -142,13 +142,8 @@ type PodManagerOptions struct {
 	// node earliest, so under a burst the first pods run while later ones
 	// wait, instead of all of them finishing together at the end; a pod
 	// gives its turn up while it pulls an image. Syncs that only stop
-	// containers take no turn. The bound holds while the runtime is slow
-	// to create sandboxes: once the moving average of its RunPodSandbox
-	// calls (each weighing a quarter) is under 50 ms, every pod starts at
-	// once, as the kubelet's (a runtime that fast is not what a burst
-	// waits for), until slow creations bring it back over; before the
-	// first creation the bound holds. 0 means DefaultMaxParallelPodStarts(),
-	// a negative value no bound. With a Registerer, how long each turn was
+	// containers take no turn. 0 means DefaultMaxParallelPodStarts(), a
+	// negative value no bound. With a Registerer, how long each turn was
 	// waited for is the histogram nodekit_pod_start_turn_wait_seconds.
 	MaxParallelPodStarts int
 	// RegistryPullQPS and RegistryBurst rate-limit image pulls (the

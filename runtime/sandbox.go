@@ -200,14 +200,10 @@ func (m *PodManager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uin
 	if err != nil {
 		return "", nil, &sandboxError{fmt.Sprintf("failed to create sandbox for pod %q", podDesc(pod)), err}
 	}
-	start := m.clock.Now()
 	id, err := m.rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
 		return "", nil, &sandboxError{fmt.Sprintf("failed to create sandbox for pod %q", podDesc(pod)), err}
 	}
-	// How fast the runtime creates sandboxes decides whether pod starts
-	// are bounded (fastSandboxCreation).
-	m.starts.sandboxCreated(m.clock.Since(start))
 	return id, cfg, nil
 }
 

@@ -24,36 +24,18 @@ func DefaultMaxParallelPodStarts() int {
 	return max(4, 4*goruntime.NumCPU())
 }
 
-// fastSandboxCreation is the average sandbox creation time under which a
-// startQueue grants every turn at once. containerd takes 0.2–0.5 s per
-// sandbox (network namespace, the pause container, its shim), and pods
-// creating theirs together share that work: the bound orders it. A
-// runtime that answers within a few milliseconds (fakecri: 4 ms per call
-// through a 100-pod burst on a loaded 2-core machine, nodebench) is not
-// what a burst waits for: there the bound only made pods wait (turn wait
-// p99 238 ms of an internal p99 of 297 ms).
-const fastSandboxCreation = 50 * time.Millisecond
-
 // startQueue bounds how many pods create their sandbox and start their
-// containers at once, while the runtime is slow to create sandboxes. A
-// free turn goes to the waiting pod bound earliest (then to the one that
-// asked first), so that under a burst the runtime finishes the first pods
-// instead of advancing all of them together. A pod gives its turn up while
-// it pulls an image: pulls are bounded apart (MaxParallelImagePulls) and a
-// pull does not hold up pods whose images are present. While the moving
-// average of the runtime's sandbox creations (sandboxCreated) is under
-// fastSandboxCreation, every turn is granted at once; before the first
-// creation, and once they are slow again, the bound holds.
+// containers at once. A free turn goes to the waiting pod bound earliest
+// (then to the one that asked first), so that under a burst the runtime
+// finishes the first pods instead of advancing all of them together. A pod
+// gives its turn up while it pulls an image: pulls are bounded apart
+// (MaxParallelImagePulls) and a pull does not hold up pods whose images are
+// present.
 type startQueue struct {
 	mu      sync.Mutex
-	limit   int
-	held    int
+	free    int
 	seq     uint64
 	waiting startWaiters
-	// creation is the moving average of the sandbox creations' times,
-	// each weighing a quarter; valid once created is set.
-	creation time.Duration
-	created  bool
 }
 
 // newStartQueue returns a queue of limit turns; nil (no bound) when limit
@@ -62,7 +44,7 @@ func newStartQueue(limit int) *startQueue {
 	if limit < 0 {
 		return nil
 	}
-	return &startQueue{limit: max(limit, 1)}
+	return &startQueue{free: max(limit, 1)}
 }
 
 // startWaiter is a pod waiting for a turn.
@@ -83,8 +65,8 @@ func (q *startQueue) acquire(ctx context.Context, bound time.Time) error {
 	}
 	q.mu.Lock()
 	q.seq++
-	if q.openLocked() && len(q.waiting) == 0 {
-		q.held++
+	if q.free > 0 && len(q.waiting) == 0 {
+		q.free--
 		q.mu.Unlock()
 		return nil
 	}
@@ -119,40 +101,12 @@ func (q *startQueue) release() {
 }
 
 func (q *startQueue) releaseLocked() {
-	q.held--
-	q.grantLocked()
-}
-
-// sandboxCreated records that the runtime created a sandbox in d; when that
-// makes the runtime fast, the waiting pods get their turns.
-func (q *startQueue) sandboxCreated(d time.Duration) {
-	if q == nil {
+	if len(q.waiting) == 0 {
+		q.free++
 		return
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.created {
-		q.creation += (d - q.creation) / 4
-	} else {
-		q.creation, q.created = d, true
-	}
-	q.grantLocked()
-}
-
-// openLocked reports whether a turn can be granted now: one is free, or
-// the runtime creates sandboxes fast.
-func (q *startQueue) openLocked() bool {
-	return q.held < q.limit || (q.created && q.creation < fastSandboxCreation)
-}
-
-// grantLocked grants turns to the earliest-bound waiters while the queue is
-// open.
-func (q *startQueue) grantLocked() {
-	for len(q.waiting) > 0 && q.openLocked() {
-		w := heap.Pop(&q.waiting).(*startWaiter)
-		q.held++
-		close(w.granted)
-	}
+	w := heap.Pop(&q.waiting).(*startWaiter)
+	close(w.granted)
 }
 
 // startWaiters is a heap of waiters, earliest bound (then first come)

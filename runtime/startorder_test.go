@@ -97,8 +97,8 @@ func TestStartQueueBoundsConcurrency(t *testing.T) {
 	if peak > limit {
 		t.Fatalf("%d pods held a turn at once, want at most %d", peak, limit)
 	}
-	if q.held != 0 || len(q.waiting) != 0 {
-		t.Fatalf("after all released: %d held, %d waiting; want 0 and 0", q.held, len(q.waiting))
+	if q.free != limit || len(q.waiting) != 0 {
+		t.Fatalf("after all released: %d free, %d waiting; want %d and 0", q.free, len(q.waiting), limit)
 	}
 }
 
@@ -116,8 +116,8 @@ func TestStartQueueCanceledWaiterLeavesNoTrace(t *testing.T) {
 		t.Fatalf("canceled acquire returned %v, want context.Canceled", err)
 	}
 	q.release()
-	if q.held != 0 || len(q.waiting) != 0 {
-		t.Fatalf("%d held, %d waiting; want the one turn free", q.held, len(q.waiting))
+	if q.free != 1 || len(q.waiting) != 0 {
+		t.Fatalf("%d free, %d waiting; want the one turn free", q.free, len(q.waiting))
 	}
 }
 
@@ -163,8 +163,8 @@ func TestStartTurnPausesAndResumes(t *testing.T) {
 	<-cDone
 	c.pause()
 	c.pause() // pausing twice gives back one turn
-	if q.held != 0 {
-		t.Fatalf("%d turns held, want none", q.held)
+	if q.free != 1 {
+		t.Fatalf("%d free turns, want 1", q.free)
 	}
 	var none *startTurn
 	none.pause()
@@ -220,95 +220,5 @@ func TestStartTurnWaitIsObserved(t *testing.T) {
 	}
 	if h := m.GetHistogram(); h.GetSampleCount() != 2 || h.GetSampleSum() != 3 {
 		t.Fatalf("observed %d waits summing %gs, want 2 summing 3s (0 for the first turn, 3 for the second)", h.GetSampleCount(), h.GetSampleSum())
-	}
-}
-
-// The bound holds before the runtime created a sandbox and while its
-// creations are slow; once they average under fastSandboxCreation every
-// waiting pod gets a turn and later ones get theirs at once, until slow
-// creations bring the average back over it.
-func TestStartQueueOpensWhileSandboxCreationsAreFast(t *testing.T) {
-	q := newStartQueue(1)
-	ctx := context.Background()
-	if err := q.acquire(ctx, time.Unix(1, 0)); err != nil {
-		t.Fatal(err)
-	}
-	granted := make(chan int, 2)
-	for i := range 2 {
-		go func() {
-			if err := q.acquire(ctx, time.Unix(int64(2+i), 0)); err != nil {
-				t.Error(err)
-			}
-			granted <- i
-		}()
-		waitWaiting(t, q, i+1)
-	}
-	q.sandboxCreated(time.Second)
-	q.mu.Lock()
-	waiting := len(q.waiting)
-	q.mu.Unlock()
-	if waiting != 2 {
-		t.Fatalf("%d pods waiting after a slow sandbox creation, want 2", waiting)
-	}
-	// 1 s, then 1 ms ones: the average is 1 ms + 999 ms × (3/4)^n after
-	// n of them, 57 ms after the tenth, 43 ms after the eleventh.
-	fast := 0
-	for {
-		q.sandboxCreated(time.Millisecond)
-		fast++
-		q.mu.Lock()
-		waiting = len(q.waiting)
-		q.mu.Unlock()
-		if waiting == 0 {
-			break
-		}
-		if fast > 20 {
-			t.Fatalf("still %d pods waiting after %d fast sandbox creations", waiting, fast)
-		}
-	}
-	if fast != 11 {
-		t.Errorf("the waiting pods got their turns after %d fast creations, want 11", fast)
-	}
-	<-granted
-	<-granted
-	// Open: another turn at once, four held with the limit at one.
-	if err := q.acquire(ctx, time.Unix(9, 0)); err != nil {
-		t.Fatal(err)
-	}
-	// Slow again: the bound holds until the turns held fall under it.
-	for range 10 {
-		q.sandboxCreated(time.Second)
-	}
-	done := make(chan struct{})
-	go func() {
-		if err := q.acquire(ctx, time.Unix(10, 0)); err != nil {
-			t.Error(err)
-		}
-		close(done)
-	}()
-	waitWaiting(t, q, 1)
-	for range 3 {
-		q.release()
-	}
-	q.mu.Lock()
-	waiting = len(q.waiting)
-	q.mu.Unlock()
-	if waiting != 1 {
-		t.Fatalf("%d waiting with one turn still held and the runtime slow, want 1", waiting)
-	}
-	q.release()
-	<-done
-	q.release()
-	if q.held != 0 || len(q.waiting) != 0 {
-		t.Fatalf("%d held, %d waiting; want none", q.held, len(q.waiting))
-	}
-}
-
-// A nil queue (no bound) ignores sandbox creations.
-func TestNoStartQueueIgnoresSandboxCreations(t *testing.T) {
-	var q *startQueue
-	q.sandboxCreated(time.Second)
-	if err := q.acquire(context.Background(), time.Time{}); err != nil {
-		t.Fatal(err)
 	}
 }
