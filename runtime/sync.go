@@ -105,36 +105,35 @@ type podSync struct {
 	// created (kubelet_started_user_namespaced_pods_total); an error of
 	// the sync counts in its errors_total, as the kubelet's.
 	usernsStarted bool
-	// newSandbox: this sync created the pod's sandbox; created are the
-	// containers it created (ID, sandbox ID). See after.
-	newSandbox bool
+	// newSandbox is the status of the sandbox this sync created, as the
+	// runtime answered right after creating it; nil when the sync created
+	// none. created are the containers it created (ID, sandbox ID). See
+	// after.
+	newSandbox *runtimeapi.PodSandboxStatus
 	created    [][2]string
 }
 
 // after returns the pod's runtime status after a sync that found nothing
 // of the pod in the runtime and did all it had to without an error: the
-// sandbox and the containers it created are all there is of the pod, so
-// their status calls (one PodSandboxStatus, one ContainerStatus each) read
-// it without GetPodStatus's two lists. nil when the sync was any other, or
-// a read failed: the caller reads the pod.
+// sandbox and the containers it created are all there is of the pod, so it
+// is the sandbox's status read when the sync created it and one
+// ContainerStatus call per container, without GetPodStatus's two lists
+// and a second PodSandboxStatus: nothing the sync did since changes the
+// sandbox's status, and the containers it created and started in it
+// without an error show it was still there. A sandbox that dies later is
+// a change the PLEG's next relist sees. nil when the sync was any other,
+// or a read failed: the caller reads the pod.
 func (s *podSync) after(ctx context.Context) *podstate.PodStatus {
-	if !s.newSandbox || len(s.errs) > 0 || len(s.status.Sandboxes) > 0 || len(s.status.Containers) > 0 {
+	if s.newSandbox == nil || len(s.errs) > 0 || len(s.status.Sandboxes) > 0 || len(s.status.Containers) > 0 {
 		return nil
 	}
 	m, pod := s.m, s.pod
-	st := &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, TimeStamp: m.clock.Now()}
-	resp, err := m.rs.PodSandboxStatus(ctx, s.sandboxID, false)
-	if err == nil && resp.GetStatus() == nil {
-		err = errors.New("the runtime returned no status")
+	st := &podstate.PodStatus{ID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, TimeStamp: m.clock.Now(),
+		Sandboxes: []*podstate.SandboxStatus{sandboxStatus(s.newSandbox)}}
+	if s.newSandbox.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+		st.IPs = s.podIPs
 	}
-	if err == nil {
-		st.Sandboxes = []*podstate.SandboxStatus{sandboxStatus(resp.GetStatus())}
-		if resp.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
-			st.IPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
-		}
-		err = m.readContainers(ctx, st, s.created)
-	}
-	if err != nil {
+	if err := m.readContainers(ctx, st, s.created); err != nil {
 		klog.FromContext(ctx).V(4).Info("Cannot read what the sync created; reading the pod", "err", err)
 		return nil
 	}
@@ -319,7 +318,7 @@ func (s *podSync) createSandbox(ctx context.Context, attempt uint32) bool {
 	}
 	s.sandboxID, s.sandboxCfg = id, cfg
 	s.podIPs = m.sandboxIPs(ctx, pod.Namespace, pod.Name, resp.GetStatus())
-	s.newSandbox = true
+	s.newSandbox = resp.GetStatus()
 	// The pod's cgroup was made for the pod's allocation.
 	m.setPodLevelActuated(pod.UID, pod.Spec.Resources)
 	return true
