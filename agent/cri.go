@@ -24,6 +24,7 @@ import (
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/stats"
 	"github.com/nodekit/nodekit/status"
+	"github.com/nodekit/nodekit/ticks"
 	"github.com/nodekit/nodekit/volume"
 )
 
@@ -106,8 +107,8 @@ func syncStatusOnRuntimeChanges(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.L
 	})
 }
 
-func provideStatusPoller(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, c *runtime.Client, clk clock.Clock) RuntimeFuncs {
-	p := runtime.NewStatusPoller(c, runtime.StatusPollerOptions{Clock: clk})
+func provideStatusPoller(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, c *runtime.Client, clk clock.Clock, align ticks.Align) RuntimeFuncs {
+	p := runtime.NewStatusPoller(c, runtime.StatusPollerOptions{Clock: clk, Align: align})
 	runner.Hook(lc, sd, logger, "runtimestatus", p.Run)
 	return RuntimeFuncs{Poller: p, Version: p.Version, Health: p.Health, Images: p.Images, Handlers: p.Handlers, Features: p.Features}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // RuntimeGC is a CRI node's housekeeping of images and logs (part of CRI):
@@ -42,6 +43,7 @@ type runtimeGCParams struct {
 	Recorder       record.EventRecorder
 	Registerer     prometheus.Registerer
 	Clock          clock.Clock
+	Align          ticks.Align
 	Logger         logr.Logger
 	Lifecycle      fx.Lifecycle
 	Shutdowner     fx.Shutdowner
@@ -63,6 +65,9 @@ func provideImageGC(p runtimeGCParams, o runtime.ImageGCOptions, mounts *runtime
 	if o.Clock == nil {
 		o.Clock = p.Clock
 	}
+	if o.Align == nil {
+		o.Align = p.Align
+	}
 	if o.Registerer == nil {
 		o.Registerer = p.Registerer
 	}
@@ -80,6 +85,9 @@ func provideLogRotator(p runtimeGCParams, o runtime.LogRotatorOptions) (*runtime
 	}
 	if o.Clock == nil {
 		o.Clock = p.Clock
+	}
+	if o.Align == nil {
+		o.Align = p.Align
 	}
 	r, err := runtime.NewLogRotator(o)
 	if err != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/nodekit/nodekit/server"
 	"github.com/nodekit/nodekit/status"
 	"github.com/nodekit/nodekit/status/podstatus"
+	"github.com/nodekit/nodekit/ticks"
 	"github.com/nodekit/nodekit/volume"
 )
 
@@ -53,9 +54,12 @@ import (
 //     rotating client certificate under rotateCertificates (see
 //     certificate.UpdateTransport);
 //   - prometheus.Registerer and prometheus.Gatherer (one registry, served on
-//     /metrics), clock.Clock (real), logr.Logger (klog's, with the node's
-//     name on every line), and record.EventRecorder (events as component
-//     "kubelet");
+//     /metrics), clock.Clock (real), ticks.Align (the node's shared ticks
+//     on that clock, at a random phase: the periodic loops of pods, userns,
+//     the runtime's status poll, image GC and log rotation, eviction, the
+//     pod status sync, the node status and the Lease wake on them
+//     together), logr.Logger (klog's, with the node's name on every line),
+//     and record.EventRecorder (events as component "kubelet");
 //   - *status.NodeWatch (the one watch of the node's object) and
 //     pods.NodeGetter (the node admission checks against:
 //     status.Reporter.NodeAnyWay, the node before it is registered too);
@@ -142,6 +146,7 @@ var shared = fx.Options(
 	fx.Provide(
 		newRegistry,
 		func() clock.Clock { return clock.RealClock{} },
+		func(clk clock.Clock) ticks.Align { return ticks.New(clk, ticks.RandomPhase()) },
 		newLogger,
 		setterOptions,
 		provideMachine,

@@ -5,9 +5,11 @@ import (
 
 	"go.uber.org/fx"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/ticks"
 	"github.com/nodekit/nodekit/userns"
 )
 
@@ -31,8 +33,10 @@ var UserNamespaces = fx.Options(
 	userns.Module,
 )
 
-func provideUserNamespacesOptions(cfg *Config, store *pods.Store, runtimePods *runtime.PodCache, poller *runtime.StatusPoller) userns.Options {
+func provideUserNamespacesOptions(cfg *Config, store *pods.Store, runtimePods *runtime.PodCache, poller *runtime.StatusPoller, clk clock.Clock, align ticks.Align) userns.Options {
 	o := userns.Options{
+		Clock:        clk,
+		Align:        align,
 		PodsDir:      filepath.Join(cfg.RootDir, "pods"),
 		MaxPods:      int(cfg.Kubelet.MaxPods),
 		Handlers:     poller.Handlers,

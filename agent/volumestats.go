@@ -12,6 +12,7 @@ import (
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/stats"
+	"github.com/nodekit/nodekit/ticks"
 	"github.com/nodekit/nodekit/volume"
 	"github.com/nodekit/nodekit/volume/csi"
 )
@@ -38,6 +39,7 @@ type volumeStatsParams struct {
 	Config     *Config
 	Store      *pods.Store
 	Clock      clock.Clock
+	Align      ticks.Align
 	Volumes    *volume.Manager `optional:"true"`
 	CSI        *csi.Plugin     `optional:"true"`
 }
@@ -47,7 +49,7 @@ func provideVolumeStats(p volumeStatsParams) (stats.VolumeStatsFunc, error) {
 	if period < 0 {
 		return func(types.UID) (stats.PodVolumeStats, bool) { return stats.PodVolumeStats{}, false }, nil
 	}
-	o := stats.VolumeUsageOptions{RootDir: p.Config.RootDir, Pods: p.Store.Active, Period: period, Clock: p.Clock}
+	o := stats.VolumeUsageOptions{RootDir: p.Config.RootDir, Pods: p.Store.Active, Period: period, Clock: p.Clock, Align: p.Align}
 	if p.Volumes != nil {
 		o.Claims = func(uid types.UID) []stats.ClaimVolume { return claimVolumes(p.Volumes, p.CSI, uid) }
 	}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults, as the kubelet's.
@@ -133,6 +135,9 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Clock defaults to the real clock.
 	Clock clock.Clock
+	// Align moves the monitoring rounds to the node's shared ticks
+	// (package ticks; nil waits MonitoringInterval exactly).
+	Align ticks.Align
 	// Registerer, when set, gets the manager's metrics.
 	Registerer prometheus.Registerer
 	// Pressure receives the pressure conditions the Manager observes, for
@@ -271,7 +276,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		if err != nil {
 			logger.Error(err, "Eviction manager: failed to synchronize")
 		}
-		t := m.clock.NewTimer(m.opts.MonitoringInterval)
+		t := m.clock.NewTimer(m.opts.Align.Wait(m.opts.MonitoringInterval))
 		select {
 		case <-ctx.Done():
 			t.Stop()

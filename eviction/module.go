@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // SignalGroup is the fx value group of Signal added to the built-in ones
@@ -29,8 +30,8 @@ func AsSignal(signal any) fx.Option {
 // Options fields left nil are filled from
 // the graph: Summary, ActivePods, KillPod and PodCleanedUp from the
 // optional SummaryFunc, ActivePodsFunc, KillPodFunc and PodCleanedUpFunc;
-// Pressure from the graph's; Recorder, Clock and Registerer from the optional record.EventRecorder,
-// clock.Clock and prometheus.Registerer. Signals in the SignalGroup value
+// Pressure from the graph's; Recorder, Clock, Align and Registerer from the optional record.EventRecorder,
+// clock.Clock, ticks.Align and prometheus.Registerer. Signals in the SignalGroup value
 // group (AsSignal) are appended to Options.Signals. The manager logs with the optional
 // logr.Logger (klog's by default) under the name "eviction".
 var Module = fx.Options(
@@ -52,6 +53,7 @@ type Params struct {
 
 	Recorder   record.EventRecorder  `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Align      ticks.Align           `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	runner.Deps
 }
@@ -81,6 +83,9 @@ func provide(p Params) (*Manager, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = p.Clock
+	}
+	if o.Align == nil {
+		o.Align = p.Align
 	}
 	if o.Registerer == nil {
 		o.Registerer = p.Registerer

@@ -20,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults applied by New to zero Options fields. They are the kubelet's.
@@ -68,6 +70,12 @@ type Options struct {
 	// Clock drives renew intervals, back-off sleeps and renewTime; default
 	// clock.RealClock{}.
 	Clock clock.Clock
+	// Align moves each renewal to the node's shared ticks (package ticks;
+	// nil waits the jittered renew interval exactly). The kubelet's jitter
+	// (up to 4 %) is within a tick's rounding, so on ticks the renewals
+	// come every renew interval at the node's phase, which spreads a
+	// fleet's renewals instead. Back-off sleeps are not moved.
+	Align ticks.Align
 	// OnRepeatedFailure, when set, is called from the Run goroutine each
 	// time a renew attempt fails after the first failed retry within one
 	// cycle (the kubelet closes its heartbeat client's connections there).
@@ -109,6 +117,7 @@ type Controller struct {
 	durationSecs   int32
 	renewInterval  time.Duration
 	clock          clock.Clock
+	align          ticks.Align
 	onRepeated     func()
 	metrics        *metrics
 	registration   NodeRegistration
@@ -177,6 +186,7 @@ func New(opts Options) (*Controller, error) {
 		durationSecs:   opts.LeaseDurationSeconds,
 		renewInterval:  interval,
 		clock:          opts.Clock,
+		align:          opts.Align,
 		onRepeated:     opts.OnRepeatedFailure,
 		metrics:        m,
 		registration:   opts.Registration,
@@ -200,7 +210,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.V(2).Info("Starting node lease controller", "renewInterval", c.renewInterval, "leaseDurationSeconds", c.durationSecs)
 	for ctx.Err() == nil {
 		c.sync(ctx)
-		if !c.sleep(ctx, wait.Jitter(c.renewInterval, renewJitter)) {
+		if !c.sleep(ctx, c.align.Wait(wait.Jitter(c.renewInterval, renewJitter))) {
 			break
 		}
 	}

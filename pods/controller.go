@@ -26,6 +26,7 @@ import (
 	"github.com/nodekit/nodekit/podstate"
 	"github.com/nodekit/nodekit/resources/allocation"
 	"github.com/nodekit/nodekit/status/podstatus"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Options configures a Controller. Sources, Runtime, Statuses and Node are
@@ -109,6 +110,10 @@ type Options struct {
 	Mirrors MirrorClient
 	// Clock paces requeues and housekeeping (default clock.RealClock{}).
 	Clock clock.Clock
+	// Align moves the rounds of housekeeping and container GC to the
+	// node's shared ticks (package ticks; agent gives the node's); nil
+	// waits each period exactly.
+	Align ticks.Align
 	// Registerer receives the kubelet's pod lifecycle metrics,
 	// kubelet_pod_start_duration_seconds,
 	// kubelet_pod_start_sli_duration_seconds,
@@ -1069,7 +1074,7 @@ func (c *Controller) PodKnown(uid types.UID) bool { return c.store.Known(uid) }
 // runHousekeeping looks for orphans every HousekeepingPeriod until ctx is
 // done.
 func (c *Controller) runHousekeeping(ctx context.Context) {
-	t := c.clock.NewTimer(c.opts.HousekeepingPeriod)
+	t := c.clock.NewTimer(c.opts.Align.Wait(c.opts.HousekeepingPeriod))
 	defer t.Stop()
 	for {
 		select {
@@ -1079,7 +1084,7 @@ func (c *Controller) runHousekeeping(ctx context.Context) {
 			now := c.clock.Now()
 			c.loopEntry.Store(&now)
 			c.housekeeping(ctx)
-			t.Reset(c.opts.HousekeepingPeriod)
+			t.Reset(c.opts.Align.Wait(c.opts.HousekeepingPeriod))
 		}
 	}
 }
@@ -1106,7 +1111,7 @@ func (c *Controller) cleanupProbes() {
 // runGC removes dead containers every gcPeriod once every source has
 // reported (before that, a pod not seen yet is not gone).
 func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
-	t := c.clock.NewTimer(gcPeriod)
+	t := c.clock.NewTimer(c.opts.Align.Wait(gcPeriod))
 	defer t.Stop()
 	for {
 		select {
@@ -1121,7 +1126,7 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 					klog.FromContext(ctx).Error(err, "Container garbage collection failed")
 				}
 			}
-			t.Reset(gcPeriod)
+			t.Reset(c.opts.Align.Wait(gcPeriod))
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/status/podstatus"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // NodeGetter returns the node's API object as last seen, and false before
@@ -31,7 +32,7 @@ type NodeGetter interface {
 // NewBackendRuntime), the podstatus.Interface and a NodeGetter; optional
 // are Options (the agent derives them from its configuration), a Prober, a
 // MirrorClient (mirror pods for static pods; none on a standalone node),
-// the record.EventRecorder, clock.Clock, the prometheus.Registerer for the
+// the record.EventRecorder, clock.Clock, ticks.Align, the prometheus.Registerer for the
 // Controller's metrics and logr.Logger. Admission runs the
 // handlers of the AdmitHandlerGroup by Order: Sysctls, GeneralPredicates,
 // AppArmor, PodFeatures and DeclaredFeatures among them.
@@ -62,6 +63,7 @@ type Params struct {
 	Mirrors    MirrorClient             `optional:"true"`
 	Recorder   record.EventRecorder     `optional:"true"`
 	Clock      clock.Clock              `optional:"true"`
+	Align      ticks.Align              `optional:"true"`
 	Registerer prometheus.Registerer    `optional:"true"`
 	Logger     logr.Logger              `optional:"true"`
 	Lifecycle  fx.Lifecycle
@@ -99,6 +101,9 @@ func provide(p Params) (*Controller, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = p.Clock
+	}
+	if o.Align == nil {
+		o.Align = p.Align
 	}
 	if o.Registerer == nil {
 		o.Registerer = p.Registerer

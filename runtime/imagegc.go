@@ -21,6 +21,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults of ImageGCOptions, the kubelet's.
@@ -85,6 +87,9 @@ type ImageGCOptions struct {
 	Recorder record.EventRecorder
 	// Clock paces Run and dates images (default clock.RealClock{}).
 	Clock clock.Clock
+	// Align moves the rounds to the node's shared ticks (package ticks;
+	// nil waits Period exactly).
+	Align ticks.Align
 	// Registerer registers kubelet_image_garbage_collected_total; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
@@ -226,7 +231,7 @@ func (g *ImageGC) Run(ctx context.Context) error {
 		failed = err != nil
 	}
 	collect()
-	t := g.clock.NewTimer(g.opts.Period)
+	t := g.clock.NewTimer(g.opts.Align.Wait(g.opts.Period))
 	defer t.Stop()
 	for {
 		select {
@@ -234,7 +239,7 @@ func (g *ImageGC) Run(ctx context.Context) error {
 			return nil
 		case <-t.C():
 			collect()
-			t.Reset(g.opts.Period)
+			t.Reset(g.opts.Align.Wait(g.opts.Period))
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults of LogRotatorOptions, the kubelet's.
@@ -62,6 +64,9 @@ type LogRotatorOptions struct {
 	// Clock paces Run and stamps rotated files (default
 	// clock.RealClock{}).
 	Clock clock.Clock
+	// Align moves the rounds to the node's shared ticks (package ticks;
+	// nil waits MonitorInterval exactly).
+	Align ticks.Align
 }
 
 // LogRotator rotates the logs of running containers as the kubelet's
@@ -125,7 +130,7 @@ func (r *LogRotator) Run(ctx context.Context) error {
 		return nil
 	}
 	logger.Info("Initializing container log rotate workers", "workers", r.opts.Workers, "monitorPeriod", r.opts.MonitorInterval)
-	t := r.clock.NewTimer(r.opts.MonitorInterval)
+	t := r.clock.NewTimer(r.opts.Align.Wait(r.opts.MonitorInterval))
 	defer t.Stop()
 	for {
 		select {
@@ -135,7 +140,7 @@ func (r *LogRotator) Run(ctx context.Context) error {
 			if err := r.RotateLogs(ctx); err != nil && ctx.Err() == nil {
 				logger.Error(err, "Failed to rotate container logs")
 			}
-			t.Reset(r.opts.MonitorInterval)
+			t.Reset(r.opts.Align.Wait(r.opts.MonitorInterval))
 		}
 	}
 }

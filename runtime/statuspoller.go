@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/timers"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults of the StatusPoller, the kubelet's.
@@ -67,6 +68,9 @@ type StatusPollerOptions struct {
 	// only slow under load into a runtime that is down.
 	Timeout time.Duration
 	Clock   clock.Clock
+	// Align moves the Status and ListImages rounds to the node's shared
+	// ticks (package ticks; nil waits each period exactly).
+	Align ticks.Align
 }
 
 // NewStatusPoller returns a poller of client. It does no I/O until Run.
@@ -131,7 +135,7 @@ func (p *StatusPoller) every(ctx context.Context, period time.Duration, poll fun
 			} else {
 				poll(ctx)
 			}
-			t.Reset(period)
+			t.Reset(p.opts.Align.Wait(period))
 		}
 	}
 }

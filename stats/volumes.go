@@ -13,6 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // DefaultVolumeStatsPeriod is how often VolumeUsage measures each pod's
@@ -34,6 +36,9 @@ type VolumeUsageOptions struct {
 	// Clock paces the measurements and stamps them. Default
 	// clock.RealClock{}.
 	Clock clock.Clock
+	// Align moves the measurements to the node's shared ticks (package
+	// ticks; nil waits Period exactly).
+	Align ticks.Align
 	// Claims returns the pod's mounted claim-backed volumes
 	// (persistentVolumeClaim and generic ephemeral volumes), measured
 	// with the pod's other volumes and listed with their PVCRef, so the
@@ -107,7 +112,7 @@ func (u *VolumeUsage) PodVolumeStats(uid types.UID) (PodVolumeStats, bool) {
 func (u *VolumeUsage) Run(ctx context.Context) error {
 	for {
 		u.Measure(ctx)
-		t := u.opts.Clock.NewTimer(u.opts.Period)
+		t := u.opts.Clock.NewTimer(u.opts.Align.Wait(u.opts.Period))
 		select {
 		case <-ctx.Done():
 			t.Stop()

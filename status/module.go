@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // SetterGroup is the fx value group of OrderedSetter the Reporter runs.
@@ -23,7 +24,9 @@ const HealthCheckGroup = "node_health_checks"
 // RuntimeHealthFunc unless SetterOptions carries them; a
 // kubernetes.Interface is optional: without one (and with a local
 // *NodeWatch, or none) the Reporter is standalone (see Options.Client); an
-// optional VolumesInUseFuncs adds the VolumesInUse setter.
+// optional VolumesInUseFuncs adds the VolumesInUse setter. The Reporter's
+// Client, Clock, Align and Registerer left zero in Options are filled from
+// the graph's optional values.
 // See the package documentation for what an embedder can add or replace.
 var Module = fx.Options(
 	fx.Provide(
@@ -113,6 +116,7 @@ type params struct {
 	Node       *NodeWatch            `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Align      ticks.Align           `optional:"true"`
 	runner.Deps
 }
 
@@ -123,6 +127,9 @@ func provideReporter(p params) (*Reporter, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = p.Clock
+	}
+	if o.Align == nil {
+		o.Align = p.Align
 	}
 	if o.Registerer == nil {
 		o.Registerer = p.Registerer

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults of the reporter, as the kubelet's.
@@ -101,6 +103,10 @@ type Options struct {
 
 	// Clock drives every timer and timestamp; default clock.RealClock{}.
 	Clock clock.Clock
+	// Align moves the regular status cycles (UpdateFrequency) to the
+	// node's shared ticks (package ticks; nil waits UpdateFrequency
+	// exactly). The startup's fast cycles keep their own waits.
+	Align ticks.Align
 	// Registerer receives the nodekit_node_status_* metrics (see the
 	// package documentation); nil registers none.
 	Registerer prometheus.Registerer
@@ -351,7 +357,7 @@ func (r *Reporter) runLocal(ctx context.Context) {
 	r.initial.Store(node)
 	r.setLocal(ctx, node)
 	r.markRegistered(node, false)
-	t := r.clock.NewTimer(r.opts.UpdateFrequency)
+	t := r.clock.NewTimer(r.opts.Align.Wait(r.opts.UpdateFrequency))
 	defer t.Stop()
 	for {
 		r.waits.Add(1)
@@ -360,7 +366,7 @@ func (r *Reporter) runLocal(ctx context.Context) {
 			return
 		case <-t.C():
 			r.localCycle(ctx)
-			t.Reset(r.opts.UpdateFrequency)
+			t.Reset(r.opts.Align.Wait(r.opts.UpdateFrequency))
 		case <-r.kick:
 			r.localCycle(ctx)
 		}
@@ -413,7 +419,7 @@ func (r *Reporter) loop(ctx context.Context) {
 	default:
 		holdWait = startupHoldFirstWait
 	}
-	regular := r.clock.NewTimer(r.opts.UpdateFrequency)
+	regular := r.clock.NewTimer(r.opts.Align.Wait(r.opts.UpdateFrequency))
 	defer regular.Stop()
 	fast := r.clock.NewTimer(holdWait)
 	defer fast.Stop()
@@ -426,7 +432,7 @@ func (r *Reporter) loop(ctx context.Context) {
 		case <-regular.C():
 			holding = false
 			r.syncStatus(ctx)
-			regular.Reset(r.opts.UpdateFrequency)
+			regular.Reset(r.opts.Align.Wait(r.opts.UpdateFrequency))
 		case <-r.kick:
 			holding = false
 			r.syncStatus(ctx)

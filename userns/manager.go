@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/atomicfile"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 const (
@@ -69,9 +70,11 @@ type Options struct {
 	// means ready.
 	SourcesReady func() bool
 	// CleanupPeriod paces Run (default DefaultCleanupPeriod); Clock
-	// drives it (default the real clock).
+	// drives it (default the real clock) and Align moves its rounds to the
+	// node's shared ticks (package ticks; nil waits the period exactly).
 	CleanupPeriod time.Duration
-	Clock         clock.WithTicker
+	Clock         clock.Clock
+	Align         ticks.Align
 	// intn picks a random int in [0, n): where the search for a free
 	// range starts (default math/rand/v2's IntN).
 	intn func(n int) int
@@ -306,7 +309,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.opts.PodKnown == nil {
 		return nil
 	}
-	t := m.opts.Clock.NewTicker(m.opts.CleanupPeriod)
+	t := m.opts.Clock.NewTimer(m.opts.Align.Wait(m.opts.CleanupPeriod))
 	defer t.Stop()
 	for {
 		select {
@@ -316,6 +319,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			if m.opts.SourcesReady == nil || m.opts.SourcesReady() {
 				m.CleanupOrphans(ctx)
 			}
+			t.Reset(m.opts.Align.Wait(m.opts.CleanupPeriod))
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/timers"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults and constants of the Manager, the kubelet's where it has them.
@@ -74,6 +75,10 @@ type Options struct {
 	// Clock paces retries, resyncs and token refreshes (default
 	// clock.RealClock{}).
 	Clock clock.Clock
+	// Align moves the rounds of the resync, the orphans' cleanup and the
+	// tokens' cleanup to the node's shared ticks (package ticks; nil waits
+	// each period exactly).
+	Align ticks.Align
 	// Registerer registers volume_manager_total_volumes and
 	// storage_operation_duration_seconds; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -675,11 +680,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	period := cleanupPeriod(m.cleanupOrphans(ctx))
 
-	resync := m.clock.NewTimer(m.opts.ResyncPeriod)
+	resync := m.clock.NewTimer(m.opts.Align.Wait(m.opts.ResyncPeriod))
 	defer resync.Stop()
-	cleanup := m.clock.NewTimer(period)
+	cleanup := m.clock.NewTimer(m.opts.Align.Wait(period))
 	defer cleanup.Stop()
-	tokenGC := m.clock.NewTimer(tokenGCPeriod)
+	tokenGC := m.clock.NewTimer(m.opts.Align.Wait(tokenGCPeriod))
 	defer tokenGC.Stop()
 	for {
 		select {
@@ -691,7 +696,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			// The next resync is armed first: a period counts from the
 			// start of a resync, and whoever sees this one's work (a
 			// remount) knows the next is already waiting.
-			resync.Reset(m.opts.ResyncPeriod)
+			resync.Reset(m.opts.Align.Wait(m.opts.ResyncPeriod))
 			m.mu.Lock()
 			for uid := range m.pods {
 				m.dirty[uid] = true
@@ -703,14 +708,14 @@ func (m *Manager) Run(ctx context.Context) error {
 			if period != m.opts.CleanupPeriod {
 				period = m.opts.CleanupPeriod
 				timers.Stop(cleanup)
-				cleanup.Reset(period)
+				cleanup.Reset(m.opts.Align.Wait(period))
 			}
 		case <-cleanup.C():
 			period = cleanupPeriod(m.cleanupOrphans(ctx))
-			cleanup.Reset(period)
+			cleanup.Reset(m.opts.Align.Wait(period))
 		case <-tokenGC.C():
 			m.tokens.cleanup()
-			tokenGC.Reset(tokenGCPeriod)
+			tokenGC.Reset(m.opts.Align.Wait(tokenGCPeriod))
 		}
 	}
 }

@@ -9,13 +9,14 @@ import (
 
 	"github.com/nodekit/nodekit/internal/fxgroup"
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Module provides the volume *Manager built from the volume.Options in the
 // graph and runs it (Run) for the application's lifetime. Options fields
 // left zero are filled from the graph: Client from kubernetes.Interface,
-// Recorder, Clock and Registerer from the optional record.EventRecorder,
-// clock.Clock and prometheus.Registerer. Plugins provided to the value
+// Recorder, Clock, Align and Registerer from the optional
+// record.EventRecorder, clock.Clock, ticks.Align and prometheus.Registerer. Plugins provided to the value
 // group PluginGroup ("volume_plugins") are added to Options.Plugins. The
 // Manager logs with the optional logr.Logger (klog's by default) under the
 // name "volume".
@@ -41,6 +42,7 @@ type Params struct {
 	Recorder   record.EventRecorder  `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Align      ticks.Align           `optional:"true"`
 	runner.Deps
 }
 
@@ -57,6 +59,9 @@ func provide(p Params) (*Manager, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = p.Clock
+	}
+	if opts.Align == nil {
+		opts.Align = p.Align
 	}
 	opts.Plugins = append(append([]Plugin(nil), opts.Plugins...), p.Plugins...)
 	return runner.Start(p.Deps, "volume", New, opts)

@@ -23,6 +23,7 @@ import (
 	"github.com/nodekit/nodekit/internal/timers"
 	"github.com/nodekit/nodekit/podsource"
 	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // defaultSyncPeriod is how often the Manager checks every cached status
@@ -65,6 +66,10 @@ type Options struct {
 	// Clock sets condition transition times and start times and paces the
 	// periodic sync; default clock.RealClock{}.
 	Clock clock.Clock
+	// Align moves the periodic sync's rounds to the node's shared ticks
+	// (package ticks; nil waits the sync period exactly). Held-back first
+	// statuses keep their own deadlines.
+	Align ticks.Align
 	// Registerer receives the manager's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Pods, when set, gives the pods as the agent's sources see them. The
@@ -124,6 +129,7 @@ type Manager struct {
 	clock      clock.Clock
 	pods       PodGetter
 	syncPeriod time.Duration
+	align      ticks.Align
 	writers    int
 	firstDelay time.Duration
 	logger     logr.Logger
@@ -212,6 +218,7 @@ func NewManager(opts Options) (*Manager, error) {
 		clock:       opts.Clock,
 		pods:        opts.Pods,
 		syncPeriod:  opts.SyncPeriod,
+		align:       opts.Align,
 		writers:     opts.Writers,
 		firstDelay:  opts.PendingWriteDelay,
 		logger:      opts.Logger.WithName("podstatus"),
@@ -495,7 +502,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	logger.V(2).Info("Starting to sync pod status with the API server", "syncPeriod", m.syncPeriod)
 	queue := newWriteQueue(ctx, m.writers, m.write)
 	defer queue.wait()
-	timer := m.clock.NewTimer(m.syncPeriod)
+	timer := m.clock.NewTimer(m.align.Wait(m.syncPeriod))
 	defer timer.Stop()
 	// deferred fires when the earliest held-back first status is due.
 	var deferred clock.Timer
@@ -537,7 +544,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			queueWrites(false)
 		case <-timer.C():
 			queueWrites(true)
-			timer.Reset(m.syncPeriod)
+			timer.Reset(m.align.Wait(m.syncPeriod))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Interface is what the agent's pod workers need from a pod status manager;
@@ -26,8 +27,8 @@ var _ Interface = (*Manager)(nil)
 // for the application's lifetime under the name "podstatus". Options is
 // optional in the graph; its zero fields are filled from the graph: Client
 // from the optional kubernetes.Interface (without one the Manager keeps the
-// statuses locally: a standalone node), Clock, Registerer and Logger from the optional
-// clock.Clock, prometheus.Registerer and logr.Logger, and Pods from an
+// statuses locally: a standalone node), Clock, Align, Registerer and Logger from the optional
+// clock.Clock, ticks.Align, prometheus.Registerer and logr.Logger, and Pods from an
 // optional PodGetter (the agent provides its pod source's).
 var Module = fx.Options(
 	fx.Provide(fx.Annotate(provide, fx.As(fx.Self()), fx.As(new(Interface)))),
@@ -43,6 +44,7 @@ type params struct {
 	Pods       PodGetter             `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Align      ticks.Align           `optional:"true"`
 	runner.Deps
 }
 
@@ -59,6 +61,9 @@ func provide(p params) (*Manager, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = p.Clock
+	}
+	if opts.Align == nil {
+		opts.Align = p.Align
 	}
 	if opts.Logger.GetSink() == nil {
 		// NewManager defaults a zero logger to klog's.
