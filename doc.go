@@ -55,6 +55,8 @@
 //     one place for the node status, the kubepods cgroup and
 //     /metrics/cadvisor.
 //   - lease: the node Lease heartbeat (kube-node-lease/<node>).
+//   - ticks: a node's shared ticks (ticks.Align), on which its periodic
+//     loops wake together; the modules' Options take one.
 //   - stats: the stats summary and the resource and cadvisor metrics.
 //   - eviction: node-pressure eviction.
 //   - nodeshutdown: graceful node shutdown.
