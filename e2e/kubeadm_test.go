@@ -105,14 +105,11 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 	// machine) as a kubeletconfiguration patch, the node IP as the
 	// operator's KUBELET_EXTRA_ARGS (/etc/default/kubelet).
 	ip := env.cp.AllocateNodeIP()
-	healthzPort, err := cluster.FreePort(ip)
+	ports, err := cluster.FreePorts(ip, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiPort, err := cluster.FreePort(ip)
-	if err != nil {
-		t.Fatal(err)
-	}
+	healthzPort, apiPort := ports[0], ports[1]
 	patches := filepath.Join(dir, "patches")
 	writeYAML(t, filepath.Join(patches, "kubeletconfiguration+merge.yaml"), map[string]any{
 		"address": ip, "port": apiPort, "healthzBindAddress": ip, "healthzPort": healthzPort,

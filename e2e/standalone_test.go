@@ -44,14 +44,11 @@ func TestStandaloneOnContainerd(t *testing.T) {
 	writeManifest(t, manifestPath, staticManifest(ns, "web", "1"))
 
 	ip := env.cp.AllocateNodeIP()
-	healthzPort, err := cluster.FreePort(ip)
+	ports, err := cluster.FreePorts(ip, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roPort, err := cluster.FreePort(ip)
-	if err != nil {
-		t.Fatal(err)
-	}
+	healthzPort, roPort := ports[0], ports[1]
 	cfg, err := yaml.Marshal(map[string]any{
 		"apiVersion":         "kubelet.config.k8s.io/v1beta1",
 		"kind":               "KubeletConfiguration",

@@ -106,12 +106,11 @@ func (c *ControlPlane) newNodeProcess(what, name, ip, binary string) (a *Agent, 
 	if a.Kubeconfig, err = c.NodeCredentials(a.Name, a.Dir); err != nil {
 		return fail(err)
 	}
-	if healthzPort, err = freePort(a.IP); err != nil {
+	ports, err := freePorts(a.IP, 2)
+	if err != nil {
 		return fail(err)
 	}
-	if apiPort, err = freePort(a.IP); err != nil {
-		return fail(err)
-	}
+	healthzPort, apiPort = ports[0], ports[1]
 	a.HealthzURL = "http://" + hostPort(a.IP, healthzPort) + "/healthz"
 	a.APIURL = "https://" + hostPort(a.IP, apiPort)
 	return a, healthzPort, apiPort, nil

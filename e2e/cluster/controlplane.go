@@ -179,14 +179,11 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 }
 
 func (c *ControlPlane) startEtcd(ctx context.Context, opts ControlPlaneOptions) (string, error) {
-	clientPort, err := freePort(loopback)
+	ports, err := freePorts(loopback, 2)
 	if err != nil {
 		return "", err
 	}
-	peerPort, err := freePort(loopback)
-	if err != nil {
-		return "", err
-	}
+	clientPort, peerPort := ports[0], ports[1]
 	clientURL := "http://" + hostPort(loopback, clientPort)
 	peerURL := "http://" + hostPort(loopback, peerPort)
 	p, err := c.start("etcd", opts.Binaries.Etcd,
