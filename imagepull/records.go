@@ -141,7 +141,7 @@ func decode(data []byte, kind string, out any) (old bool, err error) {
 	if meta.Kind != kind || (meta.APIVersion != groupV1beta1 && meta.APIVersion != groupV1alpha1) {
 		return false, fmt.Errorf("got kind %q of %q, want %s of %s or %s", meta.Kind, meta.APIVersion, kind, groupV1beta1, groupV1alpha1)
 	}
-	strict, err := sigsjson.UnmarshalStrict(data, out, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	strict, err := sigsjson.UnmarshalStrict(data, out)
 	if err != nil {
 		return false, err
 	}
