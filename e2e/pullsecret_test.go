@@ -102,6 +102,9 @@ func (r *authRegistry) dockerConfigSecret(t *testing.T, ns, name string) *v1.Sec
 // agent's authenticated pulls), and a pod without them fails to pull it
 // (ErrImagePull, a Failed event naming the image). The pod without
 // credentials goes first, so no copy of the image is on the node yet.
+// Once the image is present, a pod without the credentials still cannot
+// use it (it pulls, and fails), and a pod with another secret holding the
+// same credentials uses it without pulling (package imagepull).
 func testPullSecret(t *testing.T, n *podNode) {
 	ctx := t.Context()
 	reg := startAuthRegistry(t)
@@ -141,4 +144,41 @@ func testPullSecret(t *testing.T, n *podNode) {
 		t.Errorf("container imageID %q, want the pushed image's digest in %s", cs.ImageID, reg.host)
 	}
 	t.Logf("private image %s: refused %d unauthenticated requests, pulled with the pod's imagePullSecrets (imageID %s)", image, reg.refused.Load(), cs.ImageID)
+
+	// The image is on the node now (KubeletEnsureSecretPulledImages, on by
+	// default, policy NeverVerifyPreloadedImages): a pod without the
+	// credentials may not use it with IfNotPresent; it pulls with its own
+	// (none) and fails.
+	refusedBefore := reg.refused.Load()
+	reuse := n.pod("present-no-pull-secret", "sleep", "3600")
+	reuse.Spec.Containers[0].Image = image
+	reuse.Spec.Containers[0].ImagePullPolicy = v1.PullIfNotPresent
+	reuse = n.createPod(t, reuse)
+	waitForPod(t, reuse.Namespace, reuse.Name, "ErrImagePull or ImagePullBackOff", func(p *v1.Pod) bool {
+		cs, ok := mainStatus(p)
+		return ok && cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff")
+	})
+	if reg.refused.Load() == refusedBefore {
+		t.Errorf("the pod without credentials used the present image without pulling it")
+	}
+
+	// Another secret holding the same credentials proves access: the pod
+	// uses the present image without a request to the registry.
+	copied := reg.dockerConfigSecret(t, n.ns, "registry-credentials-copy")
+	if _, err := env.cp.Client().CoreV1().Secrets(n.ns).Create(ctx, copied, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	servedBefore = reg.served.Load()
+	same := n.pod("present-same-credentials", "sleep", "3600")
+	same.Spec.Containers[0].Image = image
+	same.Spec.Containers[0].ImagePullPolicy = v1.PullIfNotPresent
+	same.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: copied.Name}}
+	same = n.createPod(t, same)
+	waitForPod(t, same.Namespace, same.Name, "Running and Ready", isPodReady)
+	if ev := waitForPodEvent(t, same.Namespace, same.Name, "Pulled"); !strings.Contains(ev.Message, "already present on machine and can be accessed by the pod") {
+		t.Errorf("Pulled event %q, want the image present and accessible", ev.Message)
+	}
+	if served := reg.served.Load() - servedBefore; served != 0 {
+		t.Errorf("the registry served %d requests for a pod whose secret holds the credentials that pulled the present image", served)
+	}
 }
