@@ -137,21 +137,20 @@ func (m *Manager) Init(ctx context.Context) error {
 		logger := klog.FromContext(ctx)
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		s, err := openStore(logger, m.opts.RootDir, m.intentN, m.pulledN)
+		s, intents, err := openStore(logger, m.opts.RootDir, m.intentN, m.pulledN)
 		if err != nil {
 			m.initErr = err
 			return
 		}
 		m.store = s
-		m.convertIntents(ctx, logger)
+		m.convertIntents(ctx, logger, intents)
 	})
 	return m.initErr
 }
 
-// convertIntents turns the intents of images the runtime has into pulled
-// records without credentials. m.mu is held.
-func (m *Manager) convertIntents(ctx context.Context, logger logr.Logger) {
-	intents, _ := m.store.listIntents(logger) // errors logged by openStore
+// convertIntents turns the intents (their images) of images the runtime
+// has into pulled records without credentials. m.mu is held.
+func (m *Manager) convertIntents(ctx context.Context, logger logr.Logger, intents []string) {
 	if len(intents) == 0 {
 		return
 	}

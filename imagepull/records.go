@@ -102,10 +102,11 @@ func (m *lruMap[V]) fill(keys []string, values []V, complete bool) {
 }
 
 // openStore makes the record directories (0700) under rootDir, rewrites
-// v1alpha1 records as v1beta1 and fills the caches. A record that cannot
-// be read or decoded is logged with its file name and left alone: it is
-// no proof of anything (see the Manager).
-func openStore(logger logr.Logger, rootDir string, intentsSize, pulledSize int) (*store, error) {
+// v1alpha1 records as v1beta1 and fills the caches; it returns the images
+// of the intents on disk. A record that cannot be read or decoded is
+// logged with its file name and left alone: it is no proof of anything
+// (see the Manager).
+func openStore(logger logr.Logger, rootDir string, intentsSize, pulledSize int) (*store, []string, error) {
 	s := &store{
 		pullingDir: filepath.Join(rootDir, "image_manager", "pulling"),
 		pulledDir:  filepath.Join(rootDir, "image_manager", "pulled"),
@@ -114,16 +115,17 @@ func openStore(logger logr.Logger, rootDir string, intentsSize, pulledSize int) 
 	}
 	for _, dir := range []string{s.pullingDir, s.pulledDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("image pull records: %w", err)
+			return nil, nil, fmt.Errorf("image pull records: %w", err)
 		}
 	}
-	if _, err := s.listIntents(logger); err != nil {
+	intents, err := s.listIntents(logger)
+	if err != nil {
 		logger.Error(err, "Cannot read every image pull intent; the ones that cannot be read prove nothing")
 	}
 	if _, err := s.listPulled(logger); err != nil {
 		logger.Error(err, "Cannot read every image pulled record; the ones that cannot be read prove nothing")
 	}
-	return s, nil
+	return s, intents, nil
 }
 
 // decode reads a record of kind into out (a *kubeletconfig.ImagePullIntent
@@ -274,22 +276,32 @@ func (s *store) intentExists(image string) (bool, error) {
 	if s.intents.authoritative {
 		return false, nil
 	}
-	path := filepath.Join(s.pullingDir, fileName(image))
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
 	var intent kubeletconfig.ImagePullIntent
-	if _, err := decode(data, kindIntent, &intent); err != nil {
-		return false, fmt.Errorf("image pull intent %s: %w", path, err)
+	if found, err := readRecord(s.pullingDir, image, kindIntent, &intent); !found || err != nil {
+		return false, err
 	}
 	if intent.Image != image {
 		return false, nil
 	}
 	s.intents.set(image, struct{}{})
+	return true, nil
+}
+
+// readRecord decodes the record of kind for key in dir into out; found
+// is false when there is no such file, true with an error naming the file
+// when it cannot be read or decoded.
+func readRecord(dir, key, kind string, out any) (found bool, err error) {
+	path := filepath.Join(dir, fileName(key))
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err == nil {
+		_, err = decode(data, kind, out)
+	}
+	if err != nil {
+		return true, fmt.Errorf("%s %s: %w", kind, path, err)
+	}
 	return true, nil
 }
 
@@ -332,17 +344,9 @@ func (s *store) getPulled(imageRef string) (r *kubeletconfig.ImagePulledRecord, 
 	if s.pulled.authoritative {
 		return nil, false, nil
 	}
-	path := filepath.Join(s.pulledDir, fileName(imageRef))
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
 	r = &kubeletconfig.ImagePulledRecord{}
-	if _, err := decode(data, kindRecord, r); err != nil {
-		return nil, true, fmt.Errorf("image pulled record %s: %w", path, err)
+	if found, err := readRecord(s.pulledDir, imageRef, kindRecord, r); !found || err != nil {
+		return nil, found, err
 	}
 	if r.ImageRef != imageRef {
 		return nil, false, nil
