@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	v1 "k8s.io/api/core/v1"
@@ -57,7 +58,12 @@ func startAuthRegistry(t *testing.T) *authRegistry {
 }
 
 // push copies the image of the docker archive at archive (tagged tag in
-// it) to repo:tag on the registry and returns the reference pods use.
+// it) to repo:tag on the registry and returns the reference pods use. The
+// copy gets a label naming repo, so it is an image of its own (another
+// image ID): the image pull manager keeps its records by image ID, and a
+// copy identical to the side-loaded image would make the node count that
+// one as pulled with credentials too, so that pods using it by its own
+// name would have to pull it (as with the kubelet).
 func (r *authRegistry) push(t *testing.T, archive, tag, repo string) string {
 	t.Helper()
 	src, err := name.NewTag(tag)
@@ -67,6 +73,18 @@ func (r *authRegistry) push(t *testing.T, archive, tag, repo string) string {
 	img, err := tarball.ImageFromPath(archive, &src)
 	if err != nil {
 		t.Fatalf("read %s from %s: %v", tag, archive, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.DeepCopy()
+	if cfg.Config.Labels == nil {
+		cfg.Config.Labels = map[string]string{}
+	}
+	cfg.Config.Labels["nodekit.e2e/private-copy"] = repo
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		t.Fatal(err)
 	}
 	ref := r.host + "/" + repo
 	dst, err := name.NewTag(ref, name.Insecure)
