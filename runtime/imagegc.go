@@ -262,7 +262,8 @@ func (g *ImageGC) Run(ctx context.Context) error {
 // Not freeing enough is an error (and a FreeDiskSpaceFailed event). An
 // image filesystem that does not exist on this machine (FsStats fails with
 // fs.ErrNotExist: a fake runtime) is logged once and skips the disk usage
-// part. It blocks for the CRI calls and statfs.
+// part. Once the images could be listed, the PostGC hooks run at the end
+// whatever happened. It blocks for the CRI calls and statfs.
 func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -325,7 +326,8 @@ func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 // DeleteUnusedImages removes every image no container uses and that is not
 // pinned, older than MinAge, whatever the disk usage: the kubelet's
 // DeleteUnusedImages, which the eviction manager calls to reclaim the
-// image filesystem. It blocks for the CRI calls.
+// image filesystem; then the PostGC hooks run. It blocks for the CRI
+// calls.
 func (g *ImageGC) DeleteUnusedImages(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
