@@ -23,6 +23,9 @@
 //   - runtime: the CRI backend (containerd, CRI-O): pod syncing, the PLEG,
 //     image and container garbage collection; runtime/fakecri is an
 //     in-process CRI server for tests and simulation.
+//   - imagepull: the image pull manager (KubeletEnsureSecretPulledImages):
+//     which credentials pulled each image, kept in the kubelet's records,
+//     and whether a pod may use an image already on the node.
 //   - cgroupdriver: the cgroupfs and systemd drivers and the QoS and pod
 //     cgroup hierarchy.
 //   - volume: the volume manager and its plugins; volume/csi is the CSI

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/features"
+	"github.com/nodekit/nodekit/imagepull"
 	"github.com/nodekit/nodekit/userns"
 )
 
@@ -447,9 +448,7 @@ func (c *Config) Validate() error {
 	if !featureEnabled(kc, features.KubeletCrashLoopBackOffMax) && kc.CrashLoopBackOff.MaxContainerRestartPeriod != nil {
 		errs = append(errs, errors.New("invalid configuration: FeatureGate KubeletCrashLoopBackOffMax not enabled, CrashLoopBackOff.MaxContainerRestartPeriod must not be set"))
 	}
-	if !featureEnabled(kc, features.KubeletEnsureSecretPulledImages) && kc.ImagePullCredentialsVerificationPolicy != "" {
-		errs = append(errs, errors.New("invalid configuration: `imagePullCredentialsVerificationPolicy` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"))
-	}
+	errs = append(errs, validateImagePullCredentials(kc)...)
 	if p := kc.CrashLoopBackOff.MaxContainerRestartPeriod; p != nil && (p.Duration < time.Second || p.Duration > defaultMaxContainerBackOff) {
 		errs = append(errs, fmt.Errorf("invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: %v seconds) must be set between 1s and 300s", p.Duration.Seconds()))
 	}
@@ -461,6 +460,34 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateGC()...)
 	errs = append(errs, c.validateResourceManagers()...)
 	return joinInline(errs)
+}
+
+// validateImagePullCredentials checks imagePullCredentialsVerificationPolicy
+// and preloadedImagesVerificationAllowlist with the kubelet's rules and
+// messages.
+func validateImagePullCredentials(kc *kubeletconfig.KubeletConfiguration) []error {
+	var errs []error
+	if !featureEnabled(kc, features.KubeletEnsureSecretPulledImages) {
+		if kc.ImagePullCredentialsVerificationPolicy != "" {
+			errs = append(errs, errors.New("invalid configuration: `imagePullCredentialsVerificationPolicy` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"))
+		}
+		if len(kc.PreloadedImagesVerificationAllowlist) > 0 {
+			errs = append(errs, errors.New("invalid configuration: `preloadedImagesVerificationAllowlist` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"))
+		}
+		return errs
+	}
+	switch p := kc.ImagePullCredentialsVerificationPolicy; p {
+	case kubeletconfig.NeverVerify, kubeletconfig.NeverVerifyPreloadedImages, kubeletconfig.NeverVerifyAllowlistedImages, kubeletconfig.AlwaysVerify:
+	default:
+		errs = append(errs, fmt.Errorf("invalid configuration: option %q specified for imagePullCredentialsVerificationPolicy. Valid options are %q, %q, %q or %q",
+			p, kubeletconfig.NeverVerify, kubeletconfig.NeverVerifyPreloadedImages, kubeletconfig.NeverVerifyAllowlistedImages, kubeletconfig.AlwaysVerify))
+	}
+	if len(kc.PreloadedImagesVerificationAllowlist) > 0 && kc.ImagePullCredentialsVerificationPolicy != kubeletconfig.NeverVerifyAllowlistedImages {
+		errs = append(errs, errors.New("invalid configuration: can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVertificationPolicy` is not \"NeverVerifyAllowlistedImages\""))
+	} else if err := imagepull.ValidateAllowlist(kc.PreloadedImagesVerificationAllowlist); err != nil {
+		errs = append(errs, fmt.Errorf("invalid configuration: invalid image pattern in `preloadedImagesVerificationAllowlist`: %w", err))
+	}
+	return errs
 }
 
 // validateGC checks the garbage collection and log rotation settings with

@@ -312,32 +312,51 @@ logging:
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "node"="n" "setting"="--lock-file"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "node"="n" "setting"="featureGates.KubeletSeparateDiskGC" "flag"="--feature-gates"`,
 		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "node"="n" "setting"="featureGates.RestartAllContainersOnContainerExits" "flag"="--feature-gates" "implemented"="the node's declared feature follows the gate; the behaviour does not"`,
-		`"msg"="Kubelet setting accepted but only partly implemented by nodekit" "node"="n" "setting"="imagePullCredentialsVerificationPolicy" "implemented"="NeverVerify: an image present on the node is used by any pod, without checking its pull credentials"`,
 		`"msg"="Kubelet setting accepted but not implemented by nodekit; it has no effect" "node"="n" "setting"="logging.format"`,
 	}
 	if got := strings.Join(*lines, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("logged:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 
-	// Flags alone: the secure defaults are kept, so nothing is logged but
-	// the default pull-credential check nodekit does not do.
-	logger, lines = logLines()
-	if _, err := ParseFlags(logger, []string{"--hostname-override=n"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(*lines) != 1 || !strings.Contains((*lines)[0], `"setting"="imagePullCredentialsVerificationPolicy"`) {
-		t.Errorf("without --config, logged %q, want only imagePullCredentialsVerificationPolicy", *lines)
-	}
-	// NeverVerify is what nodekit does: nothing to say.
-	logger, lines = logLines()
-	if _, err := ParseFlags(logger, []string{"--hostname-override=n", "--config=" + writeFile(t, "never.yaml", `apiVersion: kubelet.config.k8s.io/v1beta1
+	// Flags alone: the secure defaults are kept, the pull-credential check
+	// included, so nothing is logged; nor for another verification policy.
+	for _, args := range [][]string{{"--hostname-override=n"}, {"--hostname-override=n", "--config=" + writeFile(t, "always.yaml", `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-imagePullCredentialsVerificationPolicy: NeverVerify
-`)}); err != nil {
-		t.Fatal(err)
+imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages
+preloadedImagesVerificationAllowlist: ["registry.example/team/*"]
+`)}} {
+		logger, lines = logLines()
+		if _, err := ParseFlags(logger, args); err != nil {
+			t.Fatal(err)
+		}
+		if len(*lines) != 0 {
+			t.Errorf("%v: logged %q, want nothing", args, *lines)
+		}
 	}
-	if len(*lines) != 0 {
-		t.Errorf("with imagePullCredentialsVerificationPolicy NeverVerify, logged %q, want nothing", *lines)
+}
+
+// TestImagePullCredentialsValidation: the policy and its allowlist are
+// checked with the kubelet's rules and messages.
+func TestImagePullCredentialsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, want string
+	}{
+		{"unknown policy", "imagePullCredentialsVerificationPolicy: Sometimes", `option "Sometimes" specified for imagePullCredentialsVerificationPolicy`},
+		{"allowlist without its policy", "preloadedImagesVerificationAllowlist: [registry.example/a]", "can't set `preloadedImagesVerificationAllowlist`"},
+		{"allowlist with a tag", "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [registry.example/a:1]",
+			"neither tag nor digest is accepted"},
+		{"allowlist with an inner wildcard", "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [registry.example/*/a]",
+			"only patterns ending with '/*' are allowed"},
+		{"policy with the gate off", "featureGates: {KubeletEnsureSecretPulledImages: false}\nimagePullCredentialsVerificationPolicy: AlwaysVerify",
+			"must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeFile(t, "kubelet.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+tc.config+"\n")
+			_, err := ParseFlags(klog.Background(), []string{"--hostname-override=n", "--config=" + file})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nodekit/nodekit/cgroupdriver"
 	"github.com/nodekit/nodekit/devices"
 	"github.com/nodekit/nodekit/eviction"
+	"github.com/nodekit/nodekit/imagepull"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/machine"
 	"github.com/nodekit/nodekit/pods"
@@ -38,7 +39,8 @@ import (
 // and container usage from the kernel and the CRI) the node API and the
 // eviction manager read with the pods' volume usage (VolumeStats), the
 // eviction manager (Eviction), the volume manager (Volumes), and image
-// garbage collection and container log rotation (RuntimeGC), and the
+// garbage collection and container log rotation (RuntimeGC), the image
+// pull manager's check of a pod's credentials (ImagePulls), and the
 // device manager (Devices), the CPU, memory and topology managers
 // (ResourceManagers), Dynamic Resource Allocation (DRA), user namespaces
 // (UserNamespaces) and the pod resources API (PodResources). The CRI
@@ -66,6 +68,7 @@ var CRI = fx.Options(
 	stats.Module,
 	Volumes,
 	RuntimeGC,
+	ImagePulls,
 	VolumeStats,
 	Eviction,
 	Devices,
@@ -221,6 +224,7 @@ type podManagerParams struct {
 	CPUs     *cpumanager.Manager    `optional:"true"`
 	Memory   *memorymanager.Manager `optional:"true"`
 	Mounts   *runtime.ImageMounts
+	Pulls    *imagepull.Manager `optional:"true"`
 }
 
 // podManagerOptions configures the CRI pod manager from the configuration
@@ -244,6 +248,9 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	}
 	o.Allocatable = p.Node.Allocatable
 	o.ImageMounts = p.Mounts
+	if p.Pulls != nil {
+		o.ImagePulls = p.Pulls
+	}
 	o.ConfigMaps = p.Volumes.ConfigMap
 	o.Secrets = p.Volumes.Secret
 	if p.Services != nil {

@@ -8,6 +8,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis"
 	"k8s.io/utils/clock"
 
+	"github.com/nodekit/nodekit/imagepull"
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/ticks"
@@ -20,7 +21,9 @@ import (
 // (runtime.LogRotator from Config.LogRotatorOptions), both run from start
 // to stop. *runtime.ImageGC is in the graph, and its DeleteUnusedImages is
 // the eviction manager's DeleteUnusedImagesFunc: under disk pressure unused
-// images are removed before pods are evicted, as by the kubelet.
+// images are removed before pods are evicted, as by the kubelet. After
+// each collection the image pull manager (ImagePulls) prunes the records of
+// the images that are gone.
 // Container garbage collection is the pod lifecycle loop's, with the
 // policy of Config.ContainerGCPolicy. Decorate runtime.ImageGCOptions or
 // runtime.LogRotatorOptions to change them.
@@ -49,9 +52,23 @@ type runtimeGCParams struct {
 	Shutdowner     fx.Shutdowner
 }
 
-func provideImageGC(p runtimeGCParams, o runtime.ImageGCOptions, mounts *runtime.ImageMounts) (*runtime.ImageGC, error) {
+// imageGCParams are the image GC's own dependencies; the image pull
+// manager is optional (nil with its gate off).
+type imageGCParams struct {
+	fx.In
+
+	Options runtime.ImageGCOptions
+	Mounts  *runtime.ImageMounts
+	Pulls   *imagepull.Manager `optional:"true"`
+}
+
+func provideImageGC(p runtimeGCParams, q imageGCParams) (*runtime.ImageGC, error) {
+	o := q.Options
 	if o.ImageMounts == nil {
-		o.ImageMounts = mounts
+		o.ImageMounts = q.Mounts
+	}
+	if q.Pulls != nil {
+		o.PostGC = append(o.PostGC, q.Pulls.PruneUnknownRecords)
 	}
 	if o.Runtime == nil {
 		o.Runtime = p.RuntimeService

@@ -101,18 +101,20 @@ var implementedSettings = map[string]string{
 	"healthzPort":        "",
 
 	// The container runtime, images and pods.
-	"containerRuntimeEndpoint": "",
-	"imageServiceEndpoint":     "",
-	"runtimeRequestTimeout":    "",
-	"serializeImagePulls":      "",
-	"maxParallelImagePulls":    "",
-	"registryPullQPS":          "",
-	"registryBurst":            "",
-	"syncFrequency":            "",
-	"podLogsDir":               "",
-	"clusterDNS":               "",
-	"clusterDomain":            "",
-	"resolvConf":               "",
+	"containerRuntimeEndpoint":               "",
+	"imageServiceEndpoint":                   "",
+	"runtimeRequestTimeout":                  "",
+	"serializeImagePulls":                    "",
+	"imagePullCredentialsVerificationPolicy": "",
+	"preloadedImagesVerificationAllowlist":   "",
+	"maxParallelImagePulls":                  "",
+	"registryPullQPS":                        "",
+	"registryBurst":                          "",
+	"syncFrequency":                          "",
+	"podLogsDir":                             "",
+	"clusterDNS":                             "",
+	"clusterDomain":                          "",
+	"resolvConf":                             "",
 
 	// The cap of a crashing container's restart back-off (runtime/:
 	// PodManagerOptions.MaxContainerBackOff).
@@ -239,27 +241,13 @@ func unimplemented(kc *kubeletconfig.KubeletConfiguration, gates *features.Gates
 		out = append(out, u)
 	}
 	for _, path := range changedSettings(kc, &base) {
-		if path == imagePullCredentialsVerificationPolicy {
-			continue // below, whatever its value
-		}
 		if note, ok := implementedSettings[path]; !ok || note != "" {
 			out = append(out, unimplementedSetting{name: path, flag: flagOf[path], partly: note})
 		}
 	}
-	// The kubelet verifies, by default, that a pod may use an image another
-	// pod pulled with its credentials; nodekit does as NeverVerify whatever
-	// the policy, the default one included, so that is said too.
-	if gates.Enabled(features.KubeletEnsureSecretPulledImages) && kc.ImagePullCredentialsVerificationPolicy != kubeletconfig.NeverVerify {
-		out = append(out, unimplementedSetting{name: imagePullCredentialsVerificationPolicy, flag: flagOf[imagePullCredentialsVerificationPolicy],
-			partly: "NeverVerify: an image present on the node is used by any pod, without checking its pull credentials"})
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }
-
-// imagePullCredentialsVerificationPolicy is the setting's path (see
-// settingPaths).
-const imagePullCredentialsVerificationPolicy = "imagePullCredentialsVerificationPolicy"
 
 // logUnimplemented logs one line for each setting.
 func logUnimplemented(logger logr.Logger, settings []unimplementedSetting) {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	v1 "k8s.io/api/core/v1"
@@ -57,7 +58,12 @@ func startAuthRegistry(t *testing.T) *authRegistry {
 }
 
 // push copies the image of the docker archive at archive (tagged tag in
-// it) to repo:tag on the registry and returns the reference pods use.
+// it) to repo:tag on the registry and returns the reference pods use. The
+// copy gets a label naming repo, so it is an image of its own (another
+// image ID): the image pull manager keeps its records by image ID, and a
+// copy identical to the side-loaded image would make the node count that
+// one as pulled with credentials too, so that pods using it by its own
+// name would have to pull it (as with the kubelet).
 func (r *authRegistry) push(t *testing.T, archive, tag, repo string) string {
 	t.Helper()
 	src, err := name.NewTag(tag)
@@ -67,6 +73,18 @@ func (r *authRegistry) push(t *testing.T, archive, tag, repo string) string {
 	img, err := tarball.ImageFromPath(archive, &src)
 	if err != nil {
 		t.Fatalf("read %s from %s: %v", tag, archive, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.DeepCopy()
+	if cfg.Config.Labels == nil {
+		cfg.Config.Labels = map[string]string{}
+	}
+	cfg.Config.Labels["nodekit.e2e/private-copy"] = repo
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		t.Fatal(err)
 	}
 	ref := r.host + "/" + repo
 	dst, err := name.NewTag(ref, name.Insecure)
@@ -102,6 +120,9 @@ func (r *authRegistry) dockerConfigSecret(t *testing.T, ns, name string) *v1.Sec
 // agent's authenticated pulls), and a pod without them fails to pull it
 // (ErrImagePull, a Failed event naming the image). The pod without
 // credentials goes first, so no copy of the image is on the node yet.
+// Once the image is present, a pod without the credentials still cannot
+// use it (it pulls, and fails), and a pod with another secret holding the
+// same credentials uses it without pulling (package imagepull).
 func testPullSecret(t *testing.T, n *podNode) {
 	ctx := t.Context()
 	reg := startAuthRegistry(t)
@@ -141,4 +162,41 @@ func testPullSecret(t *testing.T, n *podNode) {
 		t.Errorf("container imageID %q, want the pushed image's digest in %s", cs.ImageID, reg.host)
 	}
 	t.Logf("private image %s: refused %d unauthenticated requests, pulled with the pod's imagePullSecrets (imageID %s)", image, reg.refused.Load(), cs.ImageID)
+
+	// The image is on the node now (KubeletEnsureSecretPulledImages, on by
+	// default, policy NeverVerifyPreloadedImages): a pod without the
+	// credentials may not use it with IfNotPresent; it pulls with its own
+	// (none) and fails.
+	refusedBefore := reg.refused.Load()
+	reuse := n.pod("present-no-pull-secret", "sleep", "3600")
+	reuse.Spec.Containers[0].Image = image
+	reuse.Spec.Containers[0].ImagePullPolicy = v1.PullIfNotPresent
+	reuse = n.createPod(t, reuse)
+	waitForPod(t, reuse.Namespace, reuse.Name, "ErrImagePull or ImagePullBackOff", func(p *v1.Pod) bool {
+		cs, ok := mainStatus(p)
+		return ok && cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff")
+	})
+	if reg.refused.Load() == refusedBefore {
+		t.Errorf("the pod without credentials used the present image without pulling it")
+	}
+
+	// Another secret holding the same credentials proves access: the pod
+	// uses the present image without a request to the registry.
+	copied := reg.dockerConfigSecret(t, n.ns, "registry-credentials-copy")
+	if _, err := env.cp.Client().CoreV1().Secrets(n.ns).Create(ctx, copied, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	servedBefore = reg.served.Load()
+	same := n.pod("present-same-credentials", "sleep", "3600")
+	same.Spec.Containers[0].Image = image
+	same.Spec.Containers[0].ImagePullPolicy = v1.PullIfNotPresent
+	same.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: copied.Name}}
+	same = n.createPod(t, same)
+	waitForPod(t, same.Namespace, same.Name, "Running and Ready", isPodReady)
+	if ev := waitForPodEvent(t, same.Namespace, same.Name, "Pulled"); !strings.Contains(ev.Message, "already present on machine and can be accessed by the pod") {
+		t.Errorf("Pulled event %q, want the image present and accessible", ev.Message)
+	}
+	if served := reg.served.Load() - servedBefore; served != 0 {
+		t.Errorf("the registry served %d requests for a pod whose secret holds the credentials that pulled the present image", served)
+	}
 }

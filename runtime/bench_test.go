@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodekit/nodekit/imagepull"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
@@ -14,7 +15,25 @@ import (
 // fakecri over a unix socket: status read, sandbox, image check, container
 // create and start. Each iteration uses a new pod.
 func BenchmarkSyncPod(b *testing.B) {
-	h := newHarness(b, fakecri.Options{}, func(o *runtime.PodManagerOptions) { o.Recorder = nil })
+	benchmarkSyncPod(b, newHarness(b, fakecri.Options{}, func(o *runtime.PodManagerOptions) { o.Recorder = nil }))
+}
+
+// BenchmarkSyncPodVerifyingPullCredentials is BenchmarkSyncPod with the
+// image pull manager (the agent's default): the present image is checked
+// against the records before it is used.
+func BenchmarkSyncPodVerifyingPullCredentials(b *testing.B) {
+	root := b.TempDir()
+	benchmarkSyncPod(b, newHarness(b, fakecri.Options{}, func(o *runtime.PodManagerOptions) {
+		o.Recorder = nil
+		m, err := imagepull.New(imagepull.Options{RootDir: root, Images: o.Images, Clock: o.Clock})
+		if err != nil {
+			b.Fatal(err)
+		}
+		o.ImagePulls = m
+	}))
+}
+
+func benchmarkSyncPod(b *testing.B, h *harness) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {

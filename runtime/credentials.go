@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,23 +14,25 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 )
 
 // dockerConfigEntry is one registry's credentials in a docker config.
 type dockerConfigEntry struct {
-	username, password string
+	username, password, email string
 }
 
 func (e *dockerConfigEntry) UnmarshalJSON(data []byte) error {
 	var raw struct {
 		Username string `json:"username"`
 		Password string `json:"password"`
+		Email    string `json:"email"`
 		Auth     string `json:"auth"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
-	e.username, e.password = raw.Username, raw.Password
+	e.username, e.password, e.email = raw.Username, raw.Password, raw.Email
 	if raw.Auth == "" {
 		return nil
 	}
@@ -52,14 +56,40 @@ func (e *dockerConfigEntry) UnmarshalJSON(data []byte) error {
 // (host[:port][/path]), as the kubelet's basic docker keyring.
 type keyring struct {
 	keys  []string // reverse-sorted, so longer paths match first
-	creds map[string][]dockerConfigEntry
+	creds map[string][]pullCredential
+}
+
+// pullCredential is one registry's credentials from one pull secret: what
+// the CRI is given, and the secret's coordinates with the hash of the
+// credentials, which the image pull records keep (the kubelet's
+// TrackedAuthConfig).
+type pullCredential struct {
+	auth   *runtimeapi.AuthConfig
+	secret kubeletconfig.ImagePullSecret
+}
+
+// credentialHash is the kubelet's hash of a secret's credentials for a
+// registry: the hex SHA-256 of its AuthConfig's JSON (username, password,
+// email, each left out when empty), so records written by a kubelet and by
+// nodekit match.
+func credentialHash(e dockerConfigEntry) string {
+	data, err := json.Marshal(struct {
+		Username string `json:"username,omitempty"`
+		Password string `json:"password,omitempty"`
+		Email    string `json:"email,omitempty"`
+	}{e.username, e.password, e.email})
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // newKeyring reads kubernetes.io/dockerconfigjson and kubernetes.io/dockercfg
 // secrets; other secrets are ignored. A secret whose config does not parse
 // is an error naming it.
 func newKeyring(secrets []v1.Secret) (*keyring, error) {
-	k := &keyring{creds: map[string][]dockerConfigEntry{}}
+	k := &keyring{creds: map[string][]pullCredential{}}
 	for i := range secrets {
 		s := &secrets[i]
 		var cfg map[string]dockerConfigEntry
@@ -84,7 +114,12 @@ func newKeyring(secrets []v1.Secret) (*keyring, error) {
 			if !ok {
 				continue
 			}
-			k.creds[key] = append(k.creds[key], cfg[registry])
+			e := cfg[registry]
+			k.creds[key] = append(k.creds[key], pullCredential{
+				auth: &runtimeapi.AuthConfig{Username: e.username, Password: e.password},
+				secret: kubeletconfig.ImagePullSecret{UID: string(s.UID), Namespace: s.Namespace, Name: s.Name,
+					CredentialHash: credentialHash(e)},
+			})
 		}
 	}
 	for key := range k.creds {
@@ -120,20 +155,15 @@ func registryKey(registry string) (string, bool) {
 // components, "*.example.com") and whose path is a prefix of the image's,
 // most specific first; else the Docker Hub credentials (index.docker.io) for
 // a Docker Hub image.
-func (k *keyring) lookup(repo string) []*runtimeapi.AuthConfig {
-	var out []*runtimeapi.AuthConfig
-	add := func(entries []dockerConfigEntry) {
-		for _, e := range entries {
-			out = append(out, &runtimeapi.AuthConfig{Username: e.username, Password: e.password})
-		}
-	}
+func (k *keyring) lookup(repo string) []pullCredential {
+	var out []pullCredential
 	for _, key := range k.keys {
 		if urlsMatch(key, repo) {
-			add(k.creds[key])
+			out = append(out, k.creds[key]...)
 		}
 	}
 	if len(out) == 0 && isDockerHub(repo) {
-		add(k.creds["index.docker.io"])
+		out = append(out, k.creds["index.docker.io"]...)
 	}
 	return out
 }

@@ -49,6 +49,13 @@ const (
 // filesystem holding the runtime's images.
 type ImageFsStatsFunc func(ctx context.Context) (capacity, available uint64, err error)
 
+// PostImageGCHook is told, after each collection, the IDs of the images
+// left on the node (as far as the collection knows: those it listed and
+// did not remove) and when the collection began, before it listed them
+// (the kubelet's PostImageGCHook). It runs with collections serialized and
+// must not call the ImageGC.
+type PostImageGCHook func(ctx context.Context, remainingImages []string, gcStart time.Time)
+
 // ImageGCOptions configures an ImageGC. Runtime and Images are required.
 type ImageGCOptions struct {
 	// Runtime lists the containers whose images are in use; Images lists
@@ -98,6 +105,10 @@ type ImageGCOptions struct {
 	// creates. nil: an ImageMounts of the ImageGC's own, which asks the
 	// runtime for each container's status once.
 	ImageMounts *ImageMounts
+	// PostGC are called after each collection (GarbageCollect and
+	// DeleteUnusedImages) that could list the images: the image pull
+	// manager's PruneUnknownRecords, so the records of removed images go.
+	PostGC []PostImageGCHook
 }
 
 // ImageGC removes unused images as the kubelet's image garbage collector
@@ -251,7 +262,8 @@ func (g *ImageGC) Run(ctx context.Context) error {
 // Not freeing enough is an error (and a FreeDiskSpaceFailed event). An
 // image filesystem that does not exist on this machine (FsStats fails with
 // fs.ErrNotExist: a fake runtime) is logged once and skips the disk usage
-// part. It blocks for the CRI calls and statfs.
+// part. Once the images could be listed, the PostGC hooks run at the end
+// whatever happened. It blocks for the CRI calls and statfs.
 func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -261,6 +273,7 @@ func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer g.postGC(ctx, now)
 	if images, err = g.freeOld(ctx, images, now); err != nil {
 		return err
 	}
@@ -313,7 +326,8 @@ func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 // DeleteUnusedImages removes every image no container uses and that is not
 // pinned, older than MinAge, whatever the disk usage: the kubelet's
 // DeleteUnusedImages, which the eviction manager calls to reclaim the
-// image filesystem. It blocks for the CRI calls.
+// image filesystem; then the PostGC hooks run. It blocks for the CRI
+// calls.
 func (g *ImageGC) DeleteUnusedImages(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -323,8 +337,20 @@ func (g *ImageGC) DeleteUnusedImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer g.postGC(ctx, now)
 	_, err = g.freeSpace(ctx, math.MaxInt64, now, images)
 	return err
+}
+
+// postGC calls the PostGC hooks with the images left. g.mu is held.
+func (g *ImageGC) postGC(ctx context.Context, began time.Time) {
+	if len(g.opts.PostGC) == 0 {
+		return
+	}
+	left := slices.Collect(maps.Keys(g.records))
+	for _, h := range g.opts.PostGC {
+		h(ctx, left, began)
+	}
 }
 
 // evictionCandidate is an unused, unpinned image.

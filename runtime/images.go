@@ -18,6 +18,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 )
 
@@ -25,6 +26,7 @@ import (
 // kubelet's pull policies, credentials, back-off and events.
 type imageManager struct {
 	is       cri.ImageManagerService
+	pulls    ImagePullManager // nil: present images are used by any pod
 	recorder record.EventRecorder
 	backOff  *flowcontrol.Backoff
 	clock    clock.Clock
@@ -38,14 +40,36 @@ type imageManager struct {
 	pullTime map[types.UID]time.Duration
 }
 
+// ImagePullManager keeps the records of which credentials pulled each
+// image and tells whether a pod may use an image present on the node
+// (the kubelet's ImagePullManager; imagepull.Manager is one). image is
+// the container's image field as written, imageRef the runtime's image
+// ID. The image manager calls RecordPullIntent before each pull (a pull
+// it cannot record does not happen) and then exactly one of
+// RecordImagePulled, with the credentials that worked
+// (NodePodsAccessible for a pull without credentials), or
+// RecordImagePullFailed. Before it uses a present image (pull policies
+// IfNotPresent and Never) it asks MustAttemptImagePull, which calls
+// podCredentials at most once when the answer depends on the pod's
+// credentials for the image: its pull secrets that hold some for the
+// image's registry, and no service account (nodekit has no credential
+// providers). The methods must be safe for concurrent use.
+type ImagePullManager interface {
+	RecordPullIntent(ctx context.Context, image string) error
+	RecordImagePulled(ctx context.Context, image, imageRef string, creds *kubeletconfig.ImagePullCredentials)
+	RecordImagePullFailed(ctx context.Context, image string)
+	MustAttemptImagePull(ctx context.Context, image, imageRef string,
+		podCredentials func() ([]kubeletconfig.ImagePullSecret, *kubeletconfig.ImagePullServiceAccount, error)) (bool, error)
+}
+
 // pullFailure is the last failed pull of an image for a pod.
 type pullFailure struct {
 	msg string
 	at  time.Time
 }
 
-func newImageManager(is cri.ImageManagerService, recorder record.EventRecorder, backOff *flowcontrol.Backoff, clk clock.Clock, parallel int, qps float32, burst int) *imageManager {
-	im := &imageManager{is: is, recorder: recorder, backOff: backOff, clock: clk, failures: map[string]pullFailure{}, pullTime: map[types.UID]time.Duration{}}
+func newImageManager(is cri.ImageManagerService, pulls ImagePullManager, recorder record.EventRecorder, backOff *flowcontrol.Backoff, clk clock.Clock, parallel int, qps float32, burst int) *imageManager {
+	im := &imageManager{is: is, pulls: pulls, recorder: recorder, backOff: backOff, clock: clk, failures: map[string]pullFailure{}, pullTime: map[types.UID]time.Duration{}}
 	switch {
 	case parallel >= 0 && parallel <= 1:
 		im.tokens = make(chan struct{}, 1)
@@ -86,13 +110,14 @@ func defaultTag(image string) (string, reference.Named, error) {
 // ensure makes userImage present (a container's image with its
 // imagePullPolicy, or an image volume's reference with its pullPolicy),
 // as the kubelet's EnsureImageExists: IfNotPresent and Never use a present
-// image, Always (and IfNotPresent when absent) pull with the credentials of
-// pullSecrets matching the image's registry, each in turn, anonymously when
-// none match. A failed pull backs off per pod and image (ImagePullBackOff).
+// image (with an ImagePullManager, only when it says the pod may: else
+// IfNotPresent pulls and Never fails as if the image were absent), Always
+// (and IfNotPresent when absent) pull with the credentials of pullSecrets
+// matching the image's registry, each in turn, anonymously when none
+// match. A failed pull backs off per pod and image (ImagePullBackOff).
 // withUser also looks up the image's user (for runAsNonRoot). turn, the
 // sync's turn to start, is given up for the pull and taken again after it.
 func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage string, policy v1.PullPolicy, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn) imageResult {
-	logger := klog.FromContext(ctx)
 	image, named, err := defaultTag(userImage)
 	if err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", userImage, err)
@@ -106,6 +131,15 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage strin
 			policy = v1.PullAlways
 		}
 	}
+	key := string(pod.UID) + "_" + image
+	// The pod's credentials for the image, read once and only when needed.
+	creds := sync.OnceValues(func() ([]pullCredential, error) {
+		keys, err := newKeyring(pullSecrets)
+		if err != nil {
+			return nil, err
+		}
+		return keys.lookup(named.Name()), nil
+	})
 	if policy != v1.PullAlways {
 		resp, err := im.is.ImageStatus(ctx, spec, false)
 		if err != nil {
@@ -113,18 +147,75 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage strin
 			im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
 			return imageResult{err: podstate.ErrImageInspect, msg: msg}
 		}
-		if img := resp.GetImage(); img != nil {
+		img := resp.GetImage()
+		if img != nil && im.pulls == nil {
 			im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", userImage))
 			return imageResult{ref: img.GetId(), user: userOf(img)}
 		}
+		if img != nil {
+			must, err := im.pulls.MustAttemptImagePull(ctx, userImage, img.GetId(), podCredentials(creds))
+			if err != nil {
+				return im.pullFailed(ref, key, userImage, err)
+			}
+			if !must {
+				im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", userImage))
+				return imageResult{ref: img.GetId(), user: userOf(img)}
+			}
+		}
 		if policy == v1.PullNever {
+			// Absent, or present but not to be revealed to this pod.
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", userImage)
 			im.recorder.Event(ref, v1.EventTypeWarning, "ErrImageNeverPull", msg)
 			return imageResult{err: podstate.ErrImageNeverPull, msg: msg}
 		}
 	}
 
-	key := string(pod.UID) + "_" + image
+	if im.pulls != nil {
+		if err := im.pulls.RecordPullIntent(ctx, userImage); err != nil {
+			return im.pullFailed(ref, key, userImage, fmt.Errorf("record image pull intent: %w", err))
+		}
+	}
+	res, used := im.pullWithBackOff(ctx, pod, userImage, spec, key, ref, creds, sandbox, withUser, turn)
+	if im.pulls != nil {
+		if res.err == nil {
+			im.pulls.RecordImagePulled(ctx, userImage, res.ref, pulledWith(used))
+		} else {
+			im.pulls.RecordImagePullFailed(ctx, userImage)
+		}
+	}
+	return res
+}
+
+// podCredentials is the pod's pull secrets for an image as the
+// ImagePullManager reads them.
+func podCredentials(creds func() ([]pullCredential, error)) func() ([]kubeletconfig.ImagePullSecret, *kubeletconfig.ImagePullServiceAccount, error) {
+	return func() ([]kubeletconfig.ImagePullSecret, *kubeletconfig.ImagePullServiceAccount, error) {
+		list, err := creds()
+		if err != nil {
+			return nil, nil, err
+		}
+		out := make([]kubeletconfig.ImagePullSecret, len(list))
+		for i, c := range list {
+			out[i] = c.secret
+		}
+		return out, nil, nil
+	}
+}
+
+// pulledWith is what a pull's record keeps of the credentials that worked
+// (nil: none, the image is any pod's).
+func pulledWith(used *pullCredential) *kubeletconfig.ImagePullCredentials {
+	if used == nil {
+		return &kubeletconfig.ImagePullCredentials{NodePodsAccessible: true}
+	}
+	return &kubeletconfig.ImagePullCredentials{KubernetesSecrets: []kubeletconfig.ImagePullSecret{used.secret}}
+}
+
+// pullWithBackOff pulls userImage for pod unless its pulls of it back off,
+// and returns the credentials that worked (nil: none were needed).
+func (im *imageManager) pullWithBackOff(ctx context.Context, pod *v1.Pod, userImage string, spec *runtimeapi.ImageSpec, key string, ref *v1.ObjectReference,
+	creds func() ([]pullCredential, error), sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn) (imageResult, *pullCredential) {
+	logger := klog.FromContext(ctx)
 	now := im.clock.Now()
 	if im.backOff.IsInBackOffSinceUpdate(key, now) {
 		msg := fmt.Sprintf("Back-off pulling image %q", userImage)
@@ -137,11 +228,11 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage strin
 			msg += ": " + prev.msg
 			retryAt = prev.at.Add(im.backOff.Get(key))
 		}
-		return imageResult{err: podstate.ErrImagePullBackOff, msg: msg, retryAt: retryAt}
+		return imageResult{err: podstate.ErrImagePullBackOff, msg: msg, retryAt: retryAt}, nil
 	}
-	keys, err := newKeyring(pullSecrets)
+	auths, err := creds()
 	if err != nil {
-		return im.pullFailed(ref, key, userImage, err)
+		return im.pullFailed(ref, key, userImage, err), nil
 	}
 	im.recorder.Event(ref, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", userImage))
 	start := im.clock.Now()
@@ -155,16 +246,16 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage strin
 		select {
 		case im.tokens <- struct{}{}:
 		case <-ctx.Done():
-			return im.pullFailed(ref, key, userImage, ctx.Err())
+			return im.pullFailed(ref, key, userImage, ctx.Err()), nil
 		}
 	}
 	pullStart := im.clock.Now()
-	id, err := im.pull(ctx, spec, keys.lookup(named.Name()), sandbox)
+	id, used, err := im.pull(ctx, spec, auths, sandbox)
 	if im.tokens != nil {
 		<-im.tokens
 	}
 	if err != nil {
-		return im.pullFailed(ref, key, userImage, err)
+		return im.pullFailed(ref, key, userImage, err), nil
 	}
 	im.mu.Lock()
 	delete(im.failures, key)
@@ -183,7 +274,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage strin
 	im.recorder.Event(ref, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
 		userImage, end.Sub(pullStart).Truncate(time.Millisecond), end.Sub(start).Truncate(time.Millisecond), size))
 	im.backOff.GC()
-	return imageResult{ref: id, user: user}
+	return imageResult{ref: id, user: user}, used
 }
 
 func hasLatestTag(named reference.Named) bool {
@@ -201,23 +292,25 @@ func userOf(img *runtimeapi.Image) imageUser {
 }
 
 // pull pulls with each set of credentials until one works, or anonymously
-// when there are none; it returns the image ID.
-func (im *imageManager) pull(ctx context.Context, spec *runtimeapi.ImageSpec, auths []*runtimeapi.AuthConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+// when there are none; it returns the image ID and the credentials that
+// worked (nil for an anonymous pull).
+func (im *imageManager) pull(ctx context.Context, spec *runtimeapi.ImageSpec, auths []pullCredential, sandbox *runtimeapi.PodSandboxConfig) (string, *pullCredential, error) {
 	if im.limiter != nil && !im.limiter.TryAccept() {
-		return "", errors.New("pull QPS exceeded")
+		return "", nil, errors.New("pull QPS exceeded")
 	}
 	if len(auths) == 0 {
-		return im.is.PullImage(ctx, spec, nil, sandbox)
+		id, err := im.is.PullImage(ctx, spec, nil, sandbox)
+		return id, nil, err
 	}
 	var errs []error
-	for _, auth := range auths {
-		id, err := im.is.PullImage(ctx, spec, auth, sandbox)
+	for i := range auths {
+		id, err := im.is.PullImage(ctx, spec, auths[i].auth, sandbox)
 		if err == nil {
-			return id, nil
+			return id, &auths[i], nil
 		}
 		errs = append(errs, err)
 	}
-	return "", errors.Join(errs...)
+	return "", nil, errors.Join(errs...)
 }
 
 // pullFailed records a failed pull: a Failed event, the next back-off step

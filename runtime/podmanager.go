@@ -146,6 +146,11 @@ type PodManagerOptions struct {
 	// negative value no bound. With a Registerer, how long each turn was
 	// waited for is the histogram nodekit_pod_start_turn_wait_seconds.
 	MaxParallelPodStarts int
+	// ImagePulls, when set, records which credentials pulled each image
+	// and decides whether a pod may use an image present on the node
+	// (KubeletEnsureSecretPulledImages; imagepull.Manager). nil uses a
+	// present image for any pod, as the kubelet with the gate off.
+	ImagePulls ImagePullManager
 	// RegistryPullQPS and RegistryBurst rate-limit image pulls (the
 	// kubelet's registryPullQPS and registryBurst); zero QPS means no limit.
 	RegistryPullQPS float32
@@ -365,7 +370,7 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	}
 	m.opts.MaxParallelPodStarts = opts.MaxParallelPodStarts
 	m.starts = newStartQueue(opts.MaxParallelPodStarts)
-	m.images = newImageManager(opts.Images, recorder, opts.ImageBackOff, opts.Clock, opts.MaxParallelImagePulls, opts.RegistryPullQPS, opts.RegistryBurst)
+	m.images = newImageManager(opts.Images, opts.ImagePulls, recorder, opts.ImageBackOff, opts.Clock, opts.MaxParallelImagePulls, opts.RegistryPullQPS, opts.RegistryBurst)
 	return m, nil
 }
 
