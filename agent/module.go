@@ -49,8 +49,9 @@ import (
 // pieces:
 //
 //   - *Config, as supplied;
-//   - *Clients and kubernetes.Interface (the node's rate-limited client;
-//     lease.Options and status.Options carry the heartbeat client), on the
+//   - *Clients and kubernetes.Interface (the node's rate-limited client,
+//     which registers the Node; lease.Options and status.Options carry the
+//     heartbeat client for the Lease and the status), on the
 //     rotating client certificate under rotateCertificates (see
 //     certificate.UpdateTransport);
 //   - prometheus.Registerer and prometheus.Gatherer (one registry, served on
@@ -87,9 +88,14 @@ var Core = fx.Options(
 			o.Registration = w
 			return o
 		},
+		// The Node is registered with the main client, as the kubelet
+		// registers it: no request timeout, so that an API server
+		// queueing a thousand starting nodes holds the CREATE up to its
+		// default wait instead of answering 429 after 2.5 s.
 		func(cfg *Config, c *Clients) status.Options {
 			o := cfg.StatusOptions(c.CloseConnections)
 			o.Client = c.Heartbeat
+			o.RegisterClient = c.Client
 			return o
 		},
 		provideNodeWatch,

@@ -24,6 +24,7 @@ import (
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
+	"github.com/nodekit/nodekit/status"
 )
 
 func TestModuleGraphIsValid(t *testing.T) {
@@ -257,5 +258,24 @@ func TestAgentReplacesAKubeletsDeclaredFeatures(t *testing.T) {
 	node := n.WaitForNode(ctx, func(n *v1.Node) bool { return slices.Equal(n.Status.DeclaredFeatures, want) })
 	if node.UID != "kubelets-node" {
 		t.Errorf("node UID = %s: the agent re-created the node instead of taking it over", node.UID)
+	}
+}
+
+// TestNodeRegistersWithTheMainClient: as the kubelet, the agent registers
+// its Node with the main client (no request timeout, so that a busy API
+// server queues the CREATE instead of answering 429 after a quarter of the
+// heartbeat's timeout) and reports its status with the heartbeat client.
+func TestNodeRegistersWithTheMainClient(t *testing.T) {
+	cfg := agenttest.Config(t, "node-a", "unix:///nonexistent.sock")
+	main, heartbeat := fake.NewClientset(), fake.NewClientset()
+	var opts status.Options
+	app := fx.New(fx.NopLogger, fx.Supply(cfg), agent.Module,
+		fx.Replace(&agent.Clients{Client: main, Heartbeat: heartbeat}), fx.Populate(&opts))
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.RegisterClient != main || opts.Client != heartbeat {
+		t.Errorf("status: registers with %p and reports with %p, want the main client %p and the heartbeat client %p",
+			opts.RegisterClient, opts.Client, main, heartbeat)
 	}
 }

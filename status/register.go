@@ -122,7 +122,7 @@ func hasTaint(taints []v1.Taint, key string, effect v1.TaintEffect) bool {
 // tryRegister creates node; when a Node of that name exists (or creating is
 // forbidden but the Node may exist) it reconciles what the kubelet owns on it.
 func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
-	nodes := r.opts.Client.CoreV1().Nodes()
+	nodes := r.opts.RegisterClient.CoreV1().Nodes()
 	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if err == nil {
 		r.markRegistered(created, true)
@@ -140,7 +140,7 @@ func (r *Reporter) tryRegister(ctx context.Context, node *v1.Node) error {
 	klog.FromContext(ctx).Info("Node was previously registered", "node", klog.KObj(node))
 	reconciled := existing.DeepCopy()
 	if reconcileExisting(node, reconciled) {
-		patched, err := r.sendPatch(ctx, existing, reconciled, patchReasonRegister)
+		patched, err := r.sendPatch(ctx, r.opts.RegisterClient, existing, reconciled, patchReasonRegister)
 		if err != nil {
 			return fmt.Errorf("reconcile existing node %s: %w", node.Name, err)
 		}
@@ -156,7 +156,7 @@ func (r *Reporter) existingNode(ctx context.Context) (*v1.Node, error) {
 	if node, ok := r.node.Node(); ok {
 		return node, nil
 	}
-	return r.opts.Client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	return r.opts.RegisterClient.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 }
 
 // reconcileExisting brings what the kubelet owns on an existing Node in line

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -121,5 +122,49 @@ func TestStatusBeforeTheWatchListed(t *testing.T) {
 	}
 	if got := len(h.actions("get")); got != 0 {
 		t.Errorf("%d GETs of the Node, want 0", got)
+	}
+}
+
+// Registering goes through RegisterClient (the kubelet's main client) and
+// the status through Client (its heartbeat client), for a new Node and for
+// one that exists and is reconciled.
+func TestRegistersWithTheRegisterClient(t *testing.T) {
+	existing := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, Labels: map[string]string{v1.LabelHostname: "old-host"}}}
+	for name, objects := range map[string][]runtime.Object{"new": nil, "existing": {existing}} {
+		t.Run(name, func(t *testing.T) {
+			// register shares the harness client's objects but records
+			// its own requests.
+			register := &fake.Clientset{}
+			h := newHarness(t, func(o *Options) {
+				register.AddReactor("*", "*", k8stesting.ObjectReaction(o.Client.(*fake.Clientset).Tracker()))
+				o.RegisterClient = register
+			}, objects...)
+			h.start()
+			h.waitRegistered()
+			h.waitFor("the first status patch", func() bool { return len(h.actions("patch")) > 0 })
+			var verbs []string
+			patches := 0
+			for _, a := range register.Actions() {
+				if a.GetResource().Resource != "nodes" {
+					t.Errorf("register client: %s %s, want only nodes", a.GetVerb(), a.GetResource().Resource)
+				}
+				verbs = append(verbs, a.GetVerb())
+				if a.GetVerb() == "patch" {
+					patches++
+				}
+			}
+			if len(verbs) == 0 || verbs[0] != "create" {
+				t.Fatalf("register client's requests %v, want a create first", verbs)
+			}
+			if want := h.patchCount(patchReasonRegister); patches != want {
+				t.Errorf("%d patches through the register client, want its %d reconcile patches", patches, want)
+			}
+			if name == "existing" && patches == 0 {
+				t.Error("the existing Node was not reconciled")
+			}
+			if n := len(h.actions("create")); n != 0 {
+				t.Errorf("%d creates through Client, want 0", n)
+			}
+		})
 	}
 }

@@ -47,8 +47,9 @@ const (
 
 // Options configures a Reporter.
 type Options struct {
-	// Client talks to the API server as the node. The kubelet uses its
-	// heartbeat client here: short timeouts, no rate limit. nil makes a
+	// Client talks to the API server as the node for its status (the
+	// GET and PATCH of each cycle). The kubelet uses its heartbeat client
+	// here: short timeouts, no rate limit. nil makes a
 	// standalone Reporter, for a node without an API server: it registers
 	// nothing and patches nothing, but computes the Node (labels, taints and
 	// every setter's status) at start and every UpdateFrequency and keeps it
@@ -56,6 +57,16 @@ type Options struct {
 	// it, as the kubelet computes its node when it runs without an API
 	// server.
 	Client kubernetes.Interface
+	// RegisterClient registers the Node: its CREATE and, when a Node of
+	// the name exists, the GET and status PATCH that reconcile it. The
+	// kubelet registers with its main client (rate limited, no request
+	// timeout), not the heartbeat client: an API server that queues
+	// requests (API Priority and Fairness) holds a request without a
+	// timeout up to its default queue wait (a quarter of its
+	// --request-timeout, 15 s) before answering 429, but one sent with the
+	// heartbeat's 10-s timeout only 2.5 s, and the retry then waits out
+	// the 429's Retry-After. Default Client; set only with Client.
+	RegisterClient kubernetes.Interface
 	// Node is the watch of the node the Reporter reads it from (try 0 of
 	// every update, as the kubelet's informer). nil makes the Reporter watch
 	// the node itself, through Client, from Run; when Client has a request
@@ -203,6 +214,11 @@ func New(opts Options) (*Reporter, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.RegisterClient == nil {
+		opts.RegisterClient = opts.Client
+	} else if opts.Client == nil {
+		return nil, errors.New("node status reporter: a RegisterClient needs a Client")
 	}
 	setters, err := resolveSetters(opts.Setters)
 	if err != nil {
@@ -621,7 +637,7 @@ func (r *Reporter) runSetters(ctx context.Context, node *v1.Node) {
 
 // patch sends the status patch of a cycle and records the report.
 func (r *Reporter) patch(ctx context.Context, original, node *v1.Node, reason string) error {
-	updated, err := r.sendPatch(ctx, original, node, reason)
+	updated, err := r.sendPatch(ctx, r.opts.Client, original, node, reason)
 	if err != nil {
 		return err
 	}
@@ -634,16 +650,16 @@ func (r *Reporter) patch(ctx context.Context, original, node *v1.Node, reason st
 	return nil
 }
 
-// sendPatch PATCHes the status subresource with the difference from
-// original to node and returns the API's answer.
-func (r *Reporter) sendPatch(ctx context.Context, original, node *v1.Node, reason string) (*v1.Node, error) {
+// sendPatch PATCHes the status subresource through client with the
+// difference from original to node and returns the API's answer.
+func (r *Reporter) sendPatch(ctx context.Context, client kubernetes.Interface, original, node *v1.Node, reason string) (*v1.Node, error) {
 	data, err := statusPatch(original, node)
 	if err != nil {
 		return nil, err
 	}
 	r.metrics.patches.WithLabelValues(reason).Inc()
 	r.metrics.patchBytes.WithLabelValues(reason).Add(float64(len(data)))
-	updated, err := r.opts.Client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+	updated, err := client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
 	if err != nil {
 		r.metrics.patchErrors.Inc()
 		return nil, fmt.Errorf("patch status of node %s: %w", r.opts.NodeName, err)

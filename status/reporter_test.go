@@ -618,6 +618,7 @@ func TestNewValidates(t *testing.T) {
 		"negative frequency":         {Client: client, NodeName: "n", UpdateFrequency: -time.Second},
 		"bad setter":                 {Client: client, NodeName: "n", Setters: []OrderedSetter{{Name: "x"}}},
 		"API watch without a client": {NodeName: "n", Node: mustAPIWatch(t, client, "n")},
+		"register client alone":      {RegisterClient: client, NodeName: "n"},
 	} {
 		if _, err := New(opts); err == nil {
 			t.Errorf("%s: New succeeded", name)
