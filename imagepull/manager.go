@@ -39,8 +39,11 @@ type Options struct {
 	MaxPods, MaxParallelPulls int
 	// Clock dates the records (default clock.RealClock{}).
 	Clock clock.Clock
-	// Registerer registers kubelet_imagemanager_image_mustpull_checks_total;
-	// nil registers nothing.
+	// Registerer registers the kubelet's metrics of the image pull
+	// manager: kubelet_imagemanager_image_mustpull_checks_total,
+	// kubelet_imagemanager_ondisk_pullintents and _pulledrecords, and
+	// kubelet_imagemanager_inmemory_pullintents_usage_percent and
+	// _pulledrecords_usage_percent. nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -67,7 +70,7 @@ type Manager struct {
 	opts    Options
 	policy  policy
 	clock   clock.Clock
-	checks  *prometheus.CounterVec
+	metrics *metrics // nil: no Registerer
 	intentN int
 	pulledN int
 
@@ -106,20 +109,67 @@ func New(opts Options) (*Manager, error) {
 		intentN: max(min(max(2*maxPods, 2*opts.MaxParallelPulls), 1024), 1),
 		pulledN: max(min(5*maxPods, 2000), 1)}
 	if opts.Registerer != nil {
-		c := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: "kubelet", Name: "imagemanager_image_mustpull_checks_total",
-			Help: "Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
-		}, []string{"result"})
-		if err := opts.Registerer.Register(c); err != nil {
-			are := prometheus.AlreadyRegisteredError{}
-			if !errors.As(err, &are) {
-				return nil, fmt.Errorf("image pull manager: %w", err)
-			}
-			c = are.ExistingCollector.(*prometheus.CounterVec)
+		if m.metrics, err = newMetrics(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("image pull manager: %w", err)
 		}
-		m.checks = c
 	}
 	return m, nil
+}
+
+// metrics are the kubelet's image pull manager metrics.
+type metrics struct {
+	checks                      *prometheus.CounterVec
+	onDiskIntents, onDiskPulled prometheus.Gauge
+	inMemIntents, inMemPulled   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Subsystem: "kubelet", Name: name, Help: help})
+	}
+	m := &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubelet", Name: "imagemanager_image_mustpull_checks_total",
+			Help: "Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
+		}, []string{"result"}),
+		onDiskIntents: gauge("imagemanager_ondisk_pullintents", "Number of ImagePullIntents stored on disk."),
+		onDiskPulled:  gauge("imagemanager_ondisk_pulledrecords", "Number of ImagePulledRecords stored on disk."),
+		inMemIntents:  gauge("imagemanager_inmemory_pullintents_usage_percent", "The ImagePullIntents in-memory cache usage in percent."),
+		inMemPulled:   gauge("imagemanager_inmemory_pulledrecords_usage_percent", "The ImagePulledRecords in-memory cache usage in percent."),
+	}
+	if err := errors.Join(register(reg, &m.checks), register(reg, &m.onDiskIntents), register(reg, &m.onDiskPulled),
+		register(reg, &m.inMemIntents), register(reg, &m.inMemPulled)); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers *c, or makes it the collector of that name already
+// registered (another Manager of the same registry).
+func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			*c = existing
+			return nil
+		}
+	}
+	return err
+}
+
+// meter sets the record gauges: the files on disk (as the kubelet, counted
+// after each change) and the caches' use. m.mu is held.
+func (m *Manager) meter() {
+	if m.metrics == nil {
+		return
+	}
+	if n, err := m.store.count(); err == nil {
+		m.metrics.onDiskIntents.Set(float64(n.intents))
+		m.metrics.onDiskPulled.Set(float64(n.pulled))
+	}
+	m.metrics.inMemIntents.Set(float64(m.store.intents.cache.Len() * 100 / m.store.intents.size))
+	m.metrics.inMemPulled.Set(float64(m.store.pulled.cache.Len() * 100 / m.store.pulled.size))
 }
 
 // Init opens the records once: it makes RootDir/image_manager/pulling and
@@ -144,6 +194,7 @@ func (m *Manager) Init(ctx context.Context) error {
 		}
 		m.store = s
 		m.convertIntents(ctx, logger, intents)
+		m.meter()
 	})
 	return m.initErr
 }
@@ -190,6 +241,7 @@ func (m *Manager) RecordPullIntent(ctx context.Context, image string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.meter()
 	if err := m.store.writeIntent(image); err != nil {
 		return err
 	}
@@ -211,6 +263,7 @@ func (m *Manager) RecordImagePulled(ctx context.Context, image, imageRef string,
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.meter()
 	if err := m.writePulled(image, imageRef, creds); err != nil {
 		logger.Error(err, "Cannot record a pulled image", "image", image, "imageRef", imageRef)
 		return
@@ -226,6 +279,7 @@ func (m *Manager) RecordImagePullFailed(ctx context.Context, image string) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.meter()
 	m.pullEnded(klog.FromContext(ctx), image)
 }
 
@@ -365,8 +419,8 @@ func (m *Manager) MustAttemptImagePull(ctx context.Context, image, imageRef stri
 		return true, nil
 	}
 	must, result, err := m.mustAttempt(ctx, image, imageRef, podCredentials)
-	if m.checks != nil {
-		m.checks.WithLabelValues(result).Inc()
+	if m.metrics != nil {
+		m.metrics.checks.WithLabelValues(result).Inc()
 	}
 	return must, err
 }
@@ -438,6 +492,7 @@ func (m *Manager) mustAttempt(ctx context.Context, image, imageRef string,
 func (m *Manager) rememberSecret(ctx context.Context, image, imageRef string, secret kubeletconfig.ImagePullSecret) {
 	m.mu.Lock()
 	err := m.writePulled(image, imageRef, &kubeletconfig.ImagePullCredentials{KubernetesSecrets: []kubeletconfig.ImagePullSecret{secret}})
+	m.meter()
 	m.mu.Unlock()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to write an image pulled record", "image", image, "imageRef", imageRef)
@@ -476,6 +531,7 @@ func (m *Manager) PruneUnknownRecords(ctx context.Context, images []string, unti
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.meter()
 	records, err := m.store.listPulled(logger)
 	if err != nil {
 		logger.Error(err, "There were errors listing image pulled records; pruning the ones that could be read")

@@ -386,16 +386,38 @@ func TestPruneUnknownRecords(t *testing.T) {
 }
 
 // TestMetrics: kubelet_imagemanager_image_mustpull_checks_total counts
-// the answers by result.
+// the answers by result; the gauges count the records on disk and the
+// caches' use (with maxPods 1: 2 intents, 5 records).
 func TestMetrics(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
-	m, err := imagepull.New(imagepull.Options{RootDir: e.root, Images: e.images, Clock: e.clk, Registerer: reg})
+	m, err := imagepull.New(imagepull.Options{RootDir: e.root, Images: e.images, Clock: e.clk, Registerer: reg, MaxPods: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := e.add("a.example/app:1")
 	e.pull(m, "a.example/app:1", id, withSecret(secretA))
+	if err := m.RecordPullIntent(e.ctx, "a.example/other:1"); err != nil {
+		t.Fatal(err)
+	}
+	gauges := `
+# HELP kubelet_imagemanager_inmemory_pulledrecords_usage_percent The ImagePulledRecords in-memory cache usage in percent.
+# TYPE kubelet_imagemanager_inmemory_pulledrecords_usage_percent gauge
+kubelet_imagemanager_inmemory_pulledrecords_usage_percent 20
+# HELP kubelet_imagemanager_inmemory_pullintents_usage_percent The ImagePullIntents in-memory cache usage in percent.
+# TYPE kubelet_imagemanager_inmemory_pullintents_usage_percent gauge
+kubelet_imagemanager_inmemory_pullintents_usage_percent 50
+# HELP kubelet_imagemanager_ondisk_pulledrecords Number of ImagePulledRecords stored on disk.
+# TYPE kubelet_imagemanager_ondisk_pulledrecords gauge
+kubelet_imagemanager_ondisk_pulledrecords 1
+# HELP kubelet_imagemanager_ondisk_pullintents Number of ImagePullIntents stored on disk.
+# TYPE kubelet_imagemanager_ondisk_pullintents gauge
+kubelet_imagemanager_ondisk_pullintents 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(gauges), "kubelet_imagemanager_inmemory_pulledrecords_usage_percent",
+		"kubelet_imagemanager_inmemory_pullintents_usage_percent", "kubelet_imagemanager_ondisk_pulledrecords", "kubelet_imagemanager_ondisk_pullintents"); err != nil {
+		t.Error(err)
+	}
 	must(t, e, m, "a.example/app:1", id, secretA)
 	must(t, e, m, "a.example/app:1", id)
 	must(t, e, m, "a.example/pre:1", e.add("a.example/pre:1"))

@@ -194,6 +194,35 @@ func removeFile(path string) error {
 	return nil
 }
 
+// recordCounts are the numbers of record files on disk.
+type recordCounts struct{ intents, pulled int }
+
+// count counts the record files (named sha256-*, not *.tmp).
+func (s *store) count() (recordCounts, error) {
+	var n recordCounts
+	for _, d := range []struct {
+		dir string
+		n   *int
+	}{{s.pullingDir, &n.intents}, {s.pulledDir, &n.pulled}} {
+		entries, err := os.ReadDir(d.dir)
+		if err != nil {
+			return n, err
+		}
+		for _, e := range entries {
+			if isRecordFile(e) {
+				*d.n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// isRecordFile reports whether a directory entry is a record file.
+func isRecordFile(e fs.DirEntry) bool {
+	name := e.Name()
+	return !e.IsDir() && strings.HasPrefix(name, filePrefix) && !strings.HasSuffix(name, tmpSuffix)
+}
+
 // eachFile calls f with the path and content of each record file of dir
 // (named sha256-*, not *.tmp, not a directory); errors reading a file or
 // from f are joined and the walk goes on.
@@ -204,11 +233,10 @@ func eachFile(dir string, f func(path string, data []byte) error) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasPrefix(name, filePrefix) || strings.HasSuffix(name, tmpSuffix) {
+		if !isRecordFile(e) {
 			continue
 		}
-		path := filepath.Join(dir, name)
+		path := filepath.Join(dir, e.Name())
 		data, err := os.ReadFile(path)
 		if err != nil {
 			errs = append(errs, err)

@@ -47,7 +47,8 @@
 // DNS settings, port mappings, cgroup parent, log directory, host
 // namespaces, sysctls), starts init containers in order, sidecars and
 // regular containers (image pulled by pull policy with the pod's pull
-// secrets; command, args and env with $(VAR) expansion and the downward API;
+// secrets, a present image used only when the [ImagePullManager] of
+// PodManagerOptions.ImagePulls says the pod may; command, args and env with $(VAR) expansion and the downward API;
 // resources; security context; the mounts of the volumes in
 // SyncInput.Volumes, read-only where the volume says so, subPath and
 // subPathExpr resolved by the volume manager, with the kubelet's errors;
@@ -137,7 +138,8 @@
 // a pinned or sandbox image; kubelet_image_garbage_collected_total;
 // ImageGCFailed, FreeDiskSpaceFailed and InvalidDiskCapacity events), run
 // every 5 minutes, with [ImageGC.DeleteUnusedImages] for the eviction
-// manager. [LogRotator] is the kubelet's container log manager: a running
+// manager; its PostGC hooks (the image pull manager's pruning) learn the
+// images left after each collection. [LogRotator] is the kubelet's container log manager: a running
 // container's log over containerLogMaxSize is moved aside and reopened by
 // the runtime (ReopenContainerLog), older rotations gzipped, at most
 // containerLogMaxFiles kept.
