@@ -291,9 +291,14 @@ func goCommand() (string, error) {
 
 // BuildAgent compiles the node agent under test,
 // github.com/nodekit/nodekit/examples/nodeagent, into outDir and returns the
-// binary's path. The go build cache makes repeated builds quick.
+// binary's path. The go build cache makes repeated builds quick. It is
+// linked statically (CGO_ENABLED=0), as README tells users to build it and
+// as BuildKubelet builds the kubelet beside it: the agent uses cgo only
+// through net's and os/user's resolvers, and a dynamic build maps libc,
+// libm, the dynamic loader and NSS modules (~2.3 MiB of RSS,
+// docs/performance.md) for them.
 func BuildAgent(ctx context.Context, src Source, outDir string, log io.Writer) (string, error) {
-	return BuildExample(ctx, src, "nodeagent", outDir, log)
+	return buildProgram(ctx, src.Root, "./examples/nodeagent", filepath.Join(outDir, "nodeagent"), []string{"CGO_ENABLED=0"}, log)
 }
 
 // BuildExample builds the program examples/<name> of the nodekit module

@@ -66,7 +66,10 @@ type Result struct {
 // disk, or the disk's own cache) the first time, and no read-ahead for
 // the executable from then on (what the kernel evicts under memory
 // pressure comes back a page at a time). Other processes running the same
-// file keep the pages they map. On systems without /proc/self/maps it
+// file keep the pages they map, and this process's faults map those
+// around the page they need (fault-around), so each of several agents run
+// from one file counts pages the others touched: run each from its own
+// copy to keep them apart. On systems without /proc/self/maps it
 // frees the heap only and returns the error.
 func Release() (Result, error) {
 	debug.FreeOSMemory()

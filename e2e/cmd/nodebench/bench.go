@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -364,11 +365,51 @@ func (b *benchmark) newFakeNode(name string) (*node, error) {
 }
 
 // newNodekitAgent prepares a nodekit agent process (the harness keeps its
-// pod logs in its own directory).
+// pod logs in its own directory). Each agent runs its own copy of the
+// binary, as an agent on a machine of its own would: agents running one
+// file share its page cache, and each fault maps the pages around it that
+// the others read in (fault-around), so every agent's file-backed RSS
+// would count what the others touched too.
 func (b *benchmark) newNodekitAgent(name, endpoint string, extraArgs ...string) (*cluster.Agent, error) {
+	bin := filepath.Join(b.dir, "bin", name, filepath.Base(b.agentBin))
+	if err := copyExecutable(b.agentBin, bin); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
 	return b.cp.NewAgent(cluster.AgentOptions{
-		Binary: b.agentBin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: append(extraArgs, b.opts.agentArgs...),
+		Binary: bin, NodeName: name, RuntimeEndpoint: endpoint, CgroupDriver: "cgroupfs", ExtraArgs: append(extraArgs, b.opts.agentArgs...),
 	})
+}
+
+// copyExecutable copies the executable from to the path to (its directory
+// made if missing) and writes it out to the disk, so that the copy's page
+// cache holds nothing dirty when it runs (a dirty page cannot be dropped
+// from the page cache, see internal/memtrim). An existing to is replaced.
+func copyExecutable(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	// A new file, not the old one truncated: it gets the executable mode.
+	if err := os.Remove(to); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return fmt.Errorf("copy %s to %s: %w", from, to, err)
+	}
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		return fmt.Errorf("copy %s to %s: %w", from, to, err)
+	}
+	return dst.Close()
 }
 
 // stopNode stops the agent and its fake runtime and deletes its Node.
