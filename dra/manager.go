@@ -105,9 +105,11 @@ type Manager struct {
 	logMu   sync.Mutex
 	baseLog logr.Logger
 
-	// mu guards claims, by namespace/name.
-	mu     sync.RWMutex
-	claims map[string]*claimInfo
+	// mu guards claims, by namespace/name, and unsynced: the last write
+	// of the checkpoint failed, so it may not hold what claims do.
+	mu       sync.RWMutex
+	claims   map[string]*claimInfo
+	unsynced bool
 
 	health        healthCache
 	healthUpdates chan types.UID
@@ -244,15 +246,18 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 }
 
-// syncLocked writes the cache to the checkpoint; m.mu held.
+// syncLocked writes the cache to the checkpoint and records in unsynced
+// whether that failed; m.mu held.
 func (m *Manager) syncLocked() error {
 	states := make([]claimState, 0, len(m.claims))
 	for _, c := range m.claims {
 		states = append(states, c.claimState)
 	}
 	if err := writeCheckpoint(m.path, states); err != nil {
+		m.unsynced = true
 		return fmt.Errorf("checkpoint ResourceClaim state: %w", err)
 	}
+	m.unsynced = false
 	return nil
 }
 
@@ -554,6 +559,7 @@ func (m *Manager) unprepareForPod(ctx context.Context, pod *v1.Pod) error {
 func (m *Manager) unprepare(ctx context.Context, podUID types.UID, namespace string, names []string) error {
 	batches := map[string][]*drapb.Claim{}
 	done := map[string]bool{}
+	left := false // the pod left a claim other pods still use
 	m.mu.Lock()
 	for _, name := range names {
 		info, ok := m.claims[namespace+"/"+name]
@@ -564,6 +570,7 @@ func (m *Manager) unprepare(ctx context.Context, podUID types.UID, namespace str
 			// Checkpointed with the unprepare's end: a restart before
 			// it calls this again.
 			delete(info.PodUIDs, string(podUID))
+			left = true
 			continue
 		}
 		done[name] = true
@@ -610,6 +617,12 @@ func (m *Manager) unprepare(ctx context.Context, podUID types.UID, namespace str
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if len(done) == 0 && !left && !m.unsynced {
+		// No claim of the cache lists the pod (most pods have none): the
+		// checkpoint already says what rewriting it would (the kubelet
+		// rewrites it for every pod that terminates).
+		return nil
+	}
 	for name := range done {
 		delete(m.claims, namespace+"/"+name)
 	}

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -649,5 +650,36 @@ func TestDynamicResourcesForPodResources(t *testing.T) {
 	}
 	if got := m.DynamicResources(pod, &pod.Spec.Containers[1]); len(got) != 0 {
 		t.Errorf("container without claims: %v", got)
+	}
+}
+
+// A pod no claim of the cache lists leaves the checkpoint as it is: most
+// pods have no claims, and their end rewrote it for nothing. After a
+// failed write the cache is written all the same.
+func TestUnprepareWithoutClaimsKeepsTheCheckpoint(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, CheckpointFile)
+	m, _ := newTestManager(t, dir, nil)
+	plain := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plain", UID: "uid-plain"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}
+	if err := m.UnprepareResources(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint written for a pod without claims: %v", err)
+	}
+
+	m.mu.Lock()
+	m.unsynced = true
+	m.mu.Unlock()
+	if err := m.UnprepareResources(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if states, err := readCheckpoint(path); err != nil || len(states) != 0 {
+		t.Fatalf("checkpoint after a failed write: %+v, %v", states, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("checkpoint not written again after a failed write: %v", err)
 	}
 }

@@ -161,6 +161,9 @@ func TestFirstSnapshotAddsAnnotatedCopies(t *testing.T) {
 	if !ok || stored.Labels["app"] != "a" || stored.Annotations[podsource.ConfigSourceAnnotationKey] != "api" {
 		t.Errorf("GetPodByUID = %v, %v", stored, ok)
 	}
+	if a.Labels["app"] != "a" {
+		t.Errorf("the consumer's copy shares the source's labels: %v", a.Labels)
+	}
 	if _, ok := h.cfg.GetPodByUID("nope"); ok {
 		t.Error("GetPodByUID found an unknown pod")
 	}

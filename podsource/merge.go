@@ -169,11 +169,14 @@ func mergeMirror(old, next map[types.UID]entry, ref *v1.Pod) (changed, ok bool) 
 	return changed, true
 }
 
-// annotated returns a deep copy of ref carrying the local annotations: the
+// annotated returns a copy of ref carrying the local annotations: the
 // values of existing when it has them (the first values win), otherwise
-// the source and, for a new pod, the time it was first seen.
+// the source and, for a new pod, the time it was first seen. The copy is
+// shallow but for the annotations: it shares the rest with ref, which its
+// source no longer modifies (Source), and it is stored read-only, so one
+// deep copy per update (copyPods', for the consumer) is enough.
 func (c *Config) annotated(ref, existing *v1.Pod, source string, now time.Time) *v1.Pod {
-	pod := ref.DeepCopy()
+	pod := new(*ref)
 	annotations := make(map[string]string, len(ref.Annotations)+len(localAnnotations))
 	maps.Copy(annotations, ref.Annotations)
 	annotations[ConfigSourceAnnotationKey] = source
