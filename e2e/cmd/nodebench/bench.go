@@ -162,7 +162,9 @@ func newBench(opts options, progress io.Writer) (*benchmark, error) {
 	b := &benchmark{opts: opts, progress: progress, dir: opts.dir, keepDir: opts.dir != ""}
 	if b.dir == "" {
 		var err error
-		if b.dir, err = os.MkdirTemp("", "nodebench-"); err != nil {
+		// A short name: a node's unix sockets live under it (the CSI
+		// driver's registration socket is the longest, see csiBurst).
+		if b.dir, err = os.MkdirTemp("", "nb-"); err != nil {
 			return nil, err
 		}
 	} else if err := os.MkdirAll(b.dir, 0o755); err != nil {
