@@ -132,10 +132,7 @@ func testPullSecret(t *testing.T, n *podNode) {
 	denied.Spec.Containers[0].Image = image
 	denied.Spec.Containers[0].ImagePullPolicy = v1.PullAlways
 	denied = n.createPod(t, denied)
-	waitForPod(t, denied.Namespace, denied.Name, "ErrImagePull or ImagePullBackOff", func(p *v1.Pod) bool {
-		cs, ok := mainStatus(p)
-		return ok && cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff")
-	})
+	waitForPod(t, denied.Namespace, denied.Name, "ErrImagePull or ImagePullBackOff", pullFailing)
 	if ev := waitForPodEvent(t, denied.Namespace, denied.Name, "Failed"); !strings.Contains(ev.Message, image) {
 		t.Errorf("Failed event %q does not name the image %s", ev.Message, image)
 	}
@@ -172,10 +169,7 @@ func testPullSecret(t *testing.T, n *podNode) {
 	reuse.Spec.Containers[0].Image = image
 	reuse.Spec.Containers[0].ImagePullPolicy = v1.PullIfNotPresent
 	reuse = n.createPod(t, reuse)
-	waitForPod(t, reuse.Namespace, reuse.Name, "ErrImagePull or ImagePullBackOff", func(p *v1.Pod) bool {
-		cs, ok := mainStatus(p)
-		return ok && cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff")
-	})
+	waitForPod(t, reuse.Namespace, reuse.Name, "ErrImagePull or ImagePullBackOff", pullFailing)
 	if reg.refused.Load() == refusedBefore {
 		t.Errorf("the pod without credentials used the present image without pulling it")
 	}
@@ -199,4 +193,10 @@ func testPullSecret(t *testing.T, n *podNode) {
 	if served := reg.served.Load() - servedBefore; served != 0 {
 		t.Errorf("the registry served %d requests for a pod whose secret holds the credentials that pulled the present image", served)
 	}
+}
+
+// pullFailing: the pod's main container waits on a failed pull.
+func pullFailing(p *v1.Pod) bool {
+	cs, ok := mainStatus(p)
+	return ok && cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff")
 }
