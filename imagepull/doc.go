@@ -23,7 +23,10 @@
 // the kubelet, and Init turns each left intent whose image the runtime
 // has into a record without credentials, so every pod must prove access.
 // A record that cannot be decoded is logged with its file name and proves
-// nothing: the pod pulls.
+// nothing: the pod pulls. Records are per image ID, as the kubelet's: the
+// same image content preloaded under one name and pulled with credentials
+// under another counts as pulled, and a pod that uses it by the preloaded
+// name, which no record lists, pulls it by that name.
 //
 // Which images need a proof is the policy
 // (imagePullCredentialsVerificationPolicy): NeverVerify (none, the
