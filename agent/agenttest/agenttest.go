@@ -179,6 +179,11 @@ func Start(t testing.TB, opts Options) *Node {
 		}
 		return o
 	}))
+	// fx's 15 s start and stop timeouts are short for a test binary
+	// starved by a loaded machine: an agent whose stop timed out kept
+	// running, and its log lines failed later tests of the same process
+	// that check the log. A hang still fails the test, a minute later.
+	all = append(all, fx.StartTimeout(time.Minute), fx.StopTimeout(time.Minute))
 	all = append(all, opts.Extra...)
 	n.App = fxtest.New(t, all...)
 	n.App.RequireStart()
