@@ -73,7 +73,8 @@
 //     timers, clientmetrics (client-go's metrics), testenv (what a test
 //     does when the machine lacks something), memtrim (the start-up pages
 //     given back to the kernel), grpcproto (gRPC's proto codec with buffer
-//     sizes that keep no idle MiB).
+//     sizes that keep no idle MiB), unixsock (how long a unix socket's
+//     path may be).
 //   - examples/...: runnable agents: nodeagent (the kubelet replacement),
 //     standalone (no API server), customstatus and customsource (an
 //     embedder's setter and pod source), podsim (a pod-level backend),

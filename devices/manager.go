@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodekit/nodekit/devices/internal/checkpoint"
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/internal/unixsock"
 	"github.com/nodekit/nodekit/resources/topologymanager"
 )
 
@@ -152,10 +153,6 @@ func (m *Manager) SocketPath() string {
 	return filepath.Join(m.opts.PluginDir, "kubelet.sock")
 }
 
-// maxSocketPathLen is the longest path a unix socket can be bound to on
-// Linux: sun_path's 108 bytes less the terminating NUL.
-const maxSocketPathLen = 107
-
 // Run removes stale sockets from the plugin directory (everything but the
 // checkpoint, as the kubelet), serves the registration socket until ctx is
 // done, then closes every plugin connection and removes the socket. A
@@ -170,10 +167,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.cleanupDir(log); err != nil {
 		return err
 	}
-	if n := len(m.SocketPath()); n > maxSocketPathLen {
+	if n := len(m.SocketPath()); n > unixsock.MaxPathLen {
 		// The kubelet would fail its start here; an agent keeps its pods
 		// and says plainly what it cannot do.
-		log.Error(nil, "Device plugins cannot register on this node: the registration socket's path is longer than a unix socket address allows", "socket", m.SocketPath(), "length", n, "max", maxSocketPathLen)
+		log.Error(nil, "Device plugins cannot register on this node: the registration socket's path is longer than a unix socket address allows", "socket", m.SocketPath(), "length", n, "max", unixsock.MaxPathLen)
 		<-ctx.Done()
 		return nil
 	}

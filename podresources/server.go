@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/podresources/v1alpha1"
 
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/internal/unixsock"
 )
 
 const (
@@ -32,10 +33,6 @@ const (
 
 // errLimitExceeded is the kubelet's answer to a call beyond the rate limit.
 var errLimitExceeded = status.Error(codes.ResourceExhausted, "rejected by rate limit")
-
-// maxSocketPathLen is the longest path a unix socket can be bound to on
-// Linux: sun_path's 108 bytes less the terminating NUL.
-const maxSocketPathLen = 107
 
 // DevicesProvider gives the devices allocated to containers and the node's
 // devices; devices.Manager implements it. Its methods must be safe for
@@ -163,8 +160,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.opts.Dir, 0o750); err != nil {
 		return fmt.Errorf("pod resources API: create %s: %w", s.opts.Dir, err)
 	}
-	if n := len(path); n > maxSocketPathLen {
-		log.Error(nil, "The pod resources API cannot be served on this node: its socket's path is longer than a unix socket address allows", "socket", path, "length", n, "max", maxSocketPathLen)
+	if n := len(path); n > unixsock.MaxPathLen {
+		log.Error(nil, "The pod resources API cannot be served on this node: its socket's path is longer than a unix socket address allows", "socket", path, "length", n, "max", unixsock.MaxPathLen)
 		<-ctx.Done()
 		return nil
 	}

@@ -50,6 +50,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodekit/nodekit/internal/unixsock"
 )
 
 // ephemeralKey is the volume context key the kubelet sets for an inline
@@ -175,6 +177,9 @@ func (d *Driver) Start() error {
 		}
 		l, err := net.Listen("unix", s.path)
 		if err != nil {
+			if lerr := unixsock.CheckPath(s.path); lerr != nil {
+				err = lerr
+			}
 			for _, srv := range d.servers {
 				srv.Stop()
 			}

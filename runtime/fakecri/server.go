@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/internal/unixsock"
 )
 
 // Defaults applied by New to zero Options fields.
@@ -27,10 +29,6 @@ const (
 	// PullAnyImageSize is the size of an image that Options.PullAny makes up.
 	PullAnyImageSize = 1 << 20
 )
-
-// maxSocketPath is the longest unix socket path Linux accepts (sun_path is
-// 108 bytes including the terminating NUL).
-const maxSocketPath = 107
 
 // Options configures a Server. The zero value is a ready runtime named
 // "fakecri" with no images, an empty fake registry and the systemd cgroup
@@ -433,8 +431,8 @@ func listen(socketPath string) (*net.UnixListener, error) {
 	if socketPath == "" {
 		return nil, errors.New("fakecri: socket path is empty")
 	}
-	if len(socketPath) > maxSocketPath {
-		return nil, fmt.Errorf("fakecri: socket path %q is %d bytes, longer than the %d bytes a unix socket allows", socketPath, len(socketPath), maxSocketPath)
+	if err := unixsock.CheckPath(socketPath); err != nil {
+		return nil, fmt.Errorf("fakecri: %w", err)
 	}
 	if fi, err := os.Lstat(socketPath); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {

@@ -24,10 +24,6 @@ import (
 // nodebench run, its CSIDriver object's and its PVs'.
 const csiDriverName = "csi.nodebench.nodekit.io"
 
-// maxSocketPath is the longest path a unix socket may have on Linux
-// (sun_path's 108 bytes with the terminating NUL).
-const maxSocketPath = 107
-
 // csiNamespace holds the pods and claims of the CSI burst.
 const csiNamespace = "nodebench-csi"
 
@@ -60,10 +56,6 @@ func (b *benchmark) csiBurst(ctx context.Context, n *node) (err error) {
 		Endpoint:        filepath.Join(n.agent.Dir, "csi.sock"),
 		RegistrationDir: filepath.Join(n.agent.Dir, "root", "plugins_registry"),
 	})
-	if sock := d.RegistrationSocket(); len(sock) > maxSocketPath {
-		return fmt.Errorf("CSI driver %s for node %s: its registration socket %s is %d bytes, over the %d a unix socket's path may have: give nodebench a shorter -dir",
-			csiDriverName, n.agent.Name, sock, len(sock), maxSocketPath)
-	}
 	if err := d.Start(); err != nil {
 		return fmt.Errorf("CSI driver %s for node %s: %w", csiDriverName, n.agent.Name, err)
 	}
