@@ -16,6 +16,8 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/lru"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/nodekit/nodekit/internal/atomicfile"
 )
 
 // The records' API group and the versions read; written records are
@@ -29,8 +31,10 @@ const (
 )
 
 // File names in the record directories: "sha256-" and the hex SHA-256 of
-// the image (intents) or the image ref (pulled records); a write goes to
-// the name plus ".tmp" first, then is renamed over it.
+// the image (intents) or the image ref (pulled records). A kubelet writes
+// the name plus ".tmp" first, then renames it over the name; nodekit's
+// temporary files (atomicfile's) do not start with "sha256-". Neither is
+// read as a record.
 const (
 	filePrefix = "sha256-"
 	tmpSuffix  = ".tmp"
@@ -168,23 +172,13 @@ func fileName(key string) string {
 	return fmt.Sprintf("%s%x", filePrefix, sha256.Sum256([]byte(key)))
 }
 
-// writeFile writes content to dir/name atomically (a temporary file
-// renamed over it), 0600.
+// writeFile writes content to dir/name, 0600, through atomicfile (synced,
+// then renamed over it), making dir (0700) first if it was removed.
 func writeFile(dir, name string, content []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	path := filepath.Join(dir, name)
-	tmp := path + tmpSuffix
-	if err := os.WriteFile(tmp, content, 0o600); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(dir, name), content)
 }
 
 func removeFile(path string) error {
