@@ -40,6 +40,9 @@ func TestModuleRunsTheManager(t *testing.T) {
 	iface.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
 	e := &env{client: client, reg: reg}
 	e.waitFor(t, "the write", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodRunning })
+	// The write is counted once Patch returned, after the API server
+	// shows it (as TestWritesAStrategicMergePatchWithTheUID).
+	e.waitFor(t, "the write counted", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 1 })
 	if got := e.counter(t, "nodekit_pod_status_patches_total", "patched"); got != 1 {
 		t.Errorf("the graph's registry counted %v patches", got)
 	}
