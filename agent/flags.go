@@ -303,7 +303,7 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 		}
 	}
 	if err := cfg.complete(logger); err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
+		return nil, fmt.Errorf("failed to validate kubelet configuration: %w", err)
 	}
 	var given []string
 	fs.Visit(func(f *pflag.Flag) { given = append(given, f.Name) })

@@ -91,7 +91,7 @@ func FuzzParseFlags(f *testing.F) {
 		if err != nil {
 			var usage *UsageError
 			var invalid *pflag.InvalidValueError
-			if !errors.Is(err, pflag.ErrHelp) && !errors.As(err, &usage) && !errors.As(err, &invalid) && !strings.Contains(err.Error(), "invalid configuration") && !strings.Contains(err.Error(), "--node-ip") {
+			if !errors.Is(err, pflag.ErrHelp) && !errors.As(err, &usage) && !errors.As(err, &invalid) && !strings.Contains(err.Error(), "failed to validate kubelet configuration") && !strings.Contains(err.Error(), "--node-ip") {
 				t.Fatalf("ParseFlags(%q) = %T %v, want a usage, help, invalid value or configuration error", args, err, err)
 			}
 			return
