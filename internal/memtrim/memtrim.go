@@ -22,11 +22,19 @@
 // in small ones). So Release also marks the mappings MADV_RANDOM (a fault
 // reads only its own page, no read-around) and drops the executable's
 // pages that no process maps from the page cache (fdatasync, then
-// posix_fadvise POSIX_FADV_DONTNEED): from then on the page cache holds
-// what the process touched, in single pages, and a fault maps nothing
-// else. Measured on the fake runtime, standalone: 12 MiB of the executable
-// mapped idle instead of 21, 17 instead of 28 with 30 pods
-// (docs/performance.md).
+// posix_fadvise POSIX_FADV_DONTNEED): as the process has just unmapped
+// them, that is every page of the file another process does not map. From
+// then on the page cache holds what the process touched, in single pages,
+// and a fault maps nothing else. Measured on the fake runtime, standalone:
+// 12 MiB of the executable mapped idle instead of 21, 17 instead of 28
+// with 30 pods (docs/performance.md).
+//
+// The price is that each page the process still uses is read from the
+// file once more (a major fault) when it next touches it. Keeping in the
+// page cache the pages mapped at the release would spare those reads but
+// not the RSS: the kernel maps, on a fault, every cached page within the
+// 64 KiB around it, MADV_RANDOM or not (Linux 6.18), so the pages touched
+// only at start would be mapped again beside those still in use.
 //
 // Only private read-only mappings of the executable are released: they
 // hold nothing the process wrote, so dropping them loses nothing. Writable

@@ -571,14 +571,32 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 		stats   bench.ProcStats
 		metrics cluster.Metrics
 	}
-	take := func(n *node) (sample, error) {
+	// The window's CPU is the agent's alone: its metrics are scraped
+	// before the CPU is read at the start and after it at the end, so
+	// that serving nodebench's two scrapes (an HTTP request, the metrics'
+	// encoding and, the first time since memtrim's release, the page
+	// faults of that code) is not counted, as no scrape is for the
+	// kubelet beside it.
+	take := func(n *node, metricsFirst bool) (sample, error) {
 		var s sample
-		var err error
-		if s.stats, err = bench.ReadProcStats(n.agent.PID()); err != nil {
+		scrape := func() (err error) {
+			if n.nodekit {
+				s.metrics, err = n.agent.Metrics(ctx)
+			}
+			return err
+		}
+		if metricsFirst {
+			if err := scrape(); err != nil {
+				return s, err
+			}
+		}
+		stats, err := bench.ReadProcStats(n.agent.PID())
+		if err != nil {
 			return s, fmt.Errorf("node %s: %w", n.agent.Name, err)
 		}
-		if n.nodekit {
-			if s.metrics, err = n.agent.Metrics(ctx); err != nil {
+		s.stats = stats
+		if !metricsFirst {
+			if err := scrape(); err != nil {
 				return s, err
 			}
 		}
@@ -588,7 +606,7 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 	from := time.Now()
 	for i, n := range nodes {
 		var err error
-		if before[i], err = take(n); err != nil {
+		if before[i], err = take(n, true); err != nil {
 			return err
 		}
 	}
@@ -610,7 +628,7 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 	afters := make([]sample, len(nodes))
 	for i, n := range nodes {
 		var err error
-		if afters[i], err = take(n); err != nil {
+		if afters[i], err = take(n, false); err != nil {
 			return err
 		}
 	}
