@@ -108,6 +108,22 @@ type Options struct {
 	// (the runtime caps it at about half the CPU). Zero leaves the
 	// process's limit (GOMEMLIMIT) alone.
 	MemoryPerNode int64
+	// StartMemoryPerNode, when positive, lets the collector run during
+	// Start only when the heap reaches a memory limit of what the Go
+	// runtime holds when Start begins plus StartMemoryPerNode bytes per
+	// node (debug.SetGCPercent(-1) under debug.SetMemoryLimit), instead
+	// of each time the heap doubled (GOGC): starting agents allocate
+	// several times what they keep, and with GOGC each byte of it costs
+	// about a byte of marking, so the collector's CPU falls with the
+	// number of its cycles. Start restores the process's GOGC and memory
+	// limit (MemoryPerNode's, when set) before it returns. The heap's peak
+	// while starting is then up to that limit (with MemoryPerNode, the
+	// lower of the two); set it above what the agents keep live (about
+	// 1 MiB per node), or the collector runs continuously until Start
+	// returns. These are settings of the whole process: two fleets that
+	// start at once in one process overwrite each other's. Zero leaves
+	// the collector as the process set it.
+	StartMemoryPerNode int64
 }
 
 // Fleet is a running set of simulated nodes.
@@ -168,6 +184,19 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		f.MemoryLimit = memoryLimit(len(opts.Names), opts.MemoryPerNode)
 		debug.SetMemoryLimit(f.MemoryLimit)
 		fmt.Fprintf(opts.Log, "fleet: Go memory limit %d MiB (%d KiB per node)\n", f.MemoryLimit>>20, opts.MemoryPerNode>>10)
+	}
+	if opts.StartMemoryPerNode > 0 {
+		limit := memoryLimit(len(opts.Names), opts.StartMemoryPerNode)
+		if f.MemoryLimit > 0 {
+			limit = min(limit, f.MemoryLimit)
+		}
+		gogc := debug.SetGCPercent(-1)
+		after := debug.SetMemoryLimit(limit)
+		fmt.Fprintf(opts.Log, "fleet: collector off until started, below a memory limit of %d MiB (%d KiB per node)\n", limit>>20, opts.StartMemoryPerNode>>10)
+		defer func() {
+			debug.SetMemoryLimit(after)
+			debug.SetGCPercent(gogc)
+		}()
 	}
 	began := time.Now()
 	sem := make(chan struct{}, opts.Parallel)
