@@ -116,13 +116,18 @@ type Options struct {
 	// several times what they keep, and with GOGC each byte of it costs
 	// about a byte of marking, so the collector's CPU falls with the
 	// number of its cycles. Start restores the process's GOGC and memory
-	// limit (MemoryPerNode's, when set) before it returns. The heap's peak
-	// while starting is then up to that limit (with MemoryPerNode, the
-	// lower of the two); set it above what the agents keep live (about
-	// 1 MiB per node), or the collector runs continuously until Start
-	// returns. These are settings of the whole process: two fleets that
-	// start at once in one process overwrite each other's. Zero leaves
-	// the collector as the process set it.
+	// limit (MemoryPerNode's, when set) and returns the heap's free memory
+	// to the system (debug.FreeOSMemory: one collection) before it
+	// returns. The process's peak while starting is then up to that limit
+	// (with MemoryPerNode, the lower of the two). Each cycle marks what
+	// the agents started so far hold, and the limit must also hold their
+	// stacks and the free space among their objects (at 1,000 nodes about
+	// 1.35 MiB per node in all): the closer the limit is to that, the
+	// more often the collector runs, up to continuously (the runtime caps
+	// it at about half the CPU) and more than with GOGC. These are
+	// settings of the whole process: two fleets that start at once in one
+	// process overwrite each other's. Zero leaves the collector as the
+	// process set it.
 	StartMemoryPerNode int64
 }
 
@@ -196,6 +201,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		defer func() {
 			debug.SetMemoryLimit(after)
 			debug.SetGCPercent(gogc)
+			debug.FreeOSMemory()
 		}()
 	}
 	began := time.Now()
