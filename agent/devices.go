@@ -47,7 +47,7 @@ var Devices = fx.Options(
 	fx.Provide(
 		provideDeviceOptions,
 		// The devices' health in the pods' statuses (ResourceHealthStatus).
-		fx.Annotate(func(m *devices.Manager) pods.ResourceHealthProvider { return m }, fx.ResultTags(`group:"`+pods.ResourceHealthGroup+`"`)),
+		fx.Annotated{Group: pods.ResourceHealthGroup, Target: func(m *devices.Manager) pods.ResourceHealthProvider { return m }},
 	),
 	pods.AsAdmitHandler(pods.AdmitGeneralPredicates, pods.OrderGeneralPredicates, devicePredicates),
 	status.AsSetter(SetterDevicePlugins, OrderSetterDevices, func(m *devices.Manager) status.Setter { return m.SetNodeStatus }),

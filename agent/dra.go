@@ -26,9 +26,9 @@ import (
 var DRA = fx.Options(
 	fx.Provide(
 		provideDRAOptions,
-		fx.Annotate(func(m *dra.Manager) *dra.Manager { return m }, fx.As(new(runtime.DynamicResources))),
+		func(m *dra.Manager) runtime.DynamicResources { return m },
 		// The claims' devices' health in the pods' statuses.
-		fx.Annotate(func(m *dra.Manager) pods.ResourceHealthProvider { return m }, fx.ResultTags(`group:"`+pods.ResourceHealthGroup+`"`)),
+		fx.Annotated{Group: pods.ResourceHealthGroup, Target: func(m *dra.Manager) pods.ResourceHealthProvider { return m }},
 	),
 	pluginmanager.AsHandler(dra.PluginType, func(m *dra.Manager) pluginmanager.Handler { return m }),
 	// Pods with resourceClaims are admitted: their claims are prepared.

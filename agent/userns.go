@@ -27,7 +27,7 @@ import (
 var UserNamespaces = fx.Options(
 	fx.Provide(
 		provideUserNamespacesOptions,
-		fx.Annotate(func(m *userns.Manager) *userns.Manager { return m }, fx.As(new(runtime.UserNamespaces))),
+		func(m *userns.Manager) runtime.UserNamespaces { return m },
 	),
 	pods.AsSupportedPodFeature(pods.FeatureUserNamespaces),
 	userns.Module,

@@ -40,8 +40,8 @@ var Module = fx.Options(
 	fx.Provide(
 		NewStore,
 		provide,
-		fx.Annotate(generalPredicates, fx.ResultTags(`group:"`+AdmitHandlerGroup+`"`)),
-		fx.Annotate(podSpecHandlers, fx.ResultTags(`group:"`+AdmitHandlerGroup+`,flatten"`)),
+		fx.Annotated{Group: AdmitHandlerGroup, Target: generalPredicates},
+		fx.Annotated{Group: AdmitHandlerGroup + ",flatten", Target: podSpecHandlers},
 	),
 	fx.Invoke(func(*Controller) {}),
 )

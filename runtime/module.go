@@ -76,7 +76,7 @@ func provide(p Params) (Result, error) {
 var PodsModule = fx.Options(fx.Provide(
 	providePodCache,
 	providePods,
-	fx.Annotate(func(b *Backend) *Backend { return b }, fx.As(new(pods.Runtime))),
+	func(b *Backend) pods.Runtime { return b },
 ))
 
 // PodsParams are the dependencies of PodsModule.

@@ -30,7 +30,7 @@ const HealthCheckGroup = "node_health_checks"
 // See the package documentation for what an embedder can add or replace.
 var Module = fx.Options(
 	fx.Provide(
-		fx.Annotate(provideDefaultSetters, fx.ResultTags(`group:"`+SetterGroup+`,flatten"`)),
+		fx.Annotated{Group: SetterGroup + ",flatten", Target: provideDefaultSetters},
 		provideReporter,
 	),
 	fx.Invoke(func(*Reporter) {}),

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"math"
 	"runtime/debug"
 	"sync/atomic"
 	"testing"
@@ -48,6 +49,61 @@ func TestStartSetsTheMemoryLimit(t *testing.T) {
 	}
 	if got := debug.SetMemoryLimit(-1); got < 2*perNode || got > 2*perNode+1<<30 {
 		t.Errorf("memory limit after Start: %d, want 2 × %d plus what the runtime held", got, perNode)
+	}
+}
+
+// TestStartHoldsTheCollectorUntilStarted: with StartMemoryPerNode the
+// collector is off below a memory limit while the agents start (read
+// while Start asks for a node's kubeconfig), and Start restores the
+// process's GOGC and memory limit when it returns, here with MemoryPerNode's
+// lower limit during the start and after it.
+func TestStartHoldsTheCollectorUntilStarted(t *testing.T) {
+	prevLimit := debug.SetMemoryLimit(-1)
+	prevGC := debug.SetGCPercent(150)
+	t.Cleanup(func() {
+		debug.SetMemoryLimit(prevLimit)
+		debug.SetGCPercent(prevGC)
+	})
+	// read returns GOGC (-1: off) and the memory limit, leaving both.
+	read := func() (gogc int, limit int64) {
+		gogc = debug.SetGCPercent(-1)
+		debug.SetGCPercent(gogc)
+		return gogc, debug.SetMemoryLimit(-1)
+	}
+	for _, tc := range []struct {
+		name          string
+		memoryPerNode int64
+		wantAfter     func(limit int64) bool
+		startPerNode  int64
+	}{
+		{name: "alone", wantAfter: func(l int64) bool { return l == math.MaxInt64 }, startPerNode: 2 << 30},
+		{name: "with MemoryPerNode", memoryPerNode: 1 << 30, wantAfter: func(l int64) bool { return l >= 2<<30 && l < 3<<30 }, startPerNode: 1 << 30},
+	} {
+		debug.SetMemoryLimit(math.MaxInt64)
+		var (
+			duringGC    int
+			duringLimit int64
+		)
+		_, err := fleet.Start(context.Background(), fleet.Options{
+			Names: []string{"a", "b"}, Dir: t.TempDir(), Parallel: 1,
+			Kubeconfig: func(i int) string {
+				if i == 0 {
+					duringGC, duringLimit = read()
+				}
+				return "/nonexistent"
+			},
+			MemoryPerNode: tc.memoryPerNode, StartMemoryPerNode: 2 << 30,
+		})
+		if err == nil {
+			t.Fatalf("%s: Start without a kubeconfig succeeded", tc.name)
+		}
+		// The limit counts what the runtime held before the start too.
+		if duringGC != -1 || duringLimit < 2*tc.startPerNode || duringLimit > 2*tc.startPerNode+1<<30 {
+			t.Errorf("%s: while starting, GOGC %d and memory limit %d, want off (-1) and 2 × %d plus what the runtime held", tc.name, duringGC, duringLimit, tc.startPerNode)
+		}
+		if gogc, limit := read(); gogc != 150 || !tc.wantAfter(limit) {
+			t.Errorf("%s: after Start, GOGC %d and memory limit %d, want 150 and the limit before the start or MemoryPerNode's", tc.name, gogc, limit)
+		}
 	}
 }
 

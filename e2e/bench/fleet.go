@@ -40,6 +40,10 @@ type FleetOptions struct {
 	// MemoryPerNode is fleet.Options.MemoryPerNode: a Go memory limit for
 	// this process, per node.
 	MemoryPerNode int64
+	// StartMemoryPerNode is fleet.Options.StartMemoryPerNode: the memory
+	// limit, in bytes per node, below which the collector does not run
+	// while the agents start.
+	StartMemoryPerNode int64
 	// SocketCRI is fleet.Options.SocketCRI: the agents dial their fake
 	// runtimes' sockets instead of calling them in process.
 	SocketCRI bool
@@ -94,7 +98,7 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 		NodeIP:     func(i int) string { return ips[i] },
 		Labels:     map[string]string{FleetLabel: opts.Name},
 		Images:     opts.Images, Parallel: opts.Parallel, Services: opts.Services, Log: opts.Log,
-		MemoryPerNode: opts.MemoryPerNode, SocketCRI: opts.SocketCRI,
+		MemoryPerNode: opts.MemoryPerNode, StartMemoryPerNode: opts.StartMemoryPerNode, SocketCRI: opts.SocketCRI,
 	})
 	if err != nil {
 		return nil, err

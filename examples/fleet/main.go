@@ -69,6 +69,7 @@ type shardOptions struct {
 	nodeIP      string
 	parallel    int
 	memPerNode  float64
+	startMem    float64
 	taint       bool
 	deleteNodes bool
 }
@@ -84,6 +85,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.bootstrap, "bootstrap-kubeconfig", "", "credentials that may request node client certificates (default: the pod's service account)")
 	fs.StringVar(&o.nodeIP, "node-ip", os.Getenv("POD_IP"), "every node's address (default $POD_IP)")
 	fs.IntVar(&o.parallel, "parallel", 50, "agents started at once")
+	fs.Float64Var(&o.startMem, "start-memory-per-node", 0, "while the agents start, run the garbage collector only when this process's Go memory reaches what it holds then plus this many MiB per node: less CPU for a higher peak and more RSS after the start (see agent/fleet's Options.StartMemoryPerNode); 0 leaves GOGC alone")
 	fs.Float64Var(&o.memPerNode, "memory-per-node", 0, "set this process's Go memory limit, before the agents start, to what it holds then plus this many MiB per node: less RSS for more garbage collection (see agent/fleet's Options.MemoryPerNode); 0 leaves GOMEMLIMIT's")
 	fs.BoolVar(&o.taint, "taint", true, "register the nodes with the "+fleet.Taint+"=<fleet>:NoSchedule taint")
 	fs.BoolVar(&o.deleteNodes, "delete-nodes", true, "delete the shard's Node objects when it stops")
@@ -103,6 +105,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if o.memPerNode < 0 {
 		return fmt.Errorf("--memory-per-node=%g: want 0 or more", o.memPerNode)
+	}
+	if o.startMem < 0 {
+		return fmt.Errorf("--start-memory-per-node=%g: want 0 or more", o.startMem)
 	}
 	logger := klog.Background().WithValues("shard", o.shard)
 	ctx = klog.NewContext(ctx, logger)
@@ -134,6 +139,7 @@ func run(ctx context.Context, args []string) error {
 		Labels:              map[string]string{fleet.Label: o.fleet, fleet.ShardLabel: o.shard},
 		Parallel:            o.parallel,
 		MemoryPerNode:       int64(o.memPerNode * (1 << 20)),
+		StartMemoryPerNode:  int64(o.startMem * (1 << 20)),
 		Services:            services,
 		Log:                 os.Stderr,
 	}

@@ -42,7 +42,9 @@ func TestRunRefusesNoNodes(t *testing.T) {
 }
 
 func TestRunRefusesNegativeMemoryPerNode(t *testing.T) {
-	if err := run(context.Background(), []string{"--nodes=1", "--memory-per-node=-1", "--shard=s", "--dir=" + t.TempDir()}); err == nil || !strings.Contains(err.Error(), "--memory-per-node") {
-		t.Fatalf("run --memory-per-node=-1: %v, want it refused", err)
+	for _, flag := range []string{"--memory-per-node", "--start-memory-per-node"} {
+		if err := run(context.Background(), []string{"--nodes=1", flag + "=-1", "--shard=s", "--dir=" + t.TempDir()}); err == nil || !strings.Contains(err.Error(), flag+"=") {
+			t.Errorf("run %s=-1: %v, want it refused", flag, err)
+		}
 	}
 }

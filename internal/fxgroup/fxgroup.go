@@ -30,7 +30,7 @@ func Provide[V, T any](group string, constructor any, wrap func(V) T) fx.Option 
 		// A plain nil: the zero V, which the helpers' groups read as
 		// "remove the default of this name".
 		var zero V
-		return fx.Provide(fx.Annotate(func() T { return wrap(zero) }, fx.ResultTags(`group:"`+group+`"`)))
+		return fx.Provide(fx.Annotated{Group: group, Target: func() T { return wrap(zero) }})
 	}
 	ctor := reflect.ValueOf(constructor)
 	ct := ctor.Type()
@@ -44,7 +44,7 @@ func Provide[V, T any](group string, constructor any, wrap func(V) T) fx.Option 
 		if !ok {
 			panic(fmt.Sprintf("fxgroup: %T is neither a %v nor a constructor of one", constructor, want))
 		}
-		return fx.Provide(fx.Annotate(func() T { return wrap(v) }, fx.ResultTags(`group:"`+group+`"`)))
+		return fx.Provide(fx.Annotated{Group: group, Target: func() T { return wrap(v) }})
 	}
 	withErr := ct.NumOut() == 2 && ct.Out(1) == errorType
 	if ct.NumOut() < 1 || ct.NumOut() > 2 || (ct.NumOut() == 2 && !withErr) || !ct.Out(0).AssignableTo(want) || ct.IsVariadic() {
@@ -70,7 +70,7 @@ func Provide[V, T any](group string, constructor any, wrap func(V) T) fx.Option 
 		t := wrap(v)
 		return []reflect.Value{reflect.ValueOf(&t).Elem(), errv}
 	})
-	return fx.Provide(fx.Annotate(fn.Interface(), fx.ResultTags(`group:"`+group+`"`)))
+	return fx.Provide(fx.Annotated{Group: group, Target: fn.Interface()})
 }
 
 // groupNode matches a value group in fx's DOT graph: "[type=T group=G]".

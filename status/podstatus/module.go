@@ -31,7 +31,7 @@ var _ Interface = (*Manager)(nil)
 // clock.Clock, ticks.Align, prometheus.Registerer and logr.Logger, and Pods from an
 // optional PodGetter (the agent provides its pod source's).
 var Module = fx.Options(
-	fx.Provide(fx.Annotate(provide, fx.As(fx.Self()), fx.As(new(Interface)))),
+	fx.Provide(provide, func(m *Manager) Interface { return m }),
 	fx.Invoke(func(*Manager) {}),
 )
 

@@ -883,8 +883,9 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	fleet, err := bench.StartFleet(ctx, bench.FleetOptions{
 		ControlPlane: b.cp, Nodes: b.opts.nodes, Dir: filepath.Join(b.dir, "fleet"), Name: name,
 		Images: images, Parallel: b.opts.parallel, Services: services, Log: b.progress,
-		MemoryPerNode: int64(b.opts.fleetMemLimit * (1 << 20)),
-		SocketCRI:     b.opts.fleetSocketCRI,
+		MemoryPerNode:      int64(b.opts.fleetMemLimit * (1 << 20)),
+		StartMemoryPerNode: int64(b.opts.fleetStartMem * (1 << 20)),
+		SocketCRI:          b.opts.fleetSocketCRI,
 	})
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ type options struct {
 	hold           time.Duration
 	fleetPods      int
 	fleetMemLimit  float64
+	fleetStartMem  float64
 	fleetSocketCRI bool
 	shareServices  bool
 	dir            string
@@ -74,6 +75,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.IntVar(&o.parallel, "parallel", 50, "how many of the -nodes agents start at once")
 	fs.DurationVar(&o.hold, "hold", 5*time.Minute, "how long the -nodes agents must stay Ready once all were; their idle CPU is measured over it")
 	fs.BoolVar(&o.shareServices, "share-services", true, "the -nodes agents share one informer on the Services (agent.ServiceLister) instead of one watch each")
+	fs.Float64Var(&o.fleetStartMem, "fleet-start-memory", 0, "while the -nodes agents start, the garbage collector runs only when this process's Go memory reaches what it held before plus this many MiB per node, instead of each time the heap doubled (agent/fleet's Options.StartMemoryPerNode; 0 leaves GOGC alone)")
 	fs.Float64Var(&o.fleetMemLimit, "fleet-memory-limit", 0, "a Go memory limit for this process set before the -nodes agents start: what the Go runtime held then plus this many MiB per node (agent/fleet's Options.MemoryPerNode; 0 sets none)")
 	fs.BoolVar(&o.fleetSocketCRI, "fleet-socket-cri", false, "the -nodes agents dial their fake runtimes over unix sockets (cri-client over gRPC, as on containerd) instead of calling them in process (agent/fleet's Options.SocketCRI)")
 	fs.IntVar(&o.fleetPods, "fleet-pods", 10, "pods per node created on the -nodes agents after -hold (0 skips them)")
@@ -136,8 +138,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-settle=%s: must not be negative", o.settle)
 	case o.startRuns < 1:
 		return options{}, fmt.Errorf("-start-runs must be at least 1")
-	case o.hold < time.Second || o.fleetPods < 0 || o.fleetMemLimit < 0:
-		return options{}, fmt.Errorf("-hold must be at least 1s and -fleet-pods and -fleet-memory-limit not negative")
+	case o.hold < time.Second || o.fleetPods < 0 || o.fleetMemLimit < 0 || o.fleetStartMem < 0:
+		return options{}, fmt.Errorf("-hold must be at least 1s and -fleet-pods, -fleet-memory-limit and -fleet-start-memory not negative")
 	case o.fleetOnly && o.nodes == 0:
 		return options{}, fmt.Errorf("-fleet-only needs -nodes")
 	case o.nodes < 0 || o.parallel < 1:

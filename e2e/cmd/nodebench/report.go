@@ -591,6 +591,9 @@ func (b *benchmark) reportScale() {
 		if f.memLimit != math.MaxInt64 {
 			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT, or -fleet-memory-limit=%g MiB per node)", bench.FormatMiB(uint64(f.memLimit)), b.opts.fleetMemLimit)
 		}
+		if b.opts.fleetStartMem > 0 {
+			t.Note("scale: the garbage collector ran during the agents' start only at a memory limit of %g MiB per node above what this process held before (-fleet-start-memory)", b.opts.fleetStartMem)
+		}
 		if h := f.hold; h != nil {
 			held := h.Held.Round(time.Second)
 			if len(h.Lost) == 0 {
