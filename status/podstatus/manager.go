@@ -876,7 +876,9 @@ func (m *Manager) sourcePod(uid types.UID, e *versionedStatus) (*v1.Pod, bool) {
 // without Options.Pods, it reads the pod from the API server. A copy that
 // misses someone else's later write can only leave that write as it is; the
 // periodic sync then sees the difference and reads the API. The returned
-// pod is the caller's.
+// pod is read-only, not copied (syncPod only reads it, and keeps it as the
+// last answer): the sources' object (PodGetter's pods are read-only), the
+// last answer, or the GET's.
 func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedStatus) (*v1.Pod, error) {
 	if m.pods != nil {
 		p, ok := m.sourcePod(uid, e)
@@ -891,19 +893,19 @@ func (m *Manager) currentPod(ctx context.Context, uid types.UID, e *versionedSta
 		from := m.writtenFrom[uid]
 		m.writeMu.Unlock()
 		if !wrote {
-			return p.DeepCopy(), nil
+			return p, nil
 		}
 		if newer, err := resourceversion.CompareResourceVersion(p.ResourceVersion, last.ResourceVersion); err == nil {
 			if newer >= 0 {
-				return p.DeepCopy(), nil
+				return p, nil
 			}
-			return last.DeepCopy(), nil
+			return last, nil
 		}
 		switch p.ResourceVersion {
 		case last.ResourceVersion:
-			return p.DeepCopy(), nil
+			return p, nil
 		case from:
-			return last.DeepCopy(), nil
+			return last, nil
 		}
 	}
 	return m.client.CoreV1().Pods(e.namespace).Get(ctx, e.name, metav1.GetOptions{})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -1083,4 +1084,36 @@ func TestInternalStartIsMeasuredFromSeenToTheStartedStatusSent(t *testing.T) {
 var kubeletConditionTypes = []v1.PodConditionType{
 	v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodResizeInProgress,
 	v1.PodResizePending, v1.PodReadyToStartContainers, v1.AllContainersRestarting,
+}
+
+// The Manager computes its patches against the sources' pod without a
+// copy of it (PodGetter's pods are read-only): writing statuses, a terminal
+// one too (whose merge rewrites the ready conditions), leaves that object
+// as it was.
+func TestWritesLeaveTheSourcesPodAsItWas(t *testing.T) {
+	p := testPod(v1.RestartPolicyNever, "a")
+	p.Status = v1.PodStatus{
+		Phase: v1.PodRunning,
+		Conditions: []v1.PodCondition{
+			{Type: "example.com/lb", Status: v1.ConditionTrue, Reason: "Registered"},
+			{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)},
+			{Type: v1.ContainersReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)},
+			{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "EvictionByEvictionAPI"},
+		},
+		ResourceClaimStatuses: []v1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: new("web-gpu")}},
+	}
+	source := p.DeepCopy()
+	g := &getter{pods: map[types.UID]*v1.Pod{p.UID: source}}
+	e := newEnv(t, g, p.DeepCopy())
+
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", t0)), nil, podstatus.GenerateOptions{}))
+	e.waitFor(t, "the first write", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 1 })
+	e.m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", t0, 0)), nil, podstatus.GenerateOptions{}))
+	e.m.TerminatePod(p)
+	e.waitFor(t, "the terminal write", func() bool { return e.apiPod(t, "web").Status.Phase == v1.PodSucceeded })
+	e.waitFor(t, "the second write counted", func() bool { return e.counter(t, "nodekit_pod_status_patches_total", "patched") >= 2 })
+
+	if !apiequality.Semantic.DeepEqual(source, p) {
+		t.Errorf("the sources' pod changed:\nnow  %+v\nwas  %+v", source.Status, p.Status)
+	}
 }
