@@ -42,6 +42,10 @@ func ReadTable(path string) (*Table, error) {
 // them has.
 func Compare(w io.Writer, old, cur *Table) error {
 	fmt.Fprintf(w, "change from %s (%s, %s) to %s (%s, %s)\n", orDash(old.Date), orDash(old.Commit), orDash(old.Machine), orDash(cur.Date), orDash(cur.Commit), orDash(cur.Machine))
+	if old.FileSystem != cur.FileSystem {
+		// What a new file costs differs between them: so do the figures.
+		fmt.Fprintf(w, "on another file system: before %s; now %s\n", orDash(old.FileSystem), orDash(cur.FileSystem))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "METRIC\tBEFORE\tNOW\tCHANGE (now/before)\tRESULT")
 	before := map[string]Row{}

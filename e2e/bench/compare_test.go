@@ -26,7 +26,7 @@ func TestChangeBringsUnitsTogether(t *testing.T) {
 
 func TestTableRoundTripsThroughJSONAndCompares(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.json")
-	old := &Table{Date: "2026-12-01T19:00:00Z", Machine: "2 CPUs", Rows: []Row{
+	old := &Table{Date: "2026-12-01T19:00:00Z", Machine: "2 CPUs", FileSystem: "-fs=host: ext4", Rows: []Row{
 		{Metric: "burst p50", Value: "2.00 s", Result: Fail},
 		{Metric: "gone", Value: "1"},
 	}}
@@ -37,12 +37,13 @@ func TestTableRoundTripsThroughJSONAndCompares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur := &Table{Rows: []Row{{Metric: "burst p50", Value: "500 ms", Result: Pass}, {Metric: "added", Value: "3"}}}
+	cur := &Table{FileSystem: "-fs=ext4: journaled", Rows: []Row{{Metric: "burst p50", Value: "500 ms", Result: Pass}, {Metric: "added", Value: "3"}}}
 	var out bytes.Buffer
 	if err := Compare(&out, read, cur); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"×0.25", "FAIL → pass", "new figure: added", "figure gone: gone", "2 CPUs"} {
+	for _, want := range []string{"×0.25", "FAIL → pass", "new figure: added", "figure gone: gone", "2 CPUs",
+		"on another file system: before -fs=host: ext4; now -fs=ext4: journaled"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("comparison lacks %q:\n%s", want, out.String())
 		}

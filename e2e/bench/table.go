@@ -47,10 +47,13 @@ type Table struct {
 	// Commit is the source measured (git describe of the checkout, with
 	// "-dirty" when it had uncommitted changes); Command the command line
 	// that measured it.
-	Commit  string   `json:"commit,omitempty"`
-	Command string   `json:"command,omitempty"`
-	Rows    []Row    `json:"rows"`
-	Notes   []string `json:"notes,omitempty"`
+	Commit  string `json:"commit,omitempty"`
+	Command string `json:"command,omitempty"`
+	// FileSystem says which file system held the nodes' state (what each
+	// new file costs moves the figures).
+	FileSystem string   `json:"file_system,omitempty"`
+	Rows       []Row    `json:"rows"`
+	Notes      []string `json:"notes,omitempty"`
 }
 
 // Add appends a row.

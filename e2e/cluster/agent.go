@@ -92,11 +92,11 @@ type Agent struct {
 }
 
 // newNodeProcess prepares what every node process (a nodekit agent or a
-// kubelet) needs: its directory under Dir/nodes/<name>, its client
+// kubelet) needs: its directory NodesDir/<name>, its client
 // certificate and kubeconfig, and free healthz and API ports on ip. what
 // names the process in errors.
 func (c *ControlPlane) newNodeProcess(what, name, ip, binary string) (a *Agent, healthzPort, apiPort int, err error) {
-	a = &Agent{Name: name, IP: ip, Dir: filepath.Join(c.Dir, "nodes", name), binary: binary}
+	a = &Agent{Name: name, IP: ip, Dir: filepath.Join(c.NodesDir, name), binary: binary}
 	fail := func(err error) (*Agent, int, int, error) {
 		return nil, 0, 0, fmt.Errorf("new %s %s: %w", what, name, err)
 	}
@@ -135,7 +135,7 @@ func sharedDiskEvictionHard() map[string]string {
 
 // NewAgent prepares a node agent: it issues the node's client certificate
 // (system:node:<name>) and kubeconfig and writes its KubeletConfiguration
-// under Dir/nodes/<name>. It starts nothing; call Start.
+// in NodesDir/<name>. It starts nothing; call Start.
 func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 	if opts.Binary == "" || opts.NodeName == "" || opts.RuntimeEndpoint == "" {
 		return nil, errors.New("new agent: Binary, NodeName and RuntimeEndpoint are required")

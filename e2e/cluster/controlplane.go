@@ -32,6 +32,10 @@ type ControlPlaneOptions struct {
 	// Dir holds certificates, kubeconfigs, etcd data and logs; empty means a
 	// new temporary directory, removed by Stop.
 	Dir string
+	// NodesDir holds the directory of each node started by NewAgent or
+	// NewKubelet (NodesDir/<name>: its kubeconfig, configuration, root
+	// dir, pod logs and log); empty means Dir/nodes.
+	NodesDir string
 	// NodeMonitorGracePeriod is kube-controller-manager's
 	// --node-monitor-grace-period: how long a node may go without a Lease
 	// renewal or status update before it is marked Unknown. Default 20s
@@ -57,6 +61,9 @@ type ControlPlaneOptions struct {
 type ControlPlane struct {
 	// Dir holds everything the control plane writes.
 	Dir string
+	// NodesDir holds the directory of each node NewAgent or NewKubelet
+	// prepares (ControlPlaneOptions.NodesDir).
+	NodesDir string
 	// PKI is the cluster's certificate authority and keys.
 	PKI *PKI
 	// Binaries are the programs running.
@@ -136,6 +143,12 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 	}
 	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	c.NodesDir = filepath.Join(c.Dir, "nodes")
+	if opts.NodesDir != "" {
+		if c.NodesDir, err = filepath.Abs(opts.NodesDir); err != nil {
+			return nil, fmt.Errorf("start control plane: %w", err)
+		}
 	}
 	defer func() {
 		if err != nil {

@@ -32,6 +32,7 @@ type options struct {
 	fleetSocketCRI bool
 	shareServices  bool
 	dir            string
+	fs             string // fsExt4 or fsHost
 	heapProfile    string
 	profileDir     string
 	profileTime    time.Duration
@@ -85,6 +86,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
 	fs.StringVar(&o.compare, "compare", "", "print the change of every figure against this earlier -json table")
 	fs.StringVar(&o.compareFrom, "from", "", "with -compare: compare this -json table instead of running the benchmark")
+	fs.StringVar(&o.fs, "fs", fsExt4, "the file system under the nodes' state (every agent's and the kubelet's root and pod logs, containerd's root and state, the -nodes agents'): "+fsExt4+" (a journaled ext4 of mkfs.ext4's defaults on a sparse image, loop-mounted under the run's directory; needs root, a loop device and mkfs.ext4) or "+fsHost+" (the run's directory's own)")
 	fs.StringVar(&o.dir, "dir", "", "keep all state and logs in this directory (default: a temporary one, removed unless the run fails)")
 	fs.Func("pod-starts", "also run the containerd burst on a fresh nodekit agent with each of these --max-parallel-pod-starts values (comma separated, e.g. 1,2,4,8,-1)", func(s string) error {
 		o.podStarts = nil
@@ -124,6 +126,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		o.containerd, o.kubelet, o.podStarts = "off", false, nil
 	}
 	switch {
+	case o.fs != fsExt4 && o.fs != fsHost:
+		return options{}, fmt.Errorf("-fs=%s: want %s or %s", o.fs, fsExt4, fsHost)
 	case o.containerd != "auto" && o.containerd != "on" && o.containerd != "off":
 		return options{}, fmt.Errorf("-containerd=%s: want auto, on or off", o.containerd)
 	case o.series != string(cluster.ContainerdSeries2) && o.series != string(cluster.ContainerdSeries16):

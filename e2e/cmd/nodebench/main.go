@@ -40,6 +40,7 @@
 //	go -C e2e run ./cmd/nodebench -json new.json -compare old.json   # the change of every figure
 //	go -C e2e run ./cmd/nodebench -compare old.json -from new.json   # the same, without running
 //	go -C e2e run ./cmd/nodebench -profile /tmp/prof # CPU profiles of the agents over their bursts
+//	go -C e2e run ./cmd/nodebench -fs=host        # the nodes' state on the run directory's file system
 //
 // For each nodekit burst it also prints where the agent's time went, from
 // the agent's metrics over the burst: its internal latency of each pod's
@@ -52,6 +53,19 @@
 // containers started), the pod worker syncs, the status writes and how
 // long a change waited for its write, and the CRI calls by operation with
 // their summed time.
+//
+// The nodes' state (every agent's and the kubelet's root and pod logs
+// directories, containerd's root and state, the -nodes agents') is on a
+// file system of nodebench's own by default (-fs=ext4): a sparse image
+// file formatted by mkfs.ext4 with its defaults, its journal included, as
+// under a production node's /var/lib, loop-mounted under the run's
+// directory and unmounted (its loop device freed) when nodebench exits,
+// on an error or a signal too. What a new file costs differs between file
+// systems (ext4 without a journal, as this project's VM's root, scans the
+// inodes deleted in the last minute for each one), and the figures with
+// it. The control plane stays in the run's directory. -fs=host keeps the
+// nodes' state there too; without root, a loop device or mkfs.ext4,
+// -fs=ext4 fails and says so. The table says which file system held what.
 //
 // The table goes to stdout, progress to stderr. Every process's log stays in
 // -dir when given, else in a temporary directory removed at the end (kept

@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,11 +24,22 @@ func TestQuickRunProducesFigures(t *testing.T) {
 	if _, err := cluster.BuildControlPlane(t.Context(), cluster.BuildOptions{}); err != nil {
 		testenv.Unavailable(t, "control plane unavailable: %v", err)
 	}
+	// The default file system where this machine can make it; the run's
+	// directory's own where it cannot (TestLoopFSUnavailableNamesTheCause
+	// covers that error).
+	args, fsNote := []string{"-quick", "-dir", t.TempDir()}, "file system: -fs=ext4: the nodes' state on ext4 with a journal (/dev/loop"
+	if err := cluster.CheckLoopFS(); err != nil {
+		t.Logf("-fs=host: %v", err)
+		args, fsNote = append(args, "-fs=host"), "file system: -fs=host: "
+	}
 	var out, progress bytes.Buffer
-	err := run(t.Context(), []string{"-quick", "-dir", t.TempDir()}, &out, &progress)
+	err := run(t.Context(), args, &out, &progress)
 	t.Logf("table:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("nodebench -quick: %v\nprogress:\n%s", err, progress.String())
+	}
+	if !strings.Contains(out.String(), fsNote) {
+		t.Errorf("the table does not say %q", fsNote)
 	}
 	// The rows -quick measures (fakecri and the in-process fleet).
 	for _, metric := range []string{
@@ -98,7 +113,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.fakePods != 100 || o.containerdPods != 30 || o.nodes != 100 || o.containerd != "auto" || !o.kubelet || o.csiPods != 5 {
+	if o.fakePods != 100 || o.containerdPods != 30 || o.nodes != 100 || o.containerd != "auto" || !o.kubelet || o.csiPods != 5 || o.fs != fsExt4 {
 		t.Errorf("defaults = %+v", o)
 	}
 	o, err = parseFlags([]string{"-fleet-only", "-nodes=1000", "-containerd=on"}, &bytes.Buffer{})
@@ -109,11 +124,35 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("-fleet-only -nodes=1000 -containerd=on = %+v: want containerd off and no kubelet", o)
 	}
 	for _, args := range [][]string{
-		{"-fleet-only", "-nodes=0"}, {"-containerd=maybe"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"-fleet-memory-limit=-1"}, {"-fleet-start-memory=-1"}, {"extra"},
+		{"-fleet-only", "-nodes=0"}, {"-containerd=maybe"}, {"-fs=xfs"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"-fleet-memory-limit=-1"}, {"-fleet-start-memory=-1"}, {"extra"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}
+	}
+}
+
+// TestLoopFSUnavailableNamesTheCause runs nodebench where it cannot make
+// its file system (no mkfs.ext4 on PATH; without root, that too): it fails
+// before it starts anything, naming what is missing and -fs=host.
+func TestLoopFSUnavailableNamesTheCause(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	dir := t.TempDir()
+	var out, progress bytes.Buffer
+	err := run(t.Context(), []string{"-quick", "-dir", dir}, &out, &progress)
+	if err == nil {
+		t.Fatalf("nodebench without mkfs.ext4 ran:\n%s", out.String())
+	}
+	for _, want := range []string{"-fs=ext4", "mkfs.ext4 on PATH", "-fs=host"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, nodeFSName+".img")); !errors.Is(statErr, fs.ErrNotExist) {
+		t.Errorf("an image file was made: %v", statErr)
+	}
+	if !strings.Contains(out.String(), "file system: not made") {
+		t.Errorf("the table does not say the file system was not made:\n%s", out.String())
 	}
 }
 

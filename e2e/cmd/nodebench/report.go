@@ -54,6 +54,7 @@ func (b *benchmark) report() {
 	t.Date, t.Machine = time.Now().UTC().Format(time.RFC3339), machine()
 	t.Note("machine: %s; runtime %s", machine(), orNA(b.runtimeVersion, "containerd not used"))
 	t.Note("source: %s; command: %s", orNA(t.Commit, "not located"), t.Command)
+	t.Note("file system: %s", orNA(t.FileSystem, "not made (the run stopped before)"))
 	if b.opts.fleetOnly {
 		t.Note("-fleet-only: the single-node figures were not measured")
 		b.reportScale()
