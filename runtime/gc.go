@@ -118,7 +118,8 @@ func DefaultContainerGCPolicy() ContainerGCPolicy {
 // unknown state is stopped first); not-ready sandboxes without containers
 // other than a live pod's newest; and everything of a pod for which
 // removed(uid) is true that runs nothing (RemovePod), pod log directories
-// included. removed tells the pods that are gone from the agent's
+// included; and, whatever removed says, the dead links in ContainerLogsDir
+// of containers that are not running or gone (removeDeadLogLinks). removed tells the pods that are gone from the agent's
 // configuration and finished terminating; it is only asked once every pod
 // source has reported. It blocks for the CRI calls and returns the errors
 // joined.
@@ -269,6 +270,7 @@ func (m *PodManager) garbageCollect(ctx context.Context, removed, unused func(ty
 			}
 		}
 	}
+	m.removeDeadLogLinks(ctx)
 	if len(errs) > 0 {
 		return fmt.Errorf("garbage collect: %w", errors.Join(errs...))
 	}
