@@ -308,6 +308,8 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 	}
 	// Pod logs stay in the node's directory, not the host's /var/log/pods.
 	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "pod-logs")
+	// So do the links to them: not the host's /var/log/containers.
+	cfg.ContainerLogsDir = filepath.Join(dir, "container-logs")
 	// No kubelet API per node: every agent of the fleet would want port
 	// 10250 (and a key pair of its own).
 	cfg.Kubelet.EnableServer = ptr.To(false)

@@ -105,6 +105,7 @@ func run(args []string, out io.Writer) int {
 	}
 	if !hasFlag(args, "config") {
 		cfg.Kubelet.PodLogsDir = filepath.Join(dir, "pod-logs")
+		cfg.ContainerLogsDir = filepath.Join(dir, "container-logs")
 	}
 	if cfg.KubeconfigPath != "" {
 		fmt.Fprintln(out, "A --kubeconfig was given: the agent registers with that API server.")
