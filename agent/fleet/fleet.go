@@ -50,7 +50,8 @@ type Options struct {
 	// Names are the nodes' names, one agent each. Required.
 	Names []string
 	// Dir holds a directory per node (<Dir>/<name>: its root directory,
-	// kubeconfig, certificates, pod logs). Required.
+	// kubeconfig, certificates, pod logs and the links to them, which
+	// would otherwise fill the host's /var/log/containers). Required.
 	Dir string
 	// SocketCRI serves each node's fake runtime on a unix socket and has
 	// its agent dial it, as an agent does a real runtime: the same CRI
