@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodekit/nodekit/features"
 	"github.com/nodekit/nodekit/imagepull"
+	nkruntime "github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/userns"
 )
 
@@ -52,6 +53,11 @@ type Config struct {
 	RootDir string
 	// CertDir holds the serving certificate (--cert-dir, <root-dir>/pki).
 	CertDir string
+	// ContainerLogsDir is where the agent links each started container's
+	// log file for log shippers (--container-logs-dir, nodekit's own: the
+	// kubelet hard-codes /var/log/containers, DefaultContainerLogsDir).
+	// Agents sharing a machine give each its own.
+	ContainerLogsDir string
 	// BootstrapKubeconfigPath is --bootstrap-kubeconfig: credentials
 	// (typically a bootstrap token) that may request the node's client
 	// certificate when KubeconfigPath does not hold a valid one (TLS
@@ -119,6 +125,10 @@ type Config struct {
 
 // DefaultRootDir is the kubelet's default state directory.
 const DefaultRootDir = "/var/lib/kubelet"
+
+// DefaultContainerLogsDir is the kubelet's directory of container log
+// links, which log shippers read.
+const DefaultContainerLogsDir = nkruntime.DefaultContainerLogsDir
 
 // LoadKubeletConfiguration reads a KubeletConfiguration file (YAML or JSON,
 // kubelet.config.k8s.io/v1beta1). Like the kubelet it decodes strictly first
@@ -365,6 +375,9 @@ func (c *Config) complete(logger klog.Logger) error {
 	}
 	if c.CertDir == "" {
 		c.CertDir = c.RootDir + "/pki"
+	}
+	if c.ContainerLogsDir == "" {
+		c.ContainerLogsDir = DefaultContainerLogsDir
 	}
 	if c.MaxPerPodContainerCount == nil {
 		c.MaxPerPodContainerCount = ptr.To[int32](1)

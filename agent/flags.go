@@ -123,6 +123,7 @@ func (b *flagBinder) flagSet(name string) *pflag.FlagSet {
 	fs.StringVar(&c.PodInfraContainerImage, "pod-infra-container-image", c.PodInfraContainerImage, "Image the image garbage collector never removes (the runtime's sandbox image).")
 	// nodekit's own: the kubelet has no such flag.
 	fs.BoolVar(&c.NodeShutdownSignal, "node-shutdown-signal", c.NodeShutdownSignal, "With shutdownGracePeriod set, take SIGPWR sent to the agent as a node shutdown (for machines without systemd-logind). Off by default.")
+	fs.StringVar(&c.ContainerLogsDir, "container-logs-dir", c.ContainerLogsDir, "Directory of the links to the containers' log files that log shippers read (default /var/log/containers, where the kubelet always makes them).")
 	fs.IntVar(&c.MaxParallelPodStarts, "max-parallel-pod-starts", c.MaxParallelPodStarts, "Pods that create their sandbox and start their containers at once, the earliest bound first; 0 for four per CPU, negative for no bound (every pod at once, as the kubelet).")
 	b.discarded = make(map[string]any, len(discardedFlags))
 	for name, isBool := range discardedFlags {

@@ -131,6 +131,7 @@ spec:
 			},
 				fx.Decorate(func(cfg *agent.Config) *agent.Config {
 					cfg.Kubelet.PodLogsDir = filepath.Join(agenttest.TempDir(t), "logs")
+					cfg.ContainerLogsDir = filepath.Join(agenttest.TempDir(t), "container-logs")
 					return cfg
 				}),
 				fx.Invoke(func(sd fx.Shutdowner) { shutdowners <- sd }),

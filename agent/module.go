@@ -302,15 +302,16 @@ type dataDirs struct{}
 
 // ensureDataDirs makes the agent's directories on start, as the kubelet
 // does: its root directory (whose filesystem is the node's
-// ephemeral-storage), the pods and plugins directories under it and the
-// pod logs directory (the plugin manager makes plugins_registry).
+// ephemeral-storage), the pods and plugins directories under it, the
+// pod logs directory and that of the container log links (the plugin
+// manager makes plugins_registry).
 func ensureDataDirs(lc fx.Lifecycle, cfg *Config) dataDirs {
 	lc.Append(fx.StartHook(func() error {
 		for _, d := range []struct {
 			path string
 			mode os.FileMode
 		}{{cfg.RootDir, 0o750}, {filepath.Join(cfg.RootDir, "pods"), 0o750},
-			{filepath.Join(cfg.RootDir, "plugins"), 0o750}, {cfg.Kubelet.PodLogsDir, 0o755}} {
+			{filepath.Join(cfg.RootDir, "plugins"), 0o750}, {cfg.Kubelet.PodLogsDir, 0o755}, {cfg.ContainerLogsDir, 0o755}} {
 			if err := os.MkdirAll(d.path, d.mode); err != nil {
 				return fmt.Errorf("create the agent's directory: %w", err)
 			}

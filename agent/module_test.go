@@ -192,7 +192,7 @@ func TestAgentStopsPodsNoSourceKnows(t *testing.T) {
 	defer rc.Close()
 	pm, err := runtime.NewPodManager(runtime.PodManagerOptions{
 		Runtime: rc.RuntimeService(), Images: rc.ImageService(), NodeName: "node-a",
-		PodLogsDir: t.TempDir(), PodsDir: t.TempDir(),
+		PodLogsDir: t.TempDir(), ContainerLogsDir: t.TempDir(), PodsDir: t.TempDir(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -259,6 +259,7 @@ func (cfg *Config) PodManagerOptions(cgroupParent func(context.Context, *v1.Pod)
 		NodeName:              cfg.NodeName,
 		NodeIPs:               cfg.NodeIPs,
 		PodLogsDir:            kc.PodLogsDir,
+		ContainerLogsDir:      cfg.ContainerLogsDir,
 		PodsDir:               filepath.Join(cfg.RootDir, "pods"),
 		ClusterDNS:            dns,
 		ClusterDomain:         kc.ClusterDomain,

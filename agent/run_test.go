@@ -114,6 +114,7 @@ func TestRunSaysWhichComponentFailed(t *testing.T) {
 		fx.Replace(&agent.Clients{Client: client, Heartbeat: client}),
 		fx.Decorate(func(cfg *agent.Config) *agent.Config {
 			cfg.Kubelet.PodLogsDir = filepath.Join(t.TempDir(), "logs")
+			cfg.ContainerLogsDir = filepath.Join(t.TempDir(), "container-logs")
 			return cfg
 		}),
 	)

@@ -116,7 +116,7 @@ func TestKubeadmJoinOnFakeCRI(t *testing.T) {
 		// Container logs stay with the test, not in the host's /var/log/pods.
 		"podLogsDir": filepath.Join(dir, "pod-logs"),
 	})
-	extraArgs := []string{"--node-ip=" + ip}
+	extraArgs := []string{"--node-ip=" + ip, "--container-logs-dir=" + filepath.Join(dir, "container-logs")}
 
 	root, err := cluster.NewNodeRoot(ctx, filepath.Join(dir, "root"))
 	if err != nil {

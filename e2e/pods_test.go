@@ -801,7 +801,7 @@ func (n *podNode) criSandboxes(t *testing.T, uid types.UID) []*runtimeapi.PodSan
 // testRuntimeLabels: what `crictl ps` and `crictl pods` show of a pod: the
 // container and its sandbox carry the pod's name, namespace and UID and the
 // container's name, the container its restart count and spec hash, and its
-// log is where the kubelet puts it.
+// log is where the kubelet puts it, linked where log shippers read it.
 func testRuntimeLabels(t *testing.T, n *podNode) {
 	ctx := t.Context()
 	const greeting = "hello from nodekit"
@@ -875,6 +875,16 @@ func testRuntimeLabels(t *testing.T, n *podNode) {
 	if err != nil {
 		data, readErr := os.ReadFile(wantLog)
 		t.Errorf("container log %s does not hold %q: %q %v", wantLog, greeting, data, readErr)
+	}
+	// The link log shippers read, the kubelet's
+	// /var/log/containers/<pod>_<ns>_<container>-<id>.log (made once the
+	// container started: the pod is Ready).
+	link := filepath.Join(n.agent.Dir, "container-logs", fmt.Sprintf("%s_%s_main-%s.log", pod.Name, pod.Namespace, c.Id))
+	if target, err := os.Readlink(link); err != nil || target != wantLog {
+		t.Errorf("container log link %s points to %q (%v), want %q", link, target, err, wantLog)
+	}
+	if data, err := os.ReadFile(link); err != nil || !strings.Contains(string(data), greeting) {
+		t.Errorf("container log link %s does not read the container's output %q: %q %v", link, greeting, data, err)
 	}
 }
 

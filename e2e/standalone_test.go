@@ -76,7 +76,8 @@ func TestStandaloneOnContainerd(t *testing.T) {
 		Name: name, IP: ip, Dir: filepath.Join(dir, "agent"),
 		HealthzURL: fmt.Sprintf("http://%s/healthz", netJoin(ip, healthzPort)),
 		Argv: []string{env.agent, "--config=" + configPath, "--hostname-override=" + name, "--node-ip=" + ip,
-			"--container-runtime-endpoint=" + c.Endpoint, "--root-dir=" + filepath.Join(dir, "root"), "--v=2"},
+			"--container-runtime-endpoint=" + c.Endpoint, "--root-dir=" + filepath.Join(dir, "root"),
+			"--container-logs-dir=" + filepath.Join(dir, "container-logs"), "--v=2"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,11 @@
 // is the kubelet's own ([HashContainer]), so an agent that replaces a
 // kubelet on a node keeps the containers it started running; KillPod
 // accepts a nil pod for such orphans. Container logs are written by the
-// runtime to <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restart>.log.
+// runtime to <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restart>.log;
+// once a container started, a link to its log is made in ContainerLogsDir
+// (/var/log/containers, where log shippers read), named as the kubelet names
+// it ([ContainerLogLink]), removed with the container, and the container
+// garbage collector removes the dangling links of containers that exited.
 // Events (Pulling, Pulled, Created, Started, Killing, BackOff, Failed,
 // FailedCreatePodSandBox, SandboxChanged, ...) carry the kubelet's reasons
 // and messages.

@@ -83,11 +83,12 @@ func ExamplePodManager() {
 	defer client.Close()
 
 	pm, err := runtime.NewPodManager(runtime.PodManagerOptions{
-		Runtime:        client.RuntimeService(),
-		Images:         client.ImageService(),
-		PodLogsDir:     filepath.Join(dir, "logs"),
-		PodsDir:        filepath.Join(dir, "pods"),
-		MemoryCapacity: 1 << 30,
+		Runtime:          client.RuntimeService(),
+		Images:           client.ImageService(),
+		PodLogsDir:       filepath.Join(dir, "logs"),
+		ContainerLogsDir: filepath.Join(dir, "containers"),
+		PodsDir:          filepath.Join(dir, "pods"),
+		MemoryCapacity:   1 << 30,
 	})
 	if err != nil {
 		panic(err)

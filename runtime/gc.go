@@ -118,9 +118,10 @@ func DefaultContainerGCPolicy() ContainerGCPolicy {
 // unknown state is stopped first); not-ready sandboxes without containers
 // other than a live pod's newest; and everything of a pod for which
 // removed(uid) is true that runs nothing (RemovePod), pod log directories
-// included. removed tells the pods that are gone from the agent's
-// configuration and finished terminating; it is only asked once every pod
-// source has reported. It blocks for the CRI calls and returns the errors
+// included; and, whatever removed says, the dangling links in
+// ContainerLogsDir of containers that exited or are gone. removed tells the
+// pods that are gone from the agent's configuration and finished
+// terminating; it is only asked once every pod source has reported. It blocks for the CRI calls and returns the errors
 // joined.
 func (m *PodManager) GarbageCollect(ctx context.Context, removed func(types.UID) bool) error {
 	return m.garbageCollect(ctx, removed, nil)
@@ -269,6 +270,7 @@ func (m *PodManager) garbageCollect(ctx context.Context, removed, unused func(ty
 			}
 		}
 	}
+	m.removeDeadLogLinks(ctx)
 	if len(errs) > 0 {
 		return fmt.Errorf("garbage collect: %w", errors.Join(errs...))
 	}

@@ -63,19 +63,23 @@ func newHarness(t testing.TB, fopts fakecri.Options, mutate func(*runtime.PodMan
 	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\nsearch corp.example\noptions timeout:2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "containers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	rec := record.NewFakeRecorder(10000)
 	opts := runtime.PodManagerOptions{
-		Runtime:        client.RuntimeService(),
-		Images:         client.ImageService(),
-		NodeName:       "node-1",
-		NodeIPs:        []net.IP{net.ParseIP("192.0.2.10")},
-		PodLogsDir:     filepath.Join(dir, "logs"),
-		PodsDir:        filepath.Join(dir, "pods"),
-		HostsFile:      filepath.Join(dir, "no-hosts"),
-		ClusterDNS:     []net.IP{net.ParseIP("10.96.0.10")},
-		ClusterDomain:  "cluster.local",
-		ResolverConfig: resolv,
-		MemoryCapacity: 8 << 30,
+		Runtime:          client.RuntimeService(),
+		Images:           client.ImageService(),
+		NodeName:         "node-1",
+		NodeIPs:          []net.IP{net.ParseIP("192.0.2.10")},
+		PodLogsDir:       filepath.Join(dir, "logs"),
+		ContainerLogsDir: filepath.Join(dir, "containers"),
+		PodsDir:          filepath.Join(dir, "pods"),
+		HostsFile:        filepath.Join(dir, "no-hosts"),
+		ClusterDNS:       []net.IP{net.ParseIP("10.96.0.10")},
+		ClusterDomain:    "cluster.local",
+		ResolverConfig:   resolv,
+		MemoryCapacity:   8 << 30,
 		CgroupParent: func(_ context.Context, pod *v1.Pod) (string, error) {
 			return "/kubepods/burstable/pod" + string(pod.UID), nil
 		},

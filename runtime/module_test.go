@@ -87,7 +87,7 @@ func TestPodsModule(t *testing.T) {
 		runtime.Module,
 		runtime.PodsModule,
 		fx.Supply(runtime.Options{Endpoint: endpoint}),
-		fx.Supply(runtime.PodManagerOptions{PodLogsDir: filepath.Join(dir, "logs"), PodsDir: filepath.Join(dir, "pods"), MemoryCapacity: 1 << 30}),
+		fx.Supply(runtime.PodManagerOptions{PodLogsDir: filepath.Join(dir, "logs"), ContainerLogsDir: filepath.Join(dir, "containers"), PodsDir: filepath.Join(dir, "pods"), MemoryCapacity: 1 << 30}),
 		fx.Provide(func() prometheus.Registerer { return reg }),
 		fx.Populate(&pm, &pleg, &backend),
 	)

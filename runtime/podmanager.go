@@ -25,6 +25,7 @@ import (
 // Defaults of PodManagerOptions, the kubelet's.
 const (
 	DefaultPodLogsDir          = "/var/log/pods"
+	DefaultContainerLogsDir    = "/var/log/containers"
 	DefaultPodsDir             = "/var/lib/kubelet/pods"
 	DefaultSeccompProfileRoot  = "/var/lib/kubelet/seccomp"
 	DefaultHostsFile           = "/etc/hosts"
@@ -60,6 +61,12 @@ type PodManagerOptions struct {
 	// <PodLogsDir>/<namespace>_<name>_<uid>/<container>/<restartCount>.log
 	// (default DefaultPodLogsDir).
 	PodLogsDir string
+	// ContainerLogsDir is where the link to each started container's log
+	// file goes, <pod>_<namespace>_<container>-<containerID>.log
+	// ([ContainerLogLink]), as the kubelet's /var/log/containers, which
+	// log shippers read (default DefaultContainerLogsDir, made when
+	// missing).
+	ContainerLogsDir string
 	// PodsDir holds the per-pod files the agent makes: the pod's
 	// /etc/hosts (<PodsDir>/<uid>/etc-hosts) and the containers'
 	// termination message files (<PodsDir>/<uid>/containers/<name>/), next
@@ -303,6 +310,9 @@ func NewPodManager(opts PodManagerOptions) (*PodManager, error) {
 	}
 	if opts.PodLogsDir == "" {
 		opts.PodLogsDir = DefaultPodLogsDir
+	}
+	if opts.ContainerLogsDir == "" {
+		opts.ContainerLogsDir = DefaultContainerLogsDir
 	}
 	if opts.PodsDir == "" {
 		opts.PodsDir = DefaultPodsDir

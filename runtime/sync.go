@@ -439,6 +439,7 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 		return failed(podstate.ErrRunContainer, grpcMessage(err))
 	}
 	m.recorder.Eventf(ref, v1.EventTypeNormal, "Started", "Container started")
+	m.linkContainerLog(ctx, pod.Name, pod.Namespace, c.Name, id, filepath.Join(s.sandboxCfg.GetLogDirectory(), cfg.GetLogPath()))
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		podIP := ""
 		if len(s.podIPs) > 0 {
@@ -639,9 +640,7 @@ func (s *podSync) removeInitContainers(ctx context.Context, keep int) {
 // stay until the pod is removed, as the kubelet keeps them, and the next
 // instance's restart count follows them.
 func (m *PodManager) removeContainer(ctx context.Context, id string, keepLogs bool) error {
-	if !keepLogs {
-		m.removeContainerLogs(ctx, id)
-	}
+	m.removeContainerLogs(ctx, id, keepLogs)
 	if err := m.rs.RemoveContainer(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
@@ -649,13 +648,18 @@ func (m *PodManager) removeContainer(ctx context.Context, id string, keepLogs bo
 	return nil
 }
 
-// removeContainerLogs removes the log files of container id.
-func (m *PodManager) removeContainerLogs(ctx context.Context, id string) {
+// removeContainerLogs removes the log link of container id, which is going,
+// and unless keepLogs its log files.
+func (m *PodManager) removeContainerLogs(ctx context.Context, id string, keepLogs bool) {
 	resp, err := m.rs.ContainerStatus(ctx, id, false)
-	if err != nil || resp.GetStatus().GetLogPath() == "" {
+	if err != nil || resp.GetStatus() == nil {
 		return
 	}
+	m.unlinkContainerLog(ctx, resp.GetStatus())
 	log := resp.GetStatus().GetLogPath()
+	if keepLogs || log == "" {
+		return
+	}
 	rotated, _ := filepath.Glob(log + ".*")
 	for _, l := range append(rotated, log) {
 		if err := os.Remove(l); err != nil && !os.IsNotExist(err) {

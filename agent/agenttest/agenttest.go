@@ -265,6 +265,7 @@ func Config(t testing.TB, name, endpoint string, args ...string) *agent.Config {
 		t.Fatal(err)
 	}
 	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "logs")
+	cfg.ContainerLogsDir = filepath.Join(dir, "container-logs")
 	return cfg
 }
 

@@ -50,7 +50,8 @@ type Options struct {
 	// Names are the nodes' names, one agent each. Required.
 	Names []string
 	// Dir holds a directory per node (<Dir>/<name>: its root directory,
-	// kubeconfig, certificates, pod logs). Required.
+	// kubeconfig, certificates, pod logs and the links to them, which
+	// would otherwise fill the host's /var/log/containers). Required.
 	Dir string
 	// SocketCRI serves each node's fake runtime on a unix socket and has
 	// its agent dial it, as an agent does a real runtime: the same CRI
@@ -308,6 +309,8 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 	}
 	// Pod logs stay in the node's directory, not the host's /var/log/pods.
 	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "pod-logs")
+	// So do the links to them: not the host's /var/log/containers.
+	cfg.ContainerLogsDir = filepath.Join(dir, "container-logs")
 	// No kubelet API per node: every agent of the fleet would want port
 	// 10250 (and a key pair of its own).
 	cfg.Kubelet.EnableServer = ptr.To(false)

@@ -66,7 +66,8 @@ type Agent struct {
 	Name string
 	IP   string
 	// Dir holds the node's kubeconfig, configuration, root dir, pod logs
-	// (pod-logs) and log.
+	// (pod-logs), the links to them (container-logs, the kubelet's
+	// /var/log/containers) and log.
 	Dir        string
 	Kubeconfig string
 	ConfigPath string
@@ -203,6 +204,8 @@ func (c *ControlPlane) NewAgent(opts AgentOptions) (*Agent, error) {
 		"--node-ip=" + a.IP,
 		"--container-runtime-endpoint=" + opts.RuntimeEndpoint,
 		"--root-dir=" + filepath.Join(a.Dir, "root"),
+		// The container log links stay with the node too.
+		"--container-logs-dir=" + filepath.Join(a.Dir, "container-logs"),
 		"--v=" + strconv.Itoa(opts.Verbosity),
 	}
 	if len(opts.Labels) > 0 {

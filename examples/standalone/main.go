@@ -67,7 +67,8 @@ func run(args []string, out io.Writer) int {
 	defer os.RemoveAll(dir)
 
 	// Defaults a standalone demo needs, before the user's flags (which win).
-	defaults := []string{"--root-dir=" + filepath.Join(dir, "root"), "--healthz-port=0"}
+	defaults := []string{"--root-dir=" + filepath.Join(dir, "root"), "--healthz-port=0",
+		"--container-logs-dir=" + filepath.Join(dir, "container-logs")}
 	if !hasFlag(args, "container-runtime-endpoint") {
 		fake := fakecri.New(fakecri.Options{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS, PullAny: true})
 		endpoint, stop, err := fake.Start(filepath.Join(dir, "fakecri.sock"))
