@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -868,20 +867,11 @@ func anyContainerd(procs []procEntry) bool {
 
 // cgroupDirs returns <mount>/<name> for every mounted cgroup hierarchy.
 func cgroupDirs(name string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
+	mounts, _ := readMountInfo()
 	var dirs []string
-	for _, line := range strings.Split(string(data), "\n") {
-		// The filesystem type follows the " - " separator.
-		_, post, ok := strings.Cut(line, " - ")
-		fields := strings.Fields(line)
-		if !ok || len(fields) < 5 {
-			continue
-		}
-		if fsType := strings.Fields(post); len(fsType) > 0 && (fsType[0] == "cgroup" || fsType[0] == "cgroup2") {
-			dirs = append(dirs, filepath.Join(unescapeMountPath(fields[4]), name))
+	for _, m := range mounts {
+		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
+			dirs = append(dirs, filepath.Join(m.target, name))
 		}
 	}
 	return dirs
@@ -1080,24 +1070,40 @@ func unmountUnder(dir string) error {
 
 // mountsUnder lists the mount points at or below dir, in mountinfo's order.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := readMountInfo()
+	var targets []string
+	for _, m := range mounts {
+		if m.target == dir || strings.HasPrefix(m.target, dir+"/") {
+			targets = append(targets, m.target)
+		}
+	}
+	return targets, err
+}
+
+// mountInfo is one line of /proc/self/mountinfo: the mount point and the
+// source unescaped, and the file system type.
+type mountInfo struct {
+	target, fsType, source string
+}
+
+// readMountInfo reads this process's mount table, in the order the mounts
+// were made. Lines it cannot read are left out.
+func readMountInfo() ([]mountInfo, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var targets []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
+	var mounts []mountInfo
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID parent major:minor root target options [optional...] - type source super-options
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, after := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(after) < 2 {
 			continue
 		}
-		target := unescapeMountPath(fields[4])
-		if target == dir || strings.HasPrefix(target, dir+"/") {
-			targets = append(targets, target)
-		}
+		mounts = append(mounts, mountInfo{target: unescapeMountPath(fields[4]), fsType: after[0], source: unescapeMountPath(after[1])})
 	}
-	return targets, s.Err()
+	return mounts, nil
 }
 
 // sharedBindMount makes dir a bind mount of itself with shared propagation

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -177,35 +176,17 @@ func DescribeFS(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := readMountInfo()
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
 	var target, fstype, source string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		// ID parent major:minor root target options [optional...] - type source super-options
-		fields := strings.Fields(s.Text())
-		sep := -1
-		for i, field := range fields {
-			if field == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
-			continue
-		}
-		t := unescapeMountPath(fields[4])
+	for _, m := range mounts {
 		// The longest mount point that holds path; of equal ones the last
-		// mounted (mountinfo lists mounts in the order they were made).
-		if (t == path || t == "/" || strings.HasPrefix(path, t+"/")) && len(t) >= len(target) {
-			target, fstype, source = t, fields[sep+1], unescapeMountPath(fields[sep+2])
+		// mounted.
+		if (m.target == path || m.target == "/" || strings.HasPrefix(path, m.target+"/")) && len(m.target) >= len(target) {
+			target, fstype, source = m.target, m.fsType, m.source
 		}
-	}
-	if err := s.Err(); err != nil {
-		return "", err
 	}
 	if target == "" {
 		return "", fmt.Errorf("describe the file system of %s: no mount holds it", path)
