@@ -121,8 +121,8 @@ func DefaultContainerGCPolicy() ContainerGCPolicy {
 // included; and, whatever removed says, the dangling links in
 // ContainerLogsDir of containers that exited or are gone. removed tells the
 // pods that are gone from the agent's configuration and finished
-// terminating; it is only asked once every pod source has reported. It blocks for the CRI calls and returns the errors
-// joined.
+// terminating; it is only asked once every pod source has reported. It
+// blocks for the CRI calls and returns the errors joined.
 func (m *PodManager) GarbageCollect(ctx context.Context, removed func(types.UID) bool) error {
 	return m.garbageCollect(ctx, removed, nil)
 }
