@@ -4,7 +4,10 @@
 // own with Options.SocketCRI), with its own client certificate,
 // Prometheus registry and root directory. Their pods
 // "run" on the fake runtime; everything the API server sees (registration,
-// status, leases, pod status, events) is the real agent's.
+// status, leases, pod status, events) is the real agent's. Once an agent
+// is built the fleet keeps its lifecycle hooks and lets its fx application
+// (the dig graph) go; a component's failure stops its node, as a kubelet's
+// process exits.
 //
 // nodebench (e2e/cmd/nodebench) runs a fleet beside the control plane to
 // measure a node's cost; examples/fleet runs one as a shard of a
