@@ -4,7 +4,10 @@
 // own with Options.SocketCRI), with its own client certificate,
 // Prometheus registry and root directory. Their pods
 // "run" on the fake runtime; everything the API server sees (registration,
-// status, leases, pod status, events) is the real agent's.
+// status, leases, pod status, events) is the real agent's. Once an agent
+// is built the fleet keeps its lifecycle hooks and lets its fx application
+// (the dig graph) go; a component's failure stops its node, as a kubelet's
+// process exits.
 //
 // nodebench (e2e/cmd/nodebench) runs a fleet beside the control plane to
 // measure a node's cost; examples/fleet runs one as a shard of a
@@ -148,7 +151,7 @@ type Fleet struct {
 	// running it, once per mounter.
 	mounter mount.Interface
 	mu      sync.Mutex
-	apps    []*fx.App
+	nodes   []*node
 	stopCRI []func()
 }
 
@@ -321,17 +324,20 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 			return fmt.Errorf("node %s: %w", name, err)
 		}
 	}
-	app := agent.New(cfg, nodeOptions(opts, i, cri, f.mounter)...)
+	n := newNode(name, opts.Log)
+	app := agent.New(cfg, append(nodeOptions(opts, i, cri, f.mounter), n.options())...)
 	if err := app.Err(); err != nil {
 		return fmt.Errorf("node %s: build agent: %w", name, err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, app.StartTimeout())
+	// The application is not kept (see node).
+	n.startTimeout, n.stopTimeout = app.StartTimeout(), app.StopTimeout()
+	startCtx, cancel := context.WithTimeout(ctx, n.startTimeout)
 	defer cancel()
-	if err := app.Start(startCtx); err != nil {
+	if err := n.start(startCtx); err != nil {
 		return fmt.Errorf("node %s: start agent: %w", name, err)
 	}
 	f.mu.Lock()
-	f.apps = append(f.apps, app)
+	f.nodes = append(f.nodes, n)
 	f.mu.Unlock()
 	return nil
 }
@@ -385,19 +391,23 @@ func nodeOptions(opts Options, i int, cri *fakecri.Server, mounter mount.Interfa
 // that did not stop cleanly and may be called more than once.
 func (f *Fleet) Stop() error {
 	f.mu.Lock()
-	apps, stops := f.apps, f.stopCRI
-	f.apps, f.stopCRI = nil, nil
+	nodes, stops := f.nodes, f.stopCRI
+	f.nodes, f.stopCRI = nil, nil
 	f.mu.Unlock()
-	errs := make(chan error, len(apps))
-	for _, app := range apps {
+	errs := make(chan error, len(nodes))
+	for _, n := range nodes {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), app.StopTimeout())
+			ctx, cancel := context.WithTimeout(context.Background(), n.stopTimeout)
 			defer cancel()
-			errs <- app.Stop(ctx)
+			if err := n.stop(ctx); err != nil {
+				errs <- fmt.Errorf("node %s: %w", n.name, err)
+				return
+			}
+			errs <- nil
 		}()
 	}
 	var all []error
-	for range apps {
+	for range nodes {
 		if err := <-errs; err != nil {
 			all = append(all, err)
 		}
