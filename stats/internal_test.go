@@ -84,7 +84,7 @@ func TestReadNetDev(t *testing.T) {
 docker0: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0
 `)
 	var r reader
-	ns, err := r.readNetDev(p, time.Unix(1, 0))
+	ns, err := r.readNetDev(p, false, time.Unix(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ docker0: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0
 		t.Errorf("default interface %q, want none without eth0 (as the kubelet)", ns.Name)
 	}
 	writeFile(t, p, "h\nh\neth0: 1 2 3\n")
-	if _, err := r.readNetDev(p, time.Unix(1, 0)); err == nil {
+	if _, err := r.readNetDev(p, false, time.Unix(1, 0)); err == nil {
 		t.Error("a truncated line parsed")
 	}
 }

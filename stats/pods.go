@@ -307,7 +307,7 @@ func (r *round) podProcesses(a *podAcc, cgroup string) {
 	if netPID == 0 {
 		return
 	}
-	net, err := p.r.readNetDev(filepath.Join(p.opts.ProcRoot, strconv.Itoa(netPID), "net", "dev"), r.now)
+	net, err := p.r.readNetDev(filepath.Join(p.opts.ProcRoot, strconv.Itoa(netPID), "net", "dev"), false, r.now)
 	if err != nil {
 		r.log().V(4).Info("Cannot read a pod's network stats", "pod", a.stats.PodRef, "pid", netPID, "err", err)
 		return
