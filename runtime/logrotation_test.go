@@ -160,6 +160,43 @@ func TestLogRotation(t *testing.T) {
 	}
 }
 
+// TestLogRotationRunning: a round in which Options.Running says no
+// container runs asks the runtime nothing and rotates nothing; once it
+// says one may run, the round lists and rotates as before.
+func TestLogRotationRunning(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	running := false
+	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: 10, Clock: h.clk,
+		Running: func() bool { return running }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod("quiet", ctr("app"))
+	h.sync(pod, nil)
+	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "quiet", pod.UID), "app", "0.log")
+	appendTo(t, log, strings.Repeat("x", 20))
+	lists := h.cri.Calls("ListContainers")
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.cri.Calls("ListContainers") - lists; n != 0 {
+		t.Errorf("%d ListContainers calls in a round with no container running, want 0", n)
+	}
+	if got := logFiles(t, log); !slices.Equal(got, []string{"0.log"}) {
+		t.Errorf("files %v after a round with no container running, want the log alone", got)
+	}
+	running = true
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.cri.Calls("ListContainers") - lists; n != 1 {
+		t.Errorf("%d ListContainers calls, want 1", n)
+	}
+	if n := len(logFiles(t, log)); n != 2 {
+		t.Errorf("%d log files after a round with the container running, want 2 (rotated)", n)
+	}
+}
+
 // TestLogRotatorRun: Run rotates every MonitorInterval; a negative maximum
 // size disables rotation.
 func TestLogRotatorRun(t *testing.T) {
