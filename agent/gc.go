@@ -97,23 +97,12 @@ func provideImageGC(p runtimeGCParams, q imageGCParams) (*runtime.ImageGC, error
 	return g, nil
 }
 
-// logRotatorOptionsParams are what the log rotation's options are made
-// of; the PLEG is optional (an embedder's graph may rotate logs without
-// one).
-type logRotatorOptionsParams struct {
-	fx.In
-
-	Config *Config
-	PLEG   *runtime.PLEG `optional:"true"`
-}
-
 // logRotatorOptions are Config.LogRotatorOptions with Running answered by
-// the PLEG: a round lists the runtime only when the PLEG saw a pod running.
-func logRotatorOptions(p logRotatorOptionsParams) (runtime.LogRotatorOptions, error) {
+// the PLEG (podsRunning): a round lists the runtime only when the PLEG saw
+// a pod running.
+func logRotatorOptions(p plegParams) (runtime.LogRotatorOptions, error) {
 	o, err := p.Config.LogRotatorOptions()
-	if err == nil && p.PLEG != nil {
-		o.Running = func() bool { return len(p.PLEG.RunningPods()) > 0 }
-	}
+	o.Running = p.podsRunning()
 	return o, err
 }
 

@@ -211,7 +211,6 @@ func TestRuntimeGCWired(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rotator *runtime.LogRotator
-	var rotatorOpts runtime.LogRotatorOptions
 	var gcs *runtime.ImageGC
 	var evictionOpts eviction.Options
 	n := agenttest.Start(t, agenttest.Options{
@@ -223,7 +222,7 @@ func TestRuntimeGCWired(t *testing.T) {
 				o.FsStats = func(context.Context) (uint64, uint64, error) { return 100 << 20, 10 << 20, nil }
 				return o
 			}),
-			fx.Populate(&rotator, &rotatorOpts, &gcs, &evictionOpts),
+			fx.Populate(&rotator, &gcs, &evictionOpts),
 		},
 	})
 	if evictionOpts.DeleteUnusedImages == nil || evictionOpts.DeleteUnusedContainers == nil {
@@ -231,15 +230,8 @@ func TestRuntimeGCWired(t *testing.T) {
 	}
 	ctx := agenttest.Context(t)
 	n.WaitReady(ctx)
-	// The rotator lists the runtime only while the PLEG sees a pod run.
-	if rotatorOpts.Running == nil || rotatorOpts.Running() {
-		t.Error("log rotation would list the runtime's containers on a node with no pod")
-	}
 	pod := n.CreatePod(ctx, agenttest.Pod("logs", "busybox"))
 	n.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
-	if !rotatorOpts.Running() {
-		t.Error("log rotation would not list the runtime's containers with a pod running")
-	}
 	// Once unused:1 was first seen 1ms ago, a collection removes it (it
 	// cannot free all it wants: that is an error), never the image in use.
 	var refs []string
