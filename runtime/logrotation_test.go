@@ -160,21 +160,30 @@ func TestLogRotation(t *testing.T) {
 	}
 }
 
+// rotatorOverLog runs a pod of one container, name, on fakecri with 20
+// bytes in its log, and returns a rotator of o (on the harness's runtime
+// and clock) and the log's path.
+func rotatorOverLog(t *testing.T, name string, o runtime.LogRotatorOptions) (*harness, *runtime.LogRotator, string) {
+	t.Helper()
+	h := newHarness(t, fakecri.Options{}, nil)
+	o.Runtime, o.Clock = h.client.RuntimeService(), h.clk
+	rot, err := runtime.NewLogRotator(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod(name, ctr("app"))
+	h.sync(pod, nil)
+	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", name, pod.UID), "app", "0.log")
+	appendTo(t, log, strings.Repeat("x", 20))
+	return h, rot, log
+}
+
 // TestLogRotationRunning: a round in which Options.Running says no
 // container runs asks the runtime nothing and rotates nothing; once it
 // says one may run, the round lists and rotates as before.
 func TestLogRotationRunning(t *testing.T) {
-	h := newHarness(t, fakecri.Options{}, nil)
 	running := false
-	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: 10, Clock: h.clk,
-		Running: func() bool { return running }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := newPod("quiet", ctr("app"))
-	h.sync(pod, nil)
-	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "quiet", pod.UID), "app", "0.log")
-	appendTo(t, log, strings.Repeat("x", 20))
+	h, rot, log := rotatorOverLog(t, "quiet", runtime.LogRotatorOptions{MaxSize: 10, Running: func() bool { return running }})
 	lists := h.cri.Calls("ListContainers")
 	if err := rot.RotateLogs(h.ctx); err != nil {
 		t.Fatal(err)
@@ -200,15 +209,7 @@ func TestLogRotationRunning(t *testing.T) {
 // TestLogRotatorRun: Run rotates every MonitorInterval; a negative maximum
 // size disables rotation.
 func TestLogRotatorRun(t *testing.T) {
-	h := newHarness(t, fakecri.Options{}, nil)
-	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: 10, Workers: 4, Clock: h.clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := newPod("run", ctr("app"))
-	h.sync(pod, nil)
-	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "run", pod.UID), "app", "0.log")
-	appendTo(t, log, strings.Repeat("x", 20))
+	h, rot, log := rotatorOverLog(t, "run", runtime.LogRotatorOptions{MaxSize: 10, Workers: 4})
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error)
 	go func() { done <- rot.Run(ctx) }()
