@@ -1,10 +1,12 @@
 package stats
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -121,5 +123,33 @@ func TestNodeFilesPlain(t *testing.T) {
 	}
 	if _, err := h.read(&r, path); !isNotExist(err) {
 		t.Errorf("read of a removed file: %v, want it missing", err)
+	}
+}
+
+// TestNodeFilesConcurrent reads one held procfs file from several
+// goroutines at once, each with its reader (as the Providers of a fleet
+// do): every read is whole.
+func TestNodeFilesConcurrent(t *testing.T) {
+	const path = "/proc/meminfo"
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("no %s: %v", path, err)
+	}
+	h := heldFiles{files: map[string]*heldFile{}}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			var r reader
+			for range 50 {
+				b, err := h.read(&r, path)
+				if err != nil || !bytes.HasPrefix(b, []byte("MemTotal:")) || !bytes.HasSuffix(b, []byte("\n")) {
+					t.Errorf("read %q..., %v; want all of meminfo", b[:min(len(b), 20)], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if h.files[path].fd < 0 {
+		t.Error("meminfo is not held")
 	}
 }
