@@ -49,7 +49,8 @@ func (r *reader) readMemInfo(path string) (memInfo, error) {
 		default:
 			return
 		}
-		fields := bytes.Fields(rest)
+		var buf [2][]byte
+		fields := appendFields(buf[:0], rest)
 		if len(fields) == 0 {
 			return
 		}
@@ -107,7 +108,8 @@ func (r *reader) readRlimit(procRoot string) (maxPID, tasks *int64) {
 	if err != nil {
 		return maxPID, nil
 	}
-	fields := bytes.Fields(b)
+	var buf [6][]byte
+	fields := appendFields(buf[:0], bytes.TrimSpace(b))
 	if len(fields) < 5 {
 		return maxPID, nil
 	}
@@ -143,7 +145,8 @@ func (r *reader) readNetDev(path string, node bool, t time.Time) (*statsapi.Netw
 			perr = fmt.Errorf("parse %s: unexpected line %q", path, line)
 			return
 		}
-		fields := bytes.Fields(rest)
+		var buf [16][]byte
+		fields := appendFields(buf[:0], rest)
 		if len(fields) != 16 {
 			perr = fmt.Errorf("parse %s: unexpected line %q", path, line)
 			return

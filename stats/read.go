@@ -201,6 +201,30 @@ func eachLine(b []byte, f func(line []byte)) {
 	}
 }
 
+// appendFields appends to dst the fields of b, split around runs of
+// spaces and tabs, as bytes.Fields splits them but without a slice of its
+// own: with a dst of enough capacity (an array of the caller's) a line of
+// a procfs table is split without allocating.
+func appendFields(dst [][]byte, b []byte) [][]byte {
+	start := -1
+	for i, c := range b {
+		if c == ' ' || c == '\t' {
+			if start >= 0 {
+				dst = append(dst, b[start:i])
+				start = -1
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		dst = append(dst, b[start:])
+	}
+	return dst
+}
+
 // keyValue splits a "key value" line (memory.stat, cpu.stat).
 func keyValue(line []byte) (key []byte, value uint64, ok bool) {
 	i := bytes.IndexByte(line, ' ')
