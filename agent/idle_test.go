@@ -102,9 +102,11 @@ func TestIdleLoopsAskThePLEG(t *testing.T) {
 	}
 	pod := n.CreatePod(ctx, agenttest.Pod("one", "busybox"))
 	n.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
-	if !statsOpts.Running() || !rotatorOpts.Running() {
-		t.Errorf("with a pod running: the stats provider's Running %t, the log rotator's %t; want true", statsOpts.Running(), rotatorOpts.Running())
-	}
+	// The PLEG takes the started pod in from the sync's status (queued,
+	// so maybe just after the Running status is written).
+	poll(ctx, t, "the stats provider and the log rotator see the pod running", func() bool {
+		return statsOpts.Running() && rotatorOpts.Running()
+	})
 }
 
 func firstLines(s string, n int) string {
