@@ -57,7 +57,7 @@ var CRI = fx.Options(
 		// and the image GC reads.
 		runtime.NewImageMounts,
 		newServiceLister,
-		func(cfg *Config) stats.Options { return cfg.StatsOptions() },
+		statsOptions,
 	),
 	status.AsHealthCheck(plegHealthCheck),
 	fx.Invoke(syncStatusOnRuntimeChanges),
@@ -268,6 +268,37 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 	}
 	o.ContainerConfigHook = chainConfigHooks(hooks...)
 	return o, nil
+}
+
+// plegParams are the *Config and the PLEG, for the options of the loops
+// that ask the PLEG whether any pod runs before they ask the runtime. The
+// PLEG is optional: an embedder's graph may have none.
+type plegParams struct {
+	fx.In
+
+	Config *Config
+	PLEG   *runtime.PLEG `optional:"true"`
+}
+
+// podsRunning says whether the PLEG saw a pod running (a running container
+// or a ready sandbox) at its latest relist, event or sync of the agent's
+// own, without asking the runtime; nil without a PLEG. It answers
+// stats.Options.Running and runtime.LogRotatorOptions.Running: on a node
+// with no pod the eviction manager's stats round and log rotation make no
+// listing call every 10 s.
+func (p plegParams) podsRunning() func() bool {
+	if p.PLEG == nil {
+		return nil
+	}
+	return func() bool { return len(p.PLEG.RunningPods()) > 0 }
+}
+
+// statsOptions are Config.StatsOptions with Running answered by the PLEG
+// (podsRunning).
+func statsOptions(p plegParams) stats.Options {
+	o := p.Config.StatsOptions()
+	o.Running = p.podsRunning()
+	return o
 }
 
 // plegHealthCheck gates Ready on the PLEG, as the kubelet's "PLEG is not

@@ -18,7 +18,8 @@ import (
 // the image garbage collector (runtime.ImageGC from Config.ImageGCOptions,
 // every 5 minutes, not run when imageGCHighThresholdPercent is 100 and
 // imageMaximumGCAge 0, as the kubelet) and container log rotation
-// (runtime.LogRotator from Config.LogRotatorOptions), both run from start
+// (runtime.LogRotator from Config.LogRotatorOptions, listing the runtime's
+// containers only while the PLEG sees a pod running), both run from start
 // to stop. *runtime.ImageGC is in the graph, and its DeleteUnusedImages is
 // the eviction manager's DeleteUnusedImagesFunc: under disk pressure unused
 // images are removed before pods are evicted, as by the kubelet. After
@@ -30,7 +31,7 @@ import (
 var RuntimeGC = fx.Options(
 	fx.Provide(
 		func(cfg *Config) runtime.ImageGCOptions { return cfg.ImageGCOptions() },
-		func(cfg *Config) (runtime.LogRotatorOptions, error) { return cfg.LogRotatorOptions() },
+		logRotatorOptions,
 		provideImageGC,
 		provideLogRotator,
 		func(g *runtime.ImageGC) DeleteUnusedImagesFunc { return g.DeleteUnusedImages },
@@ -94,6 +95,15 @@ func provideImageGC(p runtimeGCParams, q imageGCParams) (*runtime.ImageGC, error
 	}
 	runner.Hook(p.Lifecycle, p.Shutdowner, p.Logger, "imagegc", g.Run)
 	return g, nil
+}
+
+// logRotatorOptions are Config.LogRotatorOptions with Running answered by
+// the PLEG (podsRunning): a round lists the runtime only when the PLEG saw
+// a pod running.
+func logRotatorOptions(p plegParams) (runtime.LogRotatorOptions, error) {
+	o, err := p.Config.LogRotatorOptions()
+	o.Running = p.podsRunning()
+	return o, err
 }
 
 func provideLogRotator(p runtimeGCParams, o runtime.LogRotatorOptions) (*runtime.LogRotator, error) {

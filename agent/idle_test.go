@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/fx"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/agent/agenttest"
+	nkruntime "github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/stats"
 )
 
 // idleGoroutines are functions no goroutine of an idle agent runs: the
@@ -80,6 +83,30 @@ func TestIdleAgentGoroutines(t *testing.T) {
 			perAgent, maxGoroutinesPerIdleAgent, strings.Join(found, "\n\n"))
 	}
 	t.Logf("%.1f goroutines per idle agent", perAgent)
+}
+
+// TestIdleLoopsAskThePLEG: the eviction manager's stats rounds and log
+// rotation ask the PLEG whether any pod runs before they list the
+// runtime: no on a node with no pod, yes once one runs.
+func TestIdleLoopsAskThePLEG(t *testing.T) {
+	var statsOpts stats.Options
+	var rotatorOpts nkruntime.LogRotatorOptions
+	n := agenttest.Start(t, agenttest.Options{Extra: []fx.Option{fx.Populate(&statsOpts, &rotatorOpts)}})
+	ctx := agenttest.Context(t)
+	n.WaitReady(ctx)
+	if statsOpts.Running == nil || rotatorOpts.Running == nil {
+		t.Fatal("stats.Options.Running or runtime.LogRotatorOptions.Running is not set")
+	}
+	if statsOpts.Running() || rotatorOpts.Running() {
+		t.Errorf("with no pod: the stats provider's Running %t, the log rotator's %t; want false", statsOpts.Running(), rotatorOpts.Running())
+	}
+	pod := n.CreatePod(ctx, agenttest.Pod("one", "busybox"))
+	n.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
+	// The PLEG takes the started pod in from the sync's status (queued,
+	// so maybe just after the Running status is written).
+	poll(ctx, t, "the stats provider and the log rotator see the pod running", func() bool {
+		return statsOpts.Running() && rotatorOpts.Running()
+	})
 }
 
 func firstLines(s string, n int) string {

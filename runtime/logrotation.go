@@ -67,6 +67,14 @@ type LogRotatorOptions struct {
 	// Align moves the rounds to the node's shared ticks (package ticks;
 	// nil waits MonitorInterval exactly).
 	Align ticks.Align
+	// Running, when set, says whether any container may be running: a
+	// round in which it answers false lists and rotates nothing, so a
+	// node with no pod asks the runtime nothing every MonitorInterval.
+	// The agent answers it from the PLEG's record of the runtime
+	// (PLEG.RunningPods), at most a relist old, updated by events and by
+	// the agent's own syncs. nil lists the running containers every round,
+	// as the kubelet does.
+	Running func() bool
 }
 
 // LogRotator rotates the logs of running containers as the kubelet's
@@ -145,20 +153,25 @@ func (r *LogRotator) Run(ctx context.Context) error {
 	}
 }
 
-// RotateLogs runs one round: it lists the running containers and rotates
-// the logs that reached MaxSize, Workers at a time, returning once all are
-// done. A container's failure is logged and does not stop the round; the
-// error is the listing's. It blocks for CRI calls and file I/O.
+// RotateLogs runs one round: it lists the running containers (none when
+// Options.Running says none runs) and rotates the logs that reached
+// MaxSize, Workers at a time, returning once all are done. A container's
+// failure is logged and does not stop the round; the error is the
+// listing's. It blocks for CRI calls and file I/O.
 func (r *LogRotator) RotateLogs(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.opts.MaxSize < 0 {
 		return nil
 	}
-	containers, err := r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{
-		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
-	if err != nil {
-		return fmt.Errorf("failed to list containers: %w", err)
+	var containers []*runtimeapi.Container
+	if r.opts.Running == nil || r.opts.Running() {
+		var err error
+		containers, err = r.rs.ListContainers(ctx, &runtimeapi.ContainerFilter{
+			State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+		if err != nil {
+			return fmt.Errorf("failed to list containers: %w", err)
+		}
 	}
 	r.pathsMu.Lock()
 	listed := make(map[string]bool, len(containers))

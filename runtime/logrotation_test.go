@@ -160,18 +160,56 @@ func TestLogRotation(t *testing.T) {
 	}
 }
 
-// TestLogRotatorRun: Run rotates every MonitorInterval; a negative maximum
-// size disables rotation.
-func TestLogRotatorRun(t *testing.T) {
+// rotatorOverLog runs a pod of one container, name, on fakecri with 20
+// bytes in its log, and returns a rotator of o (on the harness's runtime
+// and clock) and the log's path.
+func rotatorOverLog(t *testing.T, name string, o runtime.LogRotatorOptions) (*harness, *runtime.LogRotator, string) {
+	t.Helper()
 	h := newHarness(t, fakecri.Options{}, nil)
-	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxSize: 10, Workers: 4, Clock: h.clk})
+	o.Runtime, o.Clock = h.client.RuntimeService(), h.clk
+	rot, err := runtime.NewLogRotator(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := newPod("run", ctr("app"))
+	pod := newPod(name, ctr("app"))
 	h.sync(pod, nil)
-	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "run", pod.UID), "app", "0.log")
+	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", name, pod.UID), "app", "0.log")
 	appendTo(t, log, strings.Repeat("x", 20))
+	return h, rot, log
+}
+
+// TestLogRotationRunning: a round in which Options.Running says no
+// container runs asks the runtime nothing and rotates nothing; once it
+// says one may run, the round lists and rotates as before.
+func TestLogRotationRunning(t *testing.T) {
+	running := false
+	h, rot, log := rotatorOverLog(t, "quiet", runtime.LogRotatorOptions{MaxSize: 10, Running: func() bool { return running }})
+	lists := h.cri.Calls("ListContainers")
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.cri.Calls("ListContainers") - lists; n != 0 {
+		t.Errorf("%d ListContainers calls in a round with no container running, want 0", n)
+	}
+	if got := logFiles(t, log); !slices.Equal(got, []string{"0.log"}) {
+		t.Errorf("files %v after a round with no container running, want the log alone", got)
+	}
+	running = true
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.cri.Calls("ListContainers") - lists; n != 1 {
+		t.Errorf("%d ListContainers calls, want 1", n)
+	}
+	if n := len(logFiles(t, log)); n != 2 {
+		t.Errorf("%d log files after a round with the container running, want 2 (rotated)", n)
+	}
+}
+
+// TestLogRotatorRun: Run rotates every MonitorInterval; a negative maximum
+// size disables rotation.
+func TestLogRotatorRun(t *testing.T) {
+	h, rot, log := rotatorOverLog(t, "run", runtime.LogRotatorOptions{MaxSize: 10, Workers: 4})
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error)
 	go func() { done <- rot.Run(ctx) }()

@@ -17,13 +17,13 @@ import (
 // benchPods is the pod count of the idle CPU target.
 const benchPods = 30
 
-// benchHost runs benchPods pods of two containers each on fakecri (on the
-// real clock), with their pod cgroups and log files in the fake tree.
-func benchHost(b *testing.B, version int, opts fakecri.Options) *host {
+// benchHost runs pods pods of two containers each on fakecri (on the real
+// clock), with their pod cgroups and log files in the fake tree.
+func benchHost(b *testing.B, version int, opts fakecri.Options, pods int) *host {
 	h := newHost(b, version)
 	h.startCRI(opts)
 	h.setCgroup("/kubepods", cgroupValues{cpu: 1e9, usage: gib, rss: gib / 2, limit: 4 * gib})
-	for i := range benchPods {
+	for i := range pods {
 		uid := fmt.Sprintf("uid-%d", i)
 		sb, ids := h.runPod("default", fmt.Sprintf("pod-%d", i), uid, "cpu 10m; memory 20Mi; log started", "app", "sidecar")
 		pod := "/kubepods/besteffort/pod" + uid
@@ -37,7 +37,7 @@ func benchHost(b *testing.B, version int, opts fakecri.Options) *host {
 	return h
 }
 
-func runSummaryBench(b *testing.B, o stats.Options, cpuMemOnly bool) {
+func runSummaryBench(b *testing.B, o stats.Options, cpuMemOnly bool, pods int) {
 	o.MaxAge = -1 // every call computes
 	o.Clock = clock.RealClock{}
 	p, err := stats.New(o)
@@ -53,8 +53,8 @@ func runSummaryBench(b *testing.B, o stats.Options, cpuMemOnly bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if len(s.Pods) != benchPods {
-		b.Fatalf("%d pods, want %d", len(s.Pods), benchPods)
+	if len(s.Pods) != pods {
+		b.Fatalf("%d pods, want %d", len(s.Pods), pods)
 	}
 	b.ReportAllocs()
 	before := cpuTime(b)
@@ -95,32 +95,43 @@ func BenchmarkSummary(b *testing.B) {
 		{"SandboxStats/CPUAndMemory", true, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := benchHost(b, 1, fakecri.Options{})
+			h := benchHost(b, 1, fakecri.Options{}, benchPods)
 			o := h.options()
 			o.Cgroups = h.cgroups()
 			o.PodStatsFromCRI = bc.fromCRI
-			runSummaryBench(b, o, bc.cpuMemOnly)
+			runSummaryBench(b, o, bc.cpuMemOnly, benchPods)
 		})
 	}
 }
 
-// BenchmarkSummaryRealHost computes a summary of 30 fakecri pods with the
-// node's stats from this machine's /proc and /sys/fs/cgroup; the pods'
-// come from the runtime (no pod cgroups exist for them there).
+// BenchmarkSummaryRealHost computes a summary with the node's stats from
+// this machine's /proc and /sys/fs/cgroup: of 30 fakecri pods (their stats
+// from the runtime: no pod cgroups exist for them there), full and CPU and
+// memory only, and of no pod at all, full (Idle: the eviction manager's
+// round every 10 s on an idle node, as an agent on fakecri computes it,
+// without pod cgroups; IdleNoneRunning: the same with Options.Running
+// saying no pod runs, as the agent's PLEG does there).
 func BenchmarkSummaryRealHost(b *testing.B) {
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		b.Skipf("no cgroup filesystem on this machine: %v", err)
 	}
-	for _, cpuMemOnly := range []bool{false, true} {
-		name := "Full"
-		if cpuMemOnly {
-			name = "CPUAndMemory"
-		}
-		b.Run(name, func(b *testing.B) {
-			h := benchHost(b, 1, fakecri.Options{})
+	for _, bc := range []struct {
+		name       string
+		pods       int
+		cpuMemOnly bool
+		running    func() bool
+	}{
+		{"Full", benchPods, false, nil},
+		{"CPUAndMemory", benchPods, true, nil},
+		{"Idle", 0, false, nil},
+		{"IdleNoneRunning", 0, false, func() bool { return false }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := benchHost(b, 1, fakecri.Options{}, bc.pods)
 			o := h.options()
 			o.ProcRoot, o.SysRoot, o.CgroupRoot, o.CgroupVersion = "/proc", "/sys", "/sys/fs/cgroup", 0
-			runSummaryBench(b, o, cpuMemOnly)
+			o.Running = bc.running
+			runSummaryBench(b, o, bc.cpuMemOnly, bc.pods)
 		})
 	}
 }

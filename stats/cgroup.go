@@ -126,11 +126,13 @@ func (c *cgroupFS) read(r *reader, literal string, mem memInfo, now time.Time) (
 		return cgroupSample{}, fmt.Errorf("cgroup path %q is not a clean absolute path", literal)
 	}
 	s := cgroupSample{time: now, limit: unlimited, swapLimit: unlimited}
+	// The root cgroup's files are the node's (reader.readFile); a pod's
+	// go away with the pod.
 	root := literal == "/"
 	if l.version == 2 {
 		err = c.readV2(r, filepath.Join(l.memory, literal), root, mem, &s)
 	} else {
-		err = c.readV1(r, l, literal, &s)
+		err = c.readV1(r, l, literal, root, &s)
 	}
 	if err != nil {
 		return cgroupSample{}, fmt.Errorf("read cgroup %s: %w", literal, err)
@@ -141,20 +143,20 @@ func (c *cgroupFS) read(r *reader, literal string, mem memInfo, now time.Time) (
 	return s, nil
 }
 
-func (c *cgroupFS) readV1(r *reader, l *cgroupLayout, literal string, s *cgroupSample) error {
+func (c *cgroupFS) readV1(r *reader, l *cgroupLayout, literal string, root bool, s *cgroupSample) error {
 	var err error
-	if s.cpu, err = r.readUint(filepath.Join(l.cpuacct, literal, "cpuacct.usage")); err != nil {
+	if s.cpu, err = r.readUint(filepath.Join(l.cpuacct, literal, "cpuacct.usage"), root); err != nil {
 		return err
 	}
 	dir := filepath.Join(l.memory, literal)
-	if s.usage, err = r.readUint(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
+	if s.usage, err = r.readUint(filepath.Join(dir, "memory.usage_in_bytes"), root); err != nil {
 		return err
 	}
-	if s.limit, err = r.readUint(filepath.Join(dir, "memory.limit_in_bytes")); err != nil && !isNotExist(err) {
+	if s.limit, err = r.readUint(filepath.Join(dir, "memory.limit_in_bytes"), root); err != nil && !isNotExist(err) {
 		return err
 	}
 	if !c.noSwapFiles.Load() {
-		sw, err := r.readUint(filepath.Join(dir, "memory.memsw.limit_in_bytes"))
+		sw, err := r.readUint(filepath.Join(dir, "memory.memsw.limit_in_bytes"), root)
 		switch {
 		case err == nil:
 			s.swapLimit = sw
@@ -162,7 +164,7 @@ func (c *cgroupFS) readV1(r *reader, l *cgroupLayout, literal string, s *cgroupS
 			c.noSwapFiles.Store(true)
 		}
 	}
-	b, err := r.read(filepath.Join(dir, "memory.stat"))
+	b, err := r.readFile(filepath.Join(dir, "memory.stat"), root)
 	if err != nil {
 		return err
 	}
@@ -212,7 +214,7 @@ func (c *cgroupFS) readV1(r *reader, l *cgroupLayout, literal string, s *cgroupS
 }
 
 func (c *cgroupFS) readV2(r *reader, dir string, root bool, mem memInfo, s *cgroupSample) error {
-	b, err := r.read(filepath.Join(dir, "cpu.stat"))
+	b, err := r.readFile(filepath.Join(dir, "cpu.stat"), root)
 	if err != nil {
 		return err
 	}
@@ -221,7 +223,7 @@ func (c *cgroupFS) readV2(r *reader, dir string, root bool, mem memInfo, s *cgro
 			s.cpu = v * 1000
 		}
 	})
-	b, err = r.read(filepath.Join(dir, "memory.stat"))
+	b, err = r.readFile(filepath.Join(dir, "memory.stat"), root)
 	if err != nil {
 		return err
 	}
@@ -246,20 +248,20 @@ func (c *cgroupFS) readV2(r *reader, dir string, root bool, mem memInfo, s *cgro
 		}
 	})
 	s.rss, s.cache = anon, file
-	usage, err := r.readUint(filepath.Join(dir, "memory.current"))
+	usage, err := r.readUint(filepath.Join(dir, "memory.current"), root)
 	switch {
 	case err == nil:
 		s.usage = usage
-		if s.limit, err = r.readUint(filepath.Join(dir, "memory.max")); err != nil && !isNotExist(err) {
+		if s.limit, err = r.readUint(filepath.Join(dir, "memory.max"), root); err != nil && !isNotExist(err) {
 			return err
 		}
 		if !c.noSwapFiles.Load() {
-			sw, err := r.readUint(filepath.Join(dir, "memory.swap.current"))
+			sw, err := r.readUint(filepath.Join(dir, "memory.swap.current"), root)
 			if isNotExist(err) {
 				c.noSwapFiles.Store(true)
 			} else if err == nil {
 				s.swap, s.hasSwap = sw, true
-				if sw, err := r.readUint(filepath.Join(dir, "memory.swap.max")); err == nil {
+				if sw, err := r.readUint(filepath.Join(dir, "memory.swap.max"), root); err == nil {
 					s.swapLimit = sw
 				}
 			}

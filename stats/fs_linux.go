@@ -147,3 +147,18 @@ func treeUsage(dir string) (bytes, inodes uint64, err error) {
 	})
 	return bytes, inodes, err
 }
+
+// onPseudoFS reports whether fd is a file of procfs, sysfs or a cgroup
+// filesystem, whose content the kernel makes at each read: such a file is
+// never replaced under a held descriptor (a removed one fails its reads).
+func onPseudoFS(fd int) bool {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return false
+	}
+	switch st.Type {
+	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC:
+		return true
+	}
+	return false
+}

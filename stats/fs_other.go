@@ -15,3 +15,5 @@ func fileUsage(string) (uint64, uint64, error) { return 0, 0, errNotLinux }
 func pathUsage(string) (uint64, uint64, error) { return 0, 0, errNotLinux }
 
 func treeUsage(string) (uint64, uint64, error) { return 0, 0, errNotLinux }
+
+func onPseudoFS(int) bool { return false }

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestReadNetDev(t *testing.T) {
 docker0: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0
 `)
 	var r reader
-	ns, err := r.readNetDev(p, time.Unix(1, 0))
+	ns, err := r.readNetDev(p, false, time.Unix(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ docker0: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0
 		t.Errorf("default interface %q, want none without eth0 (as the kubelet)", ns.Name)
 	}
 	writeFile(t, p, "h\nh\neth0: 1 2 3\n")
-	if _, err := r.readNetDev(p, time.Unix(1, 0)); err == nil {
+	if _, err := r.readNetDev(p, false, time.Unix(1, 0)); err == nil {
 		t.Error("a truncated line parsed")
 	}
 }
@@ -235,5 +236,33 @@ func TestCRINetwork(t *testing.T) {
 	ns = criNetwork(&runtimeapi.NetworkUsage{Timestamp: 5e9}, now)
 	if !ns.Time.Time.Equal(time.Unix(5, 0)) || ns.Name != "" || len(ns.Interfaces) != 0 {
 		t.Errorf("network without interfaces = %+v", ns)
+	}
+}
+
+// TestAppendFields: appendFields splits a procfs line as bytes.Fields
+// does, and without allocating into an array of the caller's.
+func TestAppendFields(t *testing.T) {
+	for _, line := range []string{"", "   ", "a", "  8000000 kB", "eth0:\t1 2  3\t\t4 ", "0.10 0.20 0.30 3/412 12345"} {
+		got := appendFields(nil, []byte(line))
+		want := bytes.Fields([]byte(line))
+		if len(got) != len(want) {
+			t.Errorf("%q: %q, want %q", line, got, want)
+			continue
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Errorf("%q: %q, want %q", line, got, want)
+				break
+			}
+		}
+	}
+	line := []byte(" lo: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16")
+	if n := testing.AllocsPerRun(100, func() {
+		var buf [17][]byte
+		if len(appendFields(buf[:0], line)) != 17 {
+			t.Fatal("fields lost")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations into an array of enough capacity, want 0", n)
 	}
 }

@@ -70,7 +70,7 @@ func (r *round) node() (*statsapi.NodeStats, error) {
 	}
 	// The host's network namespace is the one of process 1, as cAdvisor
 	// reads it.
-	if ns.Network, err = p.r.readNetDev(filepath.Join(p.opts.ProcRoot, "1", "net", "dev"), r.now); err != nil {
+	if ns.Network, err = p.r.readNetDev(filepath.Join(p.opts.ProcRoot, "1", "net", "dev"), true, r.now); err != nil {
 		r.log().V(2).Info("Cannot read the node's network stats", "err", err)
 	}
 	nodefs, err := r.statfs(p.opts.RootDir)

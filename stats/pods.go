@@ -30,13 +30,26 @@ type podAcc struct {
 // pod sandbox stats (ListPodSandboxStats), and falls back to the former
 // when the runtime does not implement them (remembered for the Provider's
 // life) or the call fails (this round only: containerd fails the whole
-// call when one sandbox is being torn down).
+// call when one sandbox is being torn down). When Options.Running says no
+// pod runs, or the runtime lists no sandbox, it asks nothing more.
 func (r *round) pods() ([]statsapi.PodStats, []podInfo, error) {
 	p := r.p
 	rt := p.opts.Runtime
-	sandboxes, err := rt.ListPodSandbox(r.ctx, &runtimeapi.PodSandboxFilter{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("stats summary: list pod sandboxes: %w", err)
+	var sandboxes []*runtimeapi.PodSandbox
+	if p.opts.Running == nil || p.opts.Running() {
+		var err error
+		if sandboxes, err = rt.ListPodSandbox(r.ctx, &runtimeapi.PodSandboxFilter{}); err != nil {
+			return nil, nil, fmt.Errorf("stats summary: list pod sandboxes: %w", err)
+		}
+	}
+	if len(sandboxes) == 0 {
+		// No sandbox, no pod: every container and every stat is reported
+		// under its sandbox, so the lists below could add none. A node
+		// with no pod (an idle one, every round of its eviction manager)
+		// asks the runtime once, or not at all (Options.Running), instead
+		// of three times.
+		r.forgetPodCgroups()
+		return []statsapi.PodStats{}, []podInfo{}, nil
 	}
 	containers, err := rt.ListContainers(r.ctx, &runtimeapi.ContainerFilter{})
 	if err != nil {
@@ -307,7 +320,7 @@ func (r *round) podProcesses(a *podAcc, cgroup string) {
 	if netPID == 0 {
 		return
 	}
-	net, err := p.r.readNetDev(filepath.Join(p.opts.ProcRoot, strconv.Itoa(netPID), "net", "dev"), r.now)
+	net, err := p.r.readNetDev(filepath.Join(p.opts.ProcRoot, strconv.Itoa(netPID), "net", "dev"), false, r.now)
 	if err != nil {
 		r.log().V(4).Info("Cannot read a pod's network stats", "pod", a.stats.PodRef, "pid", netPID, "err", err)
 		return

@@ -24,9 +24,10 @@ type memInfo struct {
 	total, swapTotal, swapFree uint64 // bytes
 }
 
-// readMemInfo reads MemTotal, SwapTotal and SwapFree from a meminfo file.
+// readMemInfo reads MemTotal, SwapTotal and SwapFree from the node's
+// meminfo file.
 func (r *reader) readMemInfo(path string) (memInfo, error) {
-	b, err := r.read(path)
+	b, err := r.readFile(path, true)
 	if err != nil {
 		return memInfo{}, err
 	}
@@ -48,7 +49,8 @@ func (r *reader) readMemInfo(path string) (memInfo, error) {
 		default:
 			return
 		}
-		fields := bytes.Fields(rest)
+		var buf [2][]byte
+		fields := appendFields(buf[:0], rest)
 		if len(fields) == 0 {
 			return
 		}
@@ -93,7 +95,7 @@ func (r *reader) readBootTime(path string) (time.Time, error) {
 // of /proc/loadavg ("running/total"). Either is nil when it cannot be read.
 func (r *reader) readRlimit(procRoot string) (maxPID, tasks *int64) {
 	for _, f := range []string{"sys/kernel/pid_max", "sys/kernel/threads-max"} {
-		v, err := r.readUint(filepath.Join(procRoot, f))
+		v, err := r.readUint(filepath.Join(procRoot, f), true)
 		if err != nil || v > 1<<62 {
 			continue
 		}
@@ -102,11 +104,12 @@ func (r *reader) readRlimit(procRoot string) (maxPID, tasks *int64) {
 			maxPID = &n
 		}
 	}
-	b, err := r.read(filepath.Join(procRoot, "loadavg"))
+	b, err := r.readFile(filepath.Join(procRoot, "loadavg"), true)
 	if err != nil {
 		return maxPID, nil
 	}
-	fields := bytes.Fields(b)
+	var buf [6][]byte
+	fields := appendFields(buf[:0], bytes.TrimSpace(b))
 	if len(fields) < 5 {
 		return maxPID, nil
 	}
@@ -122,9 +125,10 @@ func (r *reader) readRlimit(procRoot string) (maxPID, tasks *int64) {
 
 // readNetDev parses a /proc/<pid>/net/dev file into the kubelet's network
 // stats: every interface but the ignored ones, in file order, and the
-// default interface (eth0) when present. t stamps the result.
-func (r *reader) readNetDev(path string, t time.Time) (*statsapi.NetworkStats, error) {
-	b, err := r.read(path)
+// default interface (eth0) when present. t stamps the result. node says
+// the file is the node's (reader.readFile), not a pod's.
+func (r *reader) readNetDev(path string, node bool, t time.Time) (*statsapi.NetworkStats, error) {
+	b, err := r.readFile(path, node)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +145,8 @@ func (r *reader) readNetDev(path string, t time.Time) (*statsapi.NetworkStats, e
 			perr = fmt.Errorf("parse %s: unexpected line %q", path, line)
 			return
 		}
-		fields := bytes.Fields(rest)
+		var buf [16][]byte
+		fields := appendFields(buf[:0], rest)
 		if len(fields) != 16 {
 			perr = fmt.Errorf("parse %s: unexpected line %q", path, line)
 			return

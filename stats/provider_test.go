@@ -539,6 +539,87 @@ func TestTerminatedSandboxesAndContainers(t *testing.T) {
 	}
 }
 
+// TestNoPodsOneCall: on a node with no pod sandbox a round lists the
+// sandboxes and asks the runtime nothing more about pods (with the pod
+// cgroups or without), and still reports an empty, non-nil pod list
+// ("pods": [] on /stats/summary); once a pod runs, its stats are there.
+func TestNoPodsOneCall(t *testing.T) {
+	for _, withCgroups := range []bool{false, true} {
+		h := newHost(t, 1)
+		h.startCRI(fakecri.Options{})
+		o := h.options()
+		o.MaxAge = -1
+		if withCgroups {
+			o.Cgroups = h.cgroups()
+		}
+		p := h.provider(o)
+		ctx := context.Background()
+		s, err := p.Summary(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Pods == nil || len(s.Pods) != 0 {
+			t.Errorf("cgroups %t: pods = %#v, want an empty list", withCgroups, s.Pods)
+		}
+		for method, want := range map[string]int{"ListPodSandbox": 1, "ListContainers": 0, "ListPodSandboxStats": 0, "ListContainerStats": 0} {
+			if got := h.cri.Calls(method); got != want {
+				t.Errorf("cgroups %t: %d %s calls for a node with no pod, want %d", withCgroups, got, method, want)
+			}
+		}
+		h.runPod("default", "web", "uid-1", "", "app")
+		if s, err = p.Summary(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Pods) != 1 || len(s.Pods[0].Containers) != 1 {
+			t.Errorf("cgroups %t: pods = %+v, want web with its container", withCgroups, s.Pods)
+		}
+	}
+}
+
+// TestRunningFalseNoCall: while Options.Running says no pod runs, a
+// summary asks the runtime nothing about pods (ImageFsInfo only) and has
+// none; once it says one may run, the pods are listed.
+func TestRunningFalseNoCall(t *testing.T) {
+	h := newHost(t, 1)
+	h.startCRI(fakecri.Options{})
+	h.runPod("default", "web", "uid-1", "", "app")
+	running := false
+	o := h.options()
+	o.MaxAge = -1
+	o.Running = func() bool { return running }
+	p := h.provider(o)
+	ctx := context.Background()
+	// The first call also connects (the image service's handshake asks
+	// ImageFsInfo): count from the second.
+	if _, err := p.Summary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	methods := []string{"ListPodSandbox", "ListContainers", "ListPodSandboxStats", "ImageFsInfo"}
+	before := map[string]int{}
+	for _, m := range methods {
+		before[m] = h.cri.Calls(m)
+	}
+	s, err := p.Summary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pods == nil || len(s.Pods) != 0 {
+		t.Errorf("pods = %#v while Running says none runs, want an empty list", s.Pods)
+	}
+	for method, want := range map[string]int{"ListPodSandbox": 0, "ListContainers": 0, "ListPodSandboxStats": 0, "ImageFsInfo": 1} {
+		if got := h.cri.Calls(method) - before[method]; got != want {
+			t.Errorf("%d %s calls while Running says no pod runs, want %d", got, method, want)
+		}
+	}
+	running = true
+	if s, err = p.Summary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pods) != 1 || s.Pods[0].PodRef.Name != "web" {
+		t.Errorf("pods = %+v once Running says one may run, want web", s.Pods)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	h := newHost(t, 1)
 	h.startCRI(fakecri.Options{})
