@@ -9,6 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/nodekit/nodekit/internal/protoequal"
 )
 
 // localAnnotations are set by the agent, not by a pod's author: they are
@@ -195,9 +197,12 @@ func (c *Config) annotated(ref, existing *v1.Pod, source string, now time.Time) 
 
 // podsDifferSemantically reports whether ref changes what the agent acts on
 // compared to existing: spec, labels, deletion timestamp or grace period,
-// or an annotation other than the local ones.
+// or an annotation other than the local ones. The specs compare by their
+// encoding first (protoequal.Same): nearly every update of a pod (its
+// status written, metadata changed) leaves the spec as it was, which
+// reflection walked whole.
 func podsDifferSemantically(existing, ref *v1.Pod) bool {
-	return !reflect.DeepEqual(existing.Spec, ref.Spec) ||
+	return !(protoequal.Same(&existing.Spec, &ref.Spec) || reflect.DeepEqual(existing.Spec, ref.Spec)) ||
 		!reflect.DeepEqual(existing.Labels, ref.Labels) ||
 		!reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) ||
 		!reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) ||

@@ -107,6 +107,100 @@ func defaultTag(image string) (string, reference.Named, error) {
 	return image, named, nil
 }
 
+// pullPolicy returns userImage with the default tag applied (defaultTag)
+// and the pull policy ensure applies to it: policy, or when empty Always
+// for an image tagged latest (or untagged) and not pinned by digest,
+// IfNotPresent otherwise, as the API server's defaulting.
+func pullPolicy(userImage string, policy v1.PullPolicy) (string, reference.Named, v1.PullPolicy, error) {
+	image, named, err := defaultTag(userImage)
+	if err != nil || policy != "" {
+		return image, named, policy, err
+	}
+	if _, digested := named.(reference.Digested); !digested && (image == userImage+":latest" || hasLatestTag(named)) {
+		return image, named, v1.PullAlways, nil
+	}
+	return image, named, v1.PullIfNotPresent, nil
+}
+
+// imageLookups are the ImageStatus calls a sync makes ahead of ensure, by
+// the container's image as written, while it creates the pod's sandbox: a
+// round trip to the runtime less on the way to the pod's first container.
+// nil holds none.
+type imageLookups map[string]*imageLookup
+
+// imageLookup is an image as ensure inspects it: the image as written with
+// its pull policy as written (asked), pullPolicy's answer for them (image,
+// named, policy) and the ImageStatus request (spec). When started ahead,
+// resp and err are the runtime's answer once done is closed.
+type imageLookup struct {
+	asked  v1.PullPolicy
+	image  string
+	named  reference.Named
+	policy v1.PullPolicy
+	spec   *runtimeapi.ImageSpec
+	done   chan struct{}
+	resp   *runtimeapi.ImageStatusResponse
+	err    error
+}
+
+// lookup returns the lookup of userImage with policy for pod: the one
+// started ahead when there is one, else a new one.
+func lookup(pod *v1.Pod, userImage string, policy v1.PullPolicy, ahead imageLookups) (*imageLookup, error) {
+	if l := ahead[userImage]; l != nil && l.asked == policy {
+		return l, nil
+	}
+	image, named, resolved, err := pullPolicy(userImage, policy)
+	if err != nil {
+		return nil, err
+	}
+	return &imageLookup{asked: policy, image: image, named: named, policy: resolved,
+		spec: &runtimeapi.ImageSpec{Image: image, Annotations: pod.Annotations}}, nil
+}
+
+// status is the runtime's ImageStatus of the image: the answer to the
+// call started ahead, else a call now.
+func (l *imageLookup) status(ctx context.Context, is cri.ImageManagerService) (*runtimeapi.ImageStatusResponse, error) {
+	if l.done == nil {
+		return is.ImageStatus(ctx, l.spec, false)
+	}
+	select {
+	case <-l.done:
+		return l.resp, l.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// lookAhead starts, on ctx, the ImageStatus call ensure makes for each
+// distinct image of containers whose pull policy is not Always, and
+// returns them for ensure. It does not block. What ensure does with the
+// answer (events, pulls, the ImagePullManager's verdict) happens in ensure,
+// in the kubelet's order; only the question is asked earlier, so an image
+// removed in between is found missing by CreateContainer instead of by
+// ImageStatus, as one removed after ImageStatus always was.
+func (im *imageManager) lookAhead(ctx context.Context, pod *v1.Pod, containers []*v1.Container) imageLookups {
+	var ahead imageLookups
+	for _, c := range containers {
+		if ahead[c.Image] != nil {
+			continue
+		}
+		l, err := lookup(pod, c.Image, c.ImagePullPolicy, nil)
+		if err != nil || l.policy == v1.PullAlways {
+			continue
+		}
+		if ahead == nil {
+			ahead = imageLookups{}
+		}
+		ahead[c.Image] = l
+		l.done = make(chan struct{})
+		go func() {
+			defer close(l.done)
+			l.resp, l.err = im.is.ImageStatus(ctx, l.spec, false)
+		}()
+	}
+	return ahead
+}
+
 // ensure makes userImage present (a container's image with its
 // imagePullPolicy, or an image volume's reference with its pullPolicy),
 // as the kubelet's EnsureImageExists: IfNotPresent and Never use a present
@@ -117,20 +211,16 @@ func defaultTag(image string) (string, reference.Named, error) {
 // match. A failed pull backs off per pod and image (ImagePullBackOff).
 // withUser also looks up the image's user (for runAsNonRoot). turn, the
 // sync's turn to start, is given up for the pull and taken again after it.
-func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage string, policy v1.PullPolicy, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn) imageResult {
-	image, named, err := defaultTag(userImage)
+// ahead holds the image's status when the sync looked it up ahead (nil:
+// ensure asks the runtime).
+func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage string, policy v1.PullPolicy, ref *v1.ObjectReference, pullSecrets []v1.Secret, sandbox *runtimeapi.PodSandboxConfig, withUser bool, turn *startTurn, ahead imageLookups) imageResult {
+	look, err := lookup(pod, userImage, policy, ahead)
 	if err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", userImage, err)
 		im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)
 		return imageResult{err: podstate.ErrInvalidImageName, msg: msg}
 	}
-	spec := &runtimeapi.ImageSpec{Image: image, Annotations: pod.Annotations}
-	if policy == "" {
-		policy = v1.PullIfNotPresent
-		if _, digested := named.(reference.Digested); !digested && (image == userImage+":latest" || hasLatestTag(named)) {
-			policy = v1.PullAlways
-		}
-	}
+	image, named, policy, spec := look.image, look.named, look.policy, look.spec
 	key := string(pod.UID) + "_" + image
 	// The pod's credentials for the image, read once and only when needed.
 	creds := sync.OnceValues(func() ([]pullCredential, error) {
@@ -141,7 +231,7 @@ func (im *imageManager) ensure(ctx context.Context, pod *v1.Pod, userImage strin
 		return keys.lookup(named.Name()), nil
 	})
 	if policy != v1.PullAlways {
-		resp, err := im.is.ImageStatus(ctx, spec, false)
+		resp, err := look.status(ctx, im.is)
 		if err != nil {
 			msg := fmt.Sprintf("Failed to inspect image %q: %v", image, err)
 			im.recorder.Event(ref, v1.EventTypeWarning, "InspectFailed", msg)

@@ -111,6 +111,9 @@ type podSync struct {
 	// after.
 	newSandbox *runtimeapi.PodSandboxStatus
 	created    [][2]string
+	// images are the containers' image statuses looked up while the sync
+	// creates the sandbox (imageManager.lookAhead); nil otherwise.
+	images imageLookups
 }
 
 // after returns the pod's runtime status after a sync that found nothing
@@ -228,6 +231,10 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 				return
 			}
 		}
+		// The images' statuses are asked for while the sandbox is made:
+		// ensure needs them right after, and the runtime answers both at
+		// once instead of one round trip after the other.
+		s.images = m.images.lookAhead(ctx, pod, toStart(pod, actions))
 		if !s.createSandbox(ctx, actions.attempt) {
 			return
 		}
@@ -258,6 +265,21 @@ func (s *podSync) run(ctx context.Context, probes ProbeResults) {
 	for _, i := range actions.containersToStart {
 		s.start(ctx, &pod.Spec.Containers[i], "container") //nolint:errcheck // recorded in s
 	}
+}
+
+// toStart are the containers actions start, in any order.
+func toStart(pod *v1.Pod, actions podActions) []*v1.Container {
+	var cs []*v1.Container
+	for _, i := range actions.ephemeralToStart {
+		cs = append(cs, (*v1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
+	for _, i := range actions.initToStart {
+		cs = append(cs, &pod.Spec.InitContainers[i])
+	}
+	for _, i := range actions.containersToStart {
+		cs = append(cs, &pod.Spec.Containers[i])
+	}
+	return cs
 }
 
 // resetAll stops and removes every instance of the pod's init and regular
@@ -401,7 +423,7 @@ func (s *podSync) startContainer(ctx context.Context, c *v1.Container) *podstate
 	if w != nil {
 		return w
 	}
-	img := m.images.ensure(ctx, pod, c.Image, c.ImagePullPolicy, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c), s.turn)
+	img := m.images.ensure(ctx, pod, c.Image, c.ImagePullPolicy, ref, s.pullSecrets, s.sandboxCfg, needsImageUser(pod, c), s.turn, s.images)
 	if img.err != nil {
 		s.retry(img.retryAt)
 		m.recorder.Eventf(ref, v1.EventTypeWarning, "Failed", "Error: %v", img.err)
@@ -488,7 +510,7 @@ func (s *podSync) pullImageVolumes(ctx context.Context) map[string]imageVolumePu
 		if vol.Image == nil {
 			continue
 		}
-		img := m.images.ensure(ctx, pod, vol.Image.Reference, vol.Image.PullPolicy, podRef, s.pullSecrets, s.sandboxCfg, false, s.turn)
+		img := m.images.ensure(ctx, pod, vol.Image.Reference, vol.Image.PullPolicy, podRef, s.pullSecrets, s.sandboxCfg, false, s.turn, nil)
 		if img.err != nil {
 			klog.FromContext(ctx).Error(img.err, "Failed to ensure image", "volume", vol.Name, "image", vol.Image.Reference, "message", img.msg)
 			s.retry(img.retryAt)

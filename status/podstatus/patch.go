@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/nodekit/nodekit/internal/protoequal"
 )
 
 // maxTerminationMessageLength bounds the termination messages of all of a
@@ -115,28 +117,7 @@ func statusEqual(a, b *v1.PodStatus) bool {
 	x.ResourceClaimStatuses = b.ResourceClaimStatuses
 	x.ExtendedResourceClaimStatus = b.ExtendedResourceClaimStatus
 	x.NodeAllocatableResourceClaimStatuses = b.NodeAllocatableResourceClaimStatuses
-	return sameEncoding(&x, b) || apiequality.Semantic.DeepEqual(&x, b)
-}
-
-// sameEncoding reports whether a and b encode to the same protobuf bytes.
-// The generated encoding is deterministic (map keys sorted) and writes
-// every field, so equal bytes mean equal fields, semantically equal
-// statuses; a status that did not change (most of a pod's syncs) compares
-// in a fraction of Semantic.DeepEqual's time. Different bytes prove
-// nothing (1Gi and 1073741824 are one quantity): the caller compares
-// semantically then.
-func sameEncoding(a, b *v1.PodStatus) bool {
-	n := a.Size()
-	if n != b.Size() {
-		return false
-	}
-	buf := make([]byte, 2*n)
-	an, err := a.MarshalToSizedBuffer(buf[:n])
-	if err != nil || an != n {
-		return false
-	}
-	bn, err := b.MarshalToSizedBuffer(buf[n:])
-	return err == nil && bn == n && bytes.Equal(buf[:n], buf[n:])
+	return protoequal.Same(&x, b) || apiequality.Semantic.DeepEqual(&x, b)
 }
 
 // setTransitionTime stamps the condition of type t in status with now, or
