@@ -280,12 +280,12 @@ type plegParams struct {
 	PLEG   *runtime.PLEG `optional:"true"`
 }
 
-// podsRunning says whether the PLEG saw a pod running (a running container
-// or a ready sandbox) at its latest relist, event or sync of the agent's
-// own, without asking the runtime; nil without a PLEG. It answers
-// stats.Options.Running and runtime.LogRotatorOptions.Running: on a node
-// with no pod the eviction manager's stats round and log rotation make no
-// listing call every 10 s.
+// podsRunning says whether the PLEG saw a pod with a container (in any
+// state) or a ready sandbox at its latest relist, event or sync of the
+// agent's own (PLEG.RunningPods), without asking the runtime; nil without
+// a PLEG. It answers
+// runtime.LogRotatorOptions.Running: on a node with no container running,
+// log rotation makes no listing call every 10 s.
 func (p plegParams) podsRunning() func() bool {
 	if p.PLEG == nil {
 		return nil
@@ -293,11 +293,15 @@ func (p plegParams) podsRunning() func() bool {
 	return func() bool { return len(p.PLEG.RunningPods()) > 0 }
 }
 
-// statsOptions are Config.StatsOptions with Running answered by the PLEG
-// (podsRunning).
+// statsOptions are Config.StatsOptions with HasPods answered by the PLEG
+// (runtime.PLEG.HasPods; nil without a PLEG): on a node the runtime holds
+// no pod of, the eviction manager's stats round makes no listing call
+// every 10 s.
 func statsOptions(p plegParams) stats.Options {
 	o := p.Config.StatsOptions()
-	o.Running = p.podsRunning()
+	if p.PLEG != nil {
+		o.HasPods = p.PLEG.HasPods
+	}
 	return o
 }
 

@@ -86,26 +86,26 @@ func TestIdleAgentGoroutines(t *testing.T) {
 }
 
 // TestIdleLoopsAskThePLEG: the eviction manager's stats rounds and log
-// rotation ask the PLEG whether any pod runs before they list the
-// runtime: no on a node with no pod, yes once one runs.
+// rotation ask the PLEG before they list the runtime (whether it holds any
+// pod, whether any pod runs): no on a node with no pod, yes once one runs.
 func TestIdleLoopsAskThePLEG(t *testing.T) {
 	var statsOpts stats.Options
 	var rotatorOpts nkruntime.LogRotatorOptions
 	n := agenttest.Start(t, agenttest.Options{Extra: []fx.Option{fx.Populate(&statsOpts, &rotatorOpts)}})
 	ctx := agenttest.Context(t)
 	n.WaitReady(ctx)
-	if statsOpts.Running == nil || rotatorOpts.Running == nil {
-		t.Fatal("stats.Options.Running or runtime.LogRotatorOptions.Running is not set")
+	if statsOpts.HasPods == nil || rotatorOpts.Running == nil {
+		t.Fatal("stats.Options.HasPods or runtime.LogRotatorOptions.Running is not set")
 	}
-	if statsOpts.Running() || rotatorOpts.Running() {
-		t.Errorf("with no pod: the stats provider's Running %t, the log rotator's %t; want false", statsOpts.Running(), rotatorOpts.Running())
+	if statsOpts.HasPods() || rotatorOpts.Running() {
+		t.Errorf("with no pod: the stats provider's HasPods %t, the log rotator's Running %t; want false", statsOpts.HasPods(), rotatorOpts.Running())
 	}
 	pod := n.CreatePod(ctx, agenttest.Pod("one", "busybox"))
 	n.WaitForPod(ctx, pod, agenttest.PodRunningAndReady)
 	// The PLEG takes the started pod in from the sync's status (queued,
 	// so maybe just after the Running status is written).
-	poll(ctx, t, "the stats provider and the log rotator see the pod running", func() bool {
-		return statsOpts.Running() && rotatorOpts.Running()
+	poll(ctx, t, "the stats provider and the log rotator see the pod", func() bool {
+		return statsOpts.HasPods() && rotatorOpts.Running()
 	})
 }
 

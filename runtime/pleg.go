@@ -335,8 +335,10 @@ func (p *PLEG) observeSnapshot() {
 	p.metrics.observeRunning(all)
 }
 
-// RunningPods returns the pods with a running container or a ready
-// sandbox as of the latest relist or event, without asking the runtime.
+// RunningPods returns the pods with a container (in any state: the
+// records keep exited ones, so a pod whose containers all exited is here
+// until they are removed) or a ready sandbox as of the latest relist or
+// event, without asking the runtime.
 // The caller owns the returned slice, not the pods' container slices.
 // Safe for concurrent use.
 func (p *PLEG) RunningPods() []podstate.RunningPod {
@@ -349,6 +351,16 @@ func (p *PLEG) RunningPods() []podstate.RunningPod {
 		}
 	}
 	return out
+}
+
+// HasPods says whether the runtime held anything of any pod (a sandbox or
+// a container, in any state) as of the latest relist or event, without
+// asking the runtime: false once the runtime has nothing of a pod left.
+// Safe for concurrent use.
+func (p *PLEG) HasPods() bool {
+	p.snapshotMu.Lock()
+	defer p.snapshotMu.Unlock()
+	return len(p.snapshot) > 0
 }
 
 // Forget drops the pod from RunningPods until a relist or an event shows

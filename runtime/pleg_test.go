@@ -361,6 +361,44 @@ func TestPLEGSleepsWhileNobodyWaits(t *testing.T) {
 	}
 }
 
+// TestPLEGHasPods: HasPods holds while the runtime has anything of a pod,
+// running or not (a stopped sandbox whose containers were removed), where
+// RunningPods leaves such a pod out; HasPods clears once the runtime has
+// nothing of it left.
+func TestPLEGHasPods(t *testing.T) {
+	// containerd 1.6: no event stream, each relist a clock step.
+	h := newHarness(t, fakecri.Options{Unimplemented: []string{"GetContainerEvents"}}, nil)
+	p := startPLEG(t, h, nil)
+	step := func() { h.clk.Step(time.Second) }
+	if p.HasPods() {
+		t.Error("HasPods on an empty runtime, want false")
+	}
+	pod := newPod("completed", ctr("app"))
+	h.sync(pod, nil)
+	app := h.container(pod, "app")
+	collect(t, p, step, podstate.PodLifecycleEvent{ID: pod.UID, Type: podstate.ContainerStarted, Data: app.ID})
+	if !p.HasPods() || len(p.RunningPods()) != 1 {
+		t.Fatalf("a running pod: HasPods %t, RunningPods %v; want true and the pod", p.HasPods(), p.RunningPods())
+	}
+	h.exitNow(pod, "app", 0)
+	sandbox := h.status(pod).Sandboxes[0].ID
+	rs := h.client.RuntimeService()
+	if err := rs.StopPodSandbox(h.ctx, sandbox); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.RemoveContainer(h.ctx, app.ID); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, func() bool { step(); return len(p.RunningPods()) == 0 })
+	if !p.HasPods() {
+		t.Error("HasPods = false with the pod's stopped sandbox on the runtime, want true")
+	}
+	if err := rs.RemovePodSandbox(h.ctx, sandbox); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, func() bool { step(); return !p.HasPods() })
+}
+
 // TestPLEGWithObservedSyncs: a PLEG whose syncs are observed (the Backend
 // hands it what each sync found) reads no pod on the runtime's created and
 // started events, yet reports the start from the sync's own status; a

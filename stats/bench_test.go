@@ -109,8 +109,8 @@ func BenchmarkSummary(b *testing.B) {
 // from the runtime: no pod cgroups exist for them there), full and CPU and
 // memory only, and of no pod at all, full (Idle: the eviction manager's
 // round every 10 s on an idle node, as an agent on fakecri computes it,
-// without pod cgroups; IdleNoneRunning: the same with Options.Running
-// saying no pod runs, as the agent's PLEG does there).
+// without pod cgroups; IdleNoPods: the same with Options.HasPods
+// saying the runtime holds no pod, as the agent's PLEG does there).
 func BenchmarkSummaryRealHost(b *testing.B) {
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		b.Skipf("no cgroup filesystem on this machine: %v", err)
@@ -119,18 +119,18 @@ func BenchmarkSummaryRealHost(b *testing.B) {
 		name       string
 		pods       int
 		cpuMemOnly bool
-		running    func() bool
+		hasPods    func() bool
 	}{
 		{"Full", benchPods, false, nil},
 		{"CPUAndMemory", benchPods, true, nil},
 		{"Idle", 0, false, nil},
-		{"IdleNoneRunning", 0, false, func() bool { return false }},
+		{"IdleNoPods", 0, false, func() bool { return false }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := benchHost(b, 1, fakecri.Options{}, bc.pods)
 			o := h.options()
 			o.ProcRoot, o.SysRoot, o.CgroupRoot, o.CgroupVersion = "/proc", "/sys", "/sys/fs/cgroup", 0
-			o.Running = bc.running
+			o.HasPods = bc.hasPods
 			runSummaryBench(b, o, bc.cpuMemOnly, bc.pods)
 		})
 	}

@@ -65,8 +65,8 @@
 // Summary), one statfs per filesystem, a few small files per cgroup and,
 // for Summary, one directory read per container log directory; the pod
 // cgroups are listed again only when a new pod appears. With no pod the
-// listing stops at ListPodSandbox, or before it while Options.Running says
-// no pod runs. The node's own files (procfs, the root cgroup's) are held
+// listing stops at ListPodSandbox, or before it while Options.HasPods says
+// the runtime holds none. The node's own files (procfs, the root cgroup's) are held
 // open, one descriptor per path for the whole process, and read again
 // from offset 0 each time; a pod's are opened for each read.
 //

@@ -142,15 +142,17 @@ type Options struct {
 	// containerd CPU and 1 s per call, against 30 ms and 30 ms).
 	PodStatsFromCRI bool
 
-	// Running, when set, says whether any pod may run (a running
-	// container or a ready sandbox): a summary computed while it answers
-	// false has no pod and asks the runtime nothing about pods, not even
-	// ListPodSandbox, so an idle node's round (every 10 s under the
-	// eviction manager) makes one CRI call, ImageFsInfo. The agent
-	// answers it from the PLEG's record of the runtime (its latest relist,
-	// events and the agent's own syncs). nil lists the sandboxes every
-	// time, as the kubelet does.
-	Running func() bool
+	// HasPods, when set, says whether the runtime may hold anything of a
+	// pod (a sandbox or a container in any state: a completed pod whose
+	// sandbox is stopped is in the summary, as in the kubelet's): a
+	// summary computed while it answers false has no pod and asks the
+	// runtime nothing about pods, not even ListPodSandbox, so an idle
+	// node's round (every 10 s under the eviction manager) makes one CRI
+	// call, ImageFsInfo. The agent answers it from the PLEG's record of
+	// the runtime (runtime.PLEG.HasPods: its latest relist, events and the
+	// agent's own syncs). nil lists the sandboxes every time, as the
+	// kubelet does.
+	HasPods func() bool
 
 	// MaxAge is how old a summary Summary and CPUAndMemory may return from
 	// the cache; a negative value disables the cache. Default

@@ -30,13 +30,13 @@ type podAcc struct {
 // pod sandbox stats (ListPodSandboxStats), and falls back to the former
 // when the runtime does not implement them (remembered for the Provider's
 // life) or the call fails (this round only: containerd fails the whole
-// call when one sandbox is being torn down). When Options.Running says no
-// pod runs, or the runtime lists no sandbox, it asks nothing more.
+// call when one sandbox is being torn down). When Options.HasPods says the
+// runtime holds no pod, or the runtime lists no sandbox, it asks nothing more.
 func (r *round) pods() ([]statsapi.PodStats, []podInfo, error) {
 	p := r.p
 	rt := p.opts.Runtime
 	var sandboxes []*runtimeapi.PodSandbox
-	if p.opts.Running == nil || p.opts.Running() {
+	if p.opts.HasPods == nil || p.opts.HasPods() {
 		var err error
 		if sandboxes, err = rt.ListPodSandbox(r.ctx, &runtimeapi.PodSandboxFilter{}); err != nil {
 			return nil, nil, fmt.Errorf("stats summary: list pod sandboxes: %w", err)
@@ -46,7 +46,7 @@ func (r *round) pods() ([]statsapi.PodStats, []podInfo, error) {
 		// No sandbox, no pod: every container and every stat is reported
 		// under its sandbox, so the lists below could add none. A node
 		// with no pod (an idle one, every round of its eviction manager)
-		// asks the runtime once, or not at all (Options.Running), instead
+		// asks the runtime once, or not at all (Options.HasPods), instead
 		// of three times.
 		r.forgetPodCgroups()
 		return []statsapi.PodStats{}, []podInfo{}, nil

@@ -576,17 +576,17 @@ func TestNoPodsOneCall(t *testing.T) {
 	}
 }
 
-// TestRunningFalseNoCall: while Options.Running says no pod runs, a
-// summary asks the runtime nothing about pods (ImageFsInfo only) and has
-// none; once it says one may run, the pods are listed.
-func TestRunningFalseNoCall(t *testing.T) {
+// TestHasPodsFalseNoCall: while Options.HasPods says the runtime holds no
+// pod, a summary asks the runtime nothing about pods (ImageFsInfo only) and
+// has none; once it says it may hold one, the pods are listed.
+func TestHasPodsFalseNoCall(t *testing.T) {
 	h := newHost(t, 1)
 	h.startCRI(fakecri.Options{})
 	h.runPod("default", "web", "uid-1", "", "app")
-	running := false
+	hasPods := false
 	o := h.options()
 	o.MaxAge = -1
-	o.Running = func() bool { return running }
+	o.HasPods = func() bool { return hasPods }
 	p := h.provider(o)
 	ctx := context.Background()
 	// The first call also connects (the image service's handshake asks
@@ -604,19 +604,19 @@ func TestRunningFalseNoCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Pods == nil || len(s.Pods) != 0 {
-		t.Errorf("pods = %#v while Running says none runs, want an empty list", s.Pods)
+		t.Errorf("pods = %#v while HasPods says none, want an empty list", s.Pods)
 	}
 	for method, want := range map[string]int{"ListPodSandbox": 0, "ListContainers": 0, "ListPodSandboxStats": 0, "ImageFsInfo": 1} {
 		if got := h.cri.Calls(method) - before[method]; got != want {
-			t.Errorf("%d %s calls while Running says no pod runs, want %d", got, method, want)
+			t.Errorf("%d %s calls while HasPods says none, want %d", got, method, want)
 		}
 	}
-	running = true
+	hasPods = true
 	if s, err = p.Summary(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.Pods) != 1 || s.Pods[0].PodRef.Name != "web" {
-		t.Errorf("pods = %+v once Running says one may run, want web", s.Pods)
+		t.Errorf("pods = %+v once HasPods says it may hold one, want web", s.Pods)
 	}
 }
 
