@@ -74,7 +74,8 @@
 //     does when the machine lacks something), memtrim (the start-up pages
 //     given back to the kernel), grpcproto (gRPC's proto codec with buffer
 //     sizes that keep no idle MiB), unixsock (how long a unix socket's
-//     path may be).
+//     path may be), protoequal (API objects compared by their protobuf
+//     encoding first).
 //   - examples/...: runnable agents: nodeagent (the kubelet replacement),
 //     standalone (no API server), customstatus and customsource (an
 //     embedder's setter and pod source), podsim (a pod-level backend),
