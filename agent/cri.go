@@ -271,26 +271,14 @@ func podManagerOptions(p podManagerParams) (runtime.PodManagerOptions, error) {
 }
 
 // plegParams are the *Config and the PLEG, for the options of the loops
-// that ask the PLEG whether any pod runs before they ask the runtime. The
-// PLEG is optional: an embedder's graph may have none.
+// that ask the PLEG before they list the runtime (statsOptions,
+// logRotatorOptions). The PLEG is optional: an embedder's graph may have
+// none.
 type plegParams struct {
 	fx.In
 
 	Config *Config
 	PLEG   *runtime.PLEG `optional:"true"`
-}
-
-// podsRunning says whether the PLEG saw a pod with a container (in any
-// state) or a ready sandbox at its latest relist, event or sync of the
-// agent's own (PLEG.RunningPods), without asking the runtime; nil without
-// a PLEG. It answers
-// runtime.LogRotatorOptions.Running: on a node with no container running,
-// log rotation makes no listing call every 10 s.
-func (p plegParams) podsRunning() func() bool {
-	if p.PLEG == nil {
-		return nil
-	}
-	return func() bool { return len(p.PLEG.RunningPods()) > 0 }
 }
 
 // statsOptions are Config.StatsOptions with HasPods answered by the PLEG

@@ -98,11 +98,15 @@ func provideImageGC(p runtimeGCParams, q imageGCParams) (*runtime.ImageGC, error
 }
 
 // logRotatorOptions are Config.LogRotatorOptions with Running answered by
-// the PLEG (podsRunning): a round lists the runtime only when the PLEG saw
-// a pod running.
+// the PLEG (nil without one): a round lists the runtime only while the
+// PLEG's latest relist, event or sync of the agent's own shows a pod with
+// a container or a ready sandbox (PLEG.RunningPods), so on a node with no
+// pod log rotation makes no listing call every 10 s.
 func logRotatorOptions(p plegParams) (runtime.LogRotatorOptions, error) {
 	o, err := p.Config.LogRotatorOptions()
-	o.Running = p.podsRunning()
+	if pleg := p.PLEG; pleg != nil {
+		o.Running = func() bool { return len(pleg.RunningPods()) > 0 }
+	}
 	return o, err
 }
 
