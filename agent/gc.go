@@ -100,7 +100,7 @@ func provideImageGC(p runtimeGCParams, q imageGCParams) (*runtime.ImageGC, error
 // logRotatorOptions are Config.LogRotatorOptions with Running answered by
 // the PLEG (nil without one): a round lists the runtime only while the
 // PLEG's latest relist, event or sync of the agent's own shows a pod with
-// a container or a ready sandbox (PLEG.RunningPods), so on a node with no
+// a running container or a ready sandbox (PLEG.RunningPods), so on a node with no
 // pod log rotation makes no listing call every 10 s.
 func logRotatorOptions(p plegParams) (runtime.LogRotatorOptions, error) {
 	o, err := p.Config.LogRotatorOptions()

@@ -350,7 +350,7 @@ func (r inProcessRuntime) PodStatus(_ context.Context, pod *v1.Pod, opts podstat
 func (inProcessRuntime) SyncPod(context.Context, *v1.Pod) pods.SyncResult { return pods.SyncResult{} }
 func (inProcessRuntime) KillPod(context.Context, *v1.Pod, *int64) error   { return nil }
 func (inProcessRuntime) RemovePod(context.Context, types.UID) error       { return nil }
-func (inProcessRuntime) RunningPods(context.Context) ([]*v1.Pod, error)   { return nil, nil }
+func (inProcessRuntime) RuntimePods(context.Context) ([]*v1.Pod, error)   { return nil, nil }
 func (r inProcessRuntime) Events() <-chan *podstate.PodLifecycleEvent     { return r.events }
 func newInProcessRuntime() pods.Runtime {
 	return inProcessRuntime{events: make(chan *podstate.PodLifecycleEvent), started: time.Now()}

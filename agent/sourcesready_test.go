@@ -118,7 +118,7 @@ func startRestartable(ctx context.Context, t *testing.T, cfg *agent.Config, clie
 			t.Errorf("the PLEG's first relist after a restart did not complete: %v", err)
 			return pods.AdmitResult{Admit: true}
 		}
-		if running, _ := rt.Backend.RunningPods(ctx); len(running) < holdAt*2 {
+		if running, _ := rt.Backend.RuntimePods(ctx); len(running) < holdAt*2 {
 			t.Errorf("after the PLEG's first relist the runtime runs %d pods, want %d", len(running), holdAt*2)
 		}
 		return pods.AdmitResult{Admit: true}
@@ -144,7 +144,7 @@ func startRestartable(ctx context.Context, t *testing.T, cfg *agent.Config, clie
 	return app, ctrl, rt
 }
 
-// countingRuntime counts the loop's KillPod and RunningPods calls (the
+// countingRuntime counts the loop's KillPod and RuntimePods calls (the
 // latter are housekeeping rounds).
 type countingRuntime struct {
 	*runtime.Backend
@@ -156,9 +156,9 @@ func (r *countingRuntime) KillPod(ctx context.Context, pod *v1.Pod, grace *int64
 	return r.Backend.KillPod(ctx, pod, grace)
 }
 
-func (r *countingRuntime) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
+func (r *countingRuntime) RuntimePods(ctx context.Context) ([]*v1.Pod, error) {
 	r.lists.Add(1)
-	return r.Backend.RunningPods(ctx)
+	return r.Backend.RuntimePods(ctx)
 }
 
 // waitAdmitted waits until the loop runs want pods and housekeeping has

@@ -306,8 +306,8 @@ func (r *BackendRuntime) RemovePod(_ context.Context, uid types.UID) error {
 	return nil
 }
 
-// RunningPods returns the backend's pods.
-func (r *BackendRuntime) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
+// RuntimePods returns the backend's pods.
+func (r *BackendRuntime) RuntimePods(ctx context.Context) ([]*v1.Pod, error) {
 	return r.b.GetPods(ctx)
 }
 

@@ -1145,7 +1145,7 @@ func (c *Controller) housekeeping(ctx context.Context) {
 	if err := c.opts.Allocations.RemoveOrphans(c.known); err != nil {
 		logger.Error(err, "Cannot forget the allocated resources of pods no source knows")
 	}
-	running, err := c.opts.Runtime.RunningPods(ctx)
+	running, err := c.opts.Runtime.RuntimePods(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "Housekeeping cannot list the runtime's pods")

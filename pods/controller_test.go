@@ -102,7 +102,7 @@ func (r *fakeRuntime) RemovePod(_ context.Context, uid types.UID) error {
 	return nil
 }
 
-func (r *fakeRuntime) RunningPods(context.Context) ([]*v1.Pod, error) {
+func (r *fakeRuntime) RuntimePods(context.Context) ([]*v1.Pod, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]*v1.Pod(nil), r.orphans...), nil

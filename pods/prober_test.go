@@ -114,7 +114,7 @@ func (r *loggedRuntime) RemovePod(context.Context, types.UID) error {
 	return nil
 }
 
-func (r *loggedRuntime) RunningPods(context.Context) ([]*v1.Pod, error) { return nil, nil }
+func (r *loggedRuntime) RuntimePods(context.Context) ([]*v1.Pod, error) { return nil, nil }
 
 func (r *loggedRuntime) Events() <-chan *podstate.PodLifecycleEvent { return r.events }
 

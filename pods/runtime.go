@@ -32,7 +32,7 @@ type Runtime interface {
 	SyncPod(ctx context.Context, pod *v1.Pod) SyncResult
 	// KillPod stops everything the runtime runs of pod, giving each
 	// container gracePeriodOverride seconds when set, else what the pod's
-	// spec says. For a pod returned by RunningPods that no source knows (an
+	// spec says. For a pod returned by RuntimePods that no source knows (an
 	// orphan, whose spec is empty) the runtime uses what it recorded when
 	// it started the pod. A context cancelled mid-way (a shorter grace
 	// period arrived) leaves the pod partly stopped; KillPod is called
@@ -42,11 +42,14 @@ type Runtime interface {
 	// and is gone from every source (stopped containers, sandboxes,
 	// directories, cgroups). It may be called more than once.
 	RemovePod(ctx context.Context, uid types.UID) error
-	// RunningPods lists the pods that have something running in the
-	// runtime, found by the runtime itself (not from the Controller's
-	// state), for the housekeeping that stops pods no source knows. A pod
-	// the runtime cannot describe has only its UID, name and namespace.
-	RunningPods(ctx context.Context) ([]*v1.Pod, error)
+	// RuntimePods lists every pod the runtime holds anything of (a
+	// container or a sandbox, running or not), found by the runtime itself
+	// (not from the Controller's state), for the housekeeping that stops
+	// and removes pods no source knows: an orphan whose containers all
+	// exited is removed with its directories and cgroup at once, as one
+	// that still runs is. A pod the runtime cannot describe has only its
+	// UID, name and namespace.
+	RuntimePods(ctx context.Context) ([]*v1.Pod, error)
 	// Events delivers the runtime's pod lifecycle events; each makes the
 	// Controller sync that pod. The channel is never closed; an event
 	// received is the receiver's and is not changed by the sender. Pointers,

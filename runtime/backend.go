@@ -247,7 +247,7 @@ func (b *Backend) keepStatus(uid types.UID) {
 // error: the pod loop calls KillPod again (the containers are stopped by
 // then) and neither sets the pod's final status nor lets the API object go
 // before the volumes are unmounted, as the kubelet's SyncTerminatedPod
-// waits for the unmount. A pod without a spec (an orphan from RunningPods)
+// waits for the unmount. A pod without a spec (an orphan from RuntimePods)
 // is stopped with the grace periods recorded on its containers.
 func (b *Backend) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64) error {
 	rs, err := b.pm.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
@@ -336,14 +336,14 @@ func (b *Backend) RemovePod(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
-// RunningPods lists the pods with a running container or a ready sandbox,
-// as pods with only their UID, name and namespace, as the PLEG last saw
-// them (its relist or an event; PLEG.RunningPods): no CRI call, where the
-// kubelet's housekeeping lists the runtime every 2 s.
-func (b *Backend) RunningPods(context.Context) ([]*v1.Pod, error) {
-	running := b.opts.PLEG.RunningPods()
-	out := make([]*v1.Pod, 0, len(running))
-	for _, rp := range running {
+// RuntimePods lists every pod the runtime holds a container or a sandbox
+// of, in any state, as pods with only their UID, name and namespace, as
+// the PLEG last saw them (its relist or an event; PLEG.Pods): no CRI call,
+// where the kubelet's housekeeping lists the runtime every 2 s.
+func (b *Backend) RuntimePods(context.Context) ([]*v1.Pod, error) {
+	held := b.opts.PLEG.Pods()
+	out := make([]*v1.Pod, 0, len(held))
+	for _, rp := range held {
 		out = append(out, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: rp.ID, Name: rp.Name, Namespace: rp.Namespace}})
 	}
 	return out, nil

@@ -121,8 +121,8 @@ type PLEG struct {
 	streaming atomic.Bool
 	resync    chan struct{}
 
-	// snapshotMu guards snapshot: every pod's latest record, for
-	// RunningPods.
+	// snapshotMu guards snapshot: every pod's latest record, for Pods,
+	// RunningPods and HasPods.
 	snapshotMu sync.Mutex
 	snapshot   map[types.UID]podstate.RunningPod
 }
@@ -335,20 +335,56 @@ func (p *PLEG) observeSnapshot() {
 	p.metrics.observeRunning(all)
 }
 
-// RunningPods returns the pods with a container (in any state: the
-// records keep exited ones, so a pod whose containers all exited is here
-// until they are removed) or a ready sandbox as of the latest relist or
-// event, without asking the runtime.
-// The caller owns the returned slice, not the pods' container slices.
-// Safe for concurrent use.
+// RunningPods returns the pods with a running container or a ready
+// sandbox as of the latest relist or event, without asking the runtime:
+// the kubelet's runtime cache (GetPods without the exited). A pod's
+// Containers are its running ones; its Sandboxes all of them. A pod whose
+// containers all exited and whose sandbox is stopped is not here (HasPods
+// still counts it). The caller owns the returned slice, not the pods'
+// sandbox slices. Safe for concurrent use.
 func (p *PLEG) RunningPods() []podstate.RunningPod {
 	p.snapshotMu.Lock()
 	defer p.snapshotMu.Unlock()
 	out := make([]podstate.RunningPod, 0, len(p.snapshot))
 	for _, rp := range p.snapshot {
-		if rp.IsRunning() {
+		if rp, ok := runningOnly(rp); ok {
 			out = append(out, rp)
 		}
+	}
+	return out
+}
+
+// runningOnly returns rp with its running containers only (a copy of
+// the slice when some are not), and whether anything of it runs.
+func runningOnly(rp podstate.RunningPod) (podstate.RunningPod, bool) {
+	running := 0
+	for _, c := range rp.Containers {
+		if c.State == podstate.ContainerStateRunning {
+			running++
+		}
+	}
+	if running < len(rp.Containers) {
+		all := rp.Containers
+		rp.Containers = make([]podstate.RunningContainer, 0, running)
+		for _, c := range all {
+			if c.State == podstate.ContainerStateRunning {
+				rp.Containers = append(rp.Containers, c)
+			}
+		}
+	}
+	return rp, rp.IsRunning()
+}
+
+// Pods returns every pod the runtime held anything of (a sandbox or a
+// container, in any state) as of the latest relist or event, without
+// asking the runtime, with all its containers and sandboxes. The caller
+// owns the returned slice, not the pods' slices. Safe for concurrent use.
+func (p *PLEG) Pods() []podstate.RunningPod {
+	p.snapshotMu.Lock()
+	defer p.snapshotMu.Unlock()
+	out := make([]podstate.RunningPod, 0, len(p.snapshot))
+	for _, rp := range p.snapshot {
+		out = append(out, rp)
 	}
 	return out
 }

@@ -361,10 +361,10 @@ func TestPLEGSleepsWhileNobodyWaits(t *testing.T) {
 	}
 }
 
-// TestPLEGHasPods: HasPods holds while the runtime has anything of a pod,
-// running or not (a stopped sandbox whose containers were removed), where
-// RunningPods leaves such a pod out; HasPods clears once the runtime has
-// nothing of it left.
+// TestPLEGHasPods: RunningPods lists a pod while a container of it runs or
+// its sandbox is ready (the kubelet's running pods); Pods and HasPods while
+// the runtime has anything of it, running or not (an exited container, a
+// stopped sandbox); HasPods clears once the runtime has nothing of it left.
 func TestPLEGHasPods(t *testing.T) {
 	// containerd 1.6: no event stream, each relist a clock step.
 	h := newHarness(t, fakecri.Options{Unimplemented: []string{"GetContainerEvents"}}, nil)
@@ -383,13 +383,28 @@ func TestPLEGHasPods(t *testing.T) {
 	h.exitNow(pod, "app", 0)
 	sandbox := h.status(pod).Sandboxes[0].ID
 	rs := h.client.RuntimeService()
+	// Its ready sandbox keeps it running, as the kubelet's runtime cache
+	// lists a pod with a ready sandbox.
+	step()
+	if len(p.RunningPods()) != 1 {
+		t.Fatalf("a pod with an exited container and a ready sandbox: RunningPods %v, want the pod", p.RunningPods())
+	}
 	if err := rs.StopPodSandbox(h.ctx, sandbox); err != nil {
 		t.Fatal(err)
+	}
+	// An exited container and a stopped sandbox: nothing runs (the
+	// kubelet's GetPods(all=false)), yet the runtime holds the pod.
+	poll(t, func() bool { step(); return len(p.RunningPods()) == 0 })
+	if !p.HasPods() {
+		t.Error("HasPods = false with the pod's exited container and stopped sandbox on the runtime, want true")
+	}
+	if held := p.Pods(); len(held) != 1 || held[0].ID != pod.UID || len(held[0].Containers) != 1 {
+		t.Errorf("Pods = %v, want the pod with its exited container (housekeeping removes such an orphan)", held)
 	}
 	if err := rs.RemoveContainer(h.ctx, app.ID); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, func() bool { step(); return len(p.RunningPods()) == 0 })
+	step()
 	if !p.HasPods() {
 		t.Error("HasPods = false with the pod's stopped sandbox on the runtime, want true")
 	}
