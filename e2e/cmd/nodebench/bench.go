@@ -103,10 +103,10 @@ type fleetFigures struct {
 	credentials, started time.Duration
 	allReady             time.Duration
 	rssBefore, rssAfter  uint64
-	// rssBeforeFile is the file-backed part of rssBefore (the executable's
-	// pages read so far).
-	rssBeforeFile uint64
-	peakRSS       uint64
+	// rssBeforeFile and rssAfterFile are the file-backed parts of
+	// rssBefore and rssAfter (the executable's pages mapped).
+	rssBeforeFile, rssAfterFile uint64
+	peakRSS                     uint64
 	// After a forced collection: the live heap and RSS.
 	heapLive, rssAfterGC uint64
 	// The Go runtime's figures before the fleet started and once all were
@@ -982,7 +982,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	f.rssAfter, f.peakRSS = after.RSS, after.PeakRSS
+	f.rssAfter, f.rssAfterFile, f.peakRSS = after.RSS, after.RSSFile, after.PeakRSS
 	// How much of that is live: the heap after a collection, and RSS once
 	// the freed memory went back to the system.
 	debug.FreeOSMemory()
