@@ -87,6 +87,12 @@ func (s *HealthServer) Addr(ctx context.Context) (net.Addr, error) {
 	}
 }
 
+// healthzServed reports whether the agent serves /healthz and /metrics
+// (healthzPort not 0, or a listener for them).
+func (cfg *Config) healthzServed() bool {
+	return *cfg.Kubelet.HealthzPort != 0 || cfg.HealthzListener != nil
+}
+
 func healthzAddress(cfg *Config) string {
 	return net.JoinHostPort(cfg.Kubelet.HealthzBindAddress, strconv.Itoa(int(*cfg.Kubelet.HealthzPort)))
 }

@@ -55,7 +55,10 @@ import (
 //     rotating client certificate under rotateCertificates (see
 //     certificate.UpdateTransport);
 //   - prometheus.Registerer and prometheus.Gatherer (one registry, served on
-//     /metrics), clock.Clock (real), ticks.Align (the node's shared ticks
+//     /metrics of the node API and of the healthz port; an agent that
+//     serves neither gets one that keeps nothing: an embedder that gathers
+//     such an agent's metrics itself replaces both with fx.Decorate),
+//     clock.Clock (real), ticks.Align (the node's shared ticks
 //     on that clock, at a random phase: the periodic loops of pods, userns,
 //     the runtime's status poll, image GC and log rotation, eviction, the
 //     pod status sync, the node status and the Lease wake on them
@@ -242,10 +245,26 @@ func newLogger(cfg *Config) logr.Logger {
 	return klog.Background().WithValues("node", cfg.NodeName)
 }
 
-func newRegistry() (prometheus.Registerer, prometheus.Gatherer) {
+// newRegistry is the agent's registry, with the Go and process
+// collectors, which the node API's /metrics and the healthz server's
+// serve. An agent that serves neither (enableServer false and healthzPort
+// 0, as every agent of a fleet) gets a Registerer that keeps nothing and a
+// Gatherer that gathers nothing: nobody could read its registry, whose
+// maps and collectors cost each agent memory. The modules' metrics are
+// updated as before, unregistered.
+func newRegistry(cfg *Config) (prometheus.Registerer, prometheus.Gatherer) {
+	if !cfg.ServerEnabled() && !cfg.healthzServed() {
+		return unread()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg, reg
+}
+
+// unread is the registry of metrics nothing serves: registering keeps
+// nothing (and never fails), gathering finds nothing.
+func unread() (prometheus.Registerer, prometheus.Gatherer) {
+	return prometheus.WrapRegistererWith(nil, nil), prometheus.Gatherers{}
 }
 
 func provideRecorder(lc fx.Lifecycle, cfg *Config, logger logr.Logger, c *Clients) record.EventRecorder {
@@ -340,7 +359,7 @@ func provideMachine(cfg *Config, _ dataDirs) machine.Func {
 }
 
 func provideHealthServer(lc fx.Lifecycle, sd fx.Shutdowner, logger logr.Logger, cfg *Config, g prometheus.Gatherer) *HealthServer {
-	if *cfg.Kubelet.HealthzPort == 0 && cfg.HealthzListener == nil {
+	if !cfg.healthzServed() {
 		return nil
 	}
 	s := NewHealthServer(healthzAddress(cfg), g)

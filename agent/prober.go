@@ -36,7 +36,9 @@ import (
 //     prober_probe_duration_seconds) go to a registry of their own, provided
 //     as the prometheus.Registerer and prometheus.Gatherer named
 //     prober.MetricsRegistererName ("probe_metrics"): the kubelet serves it
-//     on /metrics/probes of its node API.
+//     on /metrics/probes of its node API (with enableServer false, a
+//     registry that keeps nothing, as the agent's main one without a
+//     server).
 //
 // It is runtime-neutral: Core includes it. Replace a probe kind's handler by
 // adding a prober.Handler of that kind with prober.AsHandler.
@@ -60,7 +62,14 @@ type probeMetrics struct {
 	Gatherer   prometheus.Gatherer   `name:"probe_metrics"`
 }
 
-func newProbeMetrics() probeMetrics {
+// newProbeMetrics is the prober's registry, which only the node API
+// serves: without it (enableServer false), one that keeps nothing (see
+// newRegistry).
+func newProbeMetrics(cfg *Config) probeMetrics {
+	if !cfg.ServerEnabled() {
+		r, g := unread()
+		return probeMetrics{Registerer: r, Gatherer: g}
+	}
 	reg := prometheus.NewRegistry()
 	return probeMetrics{Registerer: reg, Gatherer: reg}
 }

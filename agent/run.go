@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
@@ -71,7 +69,7 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 		return 1
 	}
 	trimDone := make(chan struct{})
-	go releaseStartupMemory(logger, trimDone, startupSettle, memtrim.Release)
+	go memtrim.AfterStart(logger, trimDone)
 	sig := <-app.Wait()
 	close(trimDone)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), app.StopTimeout())
@@ -93,45 +91,4 @@ func run(args []string, runtime fx.Option, opts []fx.Option) int {
 	}
 	logger.Info("Agent stopped", "signal", sig.Signal, "exitCode", sig.ExitCode)
 	return sig.ExitCode
-}
-
-// startupSettle is how long after the agent started its startup memory is
-// released (releaseStartupMemory): long enough for the first list of every
-// informer, the node's registration and the first status and lease
-// updates, which the agent does within a second of starting (start →
-// Ready is 0.2-0.3 s in nodebench).
-const startupSettle = 5 * time.Second
-
-// releaseStartupMemoryEnv, set to false (strconv.ParseBool), keeps the
-// agent from releasing its startup memory.
-const releaseStartupMemoryEnv = "NODEKIT_RELEASE_STARTUP_MEMORY"
-
-// releaseStartupMemory gives back what the agent touched only to start
-// (release: memtrim.Release) settle after it is called, unless done closes
-// first or NODEKIT_RELEASE_STARTUP_MEMORY=false is in the environment. RSS
-// falls by a third to a half (docs/performance.md); the cost is one
-// collection and the page faults that map back the executable's pages
-// still in use, each reading its page from the file the first time.
-func releaseStartupMemory(logger klog.Logger, done <-chan struct{}, settle time.Duration, release func() (memtrim.Result, error)) {
-	if v, ok := os.LookupEnv(releaseStartupMemoryEnv); ok {
-		release, err := strconv.ParseBool(v)
-		switch {
-		case err != nil:
-			logger.Error(err, "Ignoring an invalid setting, releasing the startup memory as by default", "env", releaseStartupMemoryEnv, "value", v)
-		case !release:
-			logger.V(2).Info("Not releasing the memory used only at startup", "env", releaseStartupMemoryEnv)
-			return
-		}
-	}
-	select {
-	case <-done:
-		return
-	case <-time.After(settle):
-	}
-	res, err := release()
-	if err != nil {
-		logger.Error(err, "Cannot release the memory used only at startup")
-		return
-	}
-	logger.V(2).Info("Released the memory used only at startup", "executableMappings", res.Mappings, "executableBytes", res.Bytes)
 }

@@ -51,8 +51,10 @@ import (
 // It also adds to the agent's registry the kubelet's kubelet_node_name,
 // client-go's rest_client_* series (see internal/clientmetrics) and, when
 // the graph has a stats.VolumeStatsFunc, kubelet_volume_stats_*. With
-// enableServer false nothing listens. The healthz port is a separate
-// server (HealthServer) and stays as it is.
+// enableServer false no node API is built at all: the graph's
+// *server.Server is nil (its handlers, routes and HTTP metrics would cost
+// every agent of a fleet memory for nothing), and nothing listens. The
+// healthz port is a separate server (HealthServer) and stays as it is.
 //
 // Without an API server (Standalone) no token can be reviewed and no
 // request authorized by webhook: bearer tokens are refused,
@@ -66,10 +68,23 @@ import (
 var NodeAPI = fx.Options(
 	fx.Provide(
 		provideServerOptions,
+		provideNodeAPI,
 	),
 	fx.Invoke(registerNodeMetrics),
-	server.Module,
+	fx.Invoke(func(*server.Server) {}),
 )
+
+// provideNodeAPI is server.Module's provider when the configuration serves
+// the kubelet API (Config.ServerEnabled), else nil: no server to build.
+func provideNodeAPI(cfg *Config, p server.Params) (*server.Server, error) {
+	if !cfg.ServerEnabled() {
+		if p.Logger.GetSink() != nil {
+			p.Logger.Info("enableServer is false: the kubelet API is not served")
+		}
+		return nil, nil
+	}
+	return server.Provide(p)
+}
 
 type serverOptionsParams struct {
 	fx.In
@@ -99,9 +114,6 @@ type serverOptionsParams struct {
 // configuration (ServerOptions) and the graph.
 func provideServerOptions(p serverOptionsParams) (server.Options, error) {
 	o := p.Config.ServerOptions(p.Node.Node)
-	if !p.Config.ServerEnabled() && p.Logger.GetSink() != nil {
-		p.Logger.Info("enableServer is false: the kubelet API is not served")
-	}
 	if p.Client == nil {
 		o = withoutAPIServer(o, p.Logger)
 	}

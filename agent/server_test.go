@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/agent/agenttest"
@@ -191,23 +192,73 @@ func TestNodeAPIRefusesAnonymousByDefault(t *testing.T) {
 	}
 }
 
-// TestNodeAPIOffWithEnableServerFalse: enableServer false leaves the
-// kubelet API unserved while the rest of the agent runs.
+// TestNodeAPIOffWithEnableServerFalse: enableServer false builds no node
+// API at all (the graph's *server.Server is nil, nothing of it registered)
+// while the rest of the agent runs; the agent's registry is still served
+// on the healthz port.
 func TestNodeAPIOffWithEnableServerFalse(t *testing.T) {
-	var srv *server.Server
+	srv := &server.Server{}
+	var g prometheus.Gatherer
 	n := agenttest.Start(t, agenttest.Options{Extra: []fx.Option{
 		fx.Decorate(func(c *agent.Config) *agent.Config {
 			off := false
 			c.Kubelet.EnableServer = &off
 			return c
 		}),
-		fx.Populate(&srv),
+		fx.Populate(&srv, &g),
 	}})
 	ctx := agenttest.Context(t)
 	n.WaitReady(ctx)
-	if addr, err := srv.Addr(ctx); err != nil || addr != nil {
-		t.Errorf("node API address = %v, %v; want none", addr, err)
+	if srv != nil {
+		t.Error("enableServer false: the graph has a node API *server.Server, want nil")
 	}
+	byName := requireFamilies(t, g, map[string][]string{"kubelet_node_name": {"node"}, "go_goroutines": nil})
+	if f := byName["kubelet_http_requests_total"]; f != nil {
+		t.Error("enableServer false: the node API's kubelet_http_requests_total is registered")
+	}
+}
+
+// TestMetricsNobodyServesAreNotKept: an agent that serves neither the
+// node API nor the healthz port (as a fleet's) gathers nothing from its
+// registries, and an embedder that gathers its metrics itself gets them
+// all by replacing the registry.
+func TestMetricsNobodyServesAreNotKept(t *testing.T) {
+	unserved := func(c *agent.Config) *agent.Config {
+		c.Kubelet.EnableServer = ptr.To(false)
+		c.Kubelet.HealthzPort = ptr.To[int32](0)
+		c.HealthzListener = nil
+		return c
+	}
+	var g, probes prometheus.Gatherer
+	n := agenttest.Start(t, agenttest.Options{Name: "unserved", Extra: []fx.Option{
+		fx.Decorate(unserved), fx.Populate(&g),
+		fx.Invoke(fx.Annotate(func(p prometheus.Gatherer) { probes = p }, fx.ParamTags(`name:"`+prober.MetricsRegistererName+`"`))),
+	}})
+	n.WaitReady(agenttest.Context(t))
+	for name, g := range map[string]prometheus.Gatherer{"agent": g, "probe": probes} {
+		families, err := g.Gather()
+		if err != nil || len(families) != 0 {
+			t.Errorf("the %s registry of an agent that serves no metrics gathered %d families (%v), want none", name, len(families), err)
+		}
+	}
+
+	own := prometheus.NewRegistry()
+	var got prometheus.Gatherer
+	n = agenttest.Start(t, agenttest.Options{Name: "own-registry", Extra: []fx.Option{
+		fx.Decorate(unserved),
+		fx.Decorate(func(prometheus.Registerer) prometheus.Registerer { return own }),
+		fx.Decorate(func(prometheus.Gatherer) prometheus.Gatherer { return own }),
+		fx.Populate(&got),
+	}})
+	n.WaitReady(agenttest.Context(t))
+	if got != prometheus.Gatherer(own) {
+		t.Fatal("the graph's Gatherer is not the embedder's registry")
+	}
+	requireFamilies(t, own, map[string][]string{
+		"kubelet_node_name":                    {"node"},
+		"kubelet_running_pods":                 nil,
+		"kubelet_pleg_relist_duration_seconds": nil,
+	})
 }
 
 // dashboardMetrics are the families of the kubelet's /metrics that the

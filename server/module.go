@@ -31,7 +31,7 @@ func AsRoute(route any) fx.Option {
 // prometheus.Registerer. The server logs with the optional logr.Logger
 // (klog's by default) under the name "server".
 var Module = fx.Options(
-	fx.Provide(provide),
+	fx.Provide(Provide),
 	fx.Invoke(func(*Server) {}),
 )
 
@@ -47,7 +47,12 @@ type Params struct {
 	runner.Deps
 }
 
-func provide(p Params) (*Server, error) {
+// Provide is Module's constructor: the *Server of p.Options, with the
+// defaults Module documents filled from p, run by p's lifecycle from start
+// to stop. An embedder that decides itself whether a node API exists
+// provides the *Server with a function of its own that calls Provide (or
+// returns nil) instead of using Module.
+func Provide(p Params) (*Server, error) {
 	opts := p.Options
 	if opts.Client == nil {
 		opts.Client = p.Client

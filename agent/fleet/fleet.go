@@ -43,6 +43,7 @@ import (
 
 	"github.com/nodekit/nodekit/agent"
 	"github.com/nodekit/nodekit/certificate"
+	"github.com/nodekit/nodekit/internal/memtrim"
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 	"github.com/nodekit/nodekit/volume"
@@ -153,12 +154,21 @@ type Fleet struct {
 	mu      sync.Mutex
 	nodes   []*node
 	stopCRI []func()
+	// stopped is closed by the first Stop: no startup memory is
+	// released after it.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // Start builds and starts the agents, opts.Parallel at a time, and returns
 // once every agent's fx application started (the nodes turn Ready
 // afterwards). On failure it stops what it started. The caller must Stop
-// the fleet.
+// the fleet. A few seconds after it returns (memtrim.Settle), unless the
+// fleet was stopped, the process gives back to the system what it touched
+// only to start the agents, as agent.Run does for its one agent: the
+// executable's pages mapped since the process started (those still in use
+// come back one page at a time) and the heap the collector freed
+// (NODEKIT_RELEASE_STARTUP_MEMORY=false in the environment keeps them).
 func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	switch {
 	case len(opts.Names) == 0 || opts.Dir == "":
@@ -172,7 +182,7 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir, mounter: mount.New("")}
+	f := &Fleet{Names: opts.Names, socketDir: opts.SocketDir, mounter: mount.New(""), stopped: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Stop())
@@ -229,6 +239,10 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	}
 	f.Started = time.Since(began)
 	fmt.Fprintf(opts.Log, "fleet: %d agents started in %s\n", len(opts.Names), f.Started.Round(time.Millisecond))
+	// As agent.Run for its one agent: what the process touched only to
+	// start them (the executable's pages mapped by fault-around, the heap
+	// the collector freed) goes back to the system once they settled.
+	go memtrim.AfterStart(klog.FromContext(ctx), f.stopped)
 	return f, nil
 }
 
@@ -390,6 +404,7 @@ func nodeOptions(opts Options, i int, cri *fakecri.Server, mounter mount.Interfa
 // caller deletes them (a node may not delete its own). It reports agents
 // that did not stop cleanly and may be called more than once.
 func (f *Fleet) Stop() error {
+	f.stopOnce.Do(func() { close(f.stopped) })
 	f.mu.Lock()
 	nodes, stops := f.nodes, f.stopCRI
 	f.nodes, f.stopCRI = nil, nil

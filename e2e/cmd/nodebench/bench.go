@@ -103,7 +103,10 @@ type fleetFigures struct {
 	credentials, started time.Duration
 	allReady             time.Duration
 	rssBefore, rssAfter  uint64
-	peakRSS              uint64
+	// rssBeforeFile and rssAfterFile are the file-backed parts of
+	// rssBefore and rssAfter (the executable's pages mapped).
+	rssBeforeFile, rssAfterFile uint64
+	peakRSS                     uint64
 	// After a forced collection: the live heap and RSS.
 	heapLive, rssAfterGC uint64
 	// The Go runtime's figures before the fleet started and once all were
@@ -900,7 +903,11 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	// Measure from a collected heap so the figure is the fleet's.
+	// Measure from a collected heap so the figure is the fleet's, and
+	// return what the harness freed to the system first: a shard's
+	// process holds no garbage of a harness, and the fleet's pages count
+	// in its growth rather than reusing them unseen.
+	debug.FreeOSMemory()
 	heapBefore := readHeapByComponent()
 	memBefore := readRuntimeMemory()
 	before, err := bench.ReadProcStats(os.Getpid())
@@ -962,7 +969,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	stopProfile = func() {}
 	f := &fleetFigures{
 		nodes: b.opts.nodes, credentials: fleet.Credentials, started: fleet.Started,
-		allReady: readyAt.Sub(began) - fleet.Credentials, rssBefore: before.RSS,
+		allReady: readyAt.Sub(began) - fleet.Credentials, rssBefore: before.RSS, rssBeforeFile: before.RSSFile,
 		memBefore: memBefore, heapBefore: heapBefore, memLimit: debug.SetMemoryLimit(-1),
 		startGCCPU: gcCPU() - gcStart,
 	}
@@ -975,7 +982,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	f.rssAfter, f.peakRSS = after.RSS, after.PeakRSS
+	f.rssAfter, f.rssAfterFile, f.peakRSS = after.RSS, after.RSSFile, after.PeakRSS
 	// How much of that is live: the heap after a collection, and RSS once
 	// the freed memory went back to the system.
 	debug.FreeOSMemory()

@@ -619,6 +619,13 @@ func (b *benchmark) reportScale() {
 		case f.podsErr != "":
 			pods.Value = "failed: " + f.podsErr
 		}
+		m := f.memBefore
+		t.Note("scale: the process before the fleet (after a forced GC and the freed memory returned to the system): RSS %s, of which file-backed %s (the executable's pages read so far) and anonymous %s; the Go runtime held %s then: heap objects %s, stacks %s, the rest %s (free heap not yet returned, its own metadata and buffers)",
+			bench.FormatMiB(f.rssBefore), bench.FormatMiB(f.rssBeforeFile), bench.FormatMiB(f.rssBefore-min(f.rssBeforeFile, f.rssBefore)),
+			bench.FormatMiB(m.total-m.heapReleased), bench.FormatMiB(m.heapObjects), bench.FormatMiB(m.stacks),
+			bench.FormatMiB(m.total-m.heapReleased-min(m.heapObjects+m.stacks, m.total-m.heapReleased)))
+		t.Note("scale: once all were Ready (the process RSS above), file-backed %s and anonymous %s",
+			bench.FormatMiB(f.rssAfterFile), bench.FormatMiB(f.rssAfter-min(f.rssAfterFile, f.rssAfter)))
 		t.Note("scale: after a forced GC the live Go heap is %s and RSS %s (%.2f MiB per node above the baseline)",
 			bench.FormatMiB(f.heapLive), bench.FormatMiB(f.rssAfterGC), float64(f.rssAfterGC-min(f.rssBefore, f.rssAfterGC))/float64(f.nodes)/(1<<20))
 		t.Note("scale: %d node certificates and kubeconfigs issued in %s (%s each), %d agents' fx applications started in %s (%d at a time); peak RSS of this process over the whole run %s",

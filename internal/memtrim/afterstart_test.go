@@ -1,15 +1,13 @@
-package agent
+package memtrim
 
 import (
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
-
-	"github.com/nodekit/nodekit/internal/memtrim"
+	"github.com/go-logr/logr"
 )
 
-func TestReleaseStartupMemory(t *testing.T) {
+func TestAfterStart(t *testing.T) {
 	never := make(chan struct{})
 	for _, tc := range []struct {
 		name, env   string
@@ -21,11 +19,11 @@ func TestReleaseStartupMemory(t *testing.T) {
 		{name: "explicitly on", env: "true", settle: time.Millisecond, wantRelease: true},
 		{name: "an invalid value keeps the default", env: "maybe", settle: time.Millisecond, wantRelease: true},
 		{name: "turned off", env: "false", settle: time.Millisecond},
-		{name: "agent stopped before it settled", settle: time.Hour, stopped: true},
+		{name: "agents stopped before they settled", settle: time.Hour, stopped: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.env != "" {
-				t.Setenv(releaseStartupMemoryEnv, tc.env)
+				t.Setenv(Env, tc.env)
 			}
 			done := never
 			if tc.stopped {
@@ -33,9 +31,9 @@ func TestReleaseStartupMemory(t *testing.T) {
 				close(done)
 			}
 			released := false
-			releaseStartupMemory(klog.Background(), done, tc.settle, func() (memtrim.Result, error) {
+			afterStart(logr.Discard(), done, tc.settle, func() (Result, error) {
 				released = true
-				return memtrim.Result{Mappings: 2}, nil
+				return Result{Mappings: 2}, nil
 			})
 			if released != tc.wantRelease {
 				t.Errorf("released = %v, want %v", released, tc.wantRelease)
