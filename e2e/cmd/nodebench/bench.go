@@ -908,7 +908,10 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	// process holds no garbage of a harness, and the fleet's pages count
 	// in its growth rather than reusing them unseen.
 	debug.FreeOSMemory()
-	heapBefore := readHeapByComponent()
+	var heapBefore heapByComponent
+	if b.opts.heapComponents {
+		heapBefore = readHeapByComponent()
+	}
 	memBefore := readRuntimeMemory()
 	before, err := bench.ReadProcStats(os.Getpid())
 	if err != nil {
@@ -993,9 +996,11 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 		return err
 	}
 	f.rssAfterGC = after.RSS
-	f.heapAfter = readHeapByComponent()
+	if b.opts.heapComponents {
+		f.heapAfter = readHeapByComponent()
+		b.logf("scale: heap per agent by component: %s", formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
+	}
 	f.memAfter = readRuntimeMemory()
-	b.logf("scale: heap per agent by component: %s", formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
 	heapProfiles := []string{b.opts.heapProfile}
 	if b.opts.profileDir != "" {
 		heapProfiles = append(heapProfiles, filepath.Join(b.opts.profileDir, "fleet.heap.pprof"))

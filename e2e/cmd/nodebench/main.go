@@ -20,10 +20,10 @@
 //     updates, node status writes, pod status patches, everything);
 //   - scale: N complete agents in this one process on the fake runtime (-nodes),
 //     each with its own client certificate: time to all Ready, the process's
-//     RSS, RSS / live heap / goroutines and their stacks per node, the heap per
-//     node by component (fx graph, clientsets, connections, informers, event
-//     recorder, metrics, nodekit's packages, ...; from the in-process heap
-//     profile), then every node held Ready for -hold (any node seen not Ready
+//     RSS, RSS / live heap / goroutines and their stacks per node, with
+//     -heap-by-component the heap per node by component (fx graph,
+//     clientsets, connections, informers, event recorder, metrics, nodekit's
+//     packages, ...; from the in-process heap profile), then every node held Ready for -hold (any node seen not Ready
 //     is reported) with the process's idle CPU per node over that window
 //     against kwok's, then -fleet-pods pods per node bound at once and the time
 //     until all run. GOMEMLIMIT/GOGC in nodebench's environment apply to the
@@ -88,6 +88,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 
@@ -113,6 +114,9 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	opts, err := parseFlags(args, progress)
 	if err != nil {
 		return err
+	}
+	if opts.heapComponents {
+		goruntime.MemProfileRate = memProfileRate
 	}
 	if opts.compareFrom != "" {
 		return compareTables(out, opts.compare, opts.compareFrom)

@@ -579,8 +579,10 @@ func (b *benchmark) reportScale() {
 			rss.Result = bench.Verdict(f.rssAfter <= targetFleetRSS)
 			row.Result = bench.Verdict(f.allReady <= targetFleetReady)
 		}
-		t.Note("scale: heap per node by component (in-use heap profile, sampled every %d KiB, after less before the fleet): %s",
-			memProfileRate>>10, formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
+		if b.opts.heapComponents {
+			t.Note("scale: heap per node by component (in-use heap profile, sampled every %d KiB, after less before the fleet): %s",
+				memProfileRate>>10, formatComponents(f.heapAfter.perAgent(f.heapBefore, f.nodes)))
+		}
 		if b.opts.shareServices {
 			t.Note("scale: the agents share one informer on the Services (agent.ServiceLister, -share-services); each has its own client certificate, connection, clientsets, Node/pod watches and fake runtime")
 		}
