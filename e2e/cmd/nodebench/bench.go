@@ -106,7 +106,9 @@ type fleetFigures struct {
 	// rssBeforeFile and rssAfterFile are the file-backed parts of
 	// rssBefore and rssAfter (the executable's pages mapped).
 	rssBeforeFile, rssAfterFile uint64
-	peakRSS                     uint64
+	// peakRSS is the process's peak RSS (VmHWM) as of all Ready, then
+	// as of the end of the hold: what a shard's memory limit must allow.
+	peakRSS uint64
 	// After a forced collection: the live heap and RSS.
 	heapLive, rssAfterGC uint64
 	// The Go runtime's figures before the fleet started and once all were
@@ -1035,6 +1037,9 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	stopProfile()
 	stopProfile = func() {}
 	f.hold, f.holdCPU, f.holdRSS, f.holdGCCPU = &hold, cpuTo.CPU-cpuFrom.CPU, cpuTo.RSS, gcCPU()-gcFrom
+	// The peak over the whole run: the heap regrows over the hold after
+	// the start's memory was released.
+	f.peakRSS = max(f.peakRSS, cpuTo.PeakRSS)
 	b.logf("scale: held %s: fewest Ready at once %d of %d, %d nodes lost Ready at least once; CPU %s (%.1f %% of a core, %.4f %% per node), RSS %s",
 		hold.Held.Round(time.Second), hold.MinReady, f.nodes, len(hold.Lost), f.holdCPU,
 		cpuPercent(f.holdCPU, hold.Held), cpuPercent(f.holdCPU, hold.Held)/float64(f.nodes), bench.FormatMiB(cpuTo.RSS))
