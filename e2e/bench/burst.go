@@ -38,6 +38,10 @@ type BurstOptions struct {
 	// CRIEndpoint is the node's container runtime (unix://…); the runtime's
 	// own time for each pod is read from it (CRITimes). Empty skips that.
 	CRIEndpoint string
+	// RuntimeLog is containerd's log (with CRIEndpoint): each pod's
+	// runtime time is also counted from its first RunPodSandbox request
+	// (SandboxRequests). Empty skips that.
+	RuntimeLog string
 	// Timeout bounds the wait for every pod to run (default 5 minutes).
 	Timeout time.Duration
 }
@@ -57,6 +61,13 @@ type BurstResult struct {
 	// Overhead is BoundToRunning less CRI, pod by pod: the agent's own
 	// share. nil when CRI is.
 	Overhead []time.Duration
+	// CRIFromRequest is the runtime's time per pod counted from its first
+	// RunPodSandbox request (SandboxRequests) to its first container's
+	// start: CRI plus what the runtime does before the sandbox's
+	// CreatedAt (network namespace, CNI). OverheadFromRequest is
+	// BoundToRunning less it. Both nil without a RuntimeLog or when a pod
+	// is missing from it.
+	CRIFromRequest, OverheadFromRequest []time.Duration
 	// Wall is from the first create call to the last pod seen Running.
 	Wall time.Duration
 	// AgentCPU is the CPU time the agent process used over Wall; 0 without
@@ -184,9 +195,15 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		}
 		res.AgentCPU = after.CPU - cpuBefore.CPU
 	}
-	var cri map[types.UID]time.Duration
+	var cri map[types.UID]CRISpan
 	if opts.CRIEndpoint != "" {
 		if cri, err = CRITimes(ctx, opts.CRIEndpoint, opts.Namespace); err != nil {
+			return nil, fmt.Errorf("pod burst: %w", err)
+		}
+	}
+	var requested map[types.UID]time.Time
+	if opts.CRIEndpoint != "" && opts.RuntimeLog != "" {
+		if requested, err = SandboxRequests(opts.RuntimeLog); err != nil {
 			return nil, fmt.Errorf("pod burst: %w", err)
 		}
 	}
@@ -194,13 +211,23 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		st := state[name]
 		res.CreateToRunning = append(res.CreateToRunning, st.running.Sub(created[i]))
 		res.BoundToRunning = append(res.BoundToRunning, st.running.Sub(st.bound))
-		if d, ok := cri[st.uid]; ok {
-			res.CRI = append(res.CRI, d)
-			res.Overhead = append(res.Overhead, st.running.Sub(st.bound)-d)
+		span, ok := cri[st.uid]
+		if !ok {
+			continue
+		}
+		res.CRI = append(res.CRI, span.Duration())
+		res.Overhead = append(res.Overhead, st.running.Sub(st.bound)-span.Duration())
+		if at, ok := requested[st.uid]; ok {
+			d := span.Started.Sub(at)
+			res.CRIFromRequest = append(res.CRIFromRequest, d)
+			res.OverheadFromRequest = append(res.OverheadFromRequest, st.running.Sub(st.bound)-d)
 		}
 	}
 	if len(res.CRI) != opts.Pods {
 		res.CRI, res.Overhead = nil, nil
+	}
+	if len(res.CRIFromRequest) != opts.Pods {
+		res.CRIFromRequest, res.OverheadFromRequest = nil, nil
 	}
 	return res, nil
 }

@@ -17,14 +17,28 @@ const (
 	labelPodUID       = "io.kubernetes.pod.uid"
 )
 
+// CRISpan is the runtime's own time to start one pod, by its timestamps:
+// from the sandbox's creation to its first container's start.
+type CRISpan struct {
+	// SandboxCreated is the sandbox's CreatedAt.
+	SandboxCreated time.Time
+	// Started is the StartedAt of the pod's first container to start.
+	Started time.Time
+}
+
+// Duration is the span's length.
+func (s CRISpan) Duration() time.Duration { return s.Started.Sub(s.SandboxCreated) }
+
 // CRITimes returns, for every pod of namespace ns on the runtime at
 // endpoint (unix://…), the runtime's own time to start it: from the
-// sandbox's creation (RunPodSandbox began) to its first container's start
-// (StartContainer done), by the runtime's timestamps. The span also holds
-// the agent's work between those calls (image status, container config),
-// so subtracting it from a pod's startup time gives a lower bound of the
-// agent's share. Pods without a started container are left out.
-func CRITimes(ctx context.Context, endpoint, ns string) (map[types.UID]time.Duration, error) {
+// sandbox's creation to its first container's start (StartContainer
+// done), by the runtime's timestamps. The span also holds the agent's work
+// between those calls (image status, container config), so subtracting it
+// from a pod's startup time gives a lower bound of the agent's share; it
+// does not hold what the runtime does in RunPodSandbox before the
+// sandbox's CreatedAt (see SandboxRequests). Pods without a started
+// container are left out.
+func CRITimes(ctx context.Context, endpoint, ns string) (map[types.UID]CRISpan, error) {
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("CRI times: dial %s: %w", endpoint, err)
@@ -44,7 +58,7 @@ func CRITimes(ctx context.Context, endpoint, ns string) (map[types.UID]time.Dura
 	if err != nil {
 		return nil, fmt.Errorf("CRI times: list containers of %s on %s: %w", ns, endpoint, err)
 	}
-	times := map[types.UID]time.Duration{}
+	times := map[types.UID]CRISpan{}
 	for _, c := range containers.Containers {
 		sbCreated, ok := created[c.PodSandboxId]
 		if !ok {
@@ -59,9 +73,9 @@ func CRITimes(ctx context.Context, endpoint, ns string) (map[types.UID]time.Dura
 			continue
 		}
 		uid := types.UID(c.Labels[labelPodUID])
-		d := time.Duration(started - sbCreated)
-		if prev, ok := times[uid]; !ok || d < prev {
-			times[uid] = d
+		span := CRISpan{SandboxCreated: time.Unix(0, sbCreated), Started: time.Unix(0, started)}
+		if prev, ok := times[uid]; !ok || span.Duration() < prev.Duration() {
+			times[uid] = span
 		}
 	}
 	return times, nil

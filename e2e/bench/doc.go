@@ -12,7 +12,9 @@
 //   - pods: RunBurst creates many pods at once and times each from its
 //     create call, and from the watch event showing it bound to the node,
 //     to the watch event showing it Running; CRITimes reads the runtime's
-//     own timestamps so the runtime's share can be subtracted;
+//     own timestamps so the runtime's share can be subtracted, and
+//     SandboxRequests when containerd received each pod's RunPodSandbox
+//     (its work before the sandbox's CreatedAt);
 //   - resources: ReadProcStats reads VmRSS, VmHWM and utime+stime from
 //     /proc/<pid>;
 //   - API traffic: CountRequests counts a node's requests, by verb and

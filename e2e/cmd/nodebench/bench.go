@@ -66,6 +66,8 @@ type node struct {
 	// stopRuntime stops its fake runtime; nil on containerd.
 	stopRuntime func()
 	criEndpoint string
+	// runtimeLog is containerd's log; empty on the fake runtime.
+	runtimeLog string
 
 	startToReady time.Duration
 	idle         *idleFigures
@@ -373,7 +375,7 @@ func (b *benchmark) setup(ctx context.Context) error {
 		b.runtimeVersion = name + " " + version
 	}
 	if kubeletBin != "" {
-		b.kubelet = &node{criEndpoint: b.ctrd.Endpoint}
+		b.kubelet = &node{criEndpoint: b.ctrd.Endpoint, runtimeLog: b.ctrd.LogPath}
 		b.kubelet.agent, err = b.cp.NewKubelet(cluster.KubeletOptions{
 			Binary: kubeletBin, NodeName: "nb-kubelet", RuntimeEndpoint: b.ctrd.Endpoint,
 			CgroupRoot: "/" + b.cgroupName("kubelet"),
@@ -616,7 +618,7 @@ func (b *benchmark) newContainerdNode(who, name string, extraArgs ...string) (*n
 	if err != nil {
 		return nil, err
 	}
-	return &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint}, nil
+	return &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint, runtimeLog: b.ctrd.LogPath}, nil
 }
 
 // idleWindow lets the nodes settle, then measures them over one idle
@@ -752,7 +754,7 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
-		AgentPID: n.agent.PID(), CRIEndpoint: n.criEndpoint, Timeout: burstTimeout,
+		AgentPID: n.agent.PID(), CRIEndpoint: n.criEndpoint, RuntimeLog: n.runtimeLog, Timeout: burstTimeout,
 	})
 	if err != nil {
 		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))

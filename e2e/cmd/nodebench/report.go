@@ -142,6 +142,7 @@ func (b *benchmark) reportPods() {
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running less CRI time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.Overhead }))
 	if k != nil {
 		t.Add(b.ownShareRow(pods, n, k))
+		t.Add(b.ownShareFromRequestRow(pods, n, k))
 	}
 
 	row = bench.Row{Metric: fmt.Sprintf("%d pods at once, containerd: agent API requests (per pod)", pods), Value: notRun}
@@ -222,6 +223,35 @@ func (b *benchmark) ownShareRow(pods int, n, k *bench.BurstResult) bench.Row {
 	v := overhead - wait
 	row.Value = fmt.Sprintf("%s (%s less CRI time, %s of it waiting for a turn)", bench.FormatDuration(v), bench.FormatDuration(overhead), bench.FormatDuration(wait))
 	row.Result = bench.Verdict(v <= scale(anchor, targetShareRatio))
+	return row
+}
+
+// ownShareFromRequestRow is ownShareRow's figure with each pod's runtime
+// time counted from its first RunPodSandbox request (containerd's log,
+// bench.SandboxRequests) instead of the sandbox's CreatedAt, for both
+// agents: what containerd does in RunPodSandbox before it creates the
+// pause container (the pod's network namespace, the CNI plugins) is the
+// runtime's time, not the agent's. It grows with the pods in the runtime at
+// once. Not judged: the target is on ownShareRow's figure.
+func (b *benchmark) ownShareFromRequestRow(pods int, n, k *bench.BurstResult) bench.Row {
+	row := bench.Row{
+		Metric: fmt.Sprintf("%d pods at once, containerd: agent's own share with the runtime's time from its RunPodSandbox request (containerd's log), mean", pods),
+		Value:  notRun, Kubelet: notRun,
+	}
+	var anchor time.Duration
+	if k.OverheadFromRequest != nil {
+		anchor = bench.Summarize(k.OverheadFromRequest).Mean
+		row.Kubelet = bench.FormatDuration(anchor)
+	}
+	if n == nil || n.OverheadFromRequest == nil || b.ctrdNode.breakdown == nil {
+		return row
+	}
+	v := bench.Summarize(n.OverheadFromRequest).Mean - b.ctrdNode.breakdown.turnWaitPerPod()
+	row.Value = fmt.Sprintf("%s (before the sandbox's CreatedAt, the runtime took %s of the %s per pod)", bench.FormatDuration(v),
+		bench.FormatDuration(bench.Summarize(n.CRIFromRequest).Mean-bench.Summarize(n.CRI).Mean), bench.FormatDuration(bench.Summarize(n.CRIFromRequest).Mean))
+	if anchor > 0 {
+		row.Value += fmt.Sprintf("; %.2f × the kubelet's", float64(v)/float64(anchor))
+	}
 	return row
 }
 
