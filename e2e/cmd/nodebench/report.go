@@ -201,18 +201,20 @@ func (b *benchmark) reportPods() {
 	t.Note("a burst's requests count from its first create to %s after its last pod ran", burstTail)
 }
 
-// ownShareRow judges the agent's own share of the containerd burst against
-// the kubelet's (k, required): bound → Running less the runtime's time, on
-// average per pod. The runtime's time is its CRI time and, for nodekit,
-// the wait for a start turn: a pod waits there while the runtime works on
-// the pods bound before it (--max-parallel-pod-starts sizes the turns to
-// the runtime); the kubelet sends every pod to the runtime at once, so
-// that wait is inside its CRI time.
+// ownShareRow is the agent's own share of the containerd burst beside the
+// kubelet's (k, required): bound → Running less the runtime's time, on
+// average per pod, the runtime's time counted from each sandbox's
+// CreatedAt. The runtime's time is its CRI time and, for nodekit, the wait
+// for a start turn: a pod waits there while the runtime works on the pods
+// bound before it (--max-parallel-pod-starts sizes the turns to the
+// runtime); the kubelet sends every pod to the runtime at once, so that
+// wait is inside its CRI time. Not judged: containerd sets CreatedAt after
+// it made the pod's network, which this figure counts as the agent's
+// (ownShareFromRequestRow is judged).
 func (b *benchmark) ownShareRow(pods int, n, k *bench.BurstResult) bench.Row {
 	anchor := bench.Summarize(k.Overhead).Mean
 	row := bench.Row{
 		Metric: fmt.Sprintf("%d pods at once, containerd: agent's own share (bound → Running less CRI time and the wait for a start turn), mean", pods),
-		Target: fmt.Sprintf("≤ %g × kubelet = %s", targetShareRatio, bench.FormatDuration(scale(anchor, targetShareRatio))),
 		Value:  notRun, Kubelet: bench.FormatDuration(anchor),
 	}
 	if n == nil || b.ctrdNode.breakdown == nil {
@@ -222,7 +224,9 @@ func (b *benchmark) ownShareRow(pods int, n, k *bench.BurstResult) bench.Row {
 	overhead := bench.Summarize(n.Overhead).Mean
 	v := overhead - wait
 	row.Value = fmt.Sprintf("%s (%s less CRI time, %s of it waiting for a turn)", bench.FormatDuration(v), bench.FormatDuration(overhead), bench.FormatDuration(wait))
-	row.Result = bench.Verdict(v <= scale(anchor, targetShareRatio))
+	if anchor > 0 {
+		row.Value += fmt.Sprintf("; %.2f × the kubelet's", float64(v)/float64(anchor))
+	}
 	return row
 }
 
@@ -232,7 +236,8 @@ func (b *benchmark) ownShareRow(pods int, n, k *bench.BurstResult) bench.Row {
 // agents: what containerd does in RunPodSandbox before it creates the
 // pause container (the pod's network namespace, the CNI plugins) is the
 // runtime's time, not the agent's. It grows with the pods in the runtime at
-// once. Not judged: the issue's target is on ownShareRow's figure.
+// once. This is the figure the issue's "agent's own share ≤ 0.2 × the
+// kubelet's (bound → Running less the runtime's time)" is judged on.
 func (b *benchmark) ownShareFromRequestRow(pods int, n, k *bench.BurstResult) bench.Row {
 	row := bench.Row{
 		Metric: fmt.Sprintf("%d pods at once, containerd: agent's own share with the runtime's time from its RunPodSandbox request (containerd's log), mean", pods),
@@ -242,6 +247,7 @@ func (b *benchmark) ownShareFromRequestRow(pods int, n, k *bench.BurstResult) be
 	if k.OverheadFromRequest != nil {
 		anchor = bench.Summarize(k.OverheadFromRequest).Mean
 		row.Kubelet = bench.FormatDuration(anchor)
+		row.Target = fmt.Sprintf("≤ %g × kubelet = %s", targetShareRatio, bench.FormatDuration(scale(anchor, targetShareRatio)))
 	}
 	if n == nil || n.OverheadFromRequest == nil || b.ctrdNode.breakdown == nil {
 		return row
@@ -251,6 +257,7 @@ func (b *benchmark) ownShareFromRequestRow(pods int, n, k *bench.BurstResult) be
 		bench.FormatDuration(bench.Summarize(n.CRIFromRequest).Mean-bench.Summarize(n.CRI).Mean), bench.FormatDuration(bench.Summarize(n.CRIFromRequest).Mean))
 	if anchor > 0 {
 		row.Value += fmt.Sprintf("; %.2f × the kubelet's", float64(v)/float64(anchor))
+		row.Result = bench.Verdict(v <= scale(anchor, targetShareRatio))
 	}
 	return row
 }
