@@ -252,23 +252,7 @@ func TestLogRotatorRun(t *testing.T) {
 // is asked about.
 func TestLogRotationTakesThePathsThePLEGHolds(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
-	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, SyncsObserved: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := runtime.NewBackend(runtime.BackendOptions{Pods: h.pm, PLEG: p, Clock: h.clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	})
+	p, b := runObservedPLEG(t, h)
 	known := newPod("known", ctr("app"))
 	if res := b.SyncPod(h.ctx, known); res.Err != nil {
 		t.Fatal(res.Err)
