@@ -107,7 +107,9 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 			} else {
 				updates = append(updates, stored)
 			}
-		case !reflect.DeepEqual(existing.pod.Status, ref.Status):
+		case !reflect.DeepEqual(&existing.pod.Status, &ref.Status):
+			// By pointer: a PodStatus passed by value is copied into an
+			// interface, twice per update.
 			stored := c.annotated(ref, existing.pod, source, now)
 			set(ref, entry{pod: stored, rv: ref.ResourceVersion})
 			reconciles = append(reconciles, stored)
@@ -228,7 +230,7 @@ func (c *Config) annotated(ref, existing *v1.Pod, source string, now time.Time) 
 // status written, metadata changed) leaves the spec as it was, which
 // reflection walked whole.
 func podsDifferSemantically(existing, ref *v1.Pod) bool {
-	return !(protoequal.Same(&existing.Spec, &ref.Spec) || reflect.DeepEqual(existing.Spec, ref.Spec)) ||
+	return !(protoequal.Same(&existing.Spec, &ref.Spec) || reflect.DeepEqual(&existing.Spec, &ref.Spec)) ||
 		!reflect.DeepEqual(existing.Labels, ref.Labels) ||
 		!reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) ||
 		!reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) ||
