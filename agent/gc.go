@@ -97,15 +97,19 @@ func provideImageGC(p runtimeGCParams, q imageGCParams) (*runtime.ImageGC, error
 	return g, nil
 }
 
-// logRotatorOptions are Config.LogRotatorOptions with Running answered by
-// the PLEG (nil without one): a round lists the runtime only while the
-// PLEG's latest relist, event or sync of the agent's own shows a pod with
-// a running container or a ready sandbox (PLEG.RunningPods), so on a node with no
-// pod log rotation makes no listing call every 10 s.
+// logRotatorOptions are Config.LogRotatorOptions with Running and LogPath
+// answered by the PLEG (nil without one): a round lists the runtime only
+// while the PLEG's latest relist, event or sync of the agent's own shows a
+// pod with a running container or a ready sandbox (PLEG.RunningPods), so
+// on a node with no pod log rotation makes no listing call every 10 s; and
+// it asks the runtime for no log path the PLEG holds
+// (PLEG.ContainerLogPath), so a burst's new containers cost it no
+// ContainerStatus call each.
 func logRotatorOptions(p plegParams) (runtime.LogRotatorOptions, error) {
 	o, err := p.Config.LogRotatorOptions()
 	if pleg := p.PLEG; pleg != nil {
 		o.Running = func() bool { return len(pleg.RunningPods()) > 0 }
+		o.LogPath = pleg.ContainerLogPath
 	}
 	return o, err
 }

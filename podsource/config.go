@@ -43,14 +43,18 @@ type Config struct {
 	recorder record.EventRecorder
 
 	// mergeMu serializes merges and their enqueueing, so updates reach the
-	// queue in the order the merges computed them.
-	mergeMu sync.Mutex
-	queue   chan Update
-	updates chan Update
+	// queue in the order the merges computed them. It guards mergeNames
+	// and mergeUIDs, the sets a merge keeps of the names and UIDs it met
+	// in a snapshot, reused from merge to merge.
+	mergeMu    sync.Mutex
+	mergeNames map[types.NamespacedName]struct{}
+	mergeUIDs  map[types.UID]struct{}
+	queue      chan Update
+	updates    chan Update
 
 	// podsMu guards pods and mirrors: per source, per UID, the stored
-	// entry of every pod, mirror pods apart. Only merge writes them, with
-	// mergeMu held.
+	// entry of every pod, mirror pods apart. Only merge writes them (a
+	// source's map of pods in place), with mergeMu held.
 	podsMu  sync.RWMutex
 	pods    map[string]map[types.UID]entry
 	mirrors map[string]map[types.UID]entry
@@ -99,6 +103,9 @@ func New(opts Options) (*Config, error) {
 		pods:      make(map[string]map[types.UID]entry, len(opts.Sources)),
 		mirrors:   make(map[string]map[types.UID]entry, len(opts.Sources)),
 		delivered: make(map[string]bool, len(opts.Sources)),
+
+		mergeNames: map[types.NamespacedName]struct{}{},
+		mergeUIDs:  map[types.UID]struct{}{},
 	}, nil
 }
 

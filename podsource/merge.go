@@ -34,16 +34,25 @@ func isLocalAnnotation(key string) bool {
 // merge replaces the pods of source with the snapshot pods and returns the
 // updates the change implies, in delivery order. The caller holds mergeMu.
 // pods are not modified.
+//
+// A source sends its whole set of pods on every change, and in a burst
+// nearly every snapshot differs from the last in one pod: the stored map
+// is changed in place, for the pods that changed, and the sets the merge
+// keeps while it walks the snapshot are the Config's, cleared and reused,
+// so a snapshot costs no allocation per pod that did not change.
 func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Update {
 	logger := klog.FromContext(ctx)
-	c.podsMu.RLock()
+	// Only merge writes pods and mirrors, and mergeMu is held: reading
+	// them needs no lock here.
 	old, seenBefore := c.pods[source]
 	oldMirrors := c.mirrors[source]
-	c.podsMu.RUnlock()
 
-	next := make(map[types.UID]entry, len(pods))
 	nextMirrors := make(map[types.UID]entry)
-	names := make(map[types.NamespacedName]bool, len(pods))
+	names, uids := c.mergeNames, c.mergeUIDs
+	clear(names)
+	clear(uids)
+	var changed []uidEntry
+	set := func(ref *v1.Pod, e entry) { changed = append(changed, uidEntry{uid: ref.UID, entry: e}) }
 	var adds, updates, deletes, removes, reconciles, mirrorsChanged []*v1.Pod
 	now := c.clock.Now()
 	for i, ref := range pods {
@@ -52,7 +61,7 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 			continue
 		}
 		name := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
-		if names[name] {
+		if _, dup := names[name]; dup {
 			logger.Info("Ignoring pod with a duplicate name", "pod", klog.KObj(ref), "podUID", ref.UID, "index", i)
 			if c.recorder != nil {
 				c.recorder.Eventf(ref, v1.EventTypeWarning, "FailedValidation",
@@ -60,7 +69,7 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 			}
 			continue
 		}
-		names[name] = true
+		names[name] = struct{}{}
 		if IsMirrorPod(ref) {
 			// A mirror pod is a static pod's API object, not a pod to run:
 			// kept apart, it tells the static pod's sync what exists.
@@ -71,48 +80,52 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 			}
 			continue
 		}
-		if _, dup := next[ref.UID]; dup {
+		if _, dup := uids[ref.UID]; dup {
 			logger.Info("Ignoring pod with a duplicate UID", "pod", klog.KObj(ref), "podUID", ref.UID, "index", i)
 			continue
 		}
+		uids[ref.UID] = struct{}{}
 
 		existing, found := old[ref.UID]
 		if !found {
 			stored := c.annotated(ref, nil, source, now)
 			logger.V(4).Info("Receiving a new pod", "pod", klog.KObj(ref), "podUID", ref.UID)
-			next[ref.UID] = entry{pod: stored, rv: ref.ResourceVersion}
+			set(ref, entry{pod: stored, rv: ref.ResourceVersion})
 			adds = append(adds, stored)
 			continue
 		}
 		if ref.ResourceVersion != "" && ref.ResourceVersion == existing.rv {
 			// The same version as last time: nothing changed.
-			next[ref.UID] = existing
 			continue
 		}
 		switch {
 		case podsDifferSemantically(existing.pod, ref):
 			stored := c.annotated(ref, existing.pod, source, now)
-			next[ref.UID] = entry{pod: stored, rv: ref.ResourceVersion}
+			set(ref, entry{pod: stored, rv: ref.ResourceVersion})
 			if ref.DeletionTimestamp != nil {
 				deletes = append(deletes, stored)
 			} else {
 				updates = append(updates, stored)
 			}
-		case !reflect.DeepEqual(existing.pod.Status, ref.Status):
+		case !reflect.DeepEqual(&existing.pod.Status, &ref.Status):
+			// By pointer: a PodStatus passed by value is copied into an
+			// interface, twice per update.
 			stored := c.annotated(ref, existing.pod, source, now)
-			next[ref.UID] = entry{pod: stored, rv: ref.ResourceVersion}
+			set(ref, entry{pod: stored, rv: ref.ResourceVersion})
 			reconciles = append(reconciles, stored)
 		case ref.ResourceVersion != "":
 			// Only metadata nobody acts on changed (managed fields, owner
 			// references, finalizers): keep the new object, emit nothing.
-			next[ref.UID] = entry{pod: c.annotated(ref, existing.pod, source, now), rv: ref.ResourceVersion}
-		default:
-			next[ref.UID] = existing
+			set(ref, entry{pod: c.annotated(ref, existing.pod, source, now), rv: ref.ResourceVersion})
 		}
 	}
-	for uid, e := range old {
-		if _, ok := next[uid]; !ok {
-			removes = append(removes, e.pod)
+	// Every pod of old the snapshot has is in uids, and so are the adds:
+	// when the counts agree, the snapshot removed none.
+	if len(uids)-len(adds) < len(old) {
+		for uid, e := range old {
+			if _, ok := uids[uid]; !ok {
+				removes = append(removes, e.pod)
+			}
 		}
 	}
 	for uid, e := range oldMirrors {
@@ -122,7 +135,16 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 	}
 
 	c.podsMu.Lock()
-	c.pods[source] = next
+	if old == nil {
+		old = make(map[types.UID]entry, len(changed))
+		c.pods[source] = old
+	}
+	for _, u := range changed {
+		old[u.uid] = u.entry
+	}
+	for _, p := range removes {
+		delete(old, p.UID)
+	}
 	c.mirrors[source] = nextMirrors
 	mirrored := c.staticPodsOfLocked(mirrorsChanged)
 	c.podsMu.Unlock()
@@ -142,10 +164,16 @@ func (c *Config) merge(ctx context.Context, source string, pods []*v1.Pod) []Upd
 	}
 	emit(OpReconcile, reconciles)
 	emit(OpMirror, mirrored)
-	logger.V(4).Info("Merged pod source snapshot", "pods", len(next), "added", len(adds), "updated", len(updates),
+	logger.V(4).Info("Merged pod source snapshot", "pods", len(old), "added", len(adds), "updated", len(updates),
 		"deleted", len(deletes), "removed", len(removes), "reconciled", len(reconciles),
 		"mirrorPods", len(nextMirrors), "mirrorPodsChanged", len(mirrorsChanged))
 	return out
+}
+
+// uidEntry is a pod's new entry in merge.
+type uidEntry struct {
+	uid   types.UID
+	entry entry
 }
 
 // mergeMirror stores the mirror pod ref in next and reports whether it is
@@ -202,7 +230,7 @@ func (c *Config) annotated(ref, existing *v1.Pod, source string, now time.Time) 
 // status written, metadata changed) leaves the spec as it was, which
 // reflection walked whole.
 func podsDifferSemantically(existing, ref *v1.Pod) bool {
-	return !(protoequal.Same(&existing.Spec, &ref.Spec) || reflect.DeepEqual(existing.Spec, ref.Spec)) ||
+	return !(protoequal.Same(&existing.Spec, &ref.Spec) || reflect.DeepEqual(&existing.Spec, &ref.Spec)) ||
 		!reflect.DeepEqual(existing.Labels, ref.Labels) ||
 		!reflect.DeepEqual(existing.DeletionTimestamp, ref.DeletionTimestamp) ||
 		!reflect.DeepEqual(existing.DeletionGracePeriodSeconds, ref.DeletionGracePeriodSeconds) ||

@@ -149,6 +149,9 @@ type ContainerStatus struct {
 	Reason, Message string
 	// SandboxID is the sandbox the container runs in.
 	SandboxID string
+	// LogPath is the file the runtime writes the instance's output to, as
+	// its ContainerStatus gives it ("" when it gives none).
+	LogPath string
 	// Resources are the requests and limits the agent last actuated for
 	// the container: those it was created with, or those an in-place
 	// resize applied since; nil when unknown (a container the agent did

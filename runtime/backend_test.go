@@ -169,23 +169,7 @@ func TestBackendVolumes(t *testing.T) {
 // millisecond, the PLEG waits a second), and the PLEG learns of the start from the sync itself.
 func TestBackendStatusAfterSyncWaitsForNoRelist(t *testing.T) {
 	h := newHarness(t, fakecri.Options{}, nil)
-	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, SyncsObserved: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := runtime.NewBackend(runtime.BackendOptions{Pods: h.pm, PLEG: pleg, Clock: h.clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan error, 1)
-	go func() { done <- pleg.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	})
+	pleg, b := runObservedPLEG(t, h)
 	pod := newPod("prompt", ctr("app"))
 	read := func() v1.PodStatus {
 		t.Helper()

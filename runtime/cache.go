@@ -122,6 +122,23 @@ func (c *PodCache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time)
 	}
 }
 
+// logPath returns the log path of container id of pod uid from the pod's
+// cached status, and whether the cache has the container.
+func (c *PodCache) logPath(uid types.UID, id string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.pods[uid]
+	if !ok {
+		return "", false
+	}
+	for _, cs := range e.status.Containers {
+		if cs.ID == id {
+			return cs.LogPath, true
+		}
+	}
+	return "", false
+}
+
 // hasWaiters reports whether a GetNewerThan call is waiting.
 func (c *PodCache) hasWaiters() bool {
 	c.mu.Lock()

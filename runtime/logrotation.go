@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	cri "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -75,6 +76,15 @@ type LogRotatorOptions struct {
 	// the agent's own syncs. nil lists the running containers every round,
 	// as the kubelet does.
 	Running func() bool
+	// LogPath, when set, answers a running container's log path (by its
+	// pod's UID, from the container's labels, and its ID) from a status
+	// the agent already read, and whether it knows it; a container it does
+	// not know is asked about (ContainerStatus), as the kubelet asks about
+	// every container every round. The agent answers it from the PLEG
+	// (PLEG.ContainerLogPath), which holds the ContainerStatus the agent
+	// read right after starting the container: a burst's new containers
+	// cost the round no call each.
+	LogPath func(podUID types.UID, containerID string) (string, bool)
 }
 
 // LogRotator rotates the logs of running containers as the kubelet's
@@ -196,6 +206,7 @@ func (r *LogRotator) RotateLogs(ctx context.Context) error {
 	for _, c := range containers {
 		// Only running containers write: an exited one keeps its log.
 		if c.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			r.learn(c)
 			ids <- c.GetId()
 		}
 	}
@@ -240,8 +251,24 @@ func (r *LogRotator) rotateContainer(ctx context.Context, id string) {
 	logger.V(2).Info("Rotated container log", "path", path, "size", info.Size())
 }
 
+// learn records c's log path from Options.LogPath when the rotator does
+// not know it and LogPath does.
+func (r *LogRotator) learn(c *runtimeapi.Container) {
+	if r.opts.LogPath == nil {
+		return
+	}
+	r.pathsMu.Lock()
+	defer r.pathsMu.Unlock()
+	if _, ok := r.logPaths[c.GetId()]; ok {
+		return
+	}
+	if path, ok := r.opts.LogPath(types.UID(c.GetLabels()[LabelPodUID]), c.GetId()); ok {
+		r.logPaths[c.GetId()] = path
+	}
+}
+
 // logPath returns the container's log path, from the runtime the first
-// time ("" when it has none).
+// time it is not known ("" when it has none).
 func (r *LogRotator) logPath(ctx context.Context, id string) (string, error) {
 	r.pathsMu.Lock()
 	path, ok := r.logPaths[id]

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
@@ -240,5 +242,57 @@ func TestLogRotatorRun(t *testing.T) {
 	}
 	if _, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), MaxFiles: 1}); err == nil {
 		t.Error("MaxFiles 1 was accepted")
+	}
+}
+
+// TestLogRotationTakesThePathsThePLEGHolds: with Options.LogPath answered
+// by the PLEG, a round asks the runtime for no log path the sync's own
+// read of a new container handed the PLEG (the runtime's ContainerStatus
+// log path), and rotates that log as before; a container it does not hold
+// is asked about.
+func TestLogRotationTakesThePathsThePLEGHolds(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	p, b := runObservedPLEG(t, h)
+	known := newPod("known", ctr("app"))
+	if res := b.SyncPod(h.ctx, known); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	// Synced without the PLEG: it holds nothing of this one.
+	other := newPod("other", ctr("app"))
+	h.sync(other, nil)
+	app := h.container(known, "app")
+	log := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "known", known.UID), "app", "0.log")
+	poll(t, func() bool { _, ok := p.ContainerLogPath(known.UID, app.ID); return ok })
+	if got, _ := p.ContainerLogPath(known.UID, app.ID); got != log {
+		t.Fatalf("the PLEG holds log path %q, want %q", got, log)
+	}
+	otherLog := filepath.Join(runtime.PodLogsDirectory(h.logsDir, "default", "other", other.UID), "app", "0.log")
+	appendTo(t, log, strings.Repeat("x", 20))
+	appendTo(t, otherLog, strings.Repeat("y", 20))
+
+	var asked []string
+	rot, err := runtime.NewLogRotator(runtime.LogRotatorOptions{Runtime: h.client.RuntimeService(), Clock: h.clk, MaxSize: 10,
+		LogPath: func(uid types.UID, id string) (string, bool) {
+			asked = append(asked, string(uid))
+			return p.ContainerLogPath(uid, id)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := h.cri.Calls("ContainerStatus")
+	if err := rot.RotateLogs(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.cri.Calls("ContainerStatus") - statuses; n != 1 {
+		t.Errorf("%d ContainerStatus calls in the round, want 1 (the container the PLEG does not hold)", n)
+	}
+	slices.Sort(asked)
+	if want := []string{string(known.UID), string(other.UID)}; !slices.Equal(asked, want) {
+		t.Errorf("LogPath asked for pods %v, want %v (each by its label)", asked, want)
+	}
+	for _, l := range []string{log, otherLog} {
+		if n := len(logFiles(t, l)); n != 2 {
+			t.Errorf("%d files of %s after the round, want 2 (rotated)", n, l)
+		}
 	}
 }

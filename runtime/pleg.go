@@ -399,6 +399,16 @@ func (p *PLEG) HasPods() bool {
 	return len(p.snapshot) > 0
 }
 
+// ContainerLogPath returns the log path the runtime gave for container id
+// of pod uid in the latest status of the pod the PLEG holds (one it read,
+// or one the agent read after a sync and handed over with Observe), and
+// whether it holds the container; it does not ask the runtime. A
+// container's log path does not change while it exists. Safe for
+// concurrent use.
+func (p *PLEG) ContainerLogPath(uid types.UID, id string) (string, bool) {
+	return p.cache.logPath(uid, id)
+}
+
 // Forget drops the pod from RunningPods until a relist or an event shows
 // it again: its removal from the runtime was just done.
 func (p *PLEG) Forget(uid types.UID) {

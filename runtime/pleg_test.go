@@ -414,12 +414,11 @@ func TestPLEGHasPods(t *testing.T) {
 	poll(t, func() bool { step(); return !p.HasPods() })
 }
 
-// TestPLEGWithObservedSyncs: a PLEG whose syncs are observed (the Backend
-// hands it what each sync found) reads no pod on the runtime's created and
-// started events, yet reports the start from the sync's own status; a
-// container that stops is still read at once from its event.
-func TestPLEGWithObservedSyncs(t *testing.T) {
-	h := newHarness(t, fakecri.Options{}, nil)
+// runObservedPLEG runs a PLEG on h whose syncs are observed, as the agent
+// runs it, until the test ends, and returns it with a Backend over h's pod
+// manager that hands it each sync's status.
+func runObservedPLEG(t *testing.T, h *harness) (*runtime.PLEG, *runtime.Backend) {
+	t.Helper()
 	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, SyncsObserved: true})
 	if err != nil {
 		t.Fatal(err)
@@ -437,6 +436,16 @@ func TestPLEGWithObservedSyncs(t *testing.T) {
 			t.Errorf("Run = %v", err)
 		}
 	})
+	return p, b
+}
+
+// TestPLEGWithObservedSyncs: a PLEG whose syncs are observed (the Backend
+// hands it what each sync found) reads no pod on the runtime's created and
+// started events, yet reports the start from the sync's own status; a
+// container that stops is still read at once from its event.
+func TestPLEGWithObservedSyncs(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	p, b := runObservedPLEG(t, h)
 	poll(t, func() bool { return h.cri.EventStreams() == 1 })
 	// The stream connecting brings a relist of its own.
 	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })

@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodekit/nodekit/status/podstatus"
 )
 
 // podMetrics are the kubelet's pod and container start metrics. A nil
@@ -70,8 +72,9 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 		startTurnWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: metricStartTurnWait,
 			Help: "Time a pod sync waited for a turn to create its sandbox and start its containers (--max-parallel-pod-starts), one observation per turn taken.",
-			// Most turns are taken at once; a burst's last pods wait seconds.
-			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+			// Most turns are taken at once; a burst's last pods wait
+			// hundreds of milliseconds to seconds, read to an eighth.
+			Buckets: podstatus.StartLatencyBuckets,
 		}),
 	}
 	var err error

@@ -148,6 +148,7 @@ func (m *PodManager) containerStatus(ctx context.Context, cs *runtimeapi.Contain
 		Hash:         rec.hash,
 		RestartCount: rec.restartCount,
 		SandboxID:    sandboxID,
+		LogPath:      cs.GetLogPath(),
 		Resources:    m.actuatedResources(cs.GetId(), rec.resources),
 		Reported:     reportedResources(cs.GetResources().GetLinux()),
 	}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -70,6 +71,11 @@ type Manager struct {
 
 	mu      sync.Mutex
 	entries map[types.UID]podInfo
+	// encoded are entries' members in the checkpoint's JSON ("<uid>":
+	// {...}), made when a write first needs them and dropped when the
+	// entry changes: a burst's writes encode each pod once, not once per
+	// write (see checkpointDataLocked).
+	encoded map[types.UID][]byte
 	loaded  bool
 	// version counts the changes of entries; stored is the version the
 	// checkpoint on disk holds (both under mu).
@@ -84,7 +90,7 @@ type Manager struct {
 // New returns a Manager; it does no I/O (the checkpoint is read on first
 // use, and a corrupt one is reported by every method until it is removed).
 func New(opts Options) *Manager {
-	m := &Manager{entries: map[types.UID]podInfo{}}
+	m := &Manager{entries: map[types.UID]podInfo{}, encoded: map[types.UID][]byte{}}
 	if opts.RootDir != "" {
 		m.path = filepath.Join(opts.RootDir, CheckpointFile)
 	}
@@ -150,7 +156,7 @@ func (m *Manager) Flush() error {
 		return nil
 	}
 	version := m.version
-	data, err := json.Marshal(checkpointInfo{Entries: m.entries})
+	data, err := m.checkpointDataLocked()
 	m.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("marshal pod allocation checkpoint: %w", err)
@@ -169,6 +175,45 @@ func (m *Manager) Flush() error {
 	m.stored = version
 	m.mu.Unlock()
 	return nil
+}
+
+// checkpointDataLocked is json.Marshal(checkpointInfo{Entries: m.entries}),
+// byte for byte, joined from each entry's encoding (mu held): encoding/json
+// writes a map's members sorted by key, each as its key's and its value's
+// own encoding.
+func (m *Manager) checkpointDataLocked() ([]byte, error) {
+	if len(m.entries) == 0 {
+		return []byte("{}"), nil
+	}
+	uids := make([]types.UID, 0, len(m.entries))
+	size := len(`{"entries":{}}`)
+	for uid, info := range m.entries {
+		uids = append(uids, uid)
+		member, ok := m.encoded[uid]
+		if !ok {
+			key, err := json.Marshal(string(uid))
+			if err != nil {
+				return nil, err
+			}
+			value, err := json.Marshal(info)
+			if err != nil {
+				return nil, err
+			}
+			member = append(append(key, ':'), value...)
+			m.encoded[uid] = member
+		}
+		size += len(member) + 1
+	}
+	slices.Sort(uids)
+	data := make([]byte, 0, size)
+	data = append(data, `{"entries":{`...)
+	for i, uid := range uids {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		data = append(data, m.encoded[uid]...)
+	}
+	return append(data, "}}"...), nil
 }
 
 // infoFor is the allocation pod's spec asks for.
@@ -277,6 +322,7 @@ func (m *Manager) Record(pod *v1.Pod) error {
 		return nil
 	}
 	m.entries[pod.UID] = info
+	delete(m.encoded, pod.UID)
 	m.changedLocked()
 	return nil
 }
@@ -304,6 +350,7 @@ func (m *Manager) RemovePod(uid types.UID) error {
 		return nil
 	}
 	delete(m.entries, uid)
+	delete(m.encoded, uid)
 	m.changedLocked()
 	m.mu.Unlock()
 	if err := m.Flush(); err != nil {
@@ -338,6 +385,7 @@ func (m *Manager) RemoveOrphans(keep func(types.UID) bool) error {
 	m.mu.Lock()
 	for _, uid := range drop {
 		delete(m.entries, uid)
+		delete(m.encoded, uid)
 	}
 	m.changedLocked()
 	m.mu.Unlock()

@@ -19,12 +19,30 @@ const (
 )
 
 // StartLatencyBuckets are the buckets (seconds) of nodekit's pod start
-// histograms, from a millisecond up: the kubelet's start from half a second
-// cannot tell an agent's milliseconds apart. Between 2 and 30 s they are
-// as close as the kubelet's, where a burst on a loaded runtime lands (a
-// quantile is interpolated within its bucket: 10–30 s made a p50 of 14 s
-// read 19 s).
-var StartLatencyBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 15, 20, 30, 60}
+// histograms. From 1 ms to 10 s there are 24 a decade, each bound at most
+// 12.5 % above the one before (1, 1.1, 1.2, … 1.5, 1.6, 1.8, 2, … 4.5, 5,
+// 5.6, … 9 ms, and on), so a quantile interpolated within its bucket is
+// within an eighth of the samples it stands for: the kubelet's pod start
+// buckets begin at half a second, and a 0.3–0.5 s bucket made the p99 of
+// many a slow burst read ~0.5 s whatever the pods took. Above 10 s (a
+// loaded runtime's bursts): 15, 20, 30 and 60 s.
+var StartLatencyBuckets = startLatencyBuckets()
+
+// decade are the bounds within a decade, times ten.
+var decade = [...]int{10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 27, 30, 33, 36, 40, 45, 50, 56, 62, 68, 75, 82, 90}
+
+func startLatencyBuckets() []float64 {
+	b := make([]float64, 0, 4*len(decade)+5)
+	// From the 1 ms decade (10/1e4 s) to the 1 s one; a division by a
+	// power of ten rounds to the float nearest each decimal, so the
+	// exposition reads le="0.0011", not a product's rounding error.
+	for div := 1e4; div >= 10; div /= 10 {
+		for _, m := range decade {
+			b = append(b, float64(m)/div)
+		}
+	}
+	return append(b, 10, 15, 20, 30, 60)
+}
 
 // Results of a status write or pod deletion.
 const (

@@ -44,6 +44,10 @@ type breakdown struct {
 	// turnWait is nodekit_pod_start_turn_wait_seconds: the waits for a
 	// start turn (--max-parallel-pod-starts), one per turn taken.
 	turnWait bench.Histogram
+	// allocated is the bytes the agent's Go heap allocated
+	// (go_memstats_alloc_bytes_total) and gcs the garbage collections it
+	// ran (go_gc_duration_seconds' count): the garbage a burst makes.
+	allocated, gcs float64
 }
 
 // newBreakdown computes the breakdown from the agent's metrics before and
@@ -62,6 +66,8 @@ func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
 			b.worker[op] = h
 		}
 	}
+	b.allocated = after.Sum("go_memstats_alloc_bytes_total", nil) - before.Sum("go_memstats_alloc_bytes_total", nil)
+	b.gcs = summaryCount(after, "go_gc_duration_seconds") - summaryCount(before, "go_gc_duration_seconds")
 	b.patches = after.Sum("nodekit_pod_status_patches_total", map[string]string{"result": "patched"}) -
 		before.Sum("nodekit_pod_status_patches_total", map[string]string{"result": "patched"})
 	b.criOps = bench.CounterDeltas(before, after, "kubelet_runtime_operations_total", "operation_type")
@@ -71,6 +77,15 @@ func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
 		}
 	}
 	return b
+}
+
+// summaryCount is the sample count of summary name in m (0 when absent).
+func summaryCount(m cluster.Metrics, name string) float64 {
+	f, ok := m[name]
+	if !ok || len(f.Metric) == 0 {
+		return 0
+	}
+	return float64(f.Metric[0].GetSummary().GetSampleCount())
 }
 
 // turnWaitPerPod is the time the burst's pods waited for start turns, on
@@ -132,6 +147,10 @@ func (b *breakdown) String() string {
 	parts = append(parts, fmt.Sprintf("CRI calls %.0f (%.1f per pod) taking %s in all: %s", total, total/float64(b.pods),
 		bench.FormatDuration(totalTime), strings.Join(cri, ", ")))
 	parts = append(parts, fmt.Sprintf("PLEG relists %d taking %s", b.relists.Count, bench.FormatDuration(time.Duration(b.relists.Sum*float64(time.Second)))))
+	if b.allocated > 0 {
+		parts = append(parts, fmt.Sprintf("Go heap allocated %s (%.0f KiB per pod) in %.0f GC cycles",
+			bench.FormatMiB(uint64(b.allocated)), b.allocated/1024/float64(b.pods), b.gcs))
+	}
 	parts = append(parts, fmt.Sprintf("start turns %d waited %s per pod (p50/p99 %s / %s)", b.turnWait.Count, bench.FormatDuration(b.turnWaitPerPod()),
 		bench.FormatDuration(b.turnWait.Quantile(0.5)), bench.FormatDuration(b.turnWait.Quantile(0.99))))
 	return strings.Join(parts, "; ")
