@@ -73,7 +73,7 @@ func newPodMetrics(reg prometheus.Registerer) (*podMetrics, error) {
 			Name: metricStartTurnWait,
 			Help: "Time a pod sync waited for a turn to create its sandbox and start its containers (--max-parallel-pod-starts), one observation per turn taken.",
 			// Most turns are taken at once; a burst's last pods wait
-			// hundreds of milliseconds to seconds, read to an eighth.
+			// hundreds of milliseconds to seconds, read to a quarter.
 			Buckets: podstatus.StartLatencyBuckets,
 		}),
 	}

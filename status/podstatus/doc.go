@@ -84,7 +84,7 @@
 //   - nodekit_pod_deletions_total{result} (counter): deletions of finished
 //     pods, deleted or failed;
 //   - nodekit_pod_start_internal_duration_seconds (histogram,
-//     StartLatencyBuckets: from 1 ms, none wider than an eighth below
+//     StartLatencyBuckets: from 1 ms, none wider than a quarter below
 //     10 s): from the agent first seeing a pod (PodSeen, see StartObserver)
 //     to the agent sending the first status write (PATCH) that shows all
 //     its containers started, once the API server accepted it;

@@ -19,17 +19,17 @@ const (
 )
 
 // StartLatencyBuckets are the buckets (seconds) of nodekit's pod start
-// histograms. From 1 ms to 10 s there are 24 a decade, each bound at most
-// 12.5 % above the one before (1, 1.1, 1.2, … 1.5, 1.6, 1.8, 2, … 4.5, 5,
-// 5.6, … 9 ms, and on), so a quantile interpolated within its bucket is
-// within an eighth of the samples it stands for: the kubelet's pod start
+// histograms. From 1 ms to 10 s there are 13 a decade, each bound at most
+// 25 % above the one before (1, 1.2, 1.5, 1.8, 2, 2.5, 3, 3.6, 4, 5, 6, 7,
+// 8 ms, and on), so a quantile interpolated within its bucket is within a
+// quarter of the samples it stands for: the kubelet's pod start
 // buckets begin at half a second, and a 0.3–0.5 s bucket made the p99 of
 // many a slow burst read ~0.5 s whatever the pods took. Above 10 s (a
 // loaded runtime's bursts): 15, 20, 30 and 60 s.
 var StartLatencyBuckets = startLatencyBuckets()
 
 // decade are the bounds within a decade, times ten.
-var decade = [...]int{10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 27, 30, 33, 36, 40, 45, 50, 56, 62, 68, 75, 82, 90}
+var decade = [...]int{10, 12, 15, 18, 20, 25, 30, 36, 40, 50, 60, 70, 80}
 
 func startLatencyBuckets() []float64 {
 	b := make([]float64, 0, 4*len(decade)+5)
