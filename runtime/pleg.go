@@ -326,13 +326,7 @@ func (p *PLEG) markFresh(ctx context.Context) {
 // observeSnapshot sets the running pods and containers gauges from the
 // latest records, as a relist sets them.
 func (p *PLEG) observeSnapshot() {
-	p.snapshotMu.Lock()
-	all := make([]podstate.RunningPod, 0, len(p.snapshot))
-	for _, rp := range p.snapshot {
-		all = append(all, rp)
-	}
-	p.snapshotMu.Unlock()
-	p.metrics.observeRunning(all)
+	p.metrics.observeRunning(p.Pods())
 }
 
 // RunningPods returns the pods with a running container or a ready
