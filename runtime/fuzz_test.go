@@ -64,8 +64,6 @@ func FuzzCRIReplies(f *testing.F) {
 	f.Add([]byte{0x00, 128, 14, 128, 4, 128, 5})
 	f.Add([]byte{0x01, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255})
 
-	klog.SetLogger(logr.Discard())
-	f.Cleanup(klog.ClearLogger)
 	h := newHarness(f, fakecri.Options{}, nil)
 	pleg, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Clock: h.clk})
 	if err != nil {
