@@ -4,7 +4,11 @@
 // StatefulSet's pod, <set>-<ordinal>) or --shard. Each node requests its
 // client certificate with the shard's bootstrap credentials, by default
 // the pod's service account; on SIGTERM or SIGINT the shard stops its
-// agents and deletes its Node objects.
+// agents and deletes its Node objects. A memory limit on the shard's
+// container (resources.limits.memory) becomes its memory budget
+// (--memory-max=auto): the Go memory limit is that less the executable's
+// pages, so the collector works harder before the kernel would reclaim or
+// kill (agent/fleet's Options.MemoryMax).
 //
 //	fleet --nodes=100                        # in a pod of the StatefulSet
 //	fleet manifests --name=fleet --namespace=nodekit-fleet \
