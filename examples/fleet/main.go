@@ -172,14 +172,13 @@ func memoryBudget(flag string) (int64, error) {
 		if os.IsNotExist(err) {
 			return 0, nil
 		}
-		if err != nil {
-			return 0, fmt.Errorf("--memory-max=auto: %w", err)
+		if err == nil {
+			var limit int64
+			if limit, err = containerMemoryLimit("/sys/fs/cgroup", self); err == nil {
+				return limit, nil
+			}
 		}
-		limit, err := containerMemoryLimit("/sys/fs/cgroup", self)
-		if err != nil {
-			return 0, fmt.Errorf("--memory-max=auto: %w", err)
-		}
-		return limit, nil
+		return 0, fmt.Errorf("--memory-max=auto: %w (give the container's memory limit, or 0 for none)", err)
 	}
 	q, err := resource.ParseQuantity(flag)
 	if err != nil || q.Sign() < 0 {
