@@ -109,13 +109,15 @@ type Options struct {
 	// read-only mappings (memtrim.ExecutableSize: pages that count in the
 	// process's RSS but not in the Go runtime's memory), unless the
 	// process's limit is lower already (GOMEMLIMIT); it stays set after
-	// Stop. The collector then runs when the heap nears the limit as well
-	// as each time it doubled (GOGC): a fleet whose heap would regrow past
-	// its budget after the start (the start's memory is released, then
-	// the heap grows back towards twice what the agents hold live) trades
-	// that memory for collections, while a start that stays under the
-	// limit costs nothing more. Set from the start, it also bounds the
-	// start's peak. A limit below what the agents hold live (at 1,000
+	// Stop. The collector then runs when the Go runtime's memory nears the
+	// limit as well as each time the heap doubled (GOGC): a fleet whose
+	// heap would regrow past its budget after the start (the start's
+	// memory is released, then the heap grows back towards twice what the
+	// agents hold live) trades that memory for collections, while a start
+	// that stays under the limit costs nothing more (1,000 nodes in a
+	// 1 GiB budget: no start cost measured, docs/performance.md). Set from
+	// the start, as the container's limit is, it also bounds the start's
+	// peak. A limit below what the agents hold live (at 1,000
 	// nodes about 0.8 MiB per node: heap, stacks and the holes among the
 	// agents' objects) makes the collector run continuously (the runtime
 	// caps it at about half the CPU). Zero leaves the process's limit
@@ -261,17 +263,17 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	return f, nil
 }
 
-// goMemoryLimit is the Go memory limit for a process that may use max
-// bytes in all: max less the executable's read-only mappings.
-func goMemoryLimit(max int64) (int64, error) {
+// goMemoryLimit is the Go memory limit for a process that may use budget
+// bytes in all: the budget less the executable's read-only mappings.
+func goMemoryLimit(budget int64) (int64, error) {
 	exe, err := memtrim.ExecutableSize()
 	if err != nil {
 		return 0, err
 	}
-	if limit := max - int64(exe); limit > 0 {
+	if limit := budget - int64(exe); limit > 0 {
 		return limit, nil
 	}
-	return 0, fmt.Errorf("a memory budget of %d MiB leaves nothing beside the executable's %d MiB", max>>20, exe>>20)
+	return 0, fmt.Errorf("a memory budget of %d MiB leaves nothing beside the executable's %d MiB", budget>>20, exe>>20)
 }
 
 // memoryLimit is what the Go runtime holds now (its mapped memory less
