@@ -308,6 +308,7 @@ type mountEntry struct{ point, device string }
 // (<ProcRoot>/self/mountinfo).
 func (p *Provider) mountDevices() mountTable {
 	var r reader
+	defer r.release()
 	b, err := r.read(filepath.Join(p.opts.ProcRoot, "self", "mountinfo"))
 	if err != nil {
 		return nil

@@ -266,3 +266,25 @@ func TestAppendFields(t *testing.T) {
 		t.Errorf("%v allocations into an array of enough capacity, want 0", n)
 	}
 }
+
+// TestReaderReleasesItsBuffer: a released reader holds no buffer, and its
+// next read takes one again and reads the whole file.
+func TestReaderReleasesItsBuffer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	content := bytes.Repeat([]byte("0123456789abcdef"), 1<<10) // 16 KiB: the pool's 8 KiB buffers grow
+	writeFile(t, path, string(content))
+	var r reader
+	for i := range 3 {
+		b, err := r.read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, content) {
+			t.Fatalf("read %d: %d bytes, want the file's %d", i, len(b), len(content))
+		}
+		r.release()
+		if r.buf != nil {
+			t.Fatalf("read %d: the reader holds its buffer after release", i)
+		}
+	}
+}

@@ -171,6 +171,7 @@ func (p *Provider) getAfter(ctx context.Context, full bool, notBefore time.Time)
 		return nil, fmt.Errorf("stats summary: %w", ctx.Err())
 	}
 	defer func() { <-p.round }()
+	defer p.r.release()
 	// Another caller may have computed it while this one waited.
 	if s := p.cached(full, notBefore); s != nil {
 		return s, nil

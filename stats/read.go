@@ -13,9 +13,30 @@ import (
 
 // reader reads small kernel files (cgroup control files, procfs) into one
 // reused buffer, so a stats round allocates little. It is not safe for
-// concurrent use: the Provider uses it only while it holds its round lock.
+// concurrent use: the Provider uses it only while it holds its round lock,
+// and releases its buffer when the round ends.
 type reader struct {
 	buf []byte
+}
+
+// readBufs holds the readers' buffers between their rounds: an agent reads
+// its stats for a few milliseconds every few seconds, so the agents of a
+// process (a fleet's thousand) share a few buffers instead of keeping 8 KiB
+// each.
+var readBufs = sync.Pool{New: func() any {
+	b := make([]byte, 8<<10)
+	return &b
+}}
+
+// release gives r's buffer back for other readers; what r read before is
+// invalid after it. r takes a buffer again on its next read.
+func (r *reader) release() {
+	if r.buf == nil {
+		return
+	}
+	b := r.buf
+	r.buf = nil
+	readBufs.Put(&b)
 }
 
 // maxFileSize bounds what read accepts; the files read here are a few KiB
@@ -54,7 +75,7 @@ func (r *reader) readFile(path string, node bool) ([]byte, error) {
 // file's content on every read at offset 0).
 func (r *reader) readFd(fd int, path string) ([]byte, error) {
 	if r.buf == nil {
-		r.buf = make([]byte, 8<<10)
+		r.buf = *readBufs.Get().(*[]byte)
 	}
 	n := 0
 	for {

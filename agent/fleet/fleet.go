@@ -101,18 +101,28 @@ type Options struct {
 	// Log receives progress messages; nil discards them. The agents log
 	// through klog, each line carrying the node's name.
 	Log io.Writer
-	// MemoryPerNode, when positive, sets this process's Go memory limit
-	// (debug.SetMemoryLimit) before the first agent starts, to what the Go
-	// runtime holds then plus MemoryPerNode bytes per node; it stays set
-	// after Stop. The collector then runs as often as the limit needs
-	// rather than when the heap doubled (GOGC): less RSS for more CPU.
-	// Set from the start, it also keeps the heap's peak, and with it the
-	// holes the start's garbage leaves among the agents' live objects,
-	// within the limit; set later, it cannot return those. A limit below
-	// what the agents hold live makes the collector run continuously
-	// (the runtime caps it at about half the CPU). Zero leaves the
-	// process's limit (GOMEMLIMIT) alone.
-	MemoryPerNode int64
+	// MemoryMax, when positive, is the memory this process may use in
+	// all: its container's memory limit (cgroup memory.max, which
+	// examples/fleet reads), as an operator sizes a shard. Before the first
+	// agent starts, Start sets the process's Go memory limit
+	// (debug.SetMemoryLimit) to MemoryMax less the size of the executable's
+	// read-only mappings (memtrim.ExecutableSize: pages that count in the
+	// process's RSS but not in the Go runtime's memory), unless the
+	// process's limit is lower already (GOMEMLIMIT); it stays set after
+	// Stop. The collector then runs when the Go runtime's memory nears the
+	// limit as well as each time the heap doubled (GOGC): a fleet whose
+	// heap would regrow past its budget after the start (the start's
+	// memory is released, then the heap grows back towards twice what the
+	// agents hold live) trades that memory for collections, while a start
+	// that stays under the limit costs nothing more (1,000 nodes in a
+	// 1 GiB budget: no start cost measured, docs/performance.md). Set from
+	// the start, as the container's limit is, it also bounds the start's
+	// peak. A limit below what the agents hold live (at 1,000
+	// nodes about 0.8 MiB per node: heap, stacks and the holes among the
+	// agents' objects) makes the collector run continuously (the runtime
+	// caps it at about half the CPU). Zero leaves the process's limit
+	// (GOMEMLIMIT) alone.
+	MemoryMax int64
 	// StartMemoryPerNode, when positive, lets the collector run during
 	// Start only when the heap reaches a memory limit of what the Go
 	// runtime holds when Start begins plus StartMemoryPerNode bytes per
@@ -121,10 +131,10 @@ type Options struct {
 	// several times what they keep, and with GOGC each byte of it costs
 	// about a byte of marking, so the collector's CPU falls with the
 	// number of its cycles. Start restores the process's GOGC and memory
-	// limit (MemoryPerNode's, when set) and returns the heap's free memory
+	// limit (MemoryMax's, when set) and returns the heap's free memory
 	// to the system (debug.FreeOSMemory: one collection) before it
 	// returns. The process's peak while starting is then up to that limit
-	// (with MemoryPerNode, the lower of the two). Each cycle marks what
+	// (with MemoryMax, the lower of the two). Each cycle marks what
 	// the agents started so far hold, and the limit must also hold their
 	// stacks and the free space among their objects (at 1,000 nodes about
 	// 1.35 MiB per node in all): the closer the limit is to that, the
@@ -143,7 +153,7 @@ type Fleet struct {
 	// Started is how long starting every agent (its TLS bootstrap
 	// included) took, Options.Parallel at a time.
 	Started time.Duration
-	// MemoryLimit is the Go memory limit Start set (Options.MemoryPerNode),
+	// MemoryLimit is the Go memory limit Start set (Options.MemoryMax),
 	// zero when it set none.
 	MemoryLimit int64
 
@@ -199,10 +209,17 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 		return nil, fmt.Errorf("start fleet: %w", err)
 	}
 
-	if opts.MemoryPerNode > 0 {
-		f.MemoryLimit = memoryLimit(len(opts.Names), opts.MemoryPerNode)
-		debug.SetMemoryLimit(f.MemoryLimit)
-		fmt.Fprintf(opts.Log, "fleet: Go memory limit %d MiB (%d KiB per node)\n", f.MemoryLimit>>20, opts.MemoryPerNode>>10)
+	if opts.MemoryMax > 0 {
+		if f.MemoryLimit, err = goMemoryLimit(opts.MemoryMax); err != nil {
+			return nil, fmt.Errorf("start fleet: %w", err)
+		}
+		if prev := debug.SetMemoryLimit(-1); prev < f.MemoryLimit {
+			fmt.Fprintf(opts.Log, "fleet: keeping the Go memory limit %d MiB, lower than %d MiB of the %d MiB memory budget\n", prev>>20, f.MemoryLimit>>20, opts.MemoryMax>>20)
+			f.MemoryLimit = 0
+		} else {
+			debug.SetMemoryLimit(f.MemoryLimit)
+			fmt.Fprintf(opts.Log, "fleet: Go memory limit %d MiB: the %d MiB memory budget less the executable's %d MiB\n", f.MemoryLimit>>20, opts.MemoryMax>>20, (opts.MemoryMax-f.MemoryLimit)>>20)
+		}
 	}
 	if opts.StartMemoryPerNode > 0 {
 		limit := memoryLimit(len(opts.Names), opts.StartMemoryPerNode)
@@ -244,6 +261,19 @@ func Start(ctx context.Context, opts Options) (_ *Fleet, err error) {
 	// the collector freed) goes back to the system once they settled.
 	go memtrim.AfterStart(klog.FromContext(ctx), f.stopped)
 	return f, nil
+}
+
+// goMemoryLimit is the Go memory limit for a process that may use budget
+// bytes in all: the budget less the executable's read-only mappings.
+func goMemoryLimit(budget int64) (int64, error) {
+	exe, err := memtrim.ExecutableSize()
+	if err != nil {
+		return 0, err
+	}
+	if limit := budget - int64(exe); limit > 0 {
+		return limit, nil
+	}
+	return 0, fmt.Errorf("a memory budget of %d MiB leaves nothing beside the executable's %d MiB", budget>>20, exe>>20)
 }
 
 // memoryLimit is what the Go runtime holds now (its mapped memory less

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nodekit/nodekit/agent/agenttest"
 	"github.com/nodekit/nodekit/agent/fleet"
+	"github.com/nodekit/nodekit/internal/memtrim"
+	"github.com/nodekit/nodekit/internal/testenv"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 )
 
@@ -33,29 +35,43 @@ func TestStartRefusesIncompleteOptions(t *testing.T) {
 	}
 }
 
-// TestStartSetsTheMemoryLimit: MemoryPerNode sets the process's Go memory
-// limit before the agents start (here they fail: no kubeconfig), and
-// Fleet.MemoryLimit is not reported for a failed start.
+// TestStartSetsTheMemoryLimit: MemoryMax sets the process's Go memory
+// limit, before the agents start (here they fail: no kubeconfig), to the
+// budget less the executable's read-only mappings, unless the process's
+// limit is lower already.
 func TestStartSetsTheMemoryLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	const perNode = 64 << 20
-	_, err := fleet.Start(context.Background(), fleet.Options{
-		Names: []string{"a", "b"}, Dir: t.TempDir(), Kubeconfig: func(int) string { return "/nonexistent" },
-		MemoryPerNode: perNode,
-	})
-	if err == nil {
-		t.Fatal("Start without a kubeconfig succeeded")
+	exe, err := memtrim.ExecutableSize()
+	if err != nil {
+		testenv.Unavailable(t, "no executable size: %v", err)
 	}
-	if got := debug.SetMemoryLimit(-1); got < 2*perNode || got > 2*perNode+1<<30 {
-		t.Errorf("memory limit after Start: %d, want 2 × %d plus what the runtime held", got, perNode)
+	const budget = 4 << 30
+	for _, tc := range []struct {
+		name         string
+		before, want int64
+	}{
+		{name: "no limit before", before: math.MaxInt64, want: budget - int64(exe)},
+		{name: "a lower limit before", before: 1 << 30, want: 1 << 30},
+	} {
+		debug.SetMemoryLimit(tc.before)
+		_, err := fleet.Start(context.Background(), fleet.Options{
+			Names: []string{"a", "b"}, Dir: t.TempDir(), Kubeconfig: func(int) string { return "/nonexistent" },
+			MemoryMax: budget,
+		})
+		if err == nil {
+			t.Fatalf("%s: Start without a kubeconfig succeeded", tc.name)
+		}
+		if got := debug.SetMemoryLimit(-1); got != tc.want {
+			t.Errorf("%s: memory limit after Start: %d, want %d (the executable: %d bytes)", tc.name, got, tc.want, exe)
+		}
 	}
 }
 
 // TestStartHoldsTheCollectorUntilStarted: with StartMemoryPerNode the
 // collector is off below a memory limit while the agents start (read
 // while Start asks for a node's kubeconfig), and Start restores the
-// process's GOGC and memory limit when it returns, here with MemoryPerNode's
+// process's GOGC and memory limit when it returns, here with MemoryMax's
 // lower limit during the start and after it.
 func TestStartHoldsTheCollectorUntilStarted(t *testing.T) {
 	prevLimit := debug.SetMemoryLimit(-1)
@@ -71,13 +87,13 @@ func TestStartHoldsTheCollectorUntilStarted(t *testing.T) {
 		return gogc, debug.SetMemoryLimit(-1)
 	}
 	for _, tc := range []struct {
-		name          string
-		memoryPerNode int64
-		wantAfter     func(limit int64) bool
-		startPerNode  int64
+		name         string
+		memoryMax    int64
+		wantAfter    func(limit int64) bool
+		startPerNode int64
 	}{
 		{name: "alone", wantAfter: func(l int64) bool { return l == math.MaxInt64 }, startPerNode: 2 << 30},
-		{name: "with MemoryPerNode", memoryPerNode: 1 << 30, wantAfter: func(l int64) bool { return l >= 2<<30 && l < 3<<30 }, startPerNode: 1 << 30},
+		{name: "with MemoryMax", memoryMax: 5 << 29, wantAfter: func(l int64) bool { return l >= 2<<30 && l < 3<<30 }, startPerNode: 1 << 30},
 	} {
 		debug.SetMemoryLimit(math.MaxInt64)
 		var (
@@ -92,7 +108,7 @@ func TestStartHoldsTheCollectorUntilStarted(t *testing.T) {
 				}
 				return "/nonexistent"
 			},
-			MemoryPerNode: tc.memoryPerNode, StartMemoryPerNode: 2 << 30,
+			MemoryMax: tc.memoryMax, StartMemoryPerNode: 2 << 30,
 		})
 		if err == nil {
 			t.Fatalf("%s: Start without a kubeconfig succeeded", tc.name)
@@ -102,7 +118,7 @@ func TestStartHoldsTheCollectorUntilStarted(t *testing.T) {
 			t.Errorf("%s: while starting, GOGC %d and memory limit %d, want off (-1) and 2 × %d plus what the runtime held", tc.name, duringGC, duringLimit, tc.startPerNode)
 		}
 		if gogc, limit := read(); gogc != 150 || !tc.wantAfter(limit) {
-			t.Errorf("%s: after Start, GOGC %d and memory limit %d, want 150 and the limit before the start or MemoryPerNode's", tc.name, gogc, limit)
+			t.Errorf("%s: after Start, GOGC %d and memory limit %d, want 150 and the limit before the start or MemoryMax's", tc.name, gogc, limit)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"go.uber.org/fx"
 	"k8s.io/mount-utils"
 
+	"github.com/nodekit/nodekit/internal/memtrim"
+	"github.com/nodekit/nodekit/internal/testenv"
 	nkruntime "github.com/nodekit/nodekit/runtime"
 	"github.com/nodekit/nodekit/runtime/fakecri"
 	"github.com/nodekit/nodekit/volume"
@@ -46,6 +48,22 @@ func TestMemoryLimitIsHeldMemoryPlusNodes(t *testing.T) {
 	got := memoryLimit(1000, 1<<20)
 	if d := got - base - 1000<<20; d < -16<<20 || d > 16<<20 {
 		t.Errorf("limit for 1000 nodes of 1 MiB: %d, want %d + 1000 MiB (±16 MiB)", got, base)
+	}
+}
+
+// TestGoMemoryLimitLeavesTheExecutable: a budget smaller than the
+// executable's read-only mappings is refused, not turned into a limit of
+// nothing.
+func TestGoMemoryLimitLeavesTheExecutable(t *testing.T) {
+	exe, err := memtrim.ExecutableSize()
+	if err != nil {
+		testenv.Unavailable(t, "no executable size: %v", err)
+	}
+	if got, err := goMemoryLimit(int64(exe) + 1<<20); err != nil || got != 1<<20 {
+		t.Errorf("goMemoryLimit(executable + 1 MiB) = %d, %v, want 1 MiB", got, err)
+	}
+	if got, err := goMemoryLimit(int64(exe)); err == nil {
+		t.Errorf("goMemoryLimit(the executable's size) = %d, want an error", got)
 	}
 }
 

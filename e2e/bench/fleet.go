@@ -37,9 +37,10 @@ type FleetOptions struct {
 	Services agent.ServiceLister
 	// Log receives progress messages; nil discards them.
 	Log io.Writer
-	// MemoryPerNode is fleet.Options.MemoryPerNode: a Go memory limit for
-	// this process, per node.
-	MemoryPerNode int64
+	// MemoryMax is fleet.Options.MemoryMax: the memory this process may
+	// use in all, as a container's memory limit, from which the fleet sets
+	// its Go memory limit.
+	MemoryMax int64
 	// StartMemoryPerNode is fleet.Options.StartMemoryPerNode: the memory
 	// limit, in bytes per node, below which the collector does not run
 	// while the agents start.
@@ -98,7 +99,7 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 		NodeIP:     func(i int) string { return ips[i] },
 		Labels:     map[string]string{FleetLabel: opts.Name},
 		Images:     opts.Images, Parallel: opts.Parallel, Services: opts.Services, Log: opts.Log,
-		MemoryPerNode: opts.MemoryPerNode, StartMemoryPerNode: opts.StartMemoryPerNode, SocketCRI: opts.SocketCRI,
+		MemoryMax: opts.MemoryMax, StartMemoryPerNode: opts.StartMemoryPerNode, SocketCRI: opts.SocketCRI,
 	})
 	if err != nil {
 		return nil, err

@@ -4,7 +4,11 @@
 // StatefulSet's pod, <set>-<ordinal>) or --shard. Each node requests its
 // client certificate with the shard's bootstrap credentials, by default
 // the pod's service account; on SIGTERM or SIGINT the shard stops its
-// agents and deletes its Node objects.
+// agents and deletes its Node objects. A memory limit on the shard's
+// container (resources.limits.memory) becomes its memory budget
+// (--memory-max=auto): the Go memory limit is that less the executable's
+// pages, so the collector works harder before the kernel would reclaim or
+// kill (agent/fleet's Options.MemoryMax).
 //
 //	fleet --nodes=100                        # in a pod of the StatefulSet
 //	fleet manifests --name=fleet --namespace=nodekit-fleet \
@@ -30,6 +34,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -68,7 +73,7 @@ type shardOptions struct {
 	bootstrap   string
 	nodeIP      string
 	parallel    int
-	memPerNode  float64
+	memoryMax   string
 	startMem    float64
 	taint       bool
 	deleteNodes bool
@@ -86,7 +91,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.nodeIP, "node-ip", os.Getenv("POD_IP"), "every node's address (default $POD_IP)")
 	fs.IntVar(&o.parallel, "parallel", 50, "agents started at once")
 	fs.Float64Var(&o.startMem, "start-memory-per-node", 0, "while the agents start, run the garbage collector only when this process's Go memory reaches what it holds then plus this many MiB per node: less CPU for a higher peak and more RSS after the start (see agent/fleet's Options.StartMemoryPerNode); 0 leaves GOGC alone")
-	fs.Float64Var(&o.memPerNode, "memory-per-node", 0, "set this process's Go memory limit, before the agents start, to what it holds then plus this many MiB per node: less RSS for more garbage collection (see agent/fleet's Options.MemoryPerNode); 0 leaves GOMEMLIMIT's")
+	fs.StringVar(&o.memoryMax, "memory-max", "auto", "the memory this shard may use in all, as a quantity (1Gi), \"auto\" for this container's memory limit (cgroup memory.max; none when unlimited) or 0 for none: the Go memory limit is set, before the agents start, to this less the executable's read-only mappings, so the collector runs before the process outgrows it (see agent/fleet's Options.MemoryMax); a lower GOMEMLIMIT is kept")
 	fs.BoolVar(&o.taint, "taint", true, "register the nodes with the "+fleet.Taint+"=<fleet>:NoSchedule taint")
 	fs.BoolVar(&o.deleteNodes, "delete-nodes", true, "delete the shard's Node objects when it stops")
 	klog.InitFlags(fs)
@@ -103,8 +108,9 @@ func run(ctx context.Context, args []string) error {
 	if o.nodes < 1 {
 		return fmt.Errorf("--nodes=%d: want at least 1", o.nodes)
 	}
-	if o.memPerNode < 0 {
-		return fmt.Errorf("--memory-per-node=%g: want 0 or more", o.memPerNode)
+	memoryMax, err := memoryBudget(o.memoryMax)
+	if err != nil {
+		return err
 	}
 	if o.startMem < 0 {
 		return fmt.Errorf("--start-memory-per-node=%g: want 0 or more", o.startMem)
@@ -115,7 +121,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if o.bootstrap == "" {
-		var err error
 		if o.bootstrap, err = serviceAccountKubeconfig(o.server, filepath.Join(o.dir, "bootstrap-kubeconfig")); err != nil {
 			return err
 		}
@@ -138,7 +143,7 @@ func run(ctx context.Context, args []string) error {
 		NodeIP:              func(int) string { return o.nodeIP },
 		Labels:              map[string]string{fleet.Label: o.fleet, fleet.ShardLabel: o.shard},
 		Parallel:            o.parallel,
-		MemoryPerNode:       int64(o.memPerNode * (1 << 20)),
+		MemoryMax:           memoryMax,
 		StartMemoryPerNode:  int64(o.startMem * (1 << 20)),
 		Services:            services,
 		Log:                 os.Stderr,
@@ -157,6 +162,29 @@ func run(ctx context.Context, args []string) error {
 		err = errors.Join(err, deleteNodes(context.WithoutCancel(ctx), client, names))
 	}
 	return err
+}
+
+// memoryBudget is --memory-max in bytes: "auto" reads this process's
+// container memory limit, 0 when it has none.
+func memoryBudget(flag string) (int64, error) {
+	if flag == "auto" {
+		self, err := os.ReadFile("/proc/self/cgroup")
+		if os.IsNotExist(err) {
+			return 0, nil
+		}
+		if err == nil {
+			var limit int64
+			if limit, err = containerMemoryLimit("/sys/fs/cgroup", self); err == nil {
+				return limit, nil
+			}
+		}
+		return 0, fmt.Errorf("--memory-max=auto: %w (give the container's memory limit, or 0 for none)", err)
+	}
+	q, err := resource.ParseQuantity(flag)
+	if err != nil || q.Sign() < 0 {
+		return 0, fmt.Errorf("--memory-max=%s: want auto, 0 or a quantity of memory such as 1Gi", flag)
+	}
+	return q.Value(), nil
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with the pod's service

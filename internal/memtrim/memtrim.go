@@ -129,18 +129,9 @@ type Result struct {
 // frees the heap only and returns the error.
 func Release() (Result, error) {
 	debug.FreeOSMemory()
-	exe, err := os.Executable()
+	exe, ranges, err := executableMappings()
 	if err != nil {
 		return Result{}, fmt.Errorf("release executable pages: %w", err)
-	}
-	maps, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return Result{}, fmt.Errorf("release executable pages: %w", err)
-	}
-	defer maps.Close()
-	ranges, err := readOnlyMappings(maps, exe)
-	if err != nil {
-		return Result{}, fmt.Errorf("release executable pages of %s: %w", exe, err)
 	}
 	if len(ranges) == 0 {
 		return Result{}, nil
@@ -175,6 +166,41 @@ func Release() (Result, error) {
 		return res, fmt.Errorf("release executable pages of %s: posix_fadvise(POSIX_FADV_DONTNEED): %w", exe, err)
 	}
 	return res, nil
+}
+
+// ExecutableSize is the size of the running executable's private read-only
+// mappings (its text, read-only data and pc-value tables): at most what its
+// pages add to the process's RSS, which the Go runtime's memory accounting
+// (and so its memory limit) does not count.
+func ExecutableSize() (uint64, error) {
+	_, ranges, err := executableMappings()
+	if err != nil {
+		return 0, fmt.Errorf("executable size: %w", err)
+	}
+	var size uint64
+	for _, r := range ranges {
+		size += uint64(r.end - r.start)
+	}
+	return size, nil
+}
+
+// executableMappings returns the running executable's path and its private
+// read-only mappings, from /proc/self/maps.
+func executableMappings() (string, []mapping, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	maps, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return exe, nil, err
+	}
+	defer maps.Close()
+	ranges, err := readOnlyMappings(maps, exe)
+	if err != nil {
+		return exe, nil, fmt.Errorf("%s: %w", exe, err)
+	}
+	return exe, ranges, nil
 }
 
 // mapping is one address range of /proc/self/maps.

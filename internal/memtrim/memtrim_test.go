@@ -152,3 +152,26 @@ func readOnlyVMFlags(t *testing.T) [][]string {
 	}
 	return out
 }
+
+// TestExecutableSize: the test binary's read-only mappings are its text and
+// read-only data, more than nothing and no larger than its file.
+func TestExecutableSize(t *testing.T) {
+	if _, err := os.Stat("/proc/self/maps"); err != nil {
+		testenv.Unavailable(t, "no /proc: %v", err)
+	}
+	size, err := ExecutableSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size < 1<<20 || size > uint64(fi.Size()) {
+		t.Errorf("ExecutableSize = %d, want at least 1 MiB and at most the file's %d bytes", size, fi.Size())
+	}
+}

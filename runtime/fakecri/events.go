@@ -1,18 +1,60 @@
 package fakecri
 
 import (
+	"sync"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// subscriber is one GetContainerEvents stream.
+// subscriber is one GetContainerEvents stream: the events sent to it and
+// not yet taken, at most max (the Server's EventBuffer). Its queue grows
+// with what is pending and is dropped once drained, so an idle stream holds
+// no buffer: a fleet's agents each keep one open on their own fake runtime.
 type subscriber struct {
-	ch chan *runtimeapi.ContainerEventResponse
+	max int
+	// ready has one slot, filled when an event is queued.
+	ready chan struct{}
+
+	mu    sync.Mutex
+	queue []*runtimeapi.ContainerEventResponse
+}
+
+// push queues ev, false when max events are queued already.
+func (sub *subscriber) push(ev *runtimeapi.ContainerEventResponse) bool {
+	sub.mu.Lock()
+	if len(sub.queue) >= sub.max {
+		sub.mu.Unlock()
+		return false
+	}
+	sub.queue = append(sub.queue, ev)
+	sub.mu.Unlock()
+	select {
+	case sub.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// pop takes the oldest queued event, false when none is queued; a caller
+// that finds none waits for ready before it tries again.
+func (sub *subscriber) pop() (*runtimeapi.ContainerEventResponse, bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.queue) == 0 {
+		return nil, false
+	}
+	ev := sub.queue[0]
+	sub.queue[0] = nil
+	if sub.queue = sub.queue[1:]; len(sub.queue) == 0 {
+		sub.queue = nil
+	}
+	return ev, true
 }
 
 // subscribe registers a container event stream; the caller must
 // unsubscribe it.
 func (s *Server) subscribe() *subscriber {
-	sub := &subscriber{ch: make(chan *runtimeapi.ContainerEventResponse, s.eventBuf)}
+	sub := &subscriber{max: s.eventBuf, ready: make(chan struct{}, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.subscribers[sub] = struct{}{}
@@ -47,9 +89,7 @@ func (s *Server) emitLocked(t runtimeapi.ContainerEventType, containerID string,
 		}
 	}
 	for sub := range s.subscribers {
-		select {
-		case sub.ch <- ev:
-		default:
+		if !sub.push(ev) {
 			s.dropped++
 		}
 	}

@@ -371,13 +371,17 @@ var _ runtimeapi.RuntimeService_GetContainerEventsClient = (*eventStream)(nil)
 // Recv returns a copy of the next event, or the status error that ends
 // the stream.
 func (e *eventStream) Recv() (*runtimeapi.ContainerEventResponse, error) {
-	select {
-	case ev := <-e.sub.ch:
-		return proto.Clone(ev).(*runtimeapi.ContainerEventResponse), nil
-	case <-e.ctx.Done():
-		return nil, status.FromContextError(e.ctx.Err()).Err()
-	case <-e.conn.done:
-		return nil, errConnClosing
+	for {
+		if ev, ok := e.sub.pop(); ok {
+			return proto.Clone(ev).(*runtimeapi.ContainerEventResponse), nil
+		}
+		select {
+		case <-e.sub.ready:
+		case <-e.ctx.Done():
+			return nil, status.FromContextError(e.ctx.Err()).Err()
+		case <-e.conn.done:
+			return nil, errConnClosing
+		}
 	}
 }
 

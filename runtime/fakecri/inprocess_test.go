@@ -450,3 +450,54 @@ func TestInProcessEventsAndTimeouts(t *testing.T) {
 		t.Errorf("%d events dropped", s.DroppedEvents())
 	}
 }
+
+// TestEventStreamDropsBeyondItsBuffer: a stream that does not keep up holds
+// at most EventBuffer events (and the one its reader took and is sending);
+// later events are dropped and counted, and those kept arrive in order.
+func TestEventStreamDropsBeyondItsBuffer(t *testing.T) {
+	const buffer = 2
+	s := fakecri.New(fakecri.Options{EventBuffer: buffer})
+	rt, _ := s.InProcess()
+	t.Cleanup(func() { rt.Close(context.Background()) })    //nolint:errcheck // never fails
+	events := make(chan *runtimeapi.ContainerEventResponse) // not read until every event was sent
+	established := make(chan struct{})
+	streamCtx, stop := context.WithCancel(ctx(t))
+	ended := make(chan error, 1)
+	go func() {
+		ended <- rt.GetContainerEvents(streamCtx, events, func(runtimeapi.RuntimeService_GetContainerEventsClient) { close(established) })
+	}()
+	<-established
+	var sent []string // sandbox ID and event type, in order
+	for _, name := range []string{"a", "b", "c"} {
+		sb, err := rt.RunPodSandbox(ctx(t), sandboxConfig(name, nil), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, sb+" CREATED", sb+" STARTED")
+	}
+	var got []string
+	for len(got)+s.DroppedEvents() < len(sent) {
+		select {
+		case ev := <-events:
+			got = append(got, ev.ContainerId+" "+strings.TrimSuffix(strings.TrimPrefix(ev.ContainerEventType.String(), "CONTAINER_"), "_EVENT"))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("received %q and %d dropped of %d sent", got, s.DroppedEvents(), len(sent))
+		}
+	}
+	if len(got) > buffer+1 || len(got)+s.DroppedEvents() != len(sent) {
+		t.Errorf("received %d events, %d dropped, of %d sent: want at most %d received (the buffer and the one being sent), the rest dropped", len(got), s.DroppedEvents(), len(sent), buffer+1)
+	}
+	// What arrived is in the order sent.
+	i := 0
+	for _, ev := range got {
+		for i < len(sent) && sent[i] != ev {
+			i++
+		}
+		if i == len(sent) {
+			t.Fatalf("received %q, not a subsequence of %q", got, sent)
+		}
+		i++
+	}
+	stop()
+	wantCode(t, <-ended, codes.Canceled)
+}

@@ -348,13 +348,16 @@ func (r *runtimeService) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stre
 	sub := r.s.subscribe()
 	defer r.s.unsubscribe(sub)
 	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case ev := <-sub.ch:
+		if ev, ok := sub.pop(); ok {
 			if err := stream.Send(ev); err != nil {
 				return err
 			}
+			continue
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-sub.ready:
 		}
 	}
 }

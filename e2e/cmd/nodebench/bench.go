@@ -111,6 +111,8 @@ type fleetFigures struct {
 	// peakRSS is the process's peak RSS (VmHWM) as of all Ready, then
 	// as of the end of the hold: what a shard's memory limit must allow.
 	peakRSS uint64
+	// startPeakRSS is VmHWM as of all Ready (+ -settle), before the hold.
+	startPeakRSS uint64
 	// After a forced collection: the live heap and RSS.
 	heapLive, rssAfterGC uint64
 	// The Go runtime's figures before the fleet started and once all were
@@ -119,7 +121,7 @@ type fleetFigures struct {
 	// The in-use heap by component before and after (perAgent divides).
 	heapBefore, heapAfter heapByComponent
 	// memLimit is this process's Go memory limit (GOMEMLIMIT or
-	// -fleet-memory-limit), MaxInt64 when none.
+	// -fleet-memory-max's), MaxInt64 when none.
 	memLimit int64
 	// The garbage collector's CPU time (the runtime's estimate) from the
 	// first start to all Ready, and over -hold.
@@ -951,7 +953,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	fleet, err := bench.StartFleet(ctx, bench.FleetOptions{
 		ControlPlane: b.cp, Nodes: b.opts.nodes, Dir: filepath.Join(b.nodeDir, "fleet"), Name: name,
 		Images: images, Parallel: b.opts.parallel, Services: services, Log: b.progress,
-		MemoryPerNode:      int64(b.opts.fleetMemLimit * (1 << 20)),
+		MemoryMax:          int64(b.opts.fleetMemMax * (1 << 20)),
 		StartMemoryPerNode: int64(b.opts.fleetStartMem * (1 << 20)),
 		SocketCRI:          b.opts.fleetSocketCRI,
 	})
@@ -989,7 +991,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	f.rssAfter, f.rssAfterFile, f.peakRSS = after.RSS, after.RSSFile, after.PeakRSS
+	f.rssAfter, f.rssAfterFile, f.peakRSS, f.startPeakRSS = after.RSS, after.RSSFile, after.PeakRSS, after.PeakRSS
 	// How much of that is live: the heap after a collection, and RSS once
 	// the freed memory went back to the system.
 	debug.FreeOSMemory()

@@ -27,7 +27,7 @@ type options struct {
 	parallel       int
 	hold           time.Duration
 	fleetPods      int
-	fleetMemLimit  float64
+	fleetMemMax    float64
 	fleetStartMem  float64
 	fleetSocketCRI bool
 	shareServices  bool
@@ -78,7 +78,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.DurationVar(&o.hold, "hold", 5*time.Minute, "how long the -nodes agents must stay Ready once all were; their idle CPU is measured over it")
 	fs.BoolVar(&o.shareServices, "share-services", true, "the -nodes agents share one informer on the Services (agent.ServiceLister) instead of one watch each")
 	fs.Float64Var(&o.fleetStartMem, "fleet-start-memory", 0, "while the -nodes agents start, the garbage collector runs only when this process's Go memory reaches what it held before plus this many MiB per node, instead of each time the heap doubled (agent/fleet's Options.StartMemoryPerNode; 0 leaves GOGC alone)")
-	fs.Float64Var(&o.fleetMemLimit, "fleet-memory-limit", 0, "a Go memory limit for this process set before the -nodes agents start: what the Go runtime held then plus this many MiB per node (agent/fleet's Options.MemoryPerNode; 0 sets none)")
+	fs.Float64Var(&o.fleetMemMax, "fleet-memory-max", 1024, "the -nodes agents' process runs as a fleet shard in a container with this memory limit, in MiB (the target: 1 GiB for 1,000 nodes): its Go memory limit is this less the executable's read-only mappings, set before the agents start (agent/fleet's Options.MemoryMax; 0 sets none)")
 	fs.BoolVar(&o.fleetSocketCRI, "fleet-socket-cri", false, "the -nodes agents dial their fake runtimes over unix sockets (cri-client over gRPC, as on containerd) instead of calling them in process (agent/fleet's Options.SocketCRI)")
 	fs.IntVar(&o.fleetPods, "fleet-pods", 10, "pods per node created on the -nodes agents after -hold (0 skips them)")
 	fs.BoolVar(&o.heapComponents, "heap-by-component", false, "sample this process's heap every 32 KiB (Go's default: 512 KiB) and report the -nodes agents' heap per node by component; the sampling costs their start ~3 % of its CPU")
@@ -144,8 +144,8 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 		return options{}, fmt.Errorf("-settle=%s: must not be negative", o.settle)
 	case o.startRuns < 1:
 		return options{}, fmt.Errorf("-start-runs must be at least 1")
-	case o.hold < time.Second || o.fleetPods < 0 || o.fleetMemLimit < 0 || o.fleetStartMem < 0:
-		return options{}, fmt.Errorf("-hold must be at least 1s and -fleet-pods, -fleet-memory-limit and -fleet-start-memory not negative")
+	case o.hold < time.Second || o.fleetPods < 0 || o.fleetMemMax < 0 || o.fleetStartMem < 0:
+		return options{}, fmt.Errorf("-hold must be at least 1s and -fleet-pods, -fleet-memory-max and -fleet-start-memory not negative")
 	case o.fleetOnly && o.nodes == 0:
 		return options{}, fmt.Errorf("-fleet-only needs -nodes")
 	case o.nodes < 0 || o.parallel < 1:

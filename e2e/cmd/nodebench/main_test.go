@@ -124,7 +124,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("-fleet-only -nodes=1000 -containerd=on = %+v: want containerd off and no kubelet", o)
 	}
 	for _, args := range [][]string{
-		{"-fleet-only", "-nodes=0"}, {"-containerd=maybe"}, {"-fs=xfs"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"-fleet-memory-limit=-1"}, {"-fleet-start-memory=-1"}, {"extra"},
+		{"-fleet-only", "-nodes=0"}, {"-containerd=maybe"}, {"-fs=xfs"}, {"-pods=0"}, {"-idle=10ms"}, {"-start-runs=0"}, {"-nodes=-1"}, {"-csi-pods=-1"}, {"-fleet-memory-max=-1"}, {"-fleet-start-memory=-1"}, {"extra"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)

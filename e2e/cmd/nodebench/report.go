@@ -629,9 +629,16 @@ func (b *benchmark) reportScale() {
 		} else {
 			t.Note("scale: each agent calls its fake runtime in process (fakecri's Server.InProcess: no socket, gRPC or serialization; -fleet-socket-cri for the wire)")
 		}
-		if f.memLimit != math.MaxInt64 {
-			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT, or -fleet-memory-limit=%g MiB per node)", bench.FormatMiB(uint64(f.memLimit)), b.opts.fleetMemLimit)
+		switch {
+		case b.opts.fleetMemMax > 0 && f.memLimit != math.MaxInt64:
+			t.Note("scale: a memory budget of %s, as a fleet shard's container memory limit (-fleet-memory-max, agent/fleet's Options.MemoryMax): a Go memory limit of %s (the budget less the executable's read-only mappings), set before the first agent started",
+				bench.FormatMiB(uint64(b.opts.fleetMemMax*(1<<20))), bench.FormatMiB(uint64(f.memLimit)))
+		case f.memLimit != math.MaxInt64:
+			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT)", bench.FormatMiB(uint64(f.memLimit)))
+		default:
+			t.Note("scale: this process ran without a Go memory limit (-fleet-memory-max=0)")
 		}
+		t.Note("scale: the process's peak RSS until all were Ready (+%s) %s", b.opts.settle, bench.FormatMiB(f.startPeakRSS))
 		if b.opts.fleetStartMem > 0 {
 			t.Note("scale: the garbage collector ran during the agents' start only at a memory limit of %g MiB per node above what this process held before (-fleet-start-memory)", b.opts.fleetStartMem)
 		}
