@@ -32,6 +32,7 @@ var alignedLoops = []string{
 	"lease.(*Controller).Run",
 	"volume.(*Manager).Run",
 	"stats.(*VolumeUsage).Run",
+	"dra.(*Manager).Run",
 }
 
 // TestLoopsWaitOnTheNodesTicks checks that every periodic loop of an agent
