@@ -33,6 +33,7 @@ var alignedLoops = []string{
 	"volume.(*Manager).Run",
 	"stats.(*VolumeUsage).Run",
 	"dra.(*Manager).Run",
+	"runtime.(*PLEG).Run",
 }
 
 // TestLoopsWaitOnTheNodesTicks checks that every periodic loop of an agent

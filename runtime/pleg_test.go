@@ -306,6 +306,40 @@ func TestPLEGRelistsRarelyWhileEventsStream(t *testing.T) {
 	})
 }
 
+// TestPLEGRelistsOnTheNodesTicks: with the event stream up, the relist
+// of every EventedRelistPeriod comes when the node's ticks (Align) say.
+func TestPLEGRelistsOnTheNodesTicks(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	// A tick 7 s before the period is up, as ticks.Align may pick.
+	const early = 7 * time.Second
+	align := func(d time.Duration) time.Duration {
+		if d == runtime.DefaultEventedRelistPeriod {
+			return d - early
+		}
+		return d
+	}
+	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, Align: align})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	// The stream connecting brings a relist of its own.
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })
+	lists := h.cri.Calls("ListPodSandbox")
+	poll(t, h.clk.HasWaiters)
+	h.clk.Step(runtime.DefaultEventedRelistPeriod - early)
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") > lists })
+}
+
 // TestPLEGSleepsWhileNobodyWaits: with the event stream up and no pod
 // worker waiting on the cache, the PLEG does not wake up every relist
 // period; a waiter is served on a later period without a relist, and the
