@@ -28,7 +28,15 @@ import (
 // startPLEG runs a PLEG on h until the test ends.
 func startPLEG(t *testing.T, h *harness, reg prometheus.Registerer) *runtime.PLEG {
 	t.Helper()
-	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, Registerer: reg})
+	return startPLEGWith(t, h, runtime.PLEGOptions{Registerer: reg})
+}
+
+// startPLEGWith runs a PLEG of opts on h's pods, runtime and clock until
+// the test ends, once its first relist is done.
+func startPLEGWith(t *testing.T, h *harness, opts runtime.PLEGOptions) *runtime.PLEG {
+	t.Helper()
+	opts.Pods, opts.Runtime, opts.Clock = h.pm, h.client.RuntimeService(), h.clk
+	p, err := runtime.NewPLEG(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,19 +326,7 @@ func TestPLEGRelistsOnTheNodesTicks(t *testing.T) {
 		}
 		return d
 	}
-	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, Align: align})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
+	startPLEGWith(t, h, runtime.PLEGOptions{Align: align})
 	poll(t, func() bool { return h.cri.EventStreams() == 1 })
 	// The stream connecting brings a relist of its own.
 	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })
