@@ -7,7 +7,6 @@ import (
 	"github.com/nodekit/nodekit/pluginmanager"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
-	"github.com/nodekit/nodekit/ticks"
 )
 
 // DRA is the kubelet's Dynamic Resource Allocation manager (dra.Module):
@@ -37,12 +36,11 @@ var DRA = fx.Options(
 	dra.Module,
 )
 
-func provideDRAOptions(cfg *Config, store *pods.Store, align ticks.Align) dra.Options {
+func provideDRAOptions(cfg *Config, store *pods.Store) dra.Options {
 	return dra.Options{
 		NodeName:     cfg.NodeName,
 		StateDir:     cfg.RootDir,
 		ActivePods:   store.Active,
 		SourcesReady: store.SourcesReady,
-		Align:        align,
 	}
 }

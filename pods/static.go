@@ -253,15 +253,14 @@ func (c *Controller) runNodeKnown(ctx context.Context) {
 // deleteOrphanedMirrorPods deletes, off the housekeeping goroutine and one
 // round at a time, the mirror pods of static pods that are gone and stopped
 // (a mirror pod whose static pod still stops keeps receiving its status),
-// as the kubelet's housekeeping. It returns how many orphaned mirror pods
-// the sources show.
-func (c *Controller) deleteOrphanedMirrorPods(ctx context.Context) int {
+// as the kubelet's housekeeping.
+func (c *Controller) deleteOrphanedMirrorPods(ctx context.Context) {
 	if c.opts.Mirrors == nil {
-		return 0
+		return
 	}
 	orphans := c.mirrorSources.OrphanedMirrorPods()
 	if len(orphans) == 0 || !c.orphanMirrors.CompareAndSwap(false, true) {
-		return len(orphans)
+		return
 	}
 	c.background.Go(func() {
 		defer c.orphanMirrors.Store(false)
@@ -271,7 +270,6 @@ func (c *Controller) deleteOrphanedMirrorPods(ctx context.Context) int {
 			klog.FromContext(ctx).Error(err, "Cannot delete orphaned mirror pods")
 		}
 	})
-	return len(orphans)
 }
 
 // staticPodStopping reports whether a static pod with the mirror pod's
