@@ -121,8 +121,10 @@ type fleetFigures struct {
 	// The in-use heap by component before and after (perAgent divides).
 	heapBefore, heapAfter heapByComponent
 	// memLimit is this process's Go memory limit (GOMEMLIMIT or
-	// -fleet-memory-max's), MaxInt64 when none.
-	memLimit int64
+	// -fleet-memory-max's), MaxInt64 when none; fromBudget says the fleet
+	// set it from -fleet-memory-max (not when a lower GOMEMLIMIT was kept).
+	memLimit   int64
+	fromBudget bool
 	// The garbage collector's CPU time (the runtime's estimate) from the
 	// first start to all Ready, and over -hold.
 	startGCCPU, holdGCCPU time.Duration
@@ -979,7 +981,7 @@ func (b *benchmark) scale(ctx context.Context) (err error) {
 	f := &fleetFigures{
 		nodes: b.opts.nodes, credentials: fleet.Credentials, started: fleet.Started,
 		allReady: readyAt.Sub(began) - fleet.Credentials, rssBefore: before.RSS, rssBeforeFile: before.RSSFile,
-		memBefore: memBefore, heapBefore: heapBefore, memLimit: debug.SetMemoryLimit(-1),
+		memBefore: memBefore, heapBefore: heapBefore, memLimit: debug.SetMemoryLimit(-1), fromBudget: fleet.MemoryLimit != 0,
 		startGCCPU: gcCPU() - gcStart,
 	}
 	b.fleet = f

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -207,5 +208,33 @@ func TestReportFleetOnly(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(b.table.Notes, "\n"), "-fleet-only") {
 		t.Errorf("notes %q do not say -fleet-only", b.table.Notes)
+	}
+}
+
+// TestReportScaleMemoryLimit: the scale notes name the Go memory limit the
+// fleet ran with by where it came from: -fleet-memory-max's budget, a lower
+// GOMEMLIMIT the fleet kept, or none.
+func TestReportScaleMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		memMax     float64
+		limit      int64
+		fromBudget bool
+		want       string
+	}{
+		{"budget", 1024, 954 << 20, true, "a memory budget of 1.00 GiB"},
+		{"lower GOMEMLIMIT kept", 1024, 500 << 20, false, "(GOMEMLIMIT, kept: lower than what -fleet-memory-max=1024 gives)"},
+		{"GOMEMLIMIT alone", 0, 500 << 20, false, "Go memory limit of 500.0 MiB (GOMEMLIMIT)"},
+		{"none", 0, math.MaxInt64, false, "without a Go memory limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &benchmark{opts: options{nodes: 3, hold: time.Minute, fleetMemMax: tc.memMax},
+				fleet: &fleetFigures{nodes: 3, memLimit: tc.limit, fromBudget: tc.fromBudget}}
+			b.reportScale()
+			notes := strings.Join(b.table.Notes, "\n")
+			if !strings.Contains(notes, tc.want) {
+				t.Errorf("notes do not say %q:\n%s", tc.want, notes)
+			}
+		})
 	}
 }

@@ -630,9 +630,11 @@ func (b *benchmark) reportScale() {
 			t.Note("scale: each agent calls its fake runtime in process (fakecri's Server.InProcess: no socket, gRPC or serialization; -fleet-socket-cri for the wire)")
 		}
 		switch {
-		case b.opts.fleetMemMax > 0 && f.memLimit != math.MaxInt64:
+		case f.fromBudget:
 			t.Note("scale: a memory budget of %s, as a fleet shard's container memory limit (-fleet-memory-max, agent/fleet's Options.MemoryMax): a Go memory limit of %s (the budget less the executable's read-only mappings), set before the first agent started",
 				bench.FormatMiB(uint64(b.opts.fleetMemMax*(1<<20))), bench.FormatMiB(uint64(f.memLimit)))
+		case f.memLimit != math.MaxInt64 && b.opts.fleetMemMax > 0:
+			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT, kept: lower than what -fleet-memory-max=%g gives)", bench.FormatMiB(uint64(f.memLimit)), b.opts.fleetMemMax)
 		case f.memLimit != math.MaxInt64:
 			t.Note("scale: this process ran with a Go memory limit of %s (GOMEMLIMIT)", bench.FormatMiB(uint64(f.memLimit)))
 		default:
