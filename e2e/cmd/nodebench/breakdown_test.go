@@ -29,3 +29,28 @@ go_gc_duration_seconds_count ` + gcs + `
 		t.Errorf("breakdown %q does not say %q", got, want)
 	}
 }
+
+// TestBreakdownRateLimiter: the breakdown says how long the client's rate
+// limiter held the agent's PATCHes over the burst (its other verbs apart).
+func TestBreakdownRateLimiter(t *testing.T) {
+	scrape := func(patchSum, patchCount string) cluster.Metrics {
+		m, err := cluster.ParseMetrics(strings.NewReader(`# TYPE rest_client_rate_limiter_duration_seconds histogram
+rest_client_rate_limiter_duration_seconds_bucket{host="h",verb="PATCH",le="0.005"} ` + patchCount + `
+rest_client_rate_limiter_duration_seconds_bucket{host="h",verb="PATCH",le="+Inf"} ` + patchCount + `
+rest_client_rate_limiter_duration_seconds_sum{host="h",verb="PATCH"} ` + patchSum + `
+rest_client_rate_limiter_duration_seconds_count{host="h",verb="PATCH"} ` + patchCount + `
+rest_client_rate_limiter_duration_seconds_bucket{host="h",verb="POST",le="0.005"} 7
+rest_client_rate_limiter_duration_seconds_bucket{host="h",verb="POST",le="+Inf"} 7
+rest_client_rate_limiter_duration_seconds_sum{host="h",verb="POST"} 3
+rest_client_rate_limiter_duration_seconds_count{host="h",verb="POST"} 7
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	b := newBreakdown(scrape("0.5", "10"), scrape("0.7", "110"), 100)
+	if got, want := b.String(), "the client's rate limiter held 100 PATCHes 200 ms in all (mean 2.0 ms)"; !strings.Contains(got, want) {
+		t.Errorf("breakdown %q does not say %q", got, want)
+	}
+}
