@@ -15,9 +15,10 @@ import (
 type Requests map[string]int
 
 // auditEvent holds the fields of a kube-apiserver audit event (audit.k8s.io/v1,
-// JSON lines) that CountRequests reads.
+// JSON lines) that CountRequests and AnsweredRequests read.
 type auditEvent struct {
 	AuditID string `json:"auditID"`
+	Stage   string `json:"stage"`
 	Verb    string `json:"verb"`
 	User    struct {
 		Username string `json:"username"`
@@ -28,6 +29,7 @@ type auditEvent struct {
 	} `json:"objectRef"`
 	RequestURI               string    `json:"requestURI"`
 	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp           time.Time `json:"stageTimestamp"`
 }
 
 // CountRequests reads a kube-apiserver audit log and counts the requests
@@ -36,13 +38,84 @@ type auditEvent struct {
 // once. The audit policy must log the user's requests (the e2e control
 // plane logs every request of the system:nodes group).
 func CountRequests(path, user string, from, to time.Time) (Requests, error) {
-	f, err := os.Open(path)
+	counts := Requests{}
+	seen := map[string]bool{}
+	err := readAudit(path, user, from, to, func(ev *auditEvent) {
+		if !seen[ev.AuditID] {
+			seen[ev.AuditID] = true
+			counts[requestKey(*ev)]++
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("count requests of %s: %w", user, err)
 	}
+	return counts, nil
+}
+
+// Request is one request of an audit log as the apiserver saw it.
+type Request struct {
+	// Key is "verb resource[/subresource]", as Requests counts them.
+	Key string
+	// Received is when the apiserver received the request, before
+	// authentication and its priority and fairness queue; Answered when
+	// it had sent the whole response (the ResponseComplete stage).
+	Received, Answered time.Time
+}
+
+// AnsweredRequests reads a kube-apiserver audit log and returns the
+// requests user made that the apiserver received in [from, to) and
+// answered (a watch still open is not), in the order received. The
+// audit policy must log them at their ResponseComplete stage.
+func AnsweredRequests(path, user string, from, to time.Time) ([]Request, error) {
+	var out []Request
+	err := readAudit(path, user, from, to, func(ev *auditEvent) {
+		if ev.Stage == "ResponseComplete" {
+			out = append(out, Request{Key: requestKey(*ev), Received: ev.RequestReceivedTimestamp, Answered: ev.StageTimestamp})
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read requests of %s: %w", user, err)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Received.Before(out[j].Received) })
+	return out, nil
+}
+
+// UnderWay summarizes the requests with key (say "patch pods/status")
+// among reqs: how long the apiserver took for each (received → answered),
+// and the other requests it received while at least one of them was under
+// way, counted by key.
+func UnderWay(reqs []Request, key string) (times []time.Duration, meanwhile Requests) {
+	var spans []Request
+	for _, r := range reqs {
+		if r.Key == key {
+			spans = append(spans, r)
+			times = append(times, r.Answered.Sub(r.Received))
+		}
+	}
+	meanwhile = Requests{}
+	for _, r := range reqs {
+		if r.Key == key {
+			continue
+		}
+		for _, s := range spans {
+			if !r.Received.Before(s.Received) && r.Received.Before(s.Answered) {
+				meanwhile[r.Key]++
+				break
+			}
+		}
+	}
+	return times, meanwhile
+}
+
+// readAudit calls fn with each event of the audit log at path of a request
+// user made that the apiserver received in [from, to), at every stage it
+// was logged at.
+func readAudit(path, user string, from, to time.Time, fn func(*auditEvent)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
 	defer f.Close()
-	counts := Requests{}
-	seen := map[string]bool{}
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for line := 1; s.Scan(); line++ {
@@ -52,19 +125,17 @@ func CountRequests(path, user string, from, to time.Time) (Requests, error) {
 		}
 		var ev auditEvent
 		if err := json.Unmarshal(s.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("count requests of %s: %s line %d: %w", user, path, line, err)
+			return fmt.Errorf("%s line %d: %w", path, line, err)
 		}
-		if ev.User.Username != user || seen[ev.AuditID] ||
-			ev.RequestReceivedTimestamp.Before(from) || !ev.RequestReceivedTimestamp.Before(to) {
+		if ev.User.Username != user || ev.RequestReceivedTimestamp.Before(from) || !ev.RequestReceivedTimestamp.Before(to) {
 			continue
 		}
-		seen[ev.AuditID] = true
-		counts[requestKey(ev)]++
+		fn(&ev)
 	}
 	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("count requests of %s: read %s: %w", user, path, err)
+		return fmt.Errorf("read %s: %w", path, err)
 	}
-	return counts, nil
+	return nil
 }
 
 func requestKey(ev auditEvent) string {

@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,53 @@ func TestTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 3 || !strings.HasSuffix(lines[2], "FAIL") || !strings.Contains(lines[1], "—") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestAnsweredRequestsAndUnderWay: the answered requests of a user in the
+// window, in the order received, and what came while status patches were
+// under way.
+func TestAnsweredRequestsAndUnderWay(t *testing.T) {
+	lines := []string{
+		// Two patches overlapping (10.0-10.2, 10.1-10.4), one later
+		// (11.0-11.05); an event created during the first, one between
+		// them, a watch still open (no ResponseComplete), another node's
+		// patch, and n1 outside the window.
+		`{"auditID":"p2","stage":"ResponseComplete","verb":"patch","user":{"username":"system:node:n1"},"objectRef":{"resource":"pods","subresource":"status"},"requestReceivedTimestamp":"2026-01-01T00:00:10.100000Z","stageTimestamp":"2026-01-01T00:00:10.400000Z"}`,
+		`{"auditID":"p1","stage":"ResponseComplete","verb":"patch","user":{"username":"system:node:n1"},"objectRef":{"resource":"pods","subresource":"status"},"requestReceivedTimestamp":"2026-01-01T00:00:10.000000Z","stageTimestamp":"2026-01-01T00:00:10.200000Z"}`,
+		`{"auditID":"e1","stage":"ResponseComplete","verb":"create","user":{"username":"system:node:n1"},"objectRef":{"resource":"events"},"requestReceivedTimestamp":"2026-01-01T00:00:10.300000Z","stageTimestamp":"2026-01-01T00:00:10.310000Z"}`,
+		`{"auditID":"e2","stage":"ResponseComplete","verb":"create","user":{"username":"system:node:n1"},"objectRef":{"resource":"events"},"requestReceivedTimestamp":"2026-01-01T00:00:10.400000Z","stageTimestamp":"2026-01-01T00:00:10.410000Z"}`,
+		`{"auditID":"w1","stage":"ResponseStarted","verb":"watch","user":{"username":"system:node:n1"},"objectRef":{"resource":"pods"},"requestReceivedTimestamp":"2026-01-01T00:00:10.050000Z","stageTimestamp":"2026-01-01T00:00:10.051000Z"}`,
+		`{"auditID":"p3","stage":"ResponseComplete","verb":"patch","user":{"username":"system:node:n1"},"objectRef":{"resource":"pods","subresource":"status"},"requestReceivedTimestamp":"2026-01-01T00:00:11.000000Z","stageTimestamp":"2026-01-01T00:00:11.050000Z"}`,
+		`{"auditID":"b1","stage":"ResponseComplete","verb":"patch","user":{"username":"system:node:n2"},"objectRef":{"resource":"pods","subresource":"status"},"requestReceivedTimestamp":"2026-01-01T00:00:10.000000Z","stageTimestamp":"2026-01-01T00:00:12.000000Z"}`,
+		`{"auditID":"a0","stage":"ResponseComplete","verb":"create","user":{"username":"system:node:n1"},"objectRef":{"resource":"events"},"requestReceivedTimestamp":"2026-01-01T00:00:09.000000Z","stageTimestamp":"2026-01-01T00:00:10.100000Z"}`,
+	}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	reqs, err := AnsweredRequests(path, "system:node:n1", from, from.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range reqs {
+		keys = append(keys, r.Key)
+	}
+	want := []string{"patch pods/status", "patch pods/status", "create events", "create events", "patch pods/status"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("AnsweredRequests = %v, want %v", keys, want)
+	}
+	times, meanwhile := UnderWay(reqs, "patch pods/status")
+	if !slices.Equal(times, []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 50 * time.Millisecond}) {
+		t.Errorf("patch times = %v", times)
+	}
+	// e1 came while p2 was under way; e2 as p2 was answered.
+	if meanwhile.String() != "create events: 1" {
+		t.Errorf("requests while patches were under way: %s", meanwhile)
+	}
+	if _, err := AnsweredRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
+		t.Error("missing file: no error")
 	}
 }

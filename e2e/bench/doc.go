@@ -18,7 +18,10 @@
 //   - resources: ReadProcStats reads VmRSS, VmHWM and utime+stime from
 //     /proc/<pid>;
 //   - API traffic: CountRequests counts a node's requests, by verb and
-//     resource, in kube-apiserver's audit log;
+//     resource, in kube-apiserver's audit log; AnsweredRequests reads them
+//     with the API server's own times (received → answered), and UnderWay
+//     summarizes one kind of them (a burst's status PATCHes) and what else
+//     came while they were under way;
 //   - scale: StartFleet runs many complete agents (agent.Module, each on
 //     its own runtime/fakecri) in this process, and WatchReady waits for
 //     all of them to be Ready.

@@ -89,7 +89,11 @@
 //     to the agent sending the first status write (PATCH) that shows all
 //     its containers started, once the API server accepted it;
 //   - nodekit_pod_start_status_patch_duration_seconds (histogram, the same
-//     buckets): that PATCH's round trip, the API server's share, apart.
+//     buckets): that PATCH's round trip on the agent's clock, apart: the
+//     API server's handling and the client's side of the request (its
+//     rate limiter, the connection, the agent's goroutines waiting for a
+//     core; in nodebench's 100-pod bursts the API server's own part, from
+//     its audit log, was a fifth to three fifths of it at p50).
 //
 // # Swapping pieces
 //

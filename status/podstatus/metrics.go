@@ -89,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		startPatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    metricStartPatch,
-			Help:    "Duration in seconds of the status write (PATCH) that ended " + metricStart + ", from the agent sending it to the API server's answer: the API server's share (and the client's rate limiter's), apart from the agent's.",
+			Help:    "Duration in seconds of the status write (PATCH) that ended " + metricStart + ", from the agent sending it to the API server's answer on the agent's clock: the API server's handling and the client's side of the request (its rate limiter, the connection, waiting for a core), apart from the agent's internal share.",
 			Buckets: StartLatencyBuckets,
 		}),
 	}

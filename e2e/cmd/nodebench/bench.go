@@ -82,6 +82,12 @@ type node struct {
 	// burstRequests are the agent's API requests from the burst's start to
 	// burstTail after its last pod ran.
 	burstRequests bench.Requests
+	// statusPatches are, for a nodekit agent, the API server's own times
+	// (its audit log: received → answered) for the agent's pod status
+	// PATCHes over the same window, and besidePatches the agent's other
+	// requests it received while one of them was under way.
+	statusPatches []time.Duration
+	besidePatches bench.Requests
 	// breakdown is where a nodekit agent's time went over the burst.
 	breakdown *breakdown
 }
@@ -794,8 +800,17 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 			b.logf("CPU profile of %s: %v", n.agent.Name, err)
 		}
 	}
-	if n.burstRequests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, time.Now()); err != nil {
+	to := time.Now()
+	if n.burstRequests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
 		return err
+	}
+	if n.nodekit {
+		// For the breakdown's note (reportBreakdown).
+		answered, err := bench.AnsweredRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to)
+		if err != nil {
+			return err
+		}
+		n.statusPatches, n.besidePatches = bench.UnderWay(answered, "patch pods/status")
 	}
 	// The settled RSS is a figure of the containerd bursts only (the
 	// table's row), which spares -quick the wait.

@@ -331,6 +331,10 @@ func (b *benchmark) reportBreakdown(n *node, what string, judged bool) {
 		}
 		t.Note("where nodekit's agent spent the burst (%s; from its metrics): %s", what, bd)
 	}
+	if n != nil && len(n.statusPatches) > 0 {
+		t.Note("the API server's own time for the agent's %d pod status PATCHes over the burst (%s; its audit log, received → answered: the agent's figure above adds the client's side) p50/p90/p99 %s; the agent's other requests it received while one was under way: %s",
+			len(n.statusPatches), what, bench.Summarize(n.statusPatches), n.besidePatches)
+	}
 	t.Add(internal)
 	t.Add(share)
 	t.Add(writes)
