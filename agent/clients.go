@@ -101,7 +101,10 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 
 	tracker := connrotation.NewConnectionTracker()
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	dialer := connrotation.NewDialerWithTracker(dial, tracker)
+	// The requests made while the transport has no connection wait for
+	// the first to make it (connGate), so that one is made.
+	gate := &connGate{}
+	dialer := connrotation.NewDialerWithTracker(gate.dial(dial), tracker)
 	base.DisableCompression = true
 	var rotating *certificate.RotatingTransport
 	if m == nil {
@@ -115,10 +118,12 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 			return nil, nil, err
 		}
 	}
-	rt, err := rest.TransportFor(base)
+	transport, err := rest.TransportFor(base)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build apiserver transport: %w", err)
 	}
+	gate.rt = transport
+	var rt http.RoundTripper = gate
 	main := rest.CopyConfig(base)
 	main.QPS = float32(*kc.KubeAPIQPS)
 	main.Burst = int(kc.KubeAPIBurst)
