@@ -78,8 +78,10 @@ func NewClients(cfg *Config) (*Clients, error) {
 // do not ask for gzip-compressed responses (rest.Config.DisableCompression):
 // a node's lists and watch events are small, and each open watch would
 // otherwise hold a gzip decompressor (about 40 KiB) for its lifetime and
-// cost the apiserver a compressor. An embedder that wants otherwise
-// decorates *Clients with its own.
+// cost the apiserver a compressor. Requests made while the transport has
+// no connection wait for the first to make it, so that a start's requests
+// open one connection instead of one each (see connGate). An embedder
+// that wants otherwise decorates *Clients with its own.
 func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, error) {
 	c, _, err := newClients(cfg, restCfg, nil)
 	return c, err

@@ -95,6 +95,8 @@ type countedConn struct {
 	once sync.Once
 }
 
+// Close closes the connection and takes it off the gate's count (once,
+// however often it is called).
 func (c *countedConn) Close() error {
 	c.once.Do(func() {
 		c.gate.mu.Lock()
