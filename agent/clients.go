@@ -78,8 +78,10 @@ func NewClients(cfg *Config) (*Clients, error) {
 // do not ask for gzip-compressed responses (rest.Config.DisableCompression):
 // a node's lists and watch events are small, and each open watch would
 // otherwise hold a gzip decompressor (about 40 KiB) for its lifetime and
-// cost the apiserver a compressor. An embedder that wants otherwise
-// decorates *Clients with its own.
+// cost the apiserver a compressor. Requests made while the transport has
+// no connection wait for the first to make it, so that a start's requests
+// open one connection instead of one each (see connGate). An embedder
+// that wants otherwise decorates *Clients with its own.
 func NewClientsFromRESTConfig(cfg *Config, restCfg *rest.Config) (*Clients, error) {
 	c, _, err := newClients(cfg, restCfg, nil)
 	return c, err
@@ -101,7 +103,10 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 
 	tracker := connrotation.NewConnectionTracker()
 	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	dialer := connrotation.NewDialerWithTracker(dial, tracker)
+	// The requests made while the transport has no connection wait for
+	// the first to make it (connGate), so that one is made.
+	gate := &connGate{}
+	dialer := connrotation.NewDialerWithTracker(gate.dial(dial), tracker)
 	base.DisableCompression = true
 	var rotating *certificate.RotatingTransport
 	if m == nil {
@@ -115,10 +120,12 @@ func newClients(cfg *Config, restCfg *rest.Config, m clientcert.Manager) (*Clien
 			return nil, nil, err
 		}
 	}
-	rt, err := rest.TransportFor(base)
+	transport, err := rest.TransportFor(base)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build apiserver transport: %w", err)
 	}
+	gate.rt = transport
+	var rt http.RoundTripper = gate
 	main := rest.CopyConfig(base)
 	main.QPS = float32(*kc.KubeAPIQPS)
 	main.Burst = int(kc.KubeAPIBurst)

@@ -59,8 +59,9 @@ func (s *connServer) counts() (int, bool) {
 	return s.conns, s.gzipAsked
 }
 
-func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
-	srv := newConnServer(t)
+// clientsOn returns node-a's clients of srv.
+func clientsOn(t *testing.T, srv *connServer) *Clients {
+	t.Helper()
 	cfg, err := ParseFlags(klog.Background(), []string{"--hostname-override=node-a"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,19 +70,35 @@ func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	return c
+}
+
+// lists are a list request of each of c's clients, by client.
+func lists(c *Clients) map[string]func(context.Context) error {
+	return map[string]func(context.Context) error{
+		"main": func(ctx context.Context) error {
+			_, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"heartbeat": func(ctx context.Context) error {
+			_, err := c.Heartbeat.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"events": func(ctx context.Context) error {
+			_, err := c.Events.Events("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+	}
+}
+
+func TestClientsShareOneConnectionWithoutGzip(t *testing.T) {
+	srv := newConnServer(t)
+	c := clientsOn(t, srv)
 	list := func() {
 		t.Helper()
-		for _, client := range []struct {
-			name string
-			list func() error
-		}{
-			{"main", func() error { _, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
-			{"heartbeat", func() error { _, err := c.Heartbeat.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
-			{"events", func() error { _, err := c.Events.Events("").List(ctx, metav1.ListOptions{}); return err }},
-		} {
-			if err := client.list(); err != nil {
-				t.Fatalf("%s client: %v", client.name, err)
+		for name, list := range lists(c) {
+			if err := list(context.Background()); err != nil {
+				t.Fatalf("%s client: %v", name, err)
 			}
 		}
 	}

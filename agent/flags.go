@@ -264,36 +264,34 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // default that nodekit accepts but does not implement (see
 // implementedSettings). The result is Complete.
 func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
-	// First pass: find --config (and fail early on malformed flags).
-	probe := &flagBinder{cfg: &Config{}}
-	SetDefaults(&probe.cfg.Kubelet)
-	fs := probe.flagSet("nodeagent")
+	// Over the kubelet's defaults first: without --config that is the
+	// answer, and with it, the pass found the file (and failed early on
+	// malformed flags).
+	b := &flagBinder{cfg: &Config{}}
+	SetDefaults(&b.cfg.Kubelet)
+	fs := b.flagSet("nodeagent")
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
-	if probe.version {
+	if b.version {
 		return nil, ErrVersion
 	}
-
-	cfg := &Config{}
-	if probe.configFile != "" {
-		kc, err := LoadKubeletConfiguration(logger, probe.configFile)
+	if b.configFile != "" {
+		kc, err := LoadKubeletConfiguration(logger, b.configFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.Kubelet = *kc
+		cfg := &Config{Kubelet: *kc}
 		SetDefaults(&cfg.Kubelet)
 		ApplyConfigFileDefaults(&cfg.Kubelet)
-	} else {
-		SetDefaults(&cfg.Kubelet)
+		// Second pass: flags given on the command line win over the file.
+		b = &flagBinder{cfg: cfg, configFile: b.configFile}
+		fs = b.flagSet("nodeagent")
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
 	}
-
-	// Second pass: flags given on the command line win over the file.
-	b := &flagBinder{cfg: cfg, configFile: probe.configFile}
-	fs = b.flagSet("nodeagent")
-	if err := parse(fs, args); err != nil {
-		return nil, err
-	}
+	cfg := b.cfg
 	if b.nodeIPs != "" {
 		for _, s := range strings.Split(b.nodeIPs, ",") {
 			ip := net.ParseIP(strings.TrimSpace(s))
@@ -308,7 +306,7 @@ func ParseFlags(logger klog.Logger, args []string) (*Config, error) {
 	}
 	var given []string
 	fs.Visit(func(f *pflag.Flag) { given = append(given, f.Name) })
-	logUnimplemented(logger.WithValues("node", cfg.NodeName), unimplemented(&cfg.Kubelet, cfg.Features, probe.configFile != "", given, b.fields, b.klog))
+	logUnimplemented(logger.WithValues("node", cfg.NodeName), unimplemented(&cfg.Kubelet, cfg.Features, b.configFile != "", given, b.fields, b.klog))
 	return cfg, nil
 }
 

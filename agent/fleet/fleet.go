@@ -341,26 +341,10 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 		f.mu.Unlock()
 		cri = nil // the agent dials it
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if opts.Kubeconfig != nil {
-		kubeconfig = opts.Kubeconfig(i)
-	}
-	ip := ""
-	if opts.NodeIP != nil {
-		ip = opts.NodeIP(i)
-	}
-	root := filepath.Join(dir, "root")
-	cfg, err := agent.ParseFlags(klog.Background(), args(name, ip, kubeconfig, endpoint, root, opts.Labels, opts.Taints))
+	cfg, err := nodeConfig(opts, i, dir, endpoint)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
-	// Pod logs stay in the node's directory, not the host's /var/log/pods.
-	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "pod-logs")
-	// So do the links to them: not the host's /var/log/containers.
-	cfg.ContainerLogsDir = filepath.Join(dir, "container-logs")
-	// No kubelet API per node: every agent of the fleet would want port
-	// 10250 (and a key pair of its own).
-	cfg.Kubelet.EnableServer = ptr.To(false)
 	logger := klog.FromContext(ctx).WithValues("node", name)
 	if opts.BootstrapKubeconfig != "" {
 		cfg.BootstrapKubeconfigPath = opts.BootstrapKubeconfig
@@ -384,6 +368,32 @@ func (f *Fleet) startNode(ctx context.Context, opts Options, i int) error {
 	f.nodes = append(f.nodes, n)
 	f.mu.Unlock()
 	return nil
+}
+
+// nodeConfig is the agent configuration of node i, whose files are under
+// dir and whose runtime is at endpoint: the flags of args, its pod logs and
+// their links under dir, no kubelet API.
+func nodeConfig(opts Options, i int, dir, endpoint string) (*agent.Config, error) {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if opts.Kubeconfig != nil {
+		kubeconfig = opts.Kubeconfig(i)
+	}
+	ip := ""
+	if opts.NodeIP != nil {
+		ip = opts.NodeIP(i)
+	}
+	cfg, err := agent.ParseFlags(klog.Background(), args(opts.Names[i], ip, kubeconfig, endpoint, filepath.Join(dir, "root"), opts.Labels, opts.Taints))
+	if err != nil {
+		return nil, err
+	}
+	// Pod logs stay in the node's directory, not the host's /var/log/pods.
+	cfg.Kubelet.PodLogsDir = filepath.Join(dir, "pod-logs")
+	// So do the links to them: not the host's /var/log/containers.
+	cfg.ContainerLogsDir = filepath.Join(dir, "container-logs")
+	// No kubelet API per node: every agent of the fleet would want port
+	// 10250 (and a key pair of its own).
+	cfg.Kubelet.EnableServer = ptr.To(false)
+	return cfg, nil
 }
 
 // inProcessEndpoint, followed by the node's name, is the runtime endpoint

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestClientsDialOnceForConcurrentFirstRequests: requests of the three
+// clients made at once on a transport with no connection yet (an agent's
+// start) share one connection; without the gate the transport dialed one
+// for each and kept one. After CloseConnections they share one again.
+func TestClientsDialOnceForConcurrentFirstRequests(t *testing.T) {
+	srv := newConnServer(t)
+	c := clientsOn(t, srv)
+	burst := func() {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, 12)
+		for range 4 {
+			for _, list := range lists(c) {
+				wg.Go(func() { errs <- list(context.Background()) })
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	burst()
+	if conns, _ := srv.counts(); conns != 1 {
+		t.Errorf("12 requests at once on a new transport opened %d connections, want 1", conns)
+	}
+	c.CloseConnections()
+	burst()
+	if conns, _ := srv.counts(); conns != 2 {
+		t.Errorf("after CloseConnections 12 requests at once opened %d connections in all, want 2 (one more)", conns)
+	}
+}
+
+// TestConnGateWaiterKeepsItsDeadline: a request waiting for the one that
+// makes the connection returns when its own context is done, not when
+// the first request does.
+func TestConnGateWaiterKeepsItsDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	g := &connGate{}
+	tr := &http.Transport{DialContext: g.dial((&net.Dialer{}).DialContext)}
+	defer tr.CloseIdleConnections()
+	g.rt = tr
+	client := &http.Client{Transport: g}
+	first := make(chan error, 1)
+	go func() {
+		resp, err := client.Get(srv.URL + "/slow")
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	// The first request holds the gate once it dialed.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g.mu.Lock()
+		held := g.dialing != nil && g.conns == 1
+		g.mu.Unlock()
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first request did not dial")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/fast", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Do(req); !errors.Is(err, context.Canceled) {
+		t.Errorf("a waiting request with its context canceled: %v, want context.Canceled", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first request returned (%v) before its response", err)
+	default:
+	}
+}
