@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // connGate has the requests of a transport with no connection to the
@@ -17,7 +18,9 @@ import (
 // fleet's thousand agents starting at once, a thousand kubelets after an
 // apiserver restart). With the gate the first request dials, and the
 // others go on once it has its response (or failed): by then its
-// connection is in the transport's pool, where they find it. Released
+// connection is in the transport's pool, where they find it. None waits
+// longer than connGateMaxWait, so a slow first answer (a large list) does
+// not hold back a Lease renewal. Released
 // when the connection is up (httptrace's GotConn) they would race the
 // transport putting it there, and dial again. A transport that keeps a
 // connection lets every request through at once, as before; over
@@ -47,18 +50,35 @@ func (g *connGate) dial(d func(ctx context.Context, network, address string) (ne
 	}
 }
 
+// connGateMaxWait bounds how long a request waits for the one making the
+// connection to be answered; after it the request goes to the transport
+// as it would without the gate.
+const connGateMaxWait = time.Second
+
 // RoundTrip sends req on g.rt once the transport has a connection, or
 // makes the connection with req when there is none and no other request
 // is making it. A request that waited checks again: if the one it waited
 // for failed and left no connection, one of the waiting ones makes the
-// next attempt.
+// next attempt. No request waits more than connGateMaxWait for another.
 func (g *connGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	var bound <-chan time.Time
 	g.mu.Lock()
 	for g.dialing != nil {
 		wait := g.dialing
 		g.mu.Unlock()
+		if bound == nil {
+			t := time.NewTimer(connGateMaxWait)
+			defer t.Stop()
+			bound = t.C
+		}
 		select {
 		case <-wait:
+		case <-bound:
+			// The first request is slow to be answered (a large list, an
+			// API server still starting): its connection is likely up, and
+			// this request must not wait on its answer (a Lease renewal
+			// behind a list).
+			return g.rt.RoundTrip(req)
 		case <-req.Context().Done():
 			if req.Body != nil {
 				_ = req.Body.Close()

@@ -72,19 +72,7 @@ func TestConnGateWaiterKeepsItsDeadline(t *testing.T) {
 		first <- err
 	}()
 	// The first request holds the gate once it dialed.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		g.mu.Lock()
-		held := g.dialing != nil && g.conns == 1
-		g.mu.Unlock()
-		if held {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first request did not dial")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitHeld(t, g)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/fast", nil)
@@ -98,5 +86,62 @@ func TestConnGateWaiterKeepsItsDeadline(t *testing.T) {
 	case err := <-first:
 		t.Fatalf("the first request returned (%v) before its response", err)
 	default:
+	}
+}
+
+// TestConnGateWaitIsBounded: a request does not wait on the answer to the
+// request that made the connection for more than connGateMaxWait (a Lease
+// renewal behind a slow list): it is answered while the first one is not.
+func TestConnGateWaitIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	g := &connGate{}
+	tr := &http.Transport{DialContext: g.dial((&net.Dialer{}).DialContext)}
+	defer tr.CloseIdleConnections()
+	g.rt = tr
+	client := &http.Client{Transport: g}
+	first := make(chan error, 1)
+	go func() {
+		resp, err := client.Get(srv.URL + "/slow")
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	waitHeld(t, g)
+	resp, err := client.Get(srv.URL + "/fast")
+	if err != nil {
+		t.Fatalf("a request behind an unanswered first one: %v", err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-first:
+		t.Fatalf("the first request returned (%v) before its response", err)
+	default:
+	}
+}
+
+// waitHeld waits until the first request through g dialed and holds the
+// gate.
+func waitHeld(t *testing.T, g *connGate) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g.mu.Lock()
+		held := g.dialing != nil && g.conns == 1
+		g.mu.Unlock()
+		if held {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first request did not dial")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
