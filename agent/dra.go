@@ -7,6 +7,7 @@ import (
 	"github.com/nodekit/nodekit/pluginmanager"
 	"github.com/nodekit/nodekit/pods"
 	"github.com/nodekit/nodekit/runtime"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // DRA is the kubelet's Dynamic Resource Allocation manager (dra.Module):
@@ -36,11 +37,12 @@ var DRA = fx.Options(
 	dra.Module,
 )
 
-func provideDRAOptions(cfg *Config, store *pods.Store) dra.Options {
+func provideDRAOptions(cfg *Config, store *pods.Store, align ticks.Align) dra.Options {
 	return dra.Options{
 		NodeName:     cfg.NodeName,
 		StateDir:     cfg.RootDir,
 		ActivePods:   store.Active,
 		SourcesReady: store.SourcesReady,
+		Align:        align,
 	}
 }

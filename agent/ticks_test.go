@@ -32,6 +32,8 @@ var alignedLoops = []string{
 	"lease.(*Controller).Run",
 	"volume.(*Manager).Run",
 	"stats.(*VolumeUsage).Run",
+	"dra.(*Manager).Run",
+	"runtime.(*PLEG).Run",
 }
 
 // TestLoopsWaitOnTheNodesTicks checks that every periodic loop of an agent

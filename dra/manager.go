@@ -21,6 +21,8 @@ import (
 	"k8s.io/klog/v2"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Defaults of Options, the kubelet's.
@@ -72,6 +74,9 @@ type Options struct {
 	ClientCallTimeout time.Duration
 	// Clock times ReconcilePeriod and WipingDelay; nil is the real clock.
 	Clock clock.WithTickerAndDelayedExecution
+	// Align moves the reconcile rounds to the node's shared ticks
+	// (package ticks; nil waits ReconcilePeriod exactly).
+	Align ticks.Align
 }
 
 // claimInfo is a claim in the cache: its checkpointed state, whether it
@@ -198,7 +203,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		defer wg.Done()
 		m.wipeResourceSlices(ctx, "")
 	}()
-	t := m.opts.Clock.NewTicker(m.opts.ReconcilePeriod)
+	t := m.opts.Clock.NewTimer(m.opts.Align.Wait(m.opts.ReconcilePeriod))
 	defer t.Stop()
 	for {
 		select {
@@ -206,6 +211,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			return nil
 		case <-t.C():
 			m.reconcile(ctx)
+			t.Reset(m.opts.Align.Wait(m.opts.ReconcilePeriod))
 		}
 	}
 }

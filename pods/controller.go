@@ -97,6 +97,10 @@ type Options struct {
 	SyncFrequency time.Duration
 	// HousekeepingPeriod is how often pods the runtime runs but no source
 	// knows are looked for (default 2s, the kubelet's housekeeping period).
+	// While the node holds nothing (no pod known, none in the runtime, no
+	// orphaned mirror pod) housekeeping looks every idleHousekeepingPeriod
+	// instead, on the 10 s loops' tick, until the next pod update or
+	// runtime event brings it back to HousekeepingPeriod.
 	HousekeepingPeriod time.Duration
 	// Recorder receives the pod events the controller records (rejections).
 	Recorder record.EventRecorder
@@ -139,6 +143,13 @@ const (
 	// jitterFactor spreads resyncs and retries, as the kubelet's pod
 	// workers.
 	jitterFactor = 0.5
+	// idleHousekeepingPeriod is how often housekeeping looks while the node
+	// holds nothing and no pod update or runtime event came since: what
+	// could turn up then without either (a foreign mirror pod, a sandbox
+	// the PLEG reports no event of) is found within it rather than within
+	// HousekeepingPeriod, and an idle agent does not wake every 2 s for
+	// rounds with nothing to do.
+	idleHousekeepingPeriod = 10 * time.Second
 	// minSyncLoopStall is the shortest time without a housekeeping round
 	// after which SyncLoopHealthy fails (the kubelet's 5 minutes, or twice
 	// the sync frequency when that is longer).
@@ -186,6 +197,10 @@ type Controller struct {
 	restarts map[types.UID]*v1.Pod
 	// background tracks housekeeping's goroutines.
 	background sync.WaitGroup
+	// housekeepingKick receives a value (one slot) at every pod update
+	// and runtime event the loop handles, and when a pod worker ends:
+	// housekeeping goes back to HousekeepingPeriod if it was idle.
+	housekeepingKick chan struct{}
 
 	metrics *controllerMetrics
 	// loopEntry is when the latest housekeeping round began; zero before
@@ -259,7 +274,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, terminateRetries: map[types.UID]*terminateRetry{}, restarts: map[types.UID]*v1.Pod{}, runCtx: context.Background(), metrics: m}
+	c := &Controller{opts: opts, clock: opts.Clock, store: opts.Store, pods: map[types.UID]*podRecord{}, orphans: map[types.UID]bool{}, stopped: map[types.UID][]chan struct{}{}, terminateRetries: map[types.UID]*terminateRetry{}, restarts: map[types.UID]*v1.Pod{}, runCtx: context.Background(), metrics: m, housekeepingKick: make(chan struct{}, 1)}
 	c.static = newStaticStarts()
 	c.handledSources = map[string]bool{}
 	if len(opts.Sources.Names()) == 0 {
@@ -329,10 +344,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 			c.handle(ctx, u)
 			c.sourceHandled(u.Source)
+			c.kickHousekeeping()
 		case ev := <-events:
 			if ev.Type != podstate.ContainerChanged {
 				c.workers.poke(ev.ID)
 			}
+			c.kickHousekeeping()
 		case uid := <-probes:
 			c.workers.poke(uid)
 		case uid := <-health:
@@ -575,6 +592,7 @@ func (c *Controller) remove(ctx context.Context, pod *v1.Pod) {
 // while its worker stopped it (see restarts), counting it in
 // kubelet_restarted_pods_total.
 func (c *Controller) workerFinished(ctx context.Context, uid types.UID) {
+	c.kickHousekeeping()
 	c.mu.Lock()
 	pod, ok := c.restarts[uid]
 	delete(c.restarts, uid)
@@ -1071,21 +1089,44 @@ func (c *Controller) known(uid types.UID) bool {
 // PodKnown is Store.Known of the Controller's Store.
 func (c *Controller) PodKnown(uid types.UID) bool { return c.store.Known(uid) }
 
-// runHousekeeping looks for orphans every HousekeepingPeriod until ctx is
-// done.
+// runHousekeeping looks for orphans every HousekeepingPeriod, or every
+// idleHousekeepingPeriod while a round found the node holding nothing and
+// no kick came since, until ctx is done.
 func (c *Controller) runHousekeeping(ctx context.Context) {
 	t := c.clock.NewTimer(c.opts.Align.Wait(c.opts.HousekeepingPeriod))
 	defer t.Stop()
+	idle := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-c.housekeepingKick:
+			// A kick while rounds come every HousekeepingPeriod changes
+			// nothing: the next round reads the state anew.
+			if idle {
+				idle = false
+				timers.Stop(t)
+				t.Reset(c.opts.Align.Wait(c.opts.HousekeepingPeriod))
+			}
 		case <-t.C():
 			now := c.clock.Now()
 			c.loopEntry.Store(&now)
-			c.housekeeping(ctx)
-			t.Reset(c.opts.Align.Wait(c.opts.HousekeepingPeriod))
+			idle = c.housekeeping(ctx)
+			period := c.opts.HousekeepingPeriod
+			if idle {
+				period = max(period, idleHousekeepingPeriod)
+			}
+			t.Reset(c.opts.Align.Wait(period))
 		}
+	}
+}
+
+// kickHousekeeping tells housekeeping that what it looks at may have
+// changed. It does not block.
+func (c *Controller) kickHousekeeping() {
+	select {
+	case c.housekeepingKick <- struct{}{}:
+	default:
 	}
 }
 
@@ -1134,13 +1175,15 @@ func (c *Controller) runGC(ctx context.Context, gc GarbageCollector) {
 // housekeeping stops and removes what the runtime runs of pods no source
 // knows (pods deleted while the agent was down), once every source has
 // reported. Each orphan is stopped in its own goroutine, so its grace period
-// holds up nothing else.
-func (c *Controller) housekeeping(ctx context.Context) {
+// holds up nothing else. It reports whether the node holds nothing: the
+// sources are ready, the loop knows no pod, the runtime holds none and no
+// orphaned mirror pod is left.
+func (c *Controller) housekeeping(ctx context.Context) (idle bool) {
 	c.cleanupProbes()
 	if !c.SourcesReady() {
-		return
+		return false
 	}
-	c.deleteOrphanedMirrorPods(ctx)
+	mirrors := c.deleteOrphanedMirrorPods(ctx)
 	logger := klog.FromContext(ctx)
 	if err := c.opts.Allocations.RemoveOrphans(c.known); err != nil {
 		logger.Error(err, "Cannot forget the allocated resources of pods no source knows")
@@ -1150,7 +1193,10 @@ func (c *Controller) housekeeping(ctx context.Context) {
 		if ctx.Err() == nil {
 			logger.Error(err, "Housekeeping cannot list the runtime's pods")
 		}
-		return
+		return false
+	}
+	if len(running) == 0 && mirrors == 0 && c.store.knowsNone() {
+		return true
 	}
 	for _, pod := range running {
 		c.mu.Lock()
@@ -1195,6 +1241,7 @@ func (c *Controller) housekeeping(ctx context.Context) {
 			}
 		})
 	}
+	return false
 }
 
 // forwardHealth sends each pod UID the sources' HealthUpdates deliver to

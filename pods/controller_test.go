@@ -182,7 +182,7 @@ type controllerHarness struct {
 	ctx      context.Context
 }
 
-func newControllerHarness(t *testing.T) *controllerHarness {
+func newControllerHarness(t *testing.T, configure ...func(*Options)) *controllerHarness {
 	t.Helper()
 	h := &controllerHarness{
 		t: t, rt: newFakeRuntime(), sources: &fakeSources{updates: make(chan podsource.Update)},
@@ -192,11 +192,15 @@ func newControllerHarness(t *testing.T) *controllerHarness {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
 		v1.ResourcePods: resource.MustParse("5000"), v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"),
 	}}}
-	c, err := New(Options{
+	opts := Options{
 		Sources: h.sources, Runtime: h.rt, Statuses: h.statuses, Clock: h.clock, Registerer: h.reg,
 		Node:  func() (*v1.Node, bool) { return node, true },
 		Admit: []AdmitHandler{GeneralPredicates(klog.Background())},
-	})
+	}
+	for _, f := range configure {
+		f(&opts)
+	}
+	c, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +319,72 @@ func TestStoreKnowsWhatTheLoopKnows(t *testing.T) {
 	h.waitFor("the orphan forgotten once stopped", func() bool { return !store.Known(orphan.UID) })
 	h.send(podsource.OpRemove, pod)
 	h.waitFor("the removed pod forgotten", func() bool { return !store.Known(pod.UID) })
+}
+
+// TestHousekeepingOfAnEmptyNode: housekeeping looks every
+// HousekeepingPeriod while the sources are not ready and while the node
+// holds anything, every idleHousekeepingPeriod once a round found it
+// holding nothing, and every HousekeepingPeriod again from the next pod
+// update on; an orphan that turns up without one is found by the idle
+// rounds.
+func TestHousekeepingOfAnEmptyNode(t *testing.T) {
+	// The waits housekeeping asks for, in order (container GC's minute
+	// left out).
+	waits := make(chan time.Duration, 64)
+	h := newControllerHarness(t, func(o *Options) {
+		o.Align = func(d time.Duration) time.Duration {
+			if d != gcPeriod {
+				waits <- d
+			}
+			return d
+		}
+	})
+	next := func(want time.Duration, when string) {
+		t.Helper()
+		select {
+		case got := <-waits:
+			if got != want {
+				t.Fatalf("%s: housekeeping waits %s, want %s", when, got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: housekeeping asked for no wait", when)
+		}
+		// Its timer and container GC's armed: the next step fires it.
+		h.waitFor("housekeeping's timer armed", func() bool { return h.clock.Waiters() == 2 })
+	}
+	next(DefaultHousekeepingPeriod, "at the start")
+	h.clock.Step(DefaultHousekeepingPeriod)
+	next(DefaultHousekeepingPeriod, "before the sources are ready")
+	h.send(podsource.OpAdd)
+	h.waitFor("the sources ready", h.c.SourcesReady)
+	h.clock.Step(DefaultHousekeepingPeriod)
+	next(idleHousekeepingPeriod, "after a round that found the node empty")
+	// A pod update, whatever it carries, brings back the 2 s rounds.
+	h.send(podsource.OpAdd)
+	next(DefaultHousekeepingPeriod, "after a pod update")
+	h.clock.Step(DefaultHousekeepingPeriod)
+	next(idleHousekeepingPeriod, "after another empty round")
+
+	orphan := churnPod(9)
+	h.rt.mu.Lock()
+	h.rt.orphans = []*v1.Pod{orphan}
+	h.rt.mu.Unlock()
+	h.clock.Step(idleHousekeepingPeriod)
+	next(DefaultHousekeepingPeriod, "after a round that found an orphan")
+	h.waitFor("the orphan stopped and removed", func() bool {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.removed[orphan.UID] >= 1
+	})
+	h.rt.mu.Lock()
+	h.rt.orphans = nil
+	h.rt.mu.Unlock()
+	h.waitFor("the orphan forgotten once stopped", func() bool { return !h.c.Store().Known(orphan.UID) })
+	h.clock.Step(DefaultHousekeepingPeriod)
+	next(idleHousekeepingPeriod, "after the orphan went")
+	if err := h.c.SyncLoopHealthy(); err != nil {
+		t.Errorf("SyncLoopHealthy with idle rounds: %v", err)
+	}
 }
 
 // TestNothingIsRemovedBeforeEverySourceReported: neither housekeeping nor

@@ -253,14 +253,15 @@ func (c *Controller) runNodeKnown(ctx context.Context) {
 // deleteOrphanedMirrorPods deletes, off the housekeeping goroutine and one
 // round at a time, the mirror pods of static pods that are gone and stopped
 // (a mirror pod whose static pod still stops keeps receiving its status),
-// as the kubelet's housekeeping.
-func (c *Controller) deleteOrphanedMirrorPods(ctx context.Context) {
+// as the kubelet's housekeeping. It returns how many orphaned mirror pods
+// the sources show.
+func (c *Controller) deleteOrphanedMirrorPods(ctx context.Context) int {
 	if c.opts.Mirrors == nil {
-		return
+		return 0
 	}
 	orphans := c.mirrorSources.OrphanedMirrorPods()
 	if len(orphans) == 0 || !c.orphanMirrors.CompareAndSwap(false, true) {
-		return
+		return len(orphans)
 	}
 	c.background.Go(func() {
 		defer c.orphanMirrors.Store(false)
@@ -270,6 +271,7 @@ func (c *Controller) deleteOrphanedMirrorPods(ctx context.Context) {
 			klog.FromContext(ctx).Error(err, "Cannot delete orphaned mirror pods")
 		}
 	})
+	return len(orphans)
 }
 
 // staticPodStopping reports whether a static pod with the mirror pod's

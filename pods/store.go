@@ -80,6 +80,13 @@ func (s *Store) setKnown(uid types.UID, by knownBy, on bool) {
 	s.known[uid] = k
 }
 
+// knowsNone reports whether the loop has business with no pod at all.
+func (s *Store) knowsNone() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.known) == 0
+}
+
 // Active returns the admitted pods that have not terminated, in no
 // particular order. The slice is the caller's; the pods are shared and must
 // not be modified.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodekit/nodekit/internal/runner"
 	"github.com/nodekit/nodekit/pods"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Module provides a *Client built from the Options in the graph, and its
@@ -97,6 +98,7 @@ type PodsParams struct {
 	Recorder       record.EventRecorder  `optional:"true"`
 	Registerer     prometheus.Registerer `optional:"true"`
 	Clock          clock.Clock           `optional:"true"`
+	Align          ticks.Align           `optional:"true"`
 	Logger         logr.Logger           `optional:"true"`
 	Lifecycle      fx.Lifecycle
 	Shutdowner     fx.Shutdowner
@@ -161,6 +163,9 @@ func providePods(p PodsParams) (PodsResult, error) {
 	}
 	if popts.Clock == nil {
 		popts.Clock = p.Clock
+	}
+	if popts.Align == nil {
+		popts.Align = p.Align
 	}
 	if popts.Registerer == nil {
 		popts.Registerer = p.Registerer

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodekit/nodekit/internal/timers"
 	"github.com/nodekit/nodekit/podstate"
+	"github.com/nodekit/nodekit/ticks"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -90,6 +91,11 @@ type PLEGOptions struct {
 	Cache *PodCache
 	// Clock paces relists and measures health (default clock.RealClock{}).
 	Clock clock.Clock
+	// Align moves each relist of EventedRelistPeriod onto the node's
+	// shared ticks (package ticks; nil relists exactly EventedRelistPeriod
+	// after the last one). The relists without the event stream keep
+	// their own RelistPeriod.
+	Align ticks.Align
 	// Registerer registers the kubelet's PLEG metrics
 	// (kubelet_pleg_relist_duration_seconds and friends); nil registers
 	// nothing.
@@ -230,10 +236,10 @@ func (p *PLEG) Run(ctx context.Context) error {
 	}
 	for {
 		p.relist(ctx)
-		lastRelist := p.clock.Now()
-		lastFresh := lastRelist
+		lastFresh := p.clock.Now()
+		relistAt := lastFresh.Add(p.opts.Align.Wait(p.opts.EventedRelistPeriod))
 		for {
-			relist, ok := p.wait(ctx, lastRelist, lastFresh)
+			relist, ok := p.wait(ctx, relistAt, lastFresh)
 			if !ok {
 				return nil
 			}
@@ -254,8 +260,9 @@ func (p *PLEG) Run(ctx context.Context) error {
 // waits for a fresher status than it holds: an idle node does not wake up
 // each second for nobody. It still does every RelistThreshold/2, so
 // Healthy and kubelet_pleg_last_seen_seconds stay current, and relists
-// every EventedRelistPeriod after lastRelist.
-func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relist, ok bool) {
+// at relistAt (EventedRelistPeriod after the last relist, on the node's
+// ticks).
+func (p *PLEG) wait(ctx context.Context, relistAt, lastFresh time.Time) (relist, ok bool) {
 	var timer clock.Timer
 	defer func() {
 		if timer != nil {
@@ -272,7 +279,7 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 				next = next.Add((now.Sub(next)/p.opts.RelistPeriod + 1) * p.opts.RelistPeriod)
 			}
 			if !p.cache.hasWaiters() {
-				next = timers.Earliest(lastRelist.Add(p.opts.EventedRelistPeriod), lastFresh.Add(p.opts.RelistThreshold/2))
+				next = timers.Earliest(relistAt, lastFresh.Add(p.opts.RelistThreshold/2))
 				idle = p.cache.waiting
 			}
 		}
@@ -281,13 +288,13 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 			if ctx.Err() != nil {
 				return false, false
 			}
-			return p.relistDue(lastRelist), true
+			return p.relistDue(relistAt), true
 		}
 		select {
 		case <-ctx.Done():
 			return false, false
 		case <-timer.C():
-			return p.relistDue(lastRelist), true
+			return p.relistDue(relistAt), true
 		case <-p.resync:
 			return true, true
 		case h := <-p.hints:
@@ -304,8 +311,8 @@ func (p *PLEG) wait(ctx context.Context, lastRelist, lastFresh time.Time) (relis
 
 // relistDue reports whether the time that came for wait is a relist's
 // (true) or only for marking the cache fresh (false).
-func (p *PLEG) relistDue(lastRelist time.Time) bool {
-	return !p.streaming.Load() || p.clock.Since(lastRelist) >= p.opts.EventedRelistPeriod
+func (p *PLEG) relistDue(relistAt time.Time) bool {
+	return !p.streaming.Load() || !p.clock.Now().Before(relistAt)
 }
 
 // markFresh reads the pods of the events received so far, then marks the

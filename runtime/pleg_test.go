@@ -28,7 +28,15 @@ import (
 // startPLEG runs a PLEG on h until the test ends.
 func startPLEG(t *testing.T, h *harness, reg prometheus.Registerer) *runtime.PLEG {
 	t.Helper()
-	p, err := runtime.NewPLEG(runtime.PLEGOptions{Pods: h.pm, Runtime: h.client.RuntimeService(), Clock: h.clk, Registerer: reg})
+	return startPLEGWith(t, h, runtime.PLEGOptions{Registerer: reg})
+}
+
+// startPLEGWith runs a PLEG of opts on h's pods, runtime and clock until
+// the test ends, once its first relist is done.
+func startPLEGWith(t *testing.T, h *harness, opts runtime.PLEGOptions) *runtime.PLEG {
+	t.Helper()
+	opts.Pods, opts.Runtime, opts.Clock = h.pm, h.client.RuntimeService(), h.clk
+	p, err := runtime.NewPLEG(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +312,28 @@ func TestPLEGRelistsRarelyWhileEventsStream(t *testing.T) {
 		h.clk.Step(runtime.DefaultEventedRelistPeriod)
 		return h.cri.Calls("ListPodSandbox") > lists
 	})
+}
+
+// TestPLEGRelistsOnTheNodesTicks: with the event stream up, the relist
+// of every EventedRelistPeriod comes when the node's ticks (Align) say.
+func TestPLEGRelistsOnTheNodesTicks(t *testing.T) {
+	h := newHarness(t, fakecri.Options{}, nil)
+	// A tick 7 s before the period is up, as ticks.Align may pick.
+	const early = 7 * time.Second
+	align := func(d time.Duration) time.Duration {
+		if d == runtime.DefaultEventedRelistPeriod {
+			return d - early
+		}
+		return d
+	}
+	startPLEGWith(t, h, runtime.PLEGOptions{Align: align})
+	poll(t, func() bool { return h.cri.EventStreams() == 1 })
+	// The stream connecting brings a relist of its own.
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") >= 2 })
+	lists := h.cri.Calls("ListPodSandbox")
+	poll(t, h.clk.HasWaiters)
+	h.clk.Step(runtime.DefaultEventedRelistPeriod - early)
+	poll(t, func() bool { return h.cri.Calls("ListPodSandbox") > lists })
 }
 
 // TestPLEGSleepsWhileNobodyWaits: with the event stream up and no pod

@@ -97,6 +97,9 @@ type Manager struct {
 	mu     sync.Mutex
 	usedBy map[types.UID]uint32 // pod → the first host ID of its range
 	used   map[int]types.UID    // range index (from 0) → pod
+	// allocated receives a value (one slot) when a range is recorded, for
+	// Run to start its rounds again.
+	allocated chan struct{}
 }
 
 // userNamespace is the MappingsFile's content, the kubelet's format.
@@ -158,12 +161,13 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("kubelet user assigned IDs are not enough to support %v pods", opts.MaxPods)
 	}
 	m := &Manager{
-		opts:   opts,
-		perPod: perPod,
-		first:  int(firstID / perPod),
-		slots:  int(length / perPod),
-		usedBy: map[types.UID]uint32{},
-		used:   map[int]types.UID{},
+		opts:      opts,
+		perPod:    perPod,
+		first:     int(firstID / perPod),
+		slots:     int(length / perPod),
+		usedBy:    map[types.UID]uint32{},
+		used:      map[int]types.UID{},
+		allocated: make(chan struct{}, 1),
 	}
 	klog.FromContext(ctx).V(5).Info("User namespace manager mapping", "offset", m.first, "length", m.slots, "idsPerPod", perPod)
 	entries, err := os.ReadDir(opts.PodsDir)
@@ -303,8 +307,12 @@ func (m *Manager) CleanupOrphans(ctx context.Context) {
 }
 
 // Run calls CleanupOrphans every CleanupPeriod once the pod sources are
-// ready, until ctx is done; it returns nil then. Without PodKnown there are
-// no orphans to find: Run returns nil at once.
+// ready, until ctx is done; it returns nil then. After a round that left
+// no range allocated there is nothing to release: Run waits for the next
+// allocation without waking, then goes on from the tick after it (the
+// kubelet's housekeeping, of which this is part, looks every 2 s whatever
+// it holds; nothing it does on a node without user namespaces shows).
+// Without PodKnown there are no orphans to find: Run returns nil at once.
 func (m *Manager) Run(ctx context.Context) error {
 	if m.opts.PodKnown == nil {
 		return nil
@@ -316,10 +324,33 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
-			if m.opts.SourcesReady == nil || m.opts.SourcesReady() {
-				m.CleanupOrphans(ctx)
-			}
-			t.Reset(m.opts.Align.Wait(m.opts.CleanupPeriod))
+		}
+		if m.opts.SourcesReady == nil || m.opts.SourcesReady() {
+			m.CleanupOrphans(ctx)
+		}
+		if !m.waitAllocated(ctx) {
+			return nil
+		}
+		t.Reset(m.opts.Align.Wait(m.opts.CleanupPeriod))
+	}
+}
+
+// waitAllocated returns true once any range is allocated (at once if one
+// is), false if ctx is done first.
+func (m *Manager) waitAllocated(ctx context.Context) bool {
+	for {
+		m.mu.Lock()
+		n := len(m.usedBy)
+		m.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+		// A range recorded since the count is in the slot: a value from
+		// before it only makes the loop count again.
+		select {
+		case <-ctx.Done():
+			return false
+		case <-m.allocated:
 		}
 	}
 }
@@ -405,6 +436,7 @@ func (m *Manager) record(uid types.UID, from, length uint32) error {
 	}
 	m.used[index] = uid
 	m.usedBy[uid] = from
+	m.signalAllocated()
 	return nil
 }
 
@@ -425,6 +457,7 @@ func (m *Manager) create(ctx context.Context, uid types.UID) (userNamespace, err
 	from := uint32(index+m.first) * m.perPod
 	m.used[index] = uid
 	m.usedBy[uid] = from
+	m.signalAllocated()
 	klog.FromContext(ctx).V(5).Info("New pod user namespace allocation", "podUID", uid, "hostID", from)
 	mapping := []idMapping{{HostID: from, ContainerID: 0, Length: m.perPod}}
 	ns := userNamespace{UIDMappings: mapping, GIDMappings: mapping}
@@ -433,6 +466,14 @@ func (m *Manager) create(ctx context.Context, uid types.UID) (userNamespace, err
 		return userNamespace{}, err
 	}
 	return ns, nil
+}
+
+// signalAllocated tells Run that a range was recorded.
+func (m *Manager) signalAllocated() {
+	select {
+	case m.allocated <- struct{}{}:
+	default:
+	}
 }
 
 // releaseLocked frees pod uid's range and removes its MappingsFile.

@@ -9,12 +9,15 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -427,4 +430,60 @@ func TestKubeletMappings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunWaitsWhileNothingIsAllocated: Run's rounds stop, with no timer
+// armed, once a round leaves no range allocated, and start again with the
+// next allocation, whose orphan they release.
+func TestRunWaitsWhileNothingIsAllocated(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	var mu sync.Mutex
+	known := map[types.UID]bool{}
+	opts := testOptions(t.TempDir(), 3)
+	opts.Clock = clk
+	opts.PodKnown = func(uid types.UID) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return known[uid]
+	}
+	m := newManager(t, opts)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s", what)
+			}
+		}
+	}
+	waitFor("Run waits for its first round", clk.HasWaiters)
+	clk.Step(DefaultCleanupPeriod)
+	waitFor("Run waits for an allocation with no timer armed", func() bool { return !clk.HasWaiters() })
+
+	mu.Lock()
+	known["a"] = true
+	mu.Unlock()
+	if _, err := m.PodUserNamespace(ctx, usernsPod("a"), ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Run arms its timer after the allocation", clk.HasWaiters)
+	clk.Step(DefaultCleanupPeriod)
+	waitFor("the next round, a known pod's range kept", clk.HasWaiters)
+	if _, ok := m.Allocated("a"); !ok {
+		t.Fatal("a known pod lost its range")
+	}
+	mu.Lock()
+	delete(known, "a")
+	mu.Unlock()
+	clk.Step(DefaultCleanupPeriod)
+	waitFor("the orphan's range released", func() bool { _, ok := m.Allocated("a"); return !ok })
+	waitFor("Run waits again with no timer armed", func() bool { return !clk.HasWaiters() })
 }

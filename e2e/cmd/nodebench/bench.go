@@ -683,12 +683,26 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 	}
 	// With -profile, a CPU profile of each nodekit agent over the window
 	// says what wakes it (the profiler adds a request of its own).
-	idleProfiles := map[*node]<-chan error{}
+	type pending struct {
+		n    *node
+		done <-chan error
+	}
+	var idleProfiles []pending
 	if b.opts.profileDir != "" {
 		for _, n := range nodes {
 			if n.nodekit {
-				idleProfiles[n] = b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.idle.Seconds())),
-					filepath.Join(b.opts.profileDir, n.agent.Name+".idle.cpu.pprof"))
+				idleProfiles = append(idleProfiles, pending{n, b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.idle.Seconds())),
+					filepath.Join(b.opts.profileDir, n.agent.Name+".idle.cpu.pprof"))})
+			}
+		}
+	}
+	// With -idle-trace, an execution trace of each nodekit agent over the
+	// window says what wakes it, goroutine by goroutine.
+	if b.opts.idleTrace != "" {
+		for _, n := range nodes {
+			if n.nodekit {
+				idleProfiles = append(idleProfiles, pending{n, b.profileAgent(ctx, n, fmt.Sprintf("trace?seconds=%d", int(b.opts.idle.Seconds())),
+					filepath.Join(b.opts.idleTrace, n.agent.Name+".idle.trace"))})
 			}
 		}
 	}
@@ -703,9 +717,9 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			return err
 		}
 	}
-	for n, done := range idleProfiles {
-		if err := <-done; err != nil {
-			b.logf("idle CPU profile of %s: %v", n.agent.Name, err)
+	for _, p := range idleProfiles {
+		if err := <-p.done; err != nil {
+			b.logf("idle profile or trace of %s: %v", p.n.agent.Name, err)
 		}
 	}
 	// The audit log is written as requests complete: give the window's

@@ -37,6 +37,7 @@ type options struct {
 	heapComponents bool
 	profileDir     string
 	profileTime    time.Duration
+	idleTrace      string
 	jsonOut        string
 	compare        string
 	compareFrom    string
@@ -84,6 +85,7 @@ func parseFlags(args []string, output io.Writer) (options, error) {
 	fs.BoolVar(&o.heapComponents, "heap-by-component", false, "sample this process's heap every 32 KiB (Go's default: 512 KiB) and report the -nodes agents' heap per node by component; the sampling costs their start ~3 % of its CPU")
 	fs.StringVar(&o.heapProfile, "heap-profile", "", "write a heap profile (pprof) of this process once the -nodes agents are all Ready")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile (pprof) of each nodekit agent over its burst (<node>.cpu.pprof) a CPU profile over its idle window (<node>.idle.cpu.pprof; the profiler adds to the idle CPU figure) and a heap profile at the end of it (<node>.idle.heap.pprof) into this directory, from the agent's /debug/pprof; and of this process with the -nodes agents, a CPU profile from their start to all Ready (fleet.start.cpu.pprof) and over -hold (fleet.idle.cpu.pprof) and a heap profile once all were Ready (fleet.heap.pprof)")
+	fs.StringVar(&o.idleTrace, "idle-trace", "", "write a Go execution trace of each nodekit agent over its idle window (<node>.idle.trace, from the agent's /debug/pprof/trace; read it with go tool trace) into this directory: every wake-up of the agent, by goroutine (the tracer adds to the idle CPU figure)")
 	fs.DurationVar(&o.profileTime, "profile-time", 10*time.Second, "how long each -profile CPU profile runs, from the burst's start")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the table as JSON to this file")
 	fs.StringVar(&o.compare, "compare", "", "print the change of every figure against this earlier -json table")
