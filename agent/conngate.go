@@ -52,8 +52,8 @@ func (g *connGate) dial(d func(ctx context.Context, network, address string) (ne
 
 // connGateMaxWait bounds how long a request waits for the one making the
 // connection to be answered; after it the request goes to the transport
-// as it would without the gate.
-const connGateMaxWait = time.Second
+// as it would without the gate. A variable for tests only.
+var connGateMaxWait = time.Second
 
 // RoundTrip sends req on g.rt once the transport has a connection, or
 // makes the connection with req when there is none and no other request

@@ -16,6 +16,9 @@ import (
 // start) share one connection; without the gate the transport dialed one
 // for each and kept one. After CloseConnections they share one again.
 func TestClientsDialOnceForConcurrentFirstRequests(t *testing.T) {
+	// However slow the first answer under load, no request gives up
+	// waiting for it here.
+	setConnGateMaxWait(t, time.Hour)
 	srv := newConnServer(t)
 	c := clientsOn(t, srv)
 	burst := func() {
@@ -93,6 +96,7 @@ func TestConnGateWaiterKeepsItsDeadline(t *testing.T) {
 // request that made the connection for more than connGateMaxWait (a Lease
 // renewal behind a slow list): it is answered while the first one is not.
 func TestConnGateWaitIsBounded(t *testing.T) {
+	setConnGateMaxWait(t, 10*time.Millisecond)
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -144,4 +148,12 @@ func waitHeld(t *testing.T, g *connGate) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// setConnGateMaxWait sets connGateMaxWait to d for the test (no test of
+// this package runs in parallel).
+func setConnGateMaxWait(t *testing.T, d time.Duration) {
+	prev := connGateMaxWait
+	connGateMaxWait = d
+	t.Cleanup(func() { connGateMaxWait = prev })
 }
