@@ -53,43 +53,18 @@ func TestClientsDialOnceForConcurrentFirstRequests(t *testing.T) {
 // makes the connection returns when its own context is done, not when
 // the first request does.
 func TestConnGateWaiterKeepsItsDeadline(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			<-release
-		}
-	}))
-	defer srv.Close()
-	defer close(release)
-	g := &connGate{}
-	tr := &http.Transport{DialContext: g.dial((&net.Dialer{}).DialContext)}
-	defer tr.CloseIdleConnections()
-	g.rt = tr
-	client := &http.Client{Transport: g}
-	first := make(chan error, 1)
-	go func() {
-		resp, err := client.Get(srv.URL + "/slow")
-		if err == nil {
-			resp.Body.Close()
-		}
-		first <- err
-	}()
-	// The first request holds the gate once it dialed.
-	waitHeld(t, g)
+	setConnGateMaxWait(t, time.Hour)
+	client, url, first := slowFirstRequest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/fast", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/fast", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.Do(req); !errors.Is(err, context.Canceled) {
 		t.Errorf("a waiting request with its context canceled: %v, want context.Canceled", err)
 	}
-	select {
-	case err := <-first:
-		t.Fatalf("the first request returned (%v) before its response", err)
-	default:
-	}
+	stillUnanswered(t, first)
 }
 
 // TestConnGateWaitIsBounded: a request does not wait on the answer to the
@@ -97,17 +72,32 @@ func TestConnGateWaiterKeepsItsDeadline(t *testing.T) {
 // renewal behind a slow list): it is answered while the first one is not.
 func TestConnGateWaitIsBounded(t *testing.T) {
 	setConnGateMaxWait(t, 10*time.Millisecond)
+	client, url, first := slowFirstRequest(t)
+	resp, err := client.Get(url + "/fast")
+	if err != nil {
+		t.Fatalf("a request behind an unanswered first one: %v", err)
+	}
+	resp.Body.Close()
+	stillUnanswered(t, first)
+}
+
+// slowFirstRequest sends a first request through a new gate to a server
+// that answers it only when the test ends, and returns once it holds the
+// gate: the gate's client, the server's URL, and where the first
+// request's result arrives.
+func slowFirstRequest(t *testing.T) (*http.Client, string, <-chan error) {
+	t.Helper()
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			<-release
 		}
 	}))
-	defer srv.Close()
-	defer close(release)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
 	g := &connGate{}
 	tr := &http.Transport{DialContext: g.dial((&net.Dialer{}).DialContext)}
-	defer tr.CloseIdleConnections()
+	t.Cleanup(tr.CloseIdleConnections)
 	g.rt = tr
 	client := &http.Client{Transport: g}
 	first := make(chan error, 1)
@@ -119,11 +109,12 @@ func TestConnGateWaitIsBounded(t *testing.T) {
 		first <- err
 	}()
 	waitHeld(t, g)
-	resp, err := client.Get(srv.URL + "/fast")
-	if err != nil {
-		t.Fatalf("a request behind an unanswered first one: %v", err)
-	}
-	resp.Body.Close()
+	return client, srv.URL, first
+}
+
+// stillUnanswered fails the test if the first request has returned.
+func stillUnanswered(t *testing.T, first <-chan error) {
+	t.Helper()
 	select {
 	case err := <-first:
 		t.Fatalf("the first request returned (%v) before its response", err)
