@@ -70,11 +70,12 @@ type Options struct {
 	// Clock drives renew intervals, back-off sleeps and renewTime; default
 	// clock.RealClock{}.
 	Clock clock.Clock
-	// Align moves each renewal to the node's shared ticks (package ticks;
-	// nil waits the jittered renew interval exactly). The kubelet's jitter
-	// (up to 4 %) is within a tick's rounding, so on ticks the renewals
-	// come every renew interval at the node's phase, which spreads a
-	// fleet's renewals instead. Back-off sleeps are not moved.
+	// Align, when set, moves each renewal to shared ticks (package ticks);
+	// nil (Module's default) waits the jittered renew interval exactly, as
+	// the kubelet. On ticks the renewals come every renew interval at the
+	// ticks' phase, but the first one after a start may come up to 9.5 s
+	// early (a renewal a kubelet would not send yet). Back-off sleeps are
+	// not moved.
 	Align ticks.Align
 	// OnRepeatedFailure, when set, is called from the Run goroutine each
 	// time a renew attempt fails after the first failed retry within one

@@ -2,16 +2,18 @@
 // wake-up of the process serves several of them.
 //
 // An idle node agent runs a dozen loops with the kubelet's periods: pod
-// housekeeping every 2 s, the runtime status poll every 5 s, the Lease,
-// the node status, the pod status sync, the eviction round and log
-// rotation every 10 s, the image list every 30 s, container GC every
-// minute. Each on a timer of its own, with the phase of whenever it
-// started, they wake the process about 110 times a minute, and each
-// wake-up costs the Go scheduler and sysmon more than the loop's own work.
-// On shared ticks the same rounds take about 40 wake-ups; about 12 (every
-// 10 s loop and every other status poll on one tick, the other polls on
-// the tick halfway) where housekeeping, with nothing on the node, looks
-// every 10 s (package pods).
+// housekeeping every 2 s, the runtime status poll every 5 s, the node
+// status, the pod status sync, the eviction round and log rotation every
+// 10 s, the image list every 30 s, container GC every minute. Each on a
+// timer of its own, with the phase of whenever it started, they wake the
+// process about 110 times a minute, and each wake-up costs the Go
+// scheduler and sysmon more than the loop's own work. On shared ticks the
+// same rounds take about 40 wake-ups; about 12 (every 10 s loop and every
+// other status poll on one tick, the other polls on the tick halfway)
+// where housekeeping, with nothing on the node, looks every 10 s (package
+// pods). The Lease keeps a timer of its own (package lease): a ten-Step
+// loop's first round may come up to nine and a half Steps early here, and
+// a renewal that early is a write the kubelet would not send.
 //
 // The ticks of a node are one Step apart, at the node's phase; a wait of
 // an even number of Steps (2 s) lands on every other tick, the even ones;
