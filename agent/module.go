@@ -61,8 +61,8 @@ import (
 //     clock.Clock (real), ticks.Align (the node's shared ticks
 //     on that clock, at a random phase: the periodic loops of pods, userns,
 //     the runtime's status poll, image GC and log rotation, eviction, the
-//     pod status sync, the node status and the Lease wake on them
-//     together), logr.Logger (klog's, with the node's name on every line),
+//     pod status sync and the node status wake on them together; the
+//     Lease keeps the kubelet's timer), logr.Logger (klog's, with the node's name on every line),
 //     and record.EventRecorder (events as component "kubelet");
 //   - *status.NodeWatch (the one watch of the node's object) and
 //     pods.NodeGetter (the node admission checks against:
