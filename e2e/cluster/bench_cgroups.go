@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -48,6 +49,22 @@ func CreateCgroup(name string) (remove func() error, err error) {
 		}
 	}
 	return remove, nil
+}
+
+// joinCgroup moves process pid into the cgroup name (made by
+// CreateCgroup) in every mounted hierarchy. Its threads move with it; the
+// children it already has stay where they are.
+func joinCgroup(name string, pid int) error {
+	dirs := cgroupDirs(name)
+	if len(dirs) == 0 {
+		return fmt.Errorf("move process %d into cgroup %q: no cgroup hierarchy is mounted", pid, name)
+	}
+	for _, dir := range dirs {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("move process %d into cgroup %s: %w", pid, dir, err)
+		}
+	}
+	return nil
 }
 
 // inheritCgroupValue copies file from the parent cgroup when dir has it
