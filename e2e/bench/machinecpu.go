@@ -81,6 +81,17 @@ func (m *MachineCPU) Utilization() float64 {
 	return m.Busy.Seconds() / (m.Window.Seconds() * float64(m.CPUs))
 }
 
+// String summarizes the account on one line, in CPU-s.
+func (m *MachineCPU) String() string {
+	s := fmt.Sprintf("%.2f CPU-s busy (%.0f %% of %d CPUs × %s): agent %.2f, runtime %.2f, pods %.2f, control plane %.2f, nodebench %.2f, rest %.2f (interrupts %.2f)",
+		m.Busy.Seconds(), 100*m.Utilization(), m.CPUs, m.Window.Round(time.Millisecond), m.Agent.Seconds(), m.Runtime.Seconds(), m.Pods.Seconds(),
+		m.ControlPlane.Seconds(), m.Bench.Seconds(), m.Rest.Seconds(), m.Interrupts.Seconds())
+	if m.RuntimeCalls != nil {
+		s += fmt.Sprintf("; CRI calls %.0f: %s", m.RuntimeCallTotal(), m.FormatRuntimeCalls())
+	}
+	return s
+}
+
 // RuntimeCallTotal sums RuntimeCalls.
 func (m *MachineCPU) RuntimeCallTotal() float64 {
 	var sum float64

@@ -110,6 +110,9 @@ func TestMachineCPUSplitsTheBusyTime(t *testing.T) {
 	if got := m.FormatRuntimeCalls(); got != "ContainerStatus 30, RunPodSandbox 30" {
 		t.Errorf("FormatRuntimeCalls = %q", got)
 	}
+	if got, want := m.String(), "9.00 CPU-s busy (90 % of 2 CPUs × 5s): agent 0.50, runtime 4.00, pods 1.00, control plane 1.00, nodebench 0.10, rest 2.40 (interrupts 0.20); CRI calls 60: ContainerStatus 30, RunPodSandbox 30"; got != want {
+		t.Errorf("String = %q\nwant       %q", got, want)
+	}
 	if u := m.Utilization(); math.Abs(u-0.9) > 1e-9 {
 		t.Errorf("Utilization = %v, want 0.9 (9 CPU-s of 2 CPUs × 5 s)", u)
 	}

@@ -873,6 +873,9 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s (anonymous %s, file-backed %s)", n.agent.Name,
 		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS),
 		bench.FormatMiB(stats.RSSAnon), bench.FormatMiB(stats.RSSFile))
+	if res.Machine != nil {
+		b.logf("burst on %s: the machine's CPU over it: %s", n.agent.Name, res.Machine)
+	}
 	return bench.DeletePods(ctx, b.client, ns, deleteTimeout)
 }
 
