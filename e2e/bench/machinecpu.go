@@ -64,6 +64,10 @@ type MachineCPU struct {
 	// Interrupts is irq + softirq of /proc/stat, charged to no process
 	// (packet processing, timers, block I/O completions); part of Rest.
 	Interrupts time.Duration
+	// Niced is the nice time of /proc/stat: processes at a positive nice
+	// value (other jobs at nice -n 19), none of the measured ones unless
+	// they were started niced; part of Rest then.
+	Niced time.Duration
 	// Rest is Busy less the parts above: other processes on the machine
 	// and the interrupts.
 	Rest time.Duration
@@ -83,9 +87,9 @@ func (m *MachineCPU) Utilization() float64 {
 
 // String summarizes the account on one line, in CPU-s.
 func (m *MachineCPU) String() string {
-	s := fmt.Sprintf("%.2f CPU-s busy (%.0f %% of %d CPUs × %s): agent %.2f, runtime %.2f, pods %.2f, control plane %.2f, nodebench %.2f, rest %.2f (interrupts %.2f)",
+	s := fmt.Sprintf("%.2f CPU-s busy (%.0f %% of %d CPUs × %s): agent %.2f, runtime %.2f, pods %.2f, control plane %.2f, nodebench %.2f, rest %.2f (interrupts %.2f, niced %.2f)",
 		m.Busy.Seconds(), 100*m.Utilization(), m.CPUs, m.Window.Round(time.Millisecond), m.Agent.Seconds(), m.Runtime.Seconds(), m.Pods.Seconds(),
-		m.ControlPlane.Seconds(), m.Bench.Seconds(), m.Rest.Seconds(), m.Interrupts.Seconds())
+		m.ControlPlane.Seconds(), m.Bench.Seconds(), m.Rest.Seconds(), m.Interrupts.Seconds(), m.Niced.Seconds())
 	if m.RuntimeCalls != nil {
 		s += fmt.Sprintf("; CRI calls %.0f: %s", m.RuntimeCallTotal(), m.FormatRuntimeCalls())
 	}
@@ -128,7 +132,7 @@ func (m *MachineCPU) FormatRuntimeCalls() string {
 type cpuSample struct {
 	at                                       time.Time
 	cpus                                     int
-	busy, interrupts                         time.Duration
+	busy, interrupts, niced                  time.Duration
 	agent, runtime, pods, controlPlane, self time.Duration
 	calls                                    map[string]float64
 }
@@ -150,7 +154,7 @@ func sampleCPU(ctx context.Context, src *CPUSources, agentPID int) (cpuSample, e
 	if err != nil {
 		return s, err
 	}
-	if s.cpus, s.busy, s.interrupts, err = parseProcStat(stat); err != nil {
+	if s.cpus, s.busy, s.interrupts, s.niced, err = parseProcStat(stat); err != nil {
 		return s, err
 	}
 	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
@@ -194,6 +198,7 @@ func machineCPU(before, after cpuSample) *MachineCPU {
 		ControlPlane: after.controlPlane - before.controlPlane,
 		Bench:        after.self - before.self,
 		Interrupts:   after.interrupts - before.interrupts,
+		Niced:        after.niced - before.niced,
 	}
 	m.Rest = m.Busy - m.Agent - m.Runtime - m.Pods - m.ControlPlane - m.Bench
 	if after.calls != nil {
@@ -234,9 +239,9 @@ func criCalls(m cluster.Metrics) map[string]float64 {
 
 // parseProcStat reads /proc/stat: the CPUs (its cpuN lines) and, from its
 // cpu line, the time all CPUs were busy (user, nice, system, irq,
-// softirq, steal; guest time is inside user) and the interrupts' part of
-// it (irq, softirq).
-func parseProcStat(data []byte) (cpus int, busy, interrupts time.Duration, err error) {
+// softirq, steal; guest time is inside user), the interrupts' part of it
+// (irq, softirq) and the niced processes' (nice).
+func parseProcStat(data []byte) (cpus int, busy, interrupts, niced time.Duration, err error) {
 	s := bufio.NewScanner(bytes.NewReader(data))
 	var total []uint64
 	for s.Scan() {
@@ -250,18 +255,18 @@ func parseProcStat(data []byte) (cpus int, busy, interrupts time.Duration, err e
 		}
 		// cpu user nice system idle iowait irq softirq steal ...
 		if len(fields) < 9 {
-			return 0, 0, 0, fmt.Errorf("/proc/stat: cpu line %q: want at least 8 figures", s.Text())
+			return 0, 0, 0, 0, fmt.Errorf("/proc/stat: cpu line %q: want at least 8 figures", s.Text())
 		}
 		for _, f := range fields[1:9] {
 			v, err := strconv.ParseUint(f, 10, 64)
 			if err != nil {
-				return 0, 0, 0, fmt.Errorf("/proc/stat: cpu line: %w", err)
+				return 0, 0, 0, 0, fmt.Errorf("/proc/stat: cpu line: %w", err)
 			}
 			total = append(total, v)
 		}
 	}
 	if total == nil || cpus == 0 {
-		return 0, 0, 0, errors.New("/proc/stat: no cpu and cpuN lines")
+		return 0, 0, 0, 0, errors.New("/proc/stat: no cpu and cpuN lines")
 	}
 	ticks := func(vs ...uint64) time.Duration {
 		var sum uint64
@@ -271,7 +276,7 @@ func parseProcStat(data []byte) (cpus int, busy, interrupts time.Duration, err e
 		return time.Duration(sum) * time.Second / userHZ
 	}
 	const user, nice, system, irq, softirq, steal = 0, 1, 2, 5, 6, 7
-	return cpus, ticks(total[user], total[nice], total[system], total[irq], total[softirq], total[steal]), ticks(total[irq], total[softirq]), nil
+	return cpus, ticks(total[user], total[nice], total[system], total[irq], total[softirq], total[steal]), ticks(total[irq], total[softirq]), ticks(total[nice]), nil
 }
 
 // readCgroupCPU reads the CPU time the cgroup (a path below the

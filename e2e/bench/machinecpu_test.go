@@ -13,16 +13,16 @@ import (
 func TestParseProcStat(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice
 	data := []byte("cpu  100 50 30 900 20 4 6 2 7 0\ncpu0 50 25 15 450 10 2 3 1 7 0\ncpu1 50 25 15 450 10 2 3 1 0 0\nintr 1 2 3\nctxt 5\n")
-	cpus, busy, interrupts, err := parseProcStat(data)
+	cpus, busy, interrupts, niced, err := parseProcStat(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Busy leaves idle and iowait out; guest is inside user already.
-	if cpus != 2 || busy != 1920*time.Millisecond || interrupts != 100*time.Millisecond {
-		t.Errorf("parseProcStat = %d CPUs, busy %s, interrupts %s; want 2, 1.92s, 100ms", cpus, busy, interrupts)
+	if cpus != 2 || busy != 1920*time.Millisecond || interrupts != 100*time.Millisecond || niced != 500*time.Millisecond {
+		t.Errorf("parseProcStat = %d CPUs, busy %s, interrupts %s, niced %s; want 2, 1.92s, 100ms, 500ms", cpus, busy, interrupts, niced)
 	}
 	for _, bad := range []string{"", "cpu  1 2 3\ncpu0 1 2 3\n", "cpu  1 2 3 4 5 6 7 x\ncpu0 1\n", "cpu  1 2 3 4 5 6 7 8\n"} {
-		if _, _, _, err := parseProcStat([]byte(bad)); err == nil {
+		if _, _, _, _, err := parseProcStat([]byte(bad)); err == nil {
 			t.Errorf("parseProcStat(%q): no error", bad)
 		}
 	}
@@ -88,15 +88,15 @@ func TestParseProcCgroup(t *testing.T) {
 
 func TestMachineCPUSplitsTheBusyTime(t *testing.T) {
 	at := time.Now()
-	before := cpuSample{at: at, cpus: 2, busy: 10 * time.Second, interrupts: time.Second, agent: time.Second, runtime: 2 * time.Second,
+	before := cpuSample{at: at, cpus: 2, busy: 10 * time.Second, interrupts: time.Second, niced: time.Second, agent: time.Second, runtime: 2 * time.Second,
 		pods: 0, controlPlane: 3 * time.Second, self: time.Second, calls: map[string]float64{"RunPodSandbox": 5, "Version": 2}}
-	after := cpuSample{at: at.Add(5 * time.Second), cpus: 2, busy: 19 * time.Second, interrupts: 1200 * time.Millisecond, agent: 1500 * time.Millisecond,
+	after := cpuSample{at: at.Add(5 * time.Second), cpus: 2, busy: 19 * time.Second, interrupts: 1200 * time.Millisecond, niced: 1300 * time.Millisecond, agent: 1500 * time.Millisecond,
 		runtime: 6 * time.Second, pods: time.Second, controlPlane: 4 * time.Second, self: 1100 * time.Millisecond,
 		calls: map[string]float64{"RunPodSandbox": 35, "Version": 2, "ContainerStatus": 30}}
 	m := machineCPU(before, after)
 	want := MachineCPU{Window: 5 * time.Second, CPUs: 2, Busy: 9 * time.Second, Agent: 500 * time.Millisecond, Runtime: 4 * time.Second,
 		Pods: time.Second, ControlPlane: time.Second, Bench: 100 * time.Millisecond, Interrupts: 200 * time.Millisecond,
-		Rest: 2400 * time.Millisecond}
+		Niced: 300 * time.Millisecond, Rest: 2400 * time.Millisecond}
 	calls := m.RuntimeCalls
 	if got := *m; !reflect.DeepEqual(withoutCalls(got), want) {
 		t.Errorf("machineCPU = %+v, want %+v", got, want)
@@ -110,7 +110,7 @@ func TestMachineCPUSplitsTheBusyTime(t *testing.T) {
 	if got := m.FormatRuntimeCalls(); got != "ContainerStatus 30, RunPodSandbox 30" {
 		t.Errorf("FormatRuntimeCalls = %q", got)
 	}
-	if got, want := m.String(), "9.00 CPU-s busy (90 % of 2 CPUs × 5s): agent 0.50, runtime 4.00, pods 1.00, control plane 1.00, nodebench 0.10, rest 2.40 (interrupts 0.20); CRI calls 60: ContainerStatus 30, RunPodSandbox 30"; got != want {
+	if got, want := m.String(), "9.00 CPU-s busy (90 % of 2 CPUs × 5s): agent 0.50, runtime 4.00, pods 1.00, control plane 1.00, nodebench 0.10, rest 2.40 (interrupts 0.20, niced 0.30); CRI calls 60: ContainerStatus 30, RunPodSandbox 30"; got != want {
 		t.Errorf("String = %q\nwant       %q", got, want)
 	}
 	if u := m.Utilization(); math.Abs(u-0.9) > 1e-9 {

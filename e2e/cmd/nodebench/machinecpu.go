@@ -68,7 +68,7 @@ func (b *benchmark) reportMachineCPU(pods int, n, k *bench.BurstResult) {
 			t.Note("the runtime's CRI calls over %s %d-pod burst on containerd, by method: %s", r.who, pods, r.m.FormatRuntimeCalls())
 		}
 		if r.m != nil {
-			t.Note("the rest of the machine's CPU over %s burst holds the interrupts (irq, softirq): %.2f CPU-s", r.who, r.m.Interrupts.Seconds())
+			t.Note("the rest of the machine's CPU over %s burst holds the interrupts (irq, softirq): %.2f CPU-s, and the niced processes' (other jobs at nice -n 19): %.2f CPU-s", r.who, r.m.Interrupts.Seconds(), r.m.Niced.Seconds())
 		}
 	}
 	for _, r := range []struct {
