@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,14 +156,10 @@ func sampleCPU(ctx context.Context, src *CPUSources, agentPID int) (cpuSample, e
 	if s.cpus, s.busy, s.interrupts, s.niced, err = parseProcStat(stat); err != nil {
 		return s, err
 	}
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	if s.runtime, err = cluster.CgroupCPU(src.RuntimeCgroup); err != nil {
 		return s, err
 	}
-	if s.runtime, err = readCgroupCPU(mountinfo, src.RuntimeCgroup); err != nil {
-		return s, err
-	}
-	if s.pods, err = readCgroupCPU(mountinfo, src.PodsCgroup); err != nil {
+	if s.pods, err = cluster.CgroupCPU(src.PodsCgroup); err != nil {
 		return s, err
 	}
 	procCPU := func(pid int) (time.Duration, error) {
@@ -277,79 +272,6 @@ func parseProcStat(data []byte) (cpus int, busy, interrupts, niced time.Duration
 	}
 	const user, nice, system, irq, softirq, steal = 0, 1, 2, 5, 6, 7
 	return cpus, ticks(total[user], total[nice], total[system], total[irq], total[softirq], total[steal]), ticks(total[irq], total[softirq]), ticks(total[nice]), nil
-}
-
-// readCgroupCPU reads the CPU time the cgroup (a path below the
-// hierarchies' mounts) and its descendants used, from the cgroup v1
-// cpuacct hierarchy if one is mounted (mountinfo is
-// /proc/self/mountinfo), else from the cgroup v2 one.
-func readCgroupCPU(mountinfo []byte, cgroup string) (time.Duration, error) {
-	file, v2, err := cgroupCPUFile(mountinfo, cgroup)
-	if err != nil {
-		return 0, err
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0, fmt.Errorf("cgroup %s: %w", cgroup, err)
-	}
-	usage, err := parseCgroupCPU(data, v2)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", file, err)
-	}
-	return usage, nil
-}
-
-// cgroupCPUFile is the file that holds cgroup's CPU usage: cpuacct.usage
-// in the cgroup v1 hierarchy with the cpuacct controller, else cpu.stat in
-// the cgroup v2 hierarchy (v2 is then true).
-func cgroupCPUFile(mountinfo []byte, cgroup string) (file string, v2 bool, err error) {
-	var unified string
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		// ID parent major:minor root target options [optional...] - type source super-options
-		pre, post, ok := strings.Cut(line, " - ")
-		fields, after := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(after) < 3 {
-			continue
-		}
-		switch after[0] {
-		case "cgroup":
-			if slices.Contains(strings.Split(after[2], ","), "cpuacct") {
-				return filepath.Join(fields[4], cgroup, "cpuacct.usage"), false, nil
-			}
-		case "cgroup2":
-			if unified == "" {
-				unified = fields[4]
-			}
-		}
-	}
-	if unified == "" {
-		return "", false, fmt.Errorf("cgroup %s: neither a cgroup v1 cpuacct nor a cgroup v2 hierarchy is mounted", cgroup)
-	}
-	return filepath.Join(unified, cgroup, "cpu.stat"), true, nil
-}
-
-// parseCgroupCPU reads a cgroup's CPU usage: cgroup v1 cpuacct.usage
-// (nanoseconds) or, with v2, cpu.stat's usage_usec.
-func parseCgroupCPU(data []byte, v2 bool) (time.Duration, error) {
-	if !v2 {
-		ns, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("cpuacct.usage: %w", err)
-		}
-		return time.Duration(ns), nil
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		key, value, ok := strings.Cut(line, " ")
-		if !ok || key != "usage_usec" {
-			continue
-		}
-		us, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("cpu.stat usage_usec: %w", err)
-		}
-		return time.Duration(us) * time.Microsecond, nil
-	}
-	return 0, errors.New("cpu.stat: no usage_usec")
 }
 
 // CPUCgroup returns the cgroup process pid's CPU time is charged to, as

@@ -28,51 +28,6 @@ func TestParseProcStat(t *testing.T) {
 	}
 }
 
-func TestCgroupCPUFile(t *testing.T) {
-	v1 := `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-40 31 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-33 31 0:30 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
-`
-	v2 := `25 1 8:1 / / rw - ext4 /dev/sda1 rw
-30 25 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
-`
-	for _, c := range []struct {
-		name, mountinfo, want string
-		v2                    bool
-	}{
-		// cgroup v1 wins over a unified hierarchy mounted beside it (no
-		// controllers there on a hybrid host).
-		{"v1", v1, "/sys/fs/cgroup/cpu,cpuacct/nb-1-containerd/cpuacct.usage", false},
-		{"v2", v2, "/sys/fs/cgroup/nb-1-containerd/cpu.stat", true},
-	} {
-		file, isV2, err := cgroupCPUFile([]byte(c.mountinfo), "/nb-1-containerd")
-		if err != nil || file != c.want || isV2 != c.v2 {
-			t.Errorf("%s: cgroupCPUFile = %q, %v, %v; want %q, %v", c.name, file, isV2, err, c.want, c.v2)
-		}
-	}
-	if _, _, err := cgroupCPUFile([]byte("25 1 8:1 / / rw - ext4 /dev/sda1 rw\n"), "/x"); err == nil {
-		t.Error("no cgroup mount: no error")
-	}
-}
-
-func TestParseCgroupCPU(t *testing.T) {
-	if d, err := parseCgroupCPU([]byte("1500000000\n"), false); err != nil || d != 1500*time.Millisecond {
-		t.Errorf("v1: %s, %v; want 1.5s", d, err)
-	}
-	if d, err := parseCgroupCPU([]byte("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n"), true); err != nil || d != 2500*time.Millisecond {
-		t.Errorf("v2: %s, %v; want 2.5s", d, err)
-	}
-	for _, c := range []struct {
-		data string
-		v2   bool
-	}{{"", false}, {"12a\n", false}, {"user_usec 1\n", true}, {"usage_usec x\n", true}} {
-		if _, err := parseCgroupCPU([]byte(c.data), c.v2); err == nil {
-			t.Errorf("parseCgroupCPU(%q, v2 %v): no error", c.data, c.v2)
-		}
-	}
-}
-
 func TestParseProcCgroup(t *testing.T) {
 	v1 := "9:name=systemd:/\n3:cpu,cpuacct:/nb-1-containerd\n0::/\n"
 	if got, err := parseProcCgroup([]byte(v1)); err != nil || got != "/nb-1-containerd" {

@@ -1123,9 +1123,11 @@ func mountsUnder(dir string) ([]string, error) {
 }
 
 // mountInfo is one line of /proc/self/mountinfo: the mount point and the
-// source unescaped, and the file system type.
+// source unescaped, the file system type and its super options (a cgroup
+// v1 hierarchy's controllers among them).
 type mountInfo struct {
 	target, fsType, source string
+	superOptions           []string
 }
 
 // readMountInfo reads this process's mount table, in the order the mounts
@@ -1135,6 +1137,11 @@ func readMountInfo() ([]mountInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseMountInfo(data), nil
+}
+
+// parseMountInfo parses /proc/<pid>/mountinfo for readMountInfo.
+func parseMountInfo(data []byte) []mountInfo {
 	var mounts []mountInfo
 	for _, line := range strings.Split(string(data), "\n") {
 		// ID parent major:minor root target options [optional...] - type source super-options
@@ -1143,9 +1150,13 @@ func readMountInfo() ([]mountInfo, error) {
 		if !ok || len(fields) < 5 || len(after) < 2 {
 			continue
 		}
-		mounts = append(mounts, mountInfo{target: unescapeMountPath(fields[4]), fsType: after[0], source: unescapeMountPath(after[1])})
+		m := mountInfo{target: unescapeMountPath(fields[4]), fsType: after[0], source: unescapeMountPath(after[1])}
+		if len(after) > 2 {
+			m.superOptions = strings.Split(after[2], ",")
+		}
+		mounts = append(mounts, m)
 	}
-	return mounts, nil
+	return mounts
 }
 
 // sharedBindMount makes dir a bind mount of itself with shared propagation
