@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +145,38 @@ func TestCgroupCPUOfTheRootCgroup(t *testing.T) {
 	}
 	if _, err := CgroupCPU("/no-such-cgroup-of-nodebench"); err == nil {
 		t.Error("a missing cgroup: no error")
+	}
+}
+
+// TestJoinCgroupMovesTheProcess moves a child process into a cgroup of its
+// own and reads where its CPU is charged.
+func TestJoinCgroupMovesTheProcess(t *testing.T) {
+	name := fmt.Sprintf("nodekit-test-join-%d", os.Getpid())
+	remove, err := CreateCgroup(name)
+	if err != nil {
+		testenv.Unavailable(t, "cannot make a cgroup (root needed): %v", err)
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if err := remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := joinCgroup(name, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[2] != "/"+name {
+			t.Errorf("hierarchy %s:%s holds the process in %s, want /%s", parts[0], parts[1], parts[2], name)
+		}
 	}
 }
