@@ -35,6 +35,10 @@ type BurstOptions struct {
 	// AgentPID is the node agent's process; its CPU time over the burst is
 	// measured. 0 skips that.
 	AgentPID int
+	// Machine, with AgentPID, accounts for the whole machine's CPU over
+	// the same window as the agent's, split by whom (MachineCPU). nil
+	// skips that.
+	Machine *CPUSources
 	// CRIEndpoint is the node's container runtime (unix://…); the runtime's
 	// own time for each pod is read from it (CRITimes). Empty skips that.
 	CRIEndpoint string
@@ -73,6 +77,9 @@ type BurstResult struct {
 	// AgentCPU is the CPU time the agent process used over Wall; 0 without
 	// an AgentPID.
 	AgentCPU time.Duration
+	// Machine is the machine's CPU over the same window, split by whom;
+	// nil without BurstOptions.Machine.
+	Machine *MachineCPU
 	// WatchRestarts counts the times the apiserver closed the watch
 	// (it closes watchers it finds slow under load) and it was resumed
 	// from the last event seen: events in such a gap are seen late.
@@ -92,6 +99,9 @@ type burstPod struct {
 func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 	if opts.Client == nil || opts.Namespace == "" || opts.NodeName == "" || opts.Pods <= 0 || opts.Image == "" {
 		return nil, errors.New("pod burst: Client, Namespace, NodeName, Pods and Image are required")
+	}
+	if opts.Machine != nil && (opts.AgentPID == 0 || opts.Machine.RuntimeCgroup == "" || opts.Machine.PodsCgroup == "") {
+		return nil, errors.New("pod burst: Machine needs AgentPID, RuntimeCgroup and PodsCgroup")
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 5 * time.Minute
@@ -128,6 +138,12 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 		state[names[i]] = &burstPod{}
 	}
 	var cpuBefore ProcStats
+	var machineBefore cpuSample
+	if opts.Machine != nil {
+		if machineBefore, err = sampleCPU(ctx, opts.Machine, opts.AgentPID); err != nil {
+			return nil, fmt.Errorf("pod burst: machine CPU: %w", err)
+		}
+	}
 	if opts.AgentPID != 0 {
 		if cpuBefore, err = ReadProcStats(opts.AgentPID); err != nil {
 			return nil, fmt.Errorf("pod burst: %w", err)
@@ -194,6 +210,13 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 			return nil, fmt.Errorf("pod burst: %w", err)
 		}
 		res.AgentCPU = after.CPU - cpuBefore.CPU
+	}
+	if opts.Machine != nil {
+		machineAfter, err := sampleCPU(ctx, opts.Machine, opts.AgentPID)
+		if err != nil {
+			return nil, fmt.Errorf("pod burst: machine CPU: %w", err)
+		}
+		res.Machine = machineCPU(machineBefore, machineAfter)
 	}
 	var cri map[types.UID]CRISpan
 	if opts.CRIEndpoint != "" {

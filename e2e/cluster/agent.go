@@ -357,17 +357,23 @@ func (a *Agent) Running() bool {
 
 // Metrics scrapes the agent's /metrics.
 func (a *Agent) Metrics(ctx context.Context) (Metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.MetricsURL, nil)
+	return scrapeMetrics(ctx, "agent "+a.Name, a.MetricsURL)
+}
+
+// scrapeMetrics reads the Prometheus text at url; who names the server in
+// errors.
+func scrapeMetrics(ctx context.Context, who, url string) (Metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape agent %s: %w", a.Name, err)
+		return nil, fmt.Errorf("scrape %s: %w", who, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape agent %s: %s", a.Name, resp.Status)
+		return nil, fmt.Errorf("scrape %s: %s", who, resp.Status)
 	}
 	return ParseMetrics(resp.Body)
 }

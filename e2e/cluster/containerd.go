@@ -57,6 +57,16 @@ type ContainerdOptions struct {
 	// configured with instead of PauseImage: PauseImage's program tagged
 	// with this name as well (kubeadm's pause image, for instance).
 	SandboxImage string
+	// Cgroup, when set, is a cgroup made by CreateCgroup (its name) the
+	// daemon is moved into each time it starts, in every hierarchy: what
+	// it starts (its shims, runc under them, the CNI plugins) starts there
+	// too, so that the cgroup's usage is the runtime's CPU. The pods'
+	// containers run in the cgroups the CRI asks for, not in it.
+	Cgroup string
+	// Metrics serves containerd's Prometheus metrics (among them
+	// grpc_server_handled_total: every gRPC call, CRI calls by method) on
+	// a free port of 127.0.0.1, at Containerd.MetricsURL.
+	Metrics bool
 }
 
 // Containerd is a containerd daemon, containerd 2 built from the pinned Go
@@ -84,6 +94,9 @@ type Containerd struct {
 	LogPath string
 	// PodSubnet is the CIDR pod IPs come from.
 	PodSubnet string
+	// MetricsURL serves the daemon's Prometheus metrics (Metrics) when
+	// ContainerdOptions.Metrics asked for them; empty otherwise.
+	MetricsURL string
 
 	configPath string
 	binary     string   // the containerd executable
@@ -98,6 +111,7 @@ type Containerd struct {
 	timeout    time.Duration
 	enter      func(argv ...string) []string
 	sandbox    string
+	cgroup     string
 	log        io.Writer
 
 	mu     sync.Mutex
@@ -220,7 +234,7 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	c := &Containerd{Series: opts.Series, Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log, binary: "containerd", ctr: "ctr", enter: opts.Enter, sandbox: opts.SandboxImage}
+	c := &Containerd{Series: opts.Series, Dir: opts.Dir, timeout: opts.StartTimeout, log: opts.Log, binary: "containerd", ctr: "ctr", enter: opts.Enter, sandbox: opts.SandboxImage, cgroup: opts.Cgroup}
 	if c.sandbox == "" {
 		c.sandbox = PauseImage
 	}
@@ -279,7 +293,16 @@ func StartContainerd(ctx context.Context, opts ContainerdOptions) (_ *Containerd
 	if c.PodSubnet, err = freePodSubnet(c.Dir); err != nil {
 		return nil, err
 	}
-	if err := c.writeConfig(); err != nil {
+	metricsAddress := ""
+	if opts.Metrics {
+		port, err := freePort(loopback)
+		if err != nil {
+			return nil, fmt.Errorf("start containerd: metrics: %w", err)
+		}
+		metricsAddress = hostPort(loopback, port)
+		c.MetricsURL = "http://" + metricsAddress + "/v1/metrics"
+	}
+	if err := c.writeConfig(metricsAddress); err != nil {
 		return nil, err
 	}
 	images, err := BuildImages(ctx, opts.Source, c.Dir, opts.Log)
@@ -373,7 +396,7 @@ disabled_plugins = [
   level = "info"
 
 [metrics]
-  address = ""
+  address = "{{.MetricsAddress}}"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{{.Dir}}/opt"
@@ -430,6 +453,9 @@ disabled_plugins = [
 [debug]
   level = "info"
 
+[plugins."io.containerd.server.v1.metrics"]
+  address = "{{.MetricsAddress}}"
+
 [plugins."io.containerd.internal.v1.opt"]
   path = "{{.Dir}}/opt"
 
@@ -476,7 +502,9 @@ disabled_plugins = [
   stream_server_port = "0"
 `))
 
-func (c *Containerd) writeConfig() error {
+// writeConfig writes the daemon's, crictl's and the CNI configuration;
+// metricsAddress is where the daemon serves its metrics (empty: nowhere).
+func (c *Containerd) writeConfig(metricsAddress string) error {
 	var cfg strings.Builder
 	tmpl := containerdConfig
 	if c.Series == ContainerdSeries2 {
@@ -487,7 +515,7 @@ func (c *Containerd) writeConfig() error {
 	}
 	err := tmpl.Execute(&cfg, map[string]string{
 		"Dir": c.Dir, "Socket": c.Socket, "PauseImage": c.sandbox, "CNIBinDir": cniPluginDir,
-		"Runc": c.runc, "CDISpecDir": c.CDISpecDir,
+		"Runc": c.runc, "CDISpecDir": c.CDISpecDir, "MetricsAddress": metricsAddress,
 	})
 	if err != nil {
 		return fmt.Errorf("containerd config: %w", err)
@@ -571,6 +599,11 @@ func (c *Containerd) Start(ctx context.Context) error {
 		return err
 	}
 	c.proc = p
+	if c.cgroup != "" {
+		if err := joinCgroup(c.cgroup, p.pid()); err != nil {
+			return errors.Join(fmt.Errorf("start containerd: %w", err), c.stopLocked())
+		}
+	}
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, c.timeout, true, func(ctx context.Context) (bool, error) {
 		if p.exited() {
@@ -650,6 +683,15 @@ func (c *Containerd) PID() int {
 		return 0
 	}
 	return c.proc.pid()
+}
+
+// Metrics scrapes the daemon's Prometheus metrics; an error unless
+// ContainerdOptions.Metrics asked for them.
+func (c *Containerd) Metrics(ctx context.Context) (Metrics, error) {
+	if c.MetricsURL == "" {
+		return nil, errors.New("containerd metrics: not served (ContainerdOptions.Metrics)")
+	}
+	return scrapeMetrics(ctx, "containerd", c.MetricsURL)
 }
 
 // Running reports whether the daemon process is up.
@@ -1081,9 +1123,11 @@ func mountsUnder(dir string) ([]string, error) {
 }
 
 // mountInfo is one line of /proc/self/mountinfo: the mount point and the
-// source unescaped, and the file system type.
+// source unescaped, the file system type and its super options (a cgroup
+// v1 hierarchy's controllers among them).
 type mountInfo struct {
 	target, fsType, source string
+	superOptions           []string
 }
 
 // readMountInfo reads this process's mount table, in the order the mounts
@@ -1093,6 +1137,11 @@ func readMountInfo() ([]mountInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseMountInfo(data), nil
+}
+
+// parseMountInfo parses /proc/<pid>/mountinfo for readMountInfo.
+func parseMountInfo(data []byte) []mountInfo {
 	var mounts []mountInfo
 	for _, line := range strings.Split(string(data), "\n") {
 		// ID parent major:minor root target options [optional...] - type source super-options
@@ -1101,9 +1150,13 @@ func readMountInfo() ([]mountInfo, error) {
 		if !ok || len(fields) < 5 || len(after) < 2 {
 			continue
 		}
-		mounts = append(mounts, mountInfo{target: unescapeMountPath(fields[4]), fsType: after[0], source: unescapeMountPath(after[1])})
+		m := mountInfo{target: unescapeMountPath(fields[4]), fsType: after[0], source: unescapeMountPath(after[1])}
+		if len(after) > 2 {
+			m.superOptions = strings.Split(after[2], ",")
+		}
+		mounts = append(mounts, m)
 	}
-	return mounts, nil
+	return mounts
 }
 
 // sharedBindMount makes dir a bind mount of itself with shared propagation

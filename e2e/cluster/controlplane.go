@@ -515,6 +515,21 @@ func (c *ControlPlane) ServerArgs(name string) ([]string, error) {
 	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"), nil
 }
 
+// PIDs returns the process id of each running server by name (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler), for reading
+// their /proc/<pid> figures.
+func (c *ControlPlane) PIDs() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pids := map[string]int{}
+	for _, p := range c.procs {
+		if !p.exited() {
+			pids[p.name] = p.pid()
+		}
+	}
+	return pids
+}
+
 // LogFiles returns each server's log file by name, also after Stop (when
 // Dir was given; a temporary Dir is removed by Stop).
 func (c *ControlPlane) LogFiles() map[string]string {

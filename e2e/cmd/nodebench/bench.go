@@ -68,6 +68,9 @@ type node struct {
 	criEndpoint string
 	// runtimeLog is containerd's log; empty on the fake runtime.
 	runtimeLog string
+	// cgroup is the agent's cgroup root on containerd (its pods' cgroups
+	// are below it); empty on the fake runtime.
+	cgroup string
 
 	startToReady time.Duration
 	idle         *idleFigures
@@ -90,6 +93,9 @@ type node struct {
 	besidePatches bench.Requests
 	// breakdown is where a nodekit agent's time went over the burst.
 	breakdown *breakdown
+	// shimCgroups counts the runtime's shims by the cgroup their CPU is
+	// charged to, read while the burst's pods ran (containerd only).
+	shimCgroups map[string]int
 }
 
 // idleFigures are what an idle window measured of one node.
@@ -371,8 +377,16 @@ func (b *benchmark) setup(ctx context.Context) error {
 		return err
 	}
 	if useContainerd {
+		// containerd runs in a cgroup of its own, and its shims, runc and
+		// CNI plugins with it: the runtime's part of a burst's CPU.
+		removeCgroup, err := cluster.CreateCgroup(b.cgroupName(runtimeCgroup))
+		if err != nil {
+			return err
+		}
+		b.cgroups = append(b.cgroups, removeCgroup)
 		b.ctrd, err = cluster.StartContainerd(ctx, cluster.ContainerdOptions{
 			Source: b.src, Series: cluster.ContainerdSeries(b.opts.series), Dir: filepath.Join(b.nodeDir, "containerd"), Log: b.progress,
+			Cgroup: b.cgroupName(runtimeCgroup), Metrics: true,
 		})
 		if err != nil {
 			return err
@@ -385,7 +399,7 @@ func (b *benchmark) setup(ctx context.Context) error {
 		b.runtimeVersion = name + " " + version
 	}
 	if kubeletBin != "" {
-		b.kubelet = &node{criEndpoint: b.ctrd.Endpoint, runtimeLog: b.ctrd.LogPath}
+		b.kubelet = &node{criEndpoint: b.ctrd.Endpoint, runtimeLog: b.ctrd.LogPath, cgroup: b.cgroupName("kubelet")}
 		b.kubelet.agent, err = b.cp.NewKubelet(cluster.KubeletOptions{
 			Binary: kubeletBin, NodeName: "nb-kubelet", RuntimeEndpoint: b.ctrd.Endpoint,
 			CgroupRoot: "/" + b.cgroupName("kubelet"),
@@ -397,7 +411,11 @@ func (b *benchmark) setup(ctx context.Context) error {
 	return nil
 }
 
-// cgroupName is the cgroup root of one agent of this run.
+// runtimeCgroup names containerd's cgroup (cgroupName) beside the agents'.
+const runtimeCgroup = "containerd"
+
+// cgroupName is the cgroup root of one agent of this run, or (with
+// runtimeCgroup) containerd's cgroup.
 func (b *benchmark) cgroupName(who string) string {
 	return fmt.Sprintf("nodebench-%d-%s", os.Getpid(), who)
 }
@@ -628,7 +646,7 @@ func (b *benchmark) newContainerdNode(who, name string, extraArgs ...string) (*n
 	if err != nil {
 		return nil, err
 	}
-	return &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint, runtimeLog: b.ctrd.LogPath}, nil
+	return &node{agent: a, nodekit: true, criEndpoint: b.ctrd.Endpoint, runtimeLog: b.ctrd.LogPath, cgroup: cgroup}, nil
 }
 
 // idleWindow lets the nodes settle, then measures them over one idle
@@ -775,15 +793,27 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		profile = b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.profileTime.Seconds())),
 			filepath.Join(b.opts.profileDir, n.agent.Name+".cpu.pprof"))
 	}
+	var machine *bench.CPUSources
+	if n.cgroup != "" {
+		machine = &bench.CPUSources{
+			RuntimeCgroup: "/" + b.cgroupName(runtimeCgroup), PodsCgroup: "/" + n.cgroup,
+			ControlPlane: b.cp.PIDs(), RuntimeMetrics: b.ctrd.Metrics,
+		}
+	}
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
-		AgentPID: n.agent.PID(), CRIEndpoint: n.criEndpoint, RuntimeLog: n.runtimeLog, Timeout: burstTimeout,
+		AgentPID: n.agent.PID(), Machine: machine, CRIEndpoint: n.criEndpoint, RuntimeLog: n.runtimeLog, Timeout: burstTimeout,
 	})
 	if err != nil {
 		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
 	}
 	n.burst = res
+	if machine != nil {
+		if n.shimCgroups, err = b.shimCgroups(); err != nil {
+			return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
+		}
+	}
 	// Trailing writes (events, the last status patches) belong to the
 	// burst too.
 	if err := sleep(ctx, burstTail); err != nil {
@@ -843,7 +873,29 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	b.logf("burst on %s: create → Running %s, bound → Running %s, agent CPU %s, RSS %s (anonymous %s, file-backed %s)", n.agent.Name,
 		bench.Summarize(res.CreateToRunning), bench.Summarize(res.BoundToRunning), res.AgentCPU, bench.FormatMiB(stats.RSS),
 		bench.FormatMiB(stats.RSSAnon), bench.FormatMiB(stats.RSSFile))
+	if res.Machine != nil {
+		b.logf("burst on %s: the machine's CPU over it: %s", n.agent.Name, res.Machine)
+	}
 	return bench.DeletePods(ctx, b.client, ns, deleteTimeout)
+}
+
+// shimCgroups counts containerd's shims by the cgroup their CPU is
+// charged to: a shim outside containerd's would escape the runtime's part
+// of the machine's CPU.
+func (b *benchmark) shimCgroups() (map[string]int, error) {
+	shims, err := b.ctrd.Shims()
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for id, pid := range shims {
+		cgroup, err := bench.CPUCgroup(pid)
+		if err != nil {
+			return nil, fmt.Errorf("shim %s: %w", id, err)
+		}
+		counts[cgroup]++
+	}
+	return counts, nil
 }
 
 // podStartsSweep runs the containerd burst again on a fresh nodekit agent

@@ -137,6 +137,7 @@ func (b *benchmark) reportPods() {
 		row.Kubelet = cpuSeconds(k.AgentCPU)
 	}
 	t.Add(row)
+	b.reportMachineCPU(pods, n, k)
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.BoundToRunning }))
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: runtime (CRI) time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.CRI }))
 	t.Add(distRow(fmt.Sprintf("%d pods at once, containerd: bound → Running less CRI time p50/p90/p99", pods), n, k, func(r *bench.BurstResult) []time.Duration { return r.Overhead }))
