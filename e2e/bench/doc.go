@@ -15,8 +15,9 @@
 //     own timestamps so the runtime's share can be subtracted, and
 //     SandboxRequests when containerd received each pod's RunPodSandbox
 //     (its work before the sandbox's CreatedAt);
-//   - resources: ReadProcStats reads VmRSS, VmHWM and utime+stime from
-//     /proc/<pid>;
+//   - resources: ReadProcStats reads VmRSS and VmHWM from /proc/<pid>
+//     and the process's CPU time, to the nanosecond, from its CPU-time
+//     clock (what utime+stime of /proc/<pid>/stat cuts to 10 ms steps);
 //   - API traffic: CountRequests counts a node's requests, by verb and
 //     resource, in kube-apiserver's audit log; AnsweredRequests reads them
 //     with the API server's own times (received → answered), and UnderWay
