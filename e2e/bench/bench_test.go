@@ -177,7 +177,9 @@ func statCPU(t *testing.T, pid int) time.Duration {
 	return time.Duration(ticks) * time.Second / 100
 }
 
-func TestCountRequests(t *testing.T) {
+// TestReadRequests: a user's requests in the window, counted once each
+// whatever the stages logged, and those answered.
+func TestReadRequests(t *testing.T) {
 	lines := []string{
 		// In the window: a lease update (two stages, one request), a
 		// status patch, a watch, a non-resource request.
@@ -196,13 +198,21 @@ func TestCountRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	got, err := CountRequests(path, "system:node:n1", from, from.Add(50*time.Second))
+	got, answered, err := ReadRequests(path, "system:node:n1", from, from.Add(50*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Requests{"update leases": 1, "patch nodes/status": 1, "watch pods": 1, "get /version": 1}
 	if got.String() != want.String() || got.Total() != 4 {
-		t.Errorf("CountRequests = %s (total %d), want %s", got, got.Total(), want)
+		t.Errorf("ReadRequests counts %s (total %d), want %s", got, got.Total(), want)
+	}
+	var keys []string
+	for _, r := range answered {
+		keys = append(keys, r.Key)
+	}
+	// The watch has no ResponseComplete yet.
+	if want := []string{"update leases", "patch nodes/status", "get /version"}; !slices.Equal(keys, want) {
+		t.Errorf("ReadRequests answered %v, want %v", keys, want)
 	}
 	if s := (Requests{}).String(); s != "none" {
 		t.Errorf("empty String = %q", s)
@@ -211,10 +221,10 @@ func TestCountRequests(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"user":{"username":"system:node:n1"`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CountRequests(path, "system:node:n1", from, from); err == nil || !strings.Contains(err.Error(), "line 1") {
+	if _, _, err := ReadRequests(path, "system:node:n1", from, from); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("malformed line: err = %v", err)
 	}
-	if _, err := CountRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
+	if _, _, err := ReadRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
 		t.Error("missing file: no error")
 	}
 }
@@ -239,10 +249,10 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestAnsweredRequestsAndUnderWay: the answered requests of a user in the
+// TestReadRequestsAnsweredAndUnderWay: the answered requests of a user in the
 // window, in the order received, and what came while status patches were
 // under way.
-func TestAnsweredRequestsAndUnderWay(t *testing.T) {
+func TestReadRequestsAnsweredAndUnderWay(t *testing.T) {
 	lines := []string{
 		// Two patches overlapping (10.0-10.2, 10.1-10.4), one later
 		// (11.0-11.05); an event created during the first, one between
@@ -262,9 +272,12 @@ func TestAnsweredRequestsAndUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	reqs, err := AnsweredRequests(path, "system:node:n1", from, from.Add(time.Minute))
+	counts, reqs, err := ReadRequests(path, "system:node:n1", from, from.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := counts.String(); got != "patch pods/status: 3, create events: 2, watch pods: 1" {
+		t.Errorf("ReadRequests counts %s", got)
 	}
 	var keys []string
 	for _, r := range reqs {
@@ -272,7 +285,7 @@ func TestAnsweredRequestsAndUnderWay(t *testing.T) {
 	}
 	want := []string{"patch pods/status", "patch pods/status", "create events", "create events", "patch pods/status"}
 	if !slices.Equal(keys, want) {
-		t.Fatalf("AnsweredRequests = %v, want %v", keys, want)
+		t.Fatalf("ReadRequests answered %v, want %v", keys, want)
 	}
 	times, meanwhile := UnderWay(reqs, "patch pods/status")
 	if !slices.Equal(times, []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 50 * time.Millisecond}) {
@@ -281,8 +294,5 @@ func TestAnsweredRequestsAndUnderWay(t *testing.T) {
 	// e1 came while p2 was under way; e2 as p2 was answered.
 	if meanwhile.String() != "create events: 1" {
 		t.Errorf("requests while patches were under way: %s", meanwhile)
-	}
-	if _, err := AnsweredRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
-		t.Error("missing file: no error")
 	}
 }
