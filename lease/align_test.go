@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/nodekit/nodekit/lease"
 	"github.com/nodekit/nodekit/ticks"
 )
@@ -13,6 +15,14 @@ import (
 // its clock and returns its first n renew waits, each of them checked to
 // be within the kubelet's [10 s, 10.4 s] and followed by an UPDATE.
 func renewalsOnTicks(t *testing.T, phase time.Duration, n int) []time.Duration {
+	t.Helper()
+	_, waits := startOnTicks(t, phase, n)
+	return waits
+}
+
+// startOnTicks starts a controller on the ticks at phase and returns it
+// with its first n renew waits, blocked on the last one.
+func startOnTicks(t *testing.T, phase time.Duration, n int) (*harness, []time.Duration) {
 	t.Helper()
 	h := newHarness(t, func(o *lease.Options) { o.Align = ticks.New(o.Clock, phase) }, node())
 	h.start()
@@ -25,9 +35,11 @@ func renewalsOnTicks(t *testing.T, phase time.Duration, n int) []time.Duration {
 			h.requireActions("update leases")
 		}
 		waits = append(waits, d)
-		h.clock.Step(d)
+		if i < n-1 {
+			h.clock.Step(d)
+		}
 	}
-	return waits
+	return h, waits
 }
 
 func seconds(s ...float64) []time.Duration {
@@ -56,5 +68,25 @@ func TestRenewalsDriftOntoTheTicks(t *testing.T) {
 	got = renewalsOnTicks(t, 5200*time.Millisecond, 3)
 	if want := seconds(10.2, 10, 10); !slices.Equal(got, want) {
 		t.Errorf("renew waits with a tick 10.2 s after the creation = %v, want %v", got, want)
+	}
+}
+
+// TestFailedRenewalWaitsTheKubeletsJitter: after a cycle that wrote no
+// renewal, the next wait is the kubelet's random one, not the tick's.
+func TestFailedRenewalWaitsTheKubeletsJitter(t *testing.T) {
+	h, waits := startOnTicks(t, 5200*time.Millisecond, 3)
+	if want := seconds(10.2, 10, 10); !slices.Equal(waits, want) {
+		t.Fatalf("renew waits = %v, want %v", waits, want)
+	}
+	// The renewal due now fails: five updates, a read, five updates.
+	h.failFirst("update", "leases", 10, apierrors.NewServiceUnavailable("overloaded"))
+	h.clock.Step(waits[2])
+	d := h.nextRenewWait()
+	u := "update leases"
+	h.requireActions(u, u, u, u, u, "get leases", u, u, u, u, u)
+	// On the ticks it would be 10 s exactly; a random jitter is that with
+	// a probability of about 2^-53.
+	if d == 10*time.Second {
+		t.Errorf("wait after a failed renewal = %v, the tick's: want the kubelet's random jitter", d)
 	}
 }

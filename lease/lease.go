@@ -72,11 +72,11 @@ type Options struct {
 	Clock clock.Clock
 	// Align, when set, names the shared ticks (package ticks) the
 	// renewals move onto without leaving the kubelet's timing: a renewal
-	// comes a renew interval plus up to 4 % after the last one began,
-	// on a tick when one falls in that band, else at the band's end, so
-	// that the renewals reach the ticks' phase within 25 of them (about
-	// four minutes) and stay on it. Nil waits a random jitter, as the
-	// kubelet. Back-off sleeps are not moved.
+	// comes a renew interval plus up to 4 % after the last renewTime, on
+	// a tick when one falls in that band, else at the band's end, so that
+	// the renewals reach the ticks' phase within 25 of them (about four
+	// minutes) and stay on it. Nil waits a random jitter, as the kubelet.
+	// Back-off sleeps are not moved.
 	Align ticks.Align
 	// OnRepeatedFailure, when set, is called from the Run goroutine each
 	// time a renew attempt fails after the first failed retry within one
@@ -211,9 +211,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	logger.V(2).Info("Starting node lease controller", "renewInterval", c.renewInterval, "leaseDurationSeconds", c.durationSecs)
 	for ctx.Err() == nil {
-		began := c.clock.Now()
 		c.sync(ctx)
-		if !c.sleep(ctx, c.renewWait(began)) {
+		if !c.sleep(ctx, c.renewWait()) {
 			break
 		}
 	}
@@ -221,20 +220,24 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// renewWait is the wait before the renewal after one that began at
-// began. The kubelet waits the renew interval plus a random jitter of up
-// to renewJitter of it. With c.align, the jitter is the one that puts the
-// renewal on a tick, if a tick falls in [began + interval, began +
-// interval × (1 + renewJitter)), else the band's end: the renewals drift
-// later against the ticks by up to 0.4 s (with the defaults) each until
-// they reach one, then stay on them, every renew interval. The band
-// counts from the renewal's beginning, so that the renewals on the ticks
-// come every renew interval exactly; the kubelet's count from its
-// request's answer, a few milliseconds later. A renewal that took a Step
-// or more (retries, back-off) is followed by the kubelet's wait.
-func (c *Controller) renewWait(began time.Time) time.Duration {
-	took := c.clock.Since(began)
-	if c.align == nil || took >= ticks.Step {
+// renewWait is the wait before the next renewal. The kubelet waits the
+// renew interval plus a random jitter of up to renewJitter of it. With
+// c.align, the jitter is the one that puts the next renewTime on a tick,
+// if a tick falls in [last + interval, last + interval × (1 +
+// renewJitter)) of the renewTime last written, else the band's end: the
+// renewals drift later against the ticks by up to 0.4 s (with the
+// defaults) each until they reach one, then stay on them, every renew
+// interval. The band counts from the last renewTime, so that the
+// renewals on the ticks are a renew interval apart exactly; the kubelet's
+// wait starts when its request is answered, a few milliseconds later.
+// When the last renewTime is a Step old or more (a cycle that failed or
+// retried long), the wait is the kubelet's.
+func (c *Controller) renewWait() time.Duration {
+	if c.align == nil || c.latest == nil || c.latest.Spec.RenewTime == nil {
+		return wait.Jitter(c.renewInterval, renewJitter)
+	}
+	took := c.clock.Since(c.latest.Spec.RenewTime.Time)
+	if took < 0 || took >= ticks.Step {
 		return wait.Jitter(c.renewInterval, renewJitter)
 	}
 	lo := c.renewInterval - took
