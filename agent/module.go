@@ -62,7 +62,8 @@ import (
 //     on that clock, at a random phase: the periodic loops of pods, userns,
 //     the runtime's status poll, image GC and log rotation, eviction, the
 //     pod status sync and the node status wake on them together; the
-//     Lease keeps the kubelet's timer), logr.Logger (klog's, with the node's name on every line),
+//     Lease's renewals drift onto them within the kubelet's jitter),
+//     logr.Logger (klog's, with the node's name on every line),
 //     and record.EventRecorder (events as component "kubelet");
 //   - *status.NodeWatch (the one watch of the node's object) and
 //     pods.NodeGetter (the node admission checks against:

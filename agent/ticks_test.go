@@ -19,7 +19,6 @@ import (
 
 // alignedLoops are the periodic loops of an agent on the CRI runtime that
 // wait on the node's shared ticks, by the function that asks ticks.Align.
-// The Lease is not among them: it keeps the kubelet's timer (package lease).
 var alignedLoops = []string{
 	"pods.(*Controller).runHousekeeping",
 	"pods.(*Controller).runGC",
@@ -30,6 +29,7 @@ var alignedLoops = []string{
 	"eviction.(*Manager).Run",
 	"podstatus.(*Manager).Run",
 	"status.(*Reporter).loop",
+	"lease.(*Controller).renewWait",
 	"volume.(*Manager).Run",
 	"stats.(*VolumeUsage).Run",
 	"dra.(*Manager).Run",

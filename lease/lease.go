@@ -70,12 +70,13 @@ type Options struct {
 	// Clock drives renew intervals, back-off sleeps and renewTime; default
 	// clock.RealClock{}.
 	Clock clock.Clock
-	// Align, when set, moves each renewal to shared ticks (package ticks);
-	// nil (Module's default) waits the jittered renew interval exactly, as
-	// the kubelet. On ticks the renewals come every renew interval at the
-	// ticks' phase, but the first one after a start may come up to 9.5 s
-	// early (a renewal a kubelet would not send yet). Back-off sleeps are
-	// not moved.
+	// Align, when set, names the shared ticks (package ticks) the
+	// renewals move onto without leaving the kubelet's timing: a renewal
+	// comes a renew interval plus up to 4 % after the last renewTime, on
+	// a tick when one falls in that band, else at the band's end, so that
+	// the renewals reach the ticks' phase within 25 of them (about four
+	// minutes) and stay on it. Nil waits a random jitter, as the kubelet.
+	// Back-off sleeps are not moved.
 	Align ticks.Align
 	// OnRepeatedFailure, when set, is called from the Run goroutine each
 	// time a renew attempt fails after the first failed retry within one
@@ -211,12 +212,40 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.V(2).Info("Starting node lease controller", "renewInterval", c.renewInterval, "leaseDurationSeconds", c.durationSecs)
 	for ctx.Err() == nil {
 		c.sync(ctx)
-		if !c.sleep(ctx, c.align.Wait(wait.Jitter(c.renewInterval, renewJitter))) {
+		if !c.sleep(ctx, c.renewWait()) {
 			break
 		}
 	}
 	logger.V(2).Info("Stopped node lease controller")
 	return nil
+}
+
+// renewWait is the wait before the next renewal. The kubelet waits the
+// renew interval plus a random jitter of up to renewJitter of it. With
+// c.align, the jitter is the one that puts the next renewTime on a tick,
+// if a tick falls in [last + interval, last + interval × (1 +
+// renewJitter)) of the renewTime last written, else the band's end: the
+// renewals drift later against the ticks by up to 0.4 s (with the
+// defaults) each until they reach one, then stay on them, every renew
+// interval. The band counts from the last renewTime, so that the
+// renewals on the ticks are a renew interval apart exactly; the kubelet's
+// wait starts when its request is answered, a few milliseconds later.
+// When the last renewTime is a Step old or more (a cycle that failed or
+// retried long), the wait is the kubelet's.
+func (c *Controller) renewWait() time.Duration {
+	if c.align == nil || c.latest == nil || c.latest.Spec.RenewTime == nil {
+		return wait.Jitter(c.renewInterval, renewJitter)
+	}
+	took := c.clock.Since(c.latest.Spec.RenewTime.Time)
+	if took < 0 || took >= ticks.Step {
+		return wait.Jitter(c.renewInterval, renewJitter)
+	}
+	lo := c.renewInterval - took
+	hi := lo + time.Duration(float64(c.renewInterval)*renewJitter)
+	if w := c.align(hi); w >= lo && w < hi {
+		return w
+	}
+	return hi
 }
 
 // sync runs one renew cycle: an optimistic UPDATE from the latest known

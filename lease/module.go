@@ -7,16 +7,16 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodekit/nodekit/internal/runner"
+	"github.com/nodekit/nodekit/ticks"
 )
 
 // Module provides the node lease *Controller, built from the graph's
 // Options, and runs it for the application's lifetime: it starts on
 // OnStart, stops on OnStop. Options fields left zero are filled from the
-// graph: Client from kubernetes.Interface, Clock and Registerer from the
-// optional clock.Clock and prometheus.Registerer. Align is not taken from
-// the graph: the renewals keep the kubelet's timer, a jittered renew
-// interval after the last (on the node's shared ticks the first renewal
-// after a start could come up to 9.5 s early). The controller logs with
+// graph: Client from kubernetes.Interface, Clock, Align and Registerer
+// from the optional clock.Clock, ticks.Align and prometheus.Registerer (on
+// the node's shared ticks the renewals keep the kubelet's timing and
+// drift onto the ticks within minutes: Options.Align). The controller logs with
 // the optional logr.Logger (klog's by default) under the name "lease".
 var Module = fx.Options(
 	fx.Provide(provide),
@@ -31,6 +31,7 @@ type Params struct {
 	Client     kubernetes.Interface
 	Registerer prometheus.Registerer `optional:"true"`
 	Clock      clock.Clock           `optional:"true"`
+	Align      ticks.Align           `optional:"true"`
 	runner.Deps
 }
 
@@ -41,6 +42,9 @@ func provide(p Params) (*Controller, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = p.Clock
+	}
+	if opts.Align == nil {
+		opts.Align = p.Align
 	}
 	if opts.Registerer == nil {
 		opts.Registerer = p.Registerer

@@ -11,9 +11,11 @@
 // same rounds take about 40 wake-ups; about 12 (every 10 s loop and every
 // other status poll on one tick, the other polls on the tick halfway)
 // where housekeeping, with nothing on the node, looks every 10 s (package
-// pods). The Lease keeps a timer of its own (package lease): a ten-Step
-// loop's first round may come up to nine and a half Steps early here, and
-// a renewal that early is a write the kubelet would not send.
+// pods). The Lease does not hand its waits to Align as they are: a
+// ten-Step loop's first round may come up to nine and a half Steps early
+// here, and a renewal that early is a write the kubelet would not send;
+// package lease asks for the tick within its jitter and drifts onto the
+// ticks over minutes instead.
 //
 // The ticks of a node are one Step apart, at the node's phase; a wait of
 // an even number of Steps (2 s) lands on every other tick, the even ones;

@@ -15,7 +15,7 @@ import (
 type Requests map[string]int
 
 // auditEvent holds the fields of a kube-apiserver audit event (audit.k8s.io/v1,
-// JSON lines) that CountRequests and AnsweredRequests read.
+// JSON lines) that ReadRequests reads.
 type auditEvent struct {
 	AuditID string `json:"auditID"`
 	Stage   string `json:"stage"`
@@ -32,26 +32,6 @@ type auditEvent struct {
 	StageTimestamp           time.Time `json:"stageTimestamp"`
 }
 
-// CountRequests reads a kube-apiserver audit log and counts the requests
-// user made that the apiserver received in [from, to). A request logged at
-// several stages (a watch: ResponseStarted, then ResponseComplete) counts
-// once. The audit policy must log the user's requests (the e2e control
-// plane logs every request of the system:nodes group).
-func CountRequests(path, user string, from, to time.Time) (Requests, error) {
-	counts := Requests{}
-	seen := map[string]bool{}
-	err := readAudit(path, user, from, to, func(ev *auditEvent) {
-		if !seen[ev.AuditID] {
-			seen[ev.AuditID] = true
-			counts[requestKey(*ev)]++
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count requests of %s: %w", user, err)
-	}
-	return counts, nil
-}
-
 // Request is one request of an audit log as the apiserver saw it.
 type Request struct {
 	// Key is "verb resource[/subresource]", as Requests counts them.
@@ -62,22 +42,32 @@ type Request struct {
 	Received, Answered time.Time
 }
 
-// AnsweredRequests reads a kube-apiserver audit log and returns the
-// requests user made that the apiserver received in [from, to) and
-// answered (a watch still open is not), in the order received. The
-// audit policy must log them at their ResponseComplete stage.
-func AnsweredRequests(path, user string, from, to time.Time) ([]Request, error) {
-	var out []Request
-	err := readAudit(path, user, from, to, func(ev *auditEvent) {
+// ReadRequests reads a kube-apiserver audit log once for the requests
+// user made that the apiserver received in [from, to). It counts them
+// (counts; a request logged at several stages, a watch's ResponseStarted
+// then ResponseComplete, counts once) and returns those it answered (a
+// watch still open is not), in the order received, with the apiserver's
+// own times. The audit policy must log the user's requests at their
+// ResponseComplete stage (the e2e control plane logs every request of the
+// system:nodes group).
+func ReadRequests(path, user string, from, to time.Time) (counts Requests, answered []Request, err error) {
+	counts = Requests{}
+	seen := map[string]bool{}
+	err = readAudit(path, user, from, to, func(ev *auditEvent) {
+		key := requestKey(*ev)
+		if !seen[ev.AuditID] {
+			seen[ev.AuditID] = true
+			counts[key]++
+		}
 		if ev.Stage == "ResponseComplete" {
-			out = append(out, Request{Key: requestKey(*ev), Received: ev.RequestReceivedTimestamp, Answered: ev.StageTimestamp})
+			answered = append(answered, Request{Key: key, Received: ev.RequestReceivedTimestamp, Answered: ev.StageTimestamp})
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read requests of %s: %w", user, err)
+		return nil, nil, fmt.Errorf("read requests of %s: %w", user, err)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Received.Before(out[j].Received) })
-	return out, nil
+	sort.SliceStable(answered, func(i, j int) bool { return answered[i].Received.Before(answered[j].Received) })
+	return counts, answered, nil
 }
 
 // UnderWay summarizes the requests with key (say "patch pods/status")

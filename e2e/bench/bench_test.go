@@ -1,12 +1,18 @@
 package bench
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func ms(n ...int) []time.Duration {
@@ -78,43 +84,102 @@ func TestFormat(t *testing.T) {
 	}
 }
 
-func TestParseProcStats(t *testing.T) {
+func TestParseProcStatus(t *testing.T) {
 	status := []byte("Name:\tnodeagent\nVmPeak:\t  900000 kB\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nRssAnon:\t   10240 kB\nRssFile:\t   30720 kB\nRssShmem:\t       0 kB\nThreads:\t12\n")
-	// A command name with a space and a parenthesis; utime 150, stime 50.
-	stat := []byte("4242 (node agent)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 50 0 0 20 0 12 0 100 900000 10240 18446744073709551615")
-	st, err := parseProcStats(4242, status, stat)
+	st, err := parseProcStatus(4242, status)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ProcStats{RSS: 40 << 20, PeakRSS: 50 << 20, RSSAnon: 10 << 20, RSSFile: 30 << 20, CPU: 2 * time.Second}
+	want := ProcStats{RSS: 40 << 20, PeakRSS: 50 << 20, RSSAnon: 10 << 20, RSSFile: 30 << 20}
 	if st != want {
-		t.Errorf("parseProcStats = %+v, want %+v", st, want)
+		t.Errorf("parseProcStatus = %+v, want %+v", st, want)
 	}
-	if _, err := parseProcStats(1, []byte("Name:\tx\n"), stat); err == nil || !strings.Contains(err.Error(), "VmRSS") {
-		t.Errorf("no VmRSS: err = %v", err)
-	}
-	if _, err := parseProcStats(1, status, []byte("1 (x) S 1 2")); err == nil {
-		t.Error("short stat: no error")
-	}
-	if _, err := parseProcStats(1, []byte("VmRSS:\tlots kB\n"), stat); err == nil {
-		t.Error("malformed VmRSS: no error")
+	for _, c := range []struct{ name, status, err string }{
+		{"no VmRSS", "Name:\tx\n", "no VmRSS"},
+		{"not a number", "VmRSS:\tlots kB\n", "VmRSS"},
+		{"no unit", "VmRSS:\t40960\n", `malformed VmRSS line "VmRSS:\t40960"`},
+		{"other unit", "VmHWM:\t50 MB\nVmRSS:\t40960 kB\n", "malformed VmHWM line"},
+	} {
+		if _, err := parseProcStatus(7, []byte(c.status)); err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "process 7") {
+			t.Errorf("%s: err = %v, want one naming process 7 and %q", c.name, err, c.err)
+		}
 	}
 }
 
-func TestReadProcStatsOfThisProcess(t *testing.T) {
-	st, err := ReadProcStats(os.Getpid())
+// TestReadProcStatsCPU: the CPU figure of a process is its CPU-time clock,
+// which utime+stime of /proc/<pid>/stat rounds down to 10 ms steps (each
+// of the two, so by less than 20 ms in all); of a process that is gone it
+// is an error.
+func TestReadProcStatsCPU(t *testing.T) {
+	before, err := ReadProcStats(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.RSS == 0 || st.PeakRSS < st.RSS {
-		t.Errorf("stats of this process = %+v", st)
+	ticks := statCPU(t, os.Getpid())
+	after, err := ReadProcStats(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		t.Fatal(err)
+	}
+	own := time.Duration(ts.Nano())
+	if before.RSS == 0 || before.PeakRSS < before.RSS {
+		t.Errorf("stats of this process = %+v", before)
+	}
+	if before.CPU <= 0 || after.CPU < before.CPU || own < after.CPU {
+		t.Errorf("CPU of this process %v, then %v, then CLOCK_PROCESS_CPUTIME_ID %v: want positive and not decreasing", before.CPU, after.CPU, own)
+	}
+	if ticks > after.CPU || ticks <= before.CPU-20*time.Millisecond {
+		t.Errorf("utime+stime %v, read between CPU clock readings %v and %v: want in (%v, %v]", ticks, before.CPU, after.CPU, before.CPU-20*time.Millisecond, after.CPU)
+	}
+
+	// Another process, then the same one gone.
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadProcStats(cmd.Process.Pid)
+	if err != nil || st.CPU < 0 || st.RSS == 0 {
+		t.Errorf("stats of a child process = %+v, %v", st, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, err := ReadProcStats(cmd.Process.Pid); err == nil || !strings.Contains(err.Error(), fmt.Sprint(cmd.Process.Pid)) {
+		t.Errorf("a process gone: err = %v, want one naming it", err)
+	}
+	if _, err := processCPU(cmd.Process.Pid); err == nil || !strings.Contains(err.Error(), "CPU time of process") {
+		t.Errorf("CPU time of a process gone: err = %v", err)
 	}
 	if _, err := ReadProcStats(-1); err == nil {
 		t.Error("pid -1: no error")
 	}
 }
 
-func TestCountRequests(t *testing.T) {
+// statCPU is utime+stime of /proc/<pid>/stat, in USER_HZ (100 a second)
+// steps: fields 14 and 15, counted after the command name's last ')'.
+func statCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	var ticks int64
+	for _, f := range fields[11:13] {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / 100
+}
+
+// TestReadRequests: a user's requests in the window, counted once each
+// whatever the stages logged, and those answered.
+func TestReadRequests(t *testing.T) {
 	lines := []string{
 		// In the window: a lease update (two stages, one request), a
 		// status patch, a watch, a non-resource request.
@@ -133,13 +198,21 @@ func TestCountRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	got, err := CountRequests(path, "system:node:n1", from, from.Add(50*time.Second))
+	got, answered, err := ReadRequests(path, "system:node:n1", from, from.Add(50*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Requests{"update leases": 1, "patch nodes/status": 1, "watch pods": 1, "get /version": 1}
 	if got.String() != want.String() || got.Total() != 4 {
-		t.Errorf("CountRequests = %s (total %d), want %s", got, got.Total(), want)
+		t.Errorf("ReadRequests counts %s (total %d), want %s", got, got.Total(), want)
+	}
+	var keys []string
+	for _, r := range answered {
+		keys = append(keys, r.Key)
+	}
+	// The watch has no ResponseComplete yet.
+	if want := []string{"update leases", "patch nodes/status", "get /version"}; !slices.Equal(keys, want) {
+		t.Errorf("ReadRequests answered %v, want %v", keys, want)
 	}
 	if s := (Requests{}).String(); s != "none" {
 		t.Errorf("empty String = %q", s)
@@ -148,10 +221,10 @@ func TestCountRequests(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"user":{"username":"system:node:n1"`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CountRequests(path, "system:node:n1", from, from); err == nil || !strings.Contains(err.Error(), "line 1") {
+	if _, _, err := ReadRequests(path, "system:node:n1", from, from); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("malformed line: err = %v", err)
 	}
-	if _, err := CountRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
+	if _, _, err := ReadRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
 		t.Error("missing file: no error")
 	}
 }
@@ -176,10 +249,10 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestAnsweredRequestsAndUnderWay: the answered requests of a user in the
+// TestReadRequestsAnsweredAndUnderWay: the answered requests of a user in the
 // window, in the order received, and what came while status patches were
 // under way.
-func TestAnsweredRequestsAndUnderWay(t *testing.T) {
+func TestReadRequestsAnsweredAndUnderWay(t *testing.T) {
 	lines := []string{
 		// Two patches overlapping (10.0-10.2, 10.1-10.4), one later
 		// (11.0-11.05); an event created during the first, one between
@@ -199,9 +272,12 @@ func TestAnsweredRequestsAndUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
-	reqs, err := AnsweredRequests(path, "system:node:n1", from, from.Add(time.Minute))
+	counts, reqs, err := ReadRequests(path, "system:node:n1", from, from.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := counts.String(); got != "patch pods/status: 3, create events: 2, watch pods: 1" {
+		t.Errorf("ReadRequests counts %s", got)
 	}
 	var keys []string
 	for _, r := range reqs {
@@ -209,7 +285,7 @@ func TestAnsweredRequestsAndUnderWay(t *testing.T) {
 	}
 	want := []string{"patch pods/status", "patch pods/status", "create events", "create events", "patch pods/status"}
 	if !slices.Equal(keys, want) {
-		t.Fatalf("AnsweredRequests = %v, want %v", keys, want)
+		t.Fatalf("ReadRequests answered %v, want %v", keys, want)
 	}
 	times, meanwhile := UnderWay(reqs, "patch pods/status")
 	if !slices.Equal(times, []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 50 * time.Millisecond}) {
@@ -218,8 +294,5 @@ func TestAnsweredRequestsAndUnderWay(t *testing.T) {
 	// e1 came while p2 was under way; e2 as p2 was answered.
 	if meanwhile.String() != "create events: 1" {
 		t.Errorf("requests while patches were under way: %s", meanwhile)
-	}
-	if _, err := AnsweredRequests(filepath.Join(t.TempDir(), "missing"), "u", from, from); err == nil {
-		t.Error("missing file: no error")
 	}
 }

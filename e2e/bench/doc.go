@@ -15,11 +15,12 @@
 //     own timestamps so the runtime's share can be subtracted, and
 //     SandboxRequests when containerd received each pod's RunPodSandbox
 //     (its work before the sandbox's CreatedAt);
-//   - resources: ReadProcStats reads VmRSS, VmHWM and utime+stime from
-//     /proc/<pid>;
-//   - API traffic: CountRequests counts a node's requests, by verb and
-//     resource, in kube-apiserver's audit log; AnsweredRequests reads them
-//     with the API server's own times (received → answered), and UnderWay
+//   - resources: ReadProcStats reads VmRSS and VmHWM from /proc/<pid>
+//     and the process's CPU time, to the nanosecond, from its CPU-time
+//     clock (what utime+stime of /proc/<pid>/stat cuts to 10 ms steps);
+//   - API traffic: ReadRequests reads a node's requests in one pass over
+//     kube-apiserver's audit log, counted by verb and resource and with the
+//     API server's own times (received → answered), and UnderWay
 //     summarizes one kind of them (a burst's status PATCHes) and what else
 //     came while they were under way;
 //   - scale: StartFleet runs many complete agents (agent.Module, each on

@@ -8,11 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// userHZ is the unit of the CPU times in /proc/<pid>/stat: USER_HZ, 100 on
-// every Linux architecture Go supports.
-const userHZ = 100
+	"golang.org/x/sys/unix"
+)
 
 // ProcStats are what the kernel reports for one process.
 type ProcStats struct {
@@ -24,8 +22,9 @@ type ProcStats struct {
 	// read-only data, shared libraries); RSS less both is shared memory.
 	// Zero on kernels older than 4.5, which do not report them.
 	RSSAnon, RSSFile uint64
-	// CPU is utime + stime of /proc/<pid>/stat: the CPU time all of the
-	// process's threads used so far, in 10 ms steps.
+	// CPU is the CPU time all of the process's threads used so far,
+	// threads that exited included, to the nanosecond: the process's
+	// CPU-time clock (see processCPU).
 	CPU time.Duration
 }
 
@@ -36,14 +35,44 @@ func ReadProcStats(pid int) (ProcStats, error) {
 	if err != nil {
 		return ProcStats{}, fmt.Errorf("read stats of process %d: %w", pid, err)
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := parseProcStatus(pid, status)
 	if err != nil {
-		return ProcStats{}, fmt.Errorf("read stats of process %d: %w", pid, err)
+		return ProcStats{}, err
 	}
-	return parseProcStats(pid, status, stat)
+	if st.CPU, err = processCPU(pid); err != nil {
+		return ProcStats{}, err
+	}
+	return st, nil
 }
 
-func parseProcStats(pid int, status, stat []byte) (ProcStats, error) {
+// processCPU reads the CPU-time clock of process pid, the one
+// clock_getcpuclockid(3) names: the scheduler's count of nanoseconds on a
+// CPU of every thread of the process, live or exited. It is the figure
+// utime+stime of /proc/<pid>/stat is made from (split by the tick samples,
+// then cut to USER_HZ, 10 ms steps), unrounded. Summing
+// /proc/<pid>/task/*/schedstat instead would miss the threads that exited
+// (containerd's, for one: seconds of its CPU). Linux lets any process read
+// another's CPU clock.
+func processCPU(pid int) (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(processCPUClock(pid), &ts); err != nil {
+		return 0, fmt.Errorf("read CPU time of process %d: %w", pid, err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// processCPUClock is the clock id of process pid's CPU-time clock as the
+// kernel encodes it (MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)): the
+// complement of pid shifted by 3, a process (not a thread) clock, counting
+// the scheduler's time.
+func processCPUClock(pid int) int32 {
+	const cpuclockSched = 2
+	return int32((^pid)<<3 | cpuclockSched)
+}
+
+// parseProcStatus reads the RSS figures of process pid from its
+// /proc/<pid>/status.
+func parseProcStatus(pid int, status []byte) (ProcStats, error) {
 	var st ProcStats
 	var haveRSS bool
 	s := bufio.NewScanner(bytes.NewReader(status))
@@ -74,25 +103,5 @@ func parseProcStats(pid int, status, stat []byte) (ProcStats, error) {
 	if !haveRSS {
 		return ProcStats{}, fmt.Errorf("process %d: no VmRSS in /proc/%d/status (a zombie?)", pid, pid)
 	}
-	// The command name may hold spaces and parentheses; the fields resume
-	// after the last ')' with the state (field 3); utime and stime are
-	// fields 14 and 15.
-	end := bytes.LastIndexByte(stat, ')')
-	if end < 0 {
-		return ProcStats{}, fmt.Errorf("process %d: malformed /proc/%d/stat", pid, pid)
-	}
-	fields := strings.Fields(string(stat[end+1:]))
-	if len(fields) < 13 {
-		return ProcStats{}, fmt.Errorf("process %d: /proc/%d/stat has %d fields after the name, want at least 13", pid, pid, len(fields))
-	}
-	var ticks uint64
-	for _, f := range fields[11:13] {
-		v, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return ProcStats{}, fmt.Errorf("process %d: cpu time %q: %w", pid, f, err)
-		}
-		ticks += v
-	}
-	st.CPU = time.Duration(ticks) * time.Second / userHZ
 	return st, nil
 }

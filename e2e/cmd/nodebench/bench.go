@@ -758,7 +758,7 @@ func (b *benchmark) idleWindow(ctx context.Context, nodes []*node) error {
 			f.podStatusPatches = delta("nodekit_pod_status_patches_total", map[string]string{"result": "patched"})
 		}
 		var err error
-		if f.requests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
+		if f.requests, _, err = bench.ReadRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
 			return err
 		}
 		n.idle = f
@@ -845,15 +845,12 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		}
 	}
 	to := time.Now()
-	if n.burstRequests, err = bench.CountRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
+	var answered []bench.Request
+	if n.burstRequests, answered, err = bench.ReadRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to); err != nil {
 		return err
 	}
 	if n.nodekit {
 		// For the breakdown's note (reportBreakdown).
-		answered, err := bench.AnsweredRequests(b.cp.AuditLog, "system:node:"+n.agent.Name, from, to)
-		if err != nil {
-			return err
-		}
 		n.statusPatches, n.besidePatches = bench.UnderWay(answered, "patch pods/status")
 	}
 	// The settled RSS is a figure of the containerd bursts only (the

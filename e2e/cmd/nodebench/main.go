@@ -14,8 +14,10 @@
 //     (nodekit only);
 //   - node startup: process start → Ready=True seen by a watch, with the
 //     Node registered by the agent and pre-registered by an admin;
-//   - memory and idle CPU: VmRSS idle and with the pods running, utime+stime
-//     over an idle window;
+//   - memory and idle CPU: VmRSS idle and with the pods running, the
+//     agent's CPU time over an idle window (its CPU-time clock, to the
+//     nanosecond: utime+stime cut to 10 ms steps could not tell 31 ms a
+//     minute from 39 ms);
 //   - idle API traffic per node, from kube-apiserver's audit log (Lease
 //     updates, node status writes, pod status patches, everything);
 //   - scale: N complete agents in this one process on the fake runtime (-nodes),

@@ -468,11 +468,11 @@ func (b *benchmark) reportResources() {
 	if primary != nil && primary.idle != nil {
 		p := cpuPercent(primary.idle.cpu, primary.idle.window)
 		idleCPU.Metric += fmt.Sprintf(" (%s window)", primary.idle.window.Round(time.Second))
-		idleCPU.Value = fmt.Sprintf("%.2f %%", p)
+		idleCPU.Value = fmt.Sprintf("%.3f %%", p)
 		idleCPU.Result = bench.Verdict(p <= idleTarget)
 	}
 	if kubelet != nil && kubelet.idle != nil {
-		idleCPU.Kubelet = fmt.Sprintf("%.2f %%", cpuPercent(kubelet.idle.cpu, kubelet.idle.window))
+		idleCPU.Kubelet = fmt.Sprintf("%.3f %%", cpuPercent(kubelet.idle.cpu, kubelet.idle.window))
 	}
 	t.Add(idleCPU)
 	if where == "containerd" && primary.idle != nil {
@@ -483,15 +483,15 @@ func (b *benchmark) reportResources() {
 			}
 			p := cpuPercent(n.idle.cpu, n.idle.window)
 			t.Add(bench.Row{Metric: "idle CPU, containerd, " + variantArgs[i].what,
-				Value: fmt.Sprintf("%.2f %% (the component's share: %.2f %%; RSS %s)", p, all-p, bench.FormatMiB(n.idle.rss))})
+				Value: fmt.Sprintf("%.3f %% (the component's share: %.3f %%; RSS %s)", p, all-p, bench.FormatMiB(n.idle.rss))})
 		}
 	}
 	if where == "containerd" && b.fake != nil && b.fake.idle != nil {
 		p := cpuPercent(b.fake.idle.cpu, b.fake.idle.window)
-		t.Add(bench.Row{Metric: "idle CPU, fakecri", Value: fmt.Sprintf("%.2f %%", p), Target: fmt.Sprintf("≤ %g %% of a core", targetIdleCPUFake),
+		t.Add(bench.Row{Metric: "idle CPU, fakecri", Value: fmt.Sprintf("%.3f %%", p), Target: fmt.Sprintf("≤ %g %% of a core", targetIdleCPUFake),
 			Result: bench.Verdict(p <= targetIdleCPUFake)})
 	}
-	t.Note("CPU is utime+stime of the agent process from /proc/<pid>/stat (10 ms steps); RSS is VmRSS of /proc/<pid>/status")
+	t.Note("CPU is the agent process's CPU-time clock (clock_gettime of clock_getcpuclockid(pid): all its threads, exited ones included, in ns; utime+stime of /proc/<pid>/stat is the same figure cut to 10 ms steps); RSS is VmRSS of /proc/<pid>/status")
 }
 
 // idleCPUTarget is the idle CPU target (% of a core) of an agent on where,
@@ -698,7 +698,7 @@ func holdRSS(f *fleetFigures) string {
 
 func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }
 
-func cpuSeconds(d time.Duration) string { return fmt.Sprintf("%.2f CPU-s", d.Seconds()) }
+func cpuSeconds(d time.Duration) string { return fmt.Sprintf("%.3f CPU-s", d.Seconds()) }
 
 func perMinute(n int, window time.Duration) float64 {
 	if window <= 0 {
