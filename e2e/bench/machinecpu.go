@@ -232,6 +232,10 @@ func criCalls(m cluster.Metrics) map[string]float64 {
 	return calls
 }
 
+// userHZ is the unit of /proc/stat's CPU times: USER_HZ, 100 on every
+// Linux architecture nodebench runs on.
+const userHZ = 100
+
 // parseProcStat reads /proc/stat: the CPUs (its cpuN lines) and, from its
 // cpu line, the time all CPUs were busy (user, nice, system, irq,
 // softirq, steal; guest time is inside user), the interrupts' part of it
