@@ -90,6 +90,10 @@ type node struct {
 	besidePatches bench.Requests
 	// breakdown is where a nodekit agent's time went over the burst.
 	breakdown *breakdown
+	// runtimeSched is how long nodebench's goroutines (the fake
+	// runtime's among them) waited for a core over the burst, on the
+	// fakecri node (schedWaitsBetween).
+	runtimeSched string
 }
 
 // idleFigures are what an idle window measured of one node.
@@ -775,6 +779,9 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		profile = b.profileAgent(ctx, n, fmt.Sprintf("profile?seconds=%d", int(b.opts.profileTime.Seconds())),
 			filepath.Join(b.opts.profileDir, n.agent.Name+".cpu.pprof"))
 	}
+	// The fake runtime serves from this process: its goroutines' waits
+	// for a core are this process's.
+	schedBefore := readSchedLatencies()
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
@@ -784,6 +791,9 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
 	}
 	n.burst = res
+	if n == b.fake {
+		n.runtimeSched = schedWaitsBetween(schedBefore, readSchedLatencies())
+	}
 	// Trailing writes (events, the last status patches) belong to the
 	// burst too.
 	if err := sleep(ctx, burstTail); err != nil {

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"runtime/metrics"
+	"strings"
+	"time"
+
+	"github.com/nodekit/nodekit/e2e/bench"
+)
+
+// schedLatencies is the runtime/metrics name of the time goroutines spent
+// runnable before they ran.
+const schedLatencies = "/sched/latencies:seconds"
+
+// readSchedLatencies reads this process's scheduling latencies.
+func readSchedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: schedLatencies}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// schedWaitsBetween says how many goroutine wake-ups happened between two
+// reads of readSchedLatencies, how many of them waited for a core longer
+// than 0.1, 1, 10 and 100 ms (a bucket counts when its lower bound does;
+// the runtime's buckets are a sixteenth of a power of two wide), and their
+// summed wait, each bucket's at its midpoint: "12000 wake-ups, over 0.1
+// ms: 300, …, waiting about 450 ms in all".
+// Empty when either read is missing.
+func schedWaitsBetween(before, after *metrics.Float64Histogram) string {
+	if before == nil || after == nil || len(before.Counts) != len(after.Counts) {
+		return ""
+	}
+	thresholds := []time.Duration{100 * time.Microsecond, time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond}
+	over := make([]uint64, len(thresholds))
+	var total uint64
+	var sum float64
+	for i := range after.Counts {
+		n := after.Counts[i] - before.Counts[i]
+		if n == 0 {
+			continue
+		}
+		total += n
+		lo, hi := after.Buckets[i], after.Buckets[i+1]
+		if math.IsInf(lo, -1) {
+			lo = 0
+		}
+		if math.IsInf(hi, 1) {
+			hi = lo
+		}
+		sum += float64(n) * (lo + hi) / 2
+		for j, t := range thresholds {
+			if lo >= t.Seconds() {
+				over[j] += n
+			}
+		}
+	}
+	parts := []string{fmt.Sprintf("%d wake-ups", total)}
+	for j, t := range thresholds {
+		parts = append(parts, fmt.Sprintf("over %s: %d", bench.FormatDuration(t), over[j]))
+	}
+	parts = append(parts, fmt.Sprintf("waiting about %s in all", bench.FormatDuration(time.Duration(sum*float64(time.Second)))))
+	return strings.Join(parts, ", ")
+}
