@@ -94,6 +94,10 @@ type node struct {
 	// runtime's among them) waited for a core over the burst, on the
 	// fakecri node (schedWaitsBetween).
 	runtimeSched string
+	// runDelays says how long the agent's threads and nodebench's (on the
+	// fakecri node: its fake runtime's) ran and waited in the kernel's run
+	// queues from the burst's start until all its pods ran.
+	runDelays string
 }
 
 // idleFigures are what an idle window measured of one node.
@@ -782,6 +786,7 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	// The fake runtime serves from this process: its goroutines' waits
 	// for a core are this process's.
 	schedBefore := readSchedLatencies()
+	delays := runDelays(n)
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
@@ -791,6 +796,7 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
 	}
 	n.burst = res
+	n.runDelays = delays.since()
 	if n == b.fake {
 		n.runtimeSched = schedWaitsBetween(schedBefore, readSchedLatencies())
 	}

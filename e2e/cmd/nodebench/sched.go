@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime/metrics"
 	"strings"
 	"time"
@@ -65,4 +67,43 @@ func schedWaitsBetween(before, after *metrics.Float64Histogram) string {
 	}
 	parts = append(parts, fmt.Sprintf("waiting about %s in all", bench.FormatDuration(time.Duration(sum*float64(time.Second)))))
 	return strings.Join(parts, ", ")
+}
+
+// runDelayReading is a reading of bench.RunDelay of the processes a burst
+// on a node concerns: its agent and this process (the fake runtime's, on
+// a fakecri node).
+type runDelayReading struct {
+	who    []string
+	pids   []int
+	before []bench.RunDelay
+	err    error
+}
+
+// runDelays reads the run delays of n's agent and this process now.
+func runDelays(n *node) *runDelayReading {
+	r := &runDelayReading{who: []string{"agent", "nodebench"}, pids: []int{n.agent.PID(), os.Getpid()}}
+	for _, pid := range r.pids {
+		d, err := bench.ReadRunDelay(pid)
+		r.err = errors.Join(r.err, err)
+		r.before = append(r.before, d)
+	}
+	return r
+}
+
+// since says what each process's threads did since r was read: "agent
+// ran 310 ms and waited 95 ms for a CPU; nodebench …", or why not.
+func (r *runDelayReading) since() string {
+	if r.err != nil {
+		return r.err.Error()
+	}
+	var parts []string
+	for i, pid := range r.pids {
+		now, err := bench.ReadRunDelay(pid)
+		if err != nil {
+			return err.Error()
+		}
+		d := now.Sub(r.before[i])
+		parts = append(parts, fmt.Sprintf("%s ran %s and waited %s for a CPU", r.who[i], bench.FormatDuration(d.OnCPU), bench.FormatDuration(d.Waiting)))
+	}
+	return strings.Join(parts, "; ")
 }
