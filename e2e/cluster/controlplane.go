@@ -493,10 +493,9 @@ func (c *ControlPlane) Kubectl(ctx context.Context, kubeconfig string, args ...s
 	return string(out), err
 }
 
-// ServerArgs returns the command line of the running server name
-// ("kube-apiserver", ...) as the kernel holds it (/proc/<pid>/cmdline),
-// program first.
-func (c *ControlPlane) ServerArgs(name string) ([]string, error) {
+// ServerPID returns the process id of the running server name
+// ("kube-apiserver", "etcd", ...), for reading its /proc/<pid> figures.
+func (c *ControlPlane) ServerPID(name string) (int, error) {
 	c.mu.Lock()
 	var p *process
 	for _, q := range c.procs {
@@ -506,9 +505,20 @@ func (c *ControlPlane) ServerArgs(name string) ([]string, error) {
 	}
 	c.mu.Unlock()
 	if p == nil || p.exited() {
-		return nil, fmt.Errorf("server %s is not running", name)
+		return 0, fmt.Errorf("server %s is not running", name)
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid()))
+	return p.pid(), nil
+}
+
+// ServerArgs returns the command line of the running server name
+// ("kube-apiserver", ...) as the kernel holds it (/proc/<pid>/cmdline),
+// program first.
+func (c *ControlPlane) ServerArgs(name string) ([]string, error) {
+	pid, err := c.ServerPID(name)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return nil, fmt.Errorf("command line of %s: %w", name, err)
 	}

@@ -94,9 +94,10 @@ type node struct {
 	// runtime's among them) waited for a core over the burst, on the
 	// fakecri node (schedWaitsBetween).
 	runtimeSched string
-	// runDelays says how long the agent's threads and nodebench's (on the
-	// fakecri node: its fake runtime's) ran and waited in the kernel's run
-	// queues from the burst's start until all its pods ran.
+	// runDelays says how long the threads of the agent, nodebench (on the
+	// fakecri node: its fake runtime's), kube-apiserver and etcd ran and
+	// waited in the kernel's run queues from the burst's start until all
+	// its pods ran.
 	runDelays string
 }
 
@@ -786,7 +787,7 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 	// The fake runtime serves from this process: its goroutines' waits
 	// for a core are this process's.
 	schedBefore := readSchedLatencies()
-	delays := runDelays(n)
+	delays := b.runDelays(n)
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,

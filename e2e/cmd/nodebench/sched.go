@@ -70,8 +70,8 @@ func schedWaitsBetween(before, after *metrics.Float64Histogram) string {
 }
 
 // runDelayReading is a reading of bench.RunDelay of the processes a burst
-// on a node concerns: its agent and this process (the fake runtime's, on
-// a fakecri node).
+// on a node concerns: its agent, this process (the fake runtime's, on a
+// fakecri node), kube-apiserver and etcd.
 type runDelayReading struct {
 	who    []string
 	pids   []int
@@ -79,9 +79,15 @@ type runDelayReading struct {
 	err    error
 }
 
-// runDelays reads the run delays of n's agent and this process now.
-func runDelays(n *node) *runDelayReading {
+// runDelays reads the run delays of n's agent, this process and the
+// control plane's API server and etcd now.
+func (b *benchmark) runDelays(n *node) *runDelayReading {
 	r := &runDelayReading{who: []string{"agent", "nodebench"}, pids: []int{n.agent.PID(), os.Getpid()}}
+	for _, server := range []string{"kube-apiserver", "etcd"} {
+		pid, err := b.cp.ServerPID(server)
+		r.err = errors.Join(r.err, err)
+		r.who, r.pids = append(r.who, server), append(r.pids, pid)
+	}
 	for _, pid := range r.pids {
 		d, err := bench.ReadRunDelay(pid)
 		r.err = errors.Join(r.err, err)
