@@ -1,7 +1,6 @@
 package podstatus_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -15,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -84,15 +82,7 @@ func TestStartPatchPhasesOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	})
+	runManager(t, m)
 	patches := func() int {
 		api.mu.Lock()
 		defer api.mu.Unlock()
@@ -120,18 +110,10 @@ func TestStartPatchPhasesOverHTTP(t *testing.T) {
 		}
 		return got
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, wait.ForeverTestTimeout, true,
-			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-	}
-
 	m.PodSeen(p.UID, time.Now())
 	started := time.Now()
 	m.SetPodStatus(p, podstatus.Generate(p, rt(running("a", started)), nil, podstatus.GenerateOptions{}))
-	waitFor("the started status's PATCH timed", func() bool {
+	waitFor(t, "the started status's PATCH timed", func() bool {
 		return histograms()["nodekit_pod_start_status_patch_duration_seconds"][0] == 1
 	})
 	got := histograms()
@@ -150,7 +132,7 @@ func TestStartPatchPhasesOverHTTP(t *testing.T) {
 
 	// A later write of the started pod is neither a start nor traced.
 	m.SetPodStatus(p, podstatus.Generate(p, rt(exited("a", started, 1)), nil, podstatus.GenerateOptions{}))
-	waitFor("the exit's PATCH answered", func() bool {
+	waitFor(t, "the exit's PATCH answered", func() bool {
 		return histograms()["nodekit_pod_status_patches_total/patched"][0] == 2
 	})
 	if n := patches(); n != 2 {
