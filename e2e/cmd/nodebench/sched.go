@@ -76,13 +76,14 @@ type runDelayReading struct {
 	who    []string
 	pids   []int
 	before []bench.RunDelay
+	at     time.Time
 	err    error
 }
 
 // runDelays reads the run delays of n's agent, this process and the
 // control plane's API server and etcd now.
 func (b *benchmark) runDelays(n *node) *runDelayReading {
-	r := &runDelayReading{who: []string{"agent", "nodebench"}, pids: []int{n.agent.PID(), os.Getpid()}}
+	r := &runDelayReading{who: []string{"agent", "nodebench"}, pids: []int{n.agent.PID(), os.Getpid()}, at: time.Now()}
 	for _, server := range []string{"kube-apiserver", "etcd"} {
 		pid, err := b.cp.ServerPID(server)
 		r.err = errors.Join(r.err, err)
@@ -96,13 +97,14 @@ func (b *benchmark) runDelays(n *node) *runDelayReading {
 	return r
 }
 
-// since says what each process's threads did since r was read: "agent
-// ran 310 ms and waited 95 ms for a CPU; nodebench …", or why not.
+// since says what each process's threads did since r was read: "over
+// 812 ms: agent ran 310 ms and waited 95 ms for a CPU; nodebench …", or
+// why not.
 func (r *runDelayReading) since() string {
 	if r.err != nil {
 		return r.err.Error()
 	}
-	var parts []string
+	parts := []string{"over " + bench.FormatDuration(time.Since(r.at)) + ": "}
 	for i, pid := range r.pids {
 		now, err := bench.ReadRunDelay(pid)
 		if err != nil {
@@ -111,5 +113,5 @@ func (r *runDelayReading) since() string {
 		d := now.Sub(r.before[i])
 		parts = append(parts, fmt.Sprintf("%s ran %s and waited %s for a CPU", r.who[i], bench.FormatDuration(d.OnCPU), bench.FormatDuration(d.Waiting)))
 	}
-	return strings.Join(parts, "; ")
+	return parts[0] + strings.Join(parts[1:], "; ")
 }
