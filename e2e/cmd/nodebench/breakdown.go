@@ -139,7 +139,7 @@ func (b *breakdown) String() string {
 			b.patchPhases[0].Count, strings.Join(phases, ", ")))
 	}
 	if b.sched.Count > 0 {
-		parts = append(parts, fmt.Sprintf("agent's goroutines made runnable %d times, waited for a core (go_sched_latencies_seconds) %s", b.sched.Count, schedWaits(b.sched)))
+		parts = append(parts, fmt.Sprintf("agent's goroutines: %d sampled wake-ups (one in %d), waited for a core (go_sched_latencies_seconds) %s", b.sched.Count, gTrackingPeriod, schedWaits(b.sched)))
 	}
 	if b.patchLimiter.Count > 0 {
 		parts = append(parts, fmt.Sprintf("the client's rate limiter held %d PATCHes %s in all (mean %s)", b.patchLimiter.Count,

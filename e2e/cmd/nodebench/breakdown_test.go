@@ -92,5 +92,5 @@ go_sched_latencies_seconds_count ` + counts[3] + `
 `
 	}
 	breakdownSays(t, scrape([4]string{"10", "20", "30", "40"}), scrape([4]string{"510", "820", "930", "1040"}),
-		"made runnable 1000 times, waited for a core (go_sched_latencies_seconds) over 82 µs: 200, over 918 µs: 100, over 10 ms: 0")
+		"1000 sampled wake-ups (one in 8), waited for a core (go_sched_latencies_seconds) over 82 µs: 200, over 918 µs: 100, over 10 ms: 0")
 }

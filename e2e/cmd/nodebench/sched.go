@@ -26,12 +26,18 @@ func readSchedLatencies() *metrics.Float64Histogram {
 	return s[0].Value.Float64Histogram()
 }
 
-// schedWaitsBetween says how many goroutine wake-ups happened between two
-// reads of readSchedLatencies, how many of them waited for a core longer
+// gTrackingPeriod is the Go runtime's sampling of scheduling latencies:
+// it times one goroutine transition in eight (runtime.gTrackingPeriod).
+const gTrackingPeriod = 8
+
+// schedWaitsBetween says how many goroutine wake-ups the runtime sampled
+// between two reads of readSchedLatencies, how many of them waited for a
+// core longer
 // than 0.1, 1, 10 and 100 ms (a bucket counts when its lower bound does;
 // the runtime's buckets are a sixteenth of a power of two wide), and their
-// summed wait, each bucket's at its midpoint: "12000 wake-ups, over 0.1
-// ms: 300, …, waiting about 450 ms in all".
+// summed wait, each bucket's at its midpoint, scaled by the sampling to
+// all wake-ups: "1500 sampled wake-ups (one in 8), over 0.1 ms: 300, …,
+// all waiting about 450 ms".
 // Empty when either read is missing.
 func schedWaitsBetween(before, after *metrics.Float64Histogram) string {
 	if before == nil || after == nil || len(before.Counts) != len(after.Counts) {
@@ -61,11 +67,11 @@ func schedWaitsBetween(before, after *metrics.Float64Histogram) string {
 			}
 		}
 	}
-	parts := []string{fmt.Sprintf("%d wake-ups", total)}
+	parts := []string{fmt.Sprintf("%d sampled wake-ups (one in %d)", total, gTrackingPeriod)}
 	for j, t := range thresholds {
 		parts = append(parts, fmt.Sprintf("over %s: %d", bench.FormatDuration(t), over[j]))
 	}
-	parts = append(parts, fmt.Sprintf("waiting about %s in all", bench.FormatDuration(time.Duration(sum*float64(time.Second)))))
+	parts = append(parts, fmt.Sprintf("all waiting about %s", bench.FormatDuration(time.Duration(sum*gTrackingPeriod*float64(time.Second)))))
 	return strings.Join(parts, ", ")
 }
 

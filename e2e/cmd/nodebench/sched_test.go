@@ -16,9 +16,10 @@ func TestSchedWaitsBetween(t *testing.T) {
 	// 100 waits of 0–50 µs, 10 of 50–200 µs, 4 of 0.2–2 ms, 2 of 2–20 ms,
 	// 1 of 20–200 ms (a bucket counts over a threshold when its lower bound
 	// is); their sum at the midpoints: 100×25 µs + 10×125 µs + 4×1.1 ms +
-	// 2×11 ms + 110 ms = 140.15 ms.
+	// 2×11 ms + 110 ms = 140.15 ms, 1.12 s for all wake-ups (one in 8
+	// sampled).
 	got := schedWaitsBetween(before, after)
-	want := "117 wake-ups, over 0.1 ms: 7, over 1.0 ms: 3, over 10 ms: 1, over 100 ms: 0, waiting about 140 ms in all"
+	want := "117 sampled wake-ups (one in 8), over 0.1 ms: 7, over 1.0 ms: 3, over 10 ms: 1, over 100 ms: 0, all waiting about 1.12 s"
 	if got != want {
 		t.Errorf("schedWaitsBetween = %q, want %q", got, want)
 	}
