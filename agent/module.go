@@ -250,7 +250,8 @@ func newLogger(cfg *Config) logr.Logger {
 // collectors, which the node API's /metrics and the healthz server's
 // serve. The Go collector adds to its defaults the runtime's scheduling
 // latencies (go_sched_latencies_seconds: how long goroutines waited
-// runnable for a core, by decade), read only when /metrics is gathered:
+// runnable for a core, by decade, one transition in eight sampled), read
+// only when /metrics is gathered:
 // nodebench splits a burst's waits with it. An agent that serves neither (enableServer false and healthzPort
 // 0, as every agent of a fleet) gets a Registerer that keeps nothing and a
 // Gatherer that gathers nothing: nobody could read its registry, whose
