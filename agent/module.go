@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -248,7 +249,11 @@ func newLogger(cfg *Config) logr.Logger {
 
 // newRegistry is the agent's registry, with the Go and process
 // collectors, which the node API's /metrics and the healthz server's
-// serve. An agent that serves neither (enableServer false and healthzPort
+// serve. The Go collector adds to its defaults the runtime's scheduling
+// latencies (go_sched_latencies_seconds: how long goroutines waited
+// runnable for a core, by decade, one transition in eight sampled), read
+// only when /metrics is gathered:
+// nodebench splits a burst's waits with it. An agent that serves neither (enableServer false and healthzPort
 // 0, as every agent of a fleet) gets a Registerer that keeps nothing and a
 // Gatherer that gathers nothing: nobody could read its registry, whose
 // maps and collectors cost each agent memory. The modules' metrics are
@@ -258,9 +263,14 @@ func newRegistry(cfg *Config) (prometheus.Registerer, prometheus.Gatherer) {
 		return unread()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(schedLatencies)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg, reg
 }
+
+// schedLatencies selects the runtime's /sched/latencies:seconds for the Go
+// collector.
+var schedLatencies = collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)}
 
 // unread is the registry of metrics nothing serves: registering keeps
 // nothing (and never fails), gathering finds nothing.

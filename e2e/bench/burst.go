@@ -55,6 +55,10 @@ type BurstResult struct {
 	// CreateToRunning is from the client's create call to the watch event
 	// that showed the pod Running.
 	CreateToRunning []time.Duration
+	// CreateToBound is from the client's create call to the watch event
+	// that showed the pod bound: how the scheduler spread the pods' arrival
+	// at the node.
+	CreateToBound []time.Duration
 	// BoundToRunning is from the watch event that showed the pod bound to
 	// the node (spec.nodeName set by the scheduler) to the one that showed
 	// it Running: the node agent's share, runtime included.
@@ -233,6 +237,7 @@ func RunBurst(ctx context.Context, opts BurstOptions) (*BurstResult, error) {
 	for i, name := range names {
 		st := state[name]
 		res.CreateToRunning = append(res.CreateToRunning, st.running.Sub(created[i]))
+		res.CreateToBound = append(res.CreateToBound, st.bound.Sub(created[i]))
 		res.BoundToRunning = append(res.BoundToRunning, st.running.Sub(st.bound))
 		span, ok := cri[st.uid]
 		if !ok {

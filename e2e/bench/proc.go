@@ -3,8 +3,11 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -104,4 +107,62 @@ func parseProcStatus(pid int, status []byte) (ProcStats, error) {
 		return ProcStats{}, fmt.Errorf("process %d: no VmRSS in /proc/%d/status (a zombie?)", pid, pid)
 	}
 	return st, nil
+}
+
+// RunDelay is what the kernel's scheduler statistics
+// (/proc/<pid>/task/<tid>/schedstat) say of a process's threads, summed:
+// the time they ran on a CPU and the time they waited, runnable, in a run
+// queue for one. The Go runtime's own scheduling latencies do not see the
+// second: a goroutine "running" on a thread the kernel has not given a
+// CPU waits there.
+type RunDelay struct {
+	OnCPU, Waiting time.Duration
+}
+
+// ReadRunDelay reads the RunDelay of process pid's threads as they are
+// now; a thread that ended before took its figures with it.
+func ReadRunDelay(pid int) (RunDelay, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return RunDelay{}, fmt.Errorf("read threads of process %d: %w", pid, err)
+	}
+	var d RunDelay
+	for _, t := range tasks {
+		data, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread ended meanwhile
+		}
+		if err != nil {
+			return RunDelay{}, fmt.Errorf("read schedstat of process %d: %w", pid, err)
+		}
+		onCPU, waiting, err := parseSchedstat(data)
+		if err != nil {
+			return RunDelay{}, fmt.Errorf("process %d thread %s: %w", pid, t.Name(), err)
+		}
+		d.OnCPU += onCPU
+		d.Waiting += waiting
+	}
+	return d, nil
+}
+
+// parseSchedstat reads a schedstat line: nanoseconds on a CPU, nanoseconds
+// waiting in a run queue, time slices.
+func parseSchedstat(data []byte) (onCPU, waiting time.Duration, err error) {
+	fields := strings.Fields(string(data))
+	if len(fields) != 3 {
+		return 0, 0, fmt.Errorf("malformed schedstat %q", data)
+	}
+	var ns [2]int64
+	for i := range ns {
+		if ns[i], err = strconv.ParseInt(fields[i], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("malformed schedstat %q: %w", data, err)
+		}
+	}
+	return time.Duration(ns[0]), time.Duration(ns[1]), nil
+}
+
+// Sub is d less an earlier reading.
+func (d RunDelay) Sub(before RunDelay) RunDelay {
+	return RunDelay{OnCPU: d.OnCPU - before.OnCPU, Waiting: d.Waiting - before.Waiting}
 }

@@ -493,22 +493,24 @@ func (c *ControlPlane) Kubectl(ctx context.Context, kubeconfig string, args ...s
 	return string(out), err
 }
 
+// ServerPID returns the process id of the running server name
+// ("kube-apiserver", "etcd", ...), for reading its /proc/<pid> figures.
+func (c *ControlPlane) ServerPID(name string) (int, error) {
+	if pid, ok := c.PIDs()[name]; ok {
+		return pid, nil
+	}
+	return 0, fmt.Errorf("server %s is not running", name)
+}
+
 // ServerArgs returns the command line of the running server name
 // ("kube-apiserver", ...) as the kernel holds it (/proc/<pid>/cmdline),
 // program first.
 func (c *ControlPlane) ServerArgs(name string) ([]string, error) {
-	c.mu.Lock()
-	var p *process
-	for _, q := range c.procs {
-		if q.name == name {
-			p = q
-		}
+	pid, err := c.ServerPID(name)
+	if err != nil {
+		return nil, err
 	}
-	c.mu.Unlock()
-	if p == nil || p.exited() {
-		return nil, fmt.Errorf("server %s is not running", name)
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid()))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return nil, fmt.Errorf("command line of %s: %w", name, err)
 	}

@@ -93,7 +93,15 @@
 //     API server's handling and the client's side of the request (its
 //     rate limiter, the connection, the agent's goroutines waiting for a
 //     core; in nodebench's 100-pod bursts the API server's own part, from
-//     its audit log, was a fifth to three fifths of it at p50).
+//     its audit log, was a fifth to three fifths of it at p50);
+//   - nodekit_pod_start_status_patch_phase_duration_seconds{phase}
+//     (histogram, the same buckets): that PATCH's round trip split where
+//     net/http/httptrace sees it, when the client is HTTP: connection
+//     (the client's rate limiter, the connection pool), write (a stream on
+//     the shared HTTP/2 connection, headers and body), answer (the
+//     network, the API server, the connection's read loop reaching the
+//     answer) and read (the body, its decoding, the writer waking). Only
+//     that PATCH is traced.
 //
 // # Swapping pieces
 //

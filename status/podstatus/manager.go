@@ -375,10 +375,24 @@ func (m *Manager) PodSeen(uid types.UID, at time.Time) {
 	}
 }
 
+// traceStart returns a trace for a status PATCH of the pod uid when its
+// start is being measured (PodSeen, not yet written started), else nil:
+// the PATCH that ends the start has its phases recorded, no other request
+// pays for hooks.
+func (m *Manager) traceStart(uid types.UID) *patchTrace {
+	m.mu.RLock()
+	_, ok := m.seen[uid]
+	m.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	return &patchTrace{clock: m.clock}
+}
+
 // observeWritten records the start of a pod whose first status showing
 // every container started the API server just accepted; its PATCH was sent
-// at sent.
-func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus, sent time.Time) {
+// at sent and answered at answered, traced by trace (nil: not traced).
+func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus, sent, answered time.Time, trace *patchTrace) {
 	if !AllContainersStarted(status) {
 		return
 	}
@@ -386,8 +400,15 @@ func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus, sent time.
 	seen, ok := m.seen[uid]
 	delete(m.seen, uid)
 	m.mu.Unlock()
-	if ok {
-		m.metrics.started(sent.Sub(seen), m.clock.Since(sent))
+	if !ok {
+		return
+	}
+	m.metrics.started(sent.Sub(seen), answered.Sub(sent))
+	if trace == nil {
+		return
+	}
+	if phases, ok := trace.phases(sent, answered); ok {
+		m.metrics.startPhases(phases)
 	}
 }
 
@@ -763,8 +784,13 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 		m.metrics.patch(resultUnchanged)
 		logger.V(4).Info("Pod status is up to date", "version", e.version)
 	} else {
+		patchCtx, trace := ctx, m.traceStart(uid)
+		if trace != nil {
+			patchCtx = trace.trace(ctx)
+		}
 		sent := m.clock.Now()
-		updated, err := pods.Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		updated, err := pods.Patch(patchCtx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		answered := m.clock.Now()
 		if apierrors.IsNotFound(err) {
 			logger.V(3).Info("Pod does not exist on the API server")
 			return
@@ -775,7 +801,7 @@ func (m *Manager) syncPod(ctx context.Context, uid types.UID, e *versionedStatus
 			return
 		}
 		m.metrics.patch(resultPatched)
-		m.observeWritten(uid, &updated.Status, sent)
+		m.observeWritten(uid, &updated.Status, sent, answered, trace)
 		logger.V(3).Info("Patched pod status", "version", e.version, "phase", updated.Status.Phase, "patch", string(patch))
 		pod = updated
 	}

@@ -53,6 +53,14 @@ func newEnvWith(t *testing.T, opts podstatus.Options, objects ...runtime.Object)
 		t.Fatal(err)
 	}
 	e.m = m
+	runManager(t, m)
+	// Run waits on its resync timer.
+	e.waitFor(t, "Run to start", func() bool { return e.clock.HasWaiters() })
+	return e
+}
+
+// runManager runs m until the test ends.
+func runManager(t *testing.T, m *podstatus.Manager) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -67,12 +75,16 @@ func newEnvWith(t *testing.T, opts podstatus.Options, objects ...runtime.Object)
 			t.Error("Run did not return")
 		}
 	})
-	// Run waits on its resync timer.
-	e.waitFor(t, "Run to start", func() bool { return e.clock.HasWaiters() })
-	return e
 }
 
 func (e *env) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, cond)
+}
+
+// waitFor polls cond until it holds, failing the test after
+// wait.ForeverTestTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
 		func(context.Context) (bool, error) { return cond(), nil })

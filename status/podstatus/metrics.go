@@ -16,6 +16,7 @@ const (
 	metricDeletions    = "nodekit_pod_deletions_total"
 	metricStart        = "nodekit_pod_start_internal_duration_seconds"
 	metricStartPatch   = "nodekit_pod_start_status_patch_duration_seconds"
+	metricStartPhase   = "nodekit_pod_start_status_patch_phase_duration_seconds"
 )
 
 // StartLatencyBuckets are the buckets (seconds) of nodekit's pod start
@@ -61,6 +62,10 @@ type metrics struct {
 	deletions    *prometheus.CounterVec
 	start        prometheus.Histogram
 	startPatch   prometheus.Histogram
+	// startPhase's children are made at the first traced start: an
+	// agent that starts no pod over HTTP (a fleet's, most tests') pays
+	// for none of their buckets.
+	startPhase *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -92,6 +97,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Duration in seconds of the status write (PATCH) that ended " + metricStart + ", from the agent sending it to the API server's answer on the agent's clock: the API server's handling and the client's side of the request (its rate limiter, the connection, waiting for a core), apart from the agent's internal share.",
 			Buckets: StartLatencyBuckets,
 		}),
+		startPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricStartPhase,
+			Help:    "The status write (PATCH) of " + metricStartPatch + " on the agent's clock, by phase: connection (sent → a connection obtained: the client's rate limiter, the connection pool), write (→ request written: a stream on the shared HTTP/2 connection, headers, body, flow control), answer (→ the answer's first byte as the connection's read loop took it: the network, the API server, the read loop), read (→ answered: the body, decoding, the writer waking). Recorded when the client is HTTP and every phase was reached.",
+			Buckets: StartLatencyBuckets,
+		}, []string{"phase"}),
 	}
 	for _, r := range []string{resultPatched, resultUnchanged, resultFailed} {
 		m.patches.WithLabelValues(r)
@@ -102,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	collectors := []prometheus.Collector{m.syncDuration, m.terminated, m.patches, m.deletions, m.start, m.startPatch}
+	collectors := []prometheus.Collector{m.syncDuration, m.terminated, m.patches, m.deletions, m.start, m.startPatch, m.startPhase}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			for _, done := range collectors[:i] {
@@ -120,6 +130,13 @@ func (m *metrics) synced(d time.Duration) { m.syncDuration.Observe(d.Seconds()) 
 func (m *metrics) started(internal, patch time.Duration) {
 	m.start.Observe(internal.Seconds())
 	m.startPatch.Observe(patch.Seconds())
+}
+
+// startPhases records the phases (patchPhases' order) of a start's PATCH.
+func (m *metrics) startPhases(d [len(patchPhases)]time.Duration) {
+	for i, phase := range patchPhases {
+		m.startPhase.WithLabelValues(phase).Observe(d[i].Seconds())
+	}
 }
 
 // countTerminations counts the containers status shows terminated that old

@@ -96,6 +96,15 @@ type node struct {
 	// shimCgroups counts the runtime's shims by the cgroup their CPU is
 	// charged to, read while the burst's pods ran (containerd only).
 	shimCgroups map[string]int
+	// runtimeSched is how long nodebench's goroutines (the fake
+	// runtime's among them) waited for a core over the burst, on the
+	// fakecri node (schedWaitsBetween).
+	runtimeSched string
+	// runDelays says how long the threads of the agent, nodebench (on the
+	// fakecri node: its fake runtime's), kube-apiserver and etcd ran and
+	// waited in the kernel's run queues from the burst's start until all
+	// its pods ran.
+	runDelays string
 }
 
 // idleFigures are what an idle window measured of one node.
@@ -800,6 +809,10 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 			ControlPlane: b.cp.PIDs(), RuntimeMetrics: b.ctrd.Metrics,
 		}
 	}
+	// The fake runtime serves from this process: its goroutines' waits
+	// for a core are this process's.
+	schedBefore := readSchedLatencies()
+	delays := b.runDelays(n)
 	from := time.Now()
 	res, err := bench.RunBurst(ctx, bench.BurstOptions{
 		Client: b.client, Namespace: ns, NodeName: n.agent.Name, Pods: pods, Image: cluster.BusyboxImage,
@@ -809,6 +822,10 @@ func (b *benchmark) burst(ctx context.Context, n *node, ns string, pods int) err
 		return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))
 	}
 	n.burst = res
+	n.runDelays = delays.since()
+	if n == b.fake {
+		n.runtimeSched = schedWaitsBetween(schedBefore, readSchedLatencies())
+	}
 	if machine != nil {
 		if n.shimCgroups, err = b.shimCgroups(); err != nil {
 			return errors.Join(err, bench.DeletePods(context.WithoutCancel(ctx), b.client, ns, deleteTimeout))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,6 +28,13 @@ type breakdown struct {
 	// trip on the agent's clock (the client's side and the API server's;
 	// the API server's own time is in its audit log, see node.statusPatches).
 	internal, startPatch bench.Histogram
+	// patchPhases are nodekit_pod_start_status_patch_phase_duration_seconds
+	// by phase (startPatchPhases' order): startPatch split where the
+	// agent's HTTP client sees it.
+	patchPhases [len(startPatchPhases)]bench.Histogram
+	// sched is go_sched_latencies_seconds: how long the agent's
+	// goroutines waited runnable for a core, by decade.
+	sched bench.Histogram
 	// patchLimiter is rest_client_rate_limiter_duration_seconds of the
 	// PATCHes: the waits of the client's rate limiter before them.
 	patchLimiter bench.Histogram
@@ -54,6 +62,10 @@ type breakdown struct {
 	allocated, gcs float64
 }
 
+// startPatchPhases are the phases of
+// nodekit_pod_start_status_patch_phase_duration_seconds, in order.
+var startPatchPhases = [...]string{"connection", "write", "answer", "read"}
+
 // newBreakdown computes the breakdown from the agent's metrics before and
 // after a burst of pods.
 func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
@@ -61,6 +73,10 @@ func newBreakdown(before, after cluster.Metrics, pods int) *breakdown {
 	b.agent, _ = bench.HistogramDelta(before, after, "nodekit_pod_start_agent_duration_seconds", nil)
 	b.internal, _ = bench.HistogramDelta(before, after, "nodekit_pod_start_internal_duration_seconds", nil)
 	b.startPatch, _ = bench.HistogramDelta(before, after, "nodekit_pod_start_status_patch_duration_seconds", nil)
+	for i, phase := range startPatchPhases {
+		b.patchPhases[i], _ = bench.HistogramDelta(before, after, "nodekit_pod_start_status_patch_phase_duration_seconds", map[string]string{"phase": phase})
+	}
+	b.sched, _ = bench.HistogramDelta(before, after, "go_sched_latencies_seconds", nil)
 	b.patchLimiter, _ = bench.HistogramDelta(before, after, "rest_client_rate_limiter_duration_seconds", map[string]string{"verb": "PATCH"})
 	b.sli, _ = bench.HistogramDelta(before, after, "kubelet_pod_start_sli_duration_seconds", nil)
 	b.statusSync, _ = bench.HistogramDelta(before, after, "kubelet_pod_status_sync_duration_seconds", nil)
@@ -113,6 +129,18 @@ func (b *breakdown) String() string {
 			bench.FormatDuration(b.startPatch.Quantile(0.5)), bench.FormatDuration(b.startPatch.Quantile(0.9)),
 			bench.FormatDuration(b.startPatch.Quantile(0.99)), bench.FormatDuration(b.startPatch.Mean())))
 	}
+	if b.patchPhases[0].Count > 0 {
+		var phases []string
+		for i, h := range b.patchPhases {
+			phases = append(phases, fmt.Sprintf("%s %s / %s / %s (mean %s)", startPatchPhases[i], bench.FormatDuration(h.Quantile(0.5)),
+				bench.FormatDuration(h.Quantile(0.9)), bench.FormatDuration(h.Quantile(0.99)), bench.FormatDuration(h.Mean())))
+		}
+		parts = append(parts, fmt.Sprintf("that round trip by phase on the agent's HTTP client (%d PATCHes; connection: rate limiter and pool, write: stream, headers and body, answer: → first byte as the read loop took it, read: → body decoded, writer awake) p50/p90/p99 %s",
+			b.patchPhases[0].Count, strings.Join(phases, ", ")))
+	}
+	if b.sched.Count > 0 {
+		parts = append(parts, fmt.Sprintf("agent's goroutines: %d sampled wake-ups (one in %d), waited for a core (go_sched_latencies_seconds) %s", b.sched.Count, gTrackingPeriod, schedWaits(b.sched)))
+	}
 	if b.patchLimiter.Count > 0 {
 		parts = append(parts, fmt.Sprintf("the client's rate limiter held %d PATCHes %s in all (mean %s)", b.patchLimiter.Count,
 			bench.FormatDuration(time.Duration(b.patchLimiter.Sum*float64(time.Second))), bench.FormatDuration(b.patchLimiter.Mean())))
@@ -163,6 +191,26 @@ func (b *breakdown) String() string {
 	parts = append(parts, fmt.Sprintf("start turns %d waited %s per pod (p50/p99 %s / %s)", b.turnWait.Count, bench.FormatDuration(b.turnWaitPerPod()),
 		bench.FormatDuration(b.turnWait.Quantile(0.5)), bench.FormatDuration(b.turnWait.Quantile(0.99))))
 	return strings.Join(parts, "; ")
+}
+
+// schedWaits says how many of h's waits (go_sched_latencies_seconds: the
+// runtime's bounds 64 ns, 640 ns, 7.2 µs, 82 µs, 0.92 ms, 10.5 ms, 117 ms)
+// lasted over each bound from 50 µs on: "over 82 µs: 900, over 918 µs:
+// 120, …".
+func schedWaits(h bench.Histogram) string {
+	var parts []string
+	for i, bound := range h.Bounds {
+		if bound < 50e-6 || math.IsInf(bound, 1) {
+			continue
+		}
+		d := time.Duration(bound * float64(time.Second))
+		label := fmt.Sprintf("%.0f µs", bound*1e6)
+		if d >= time.Millisecond {
+			label = bench.FormatDuration(d)
+		}
+		parts = append(parts, fmt.Sprintf("over %s: %d", label, h.Count-h.Counts[i]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // profileAgent fetches a profile of n's agent through its node API's

@@ -56,3 +56,41 @@ rest_client_rate_limiter_duration_seconds_count{host="h",verb="POST"} 7
 	}
 	breakdownSays(t, scrape("0.5", "10"), scrape("0.7", "110"), "the client's rate limiter held 100 PATCHes 200 ms in all (mean 2.0 ms)")
 }
+
+// TestBreakdownPatchPhases: the breakdown splits the start PATCHes'
+// round trip by phase, each phase's samples of the burst apart from those
+// before it.
+func TestBreakdownPatchPhases(t *testing.T) {
+	scrape := func(n string) string {
+		text := "# TYPE nodekit_pod_start_status_patch_phase_duration_seconds histogram\n"
+		for _, phase := range []string{"connection", "write", "answer", "read"} {
+			le := map[string]string{"connection": "0.001", "write": "0.002", "answer": "0.05", "read": "0.01"}[phase]
+			text += `nodekit_pod_start_status_patch_phase_duration_seconds_bucket{phase="` + phase + `",le="` + le + `"} ` + n + "\n" +
+				`nodekit_pod_start_status_patch_phase_duration_seconds_bucket{phase="` + phase + `",le="+Inf"} ` + n + "\n" +
+				`nodekit_pod_start_status_patch_phase_duration_seconds_sum{phase="` + phase + `"} 0` + "\n" +
+				`nodekit_pod_start_status_patch_phase_duration_seconds_count{phase="` + phase + `"} ` + n + "\n"
+		}
+		return text
+	}
+	breakdownSays(t, scrape("7"), scrape("107"), "(100 PATCHes; ")
+	breakdownSays(t, scrape("7"), scrape("107"), "answer 25 ms / 45 ms / 50 ms")
+}
+
+// TestBreakdownSchedulingLatencies: the breakdown counts the agent's
+// goroutine wake-ups over the burst that waited for a core longer than
+// each of the runtime's bounds from 82 µs on.
+func TestBreakdownSchedulingLatencies(t *testing.T) {
+	scrape := func(counts [4]string) string {
+		return `# TYPE go_sched_latencies_seconds histogram
+go_sched_latencies_seconds_bucket{le="7.167999999999999e-06"} ` + counts[0] + `
+go_sched_latencies_seconds_bucket{le="8.191999999999999e-05"} ` + counts[1] + `
+go_sched_latencies_seconds_bucket{le="0.0009175039999999999"} ` + counts[2] + `
+go_sched_latencies_seconds_bucket{le="0.010485759999999998"} ` + counts[3] + `
+go_sched_latencies_seconds_bucket{le="+Inf"} ` + counts[3] + `
+go_sched_latencies_seconds_sum 0
+go_sched_latencies_seconds_count ` + counts[3] + `
+`
+	}
+	breakdownSays(t, scrape([4]string{"10", "20", "30", "40"}), scrape([4]string{"510", "820", "930", "1040"}),
+		"1000 sampled wake-ups (one in 8), waited for a core (go_sched_latencies_seconds) over 82 µs: 200, over 918 µs: 100, over 10 ms: 0")
+}

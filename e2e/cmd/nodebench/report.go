@@ -336,6 +336,16 @@ func (b *benchmark) reportBreakdown(n *node, what string, judged bool) {
 		t.Note("the API server's own time for the agent's %d pod status PATCHes over the burst (%s; its audit log, received → answered: the agent's figure above adds the client's side) p50/p90/p99 %s; the agent's other requests it received while one was under way: %s",
 			len(n.statusPatches), what, bench.Summarize(n.statusPatches), n.besidePatches)
 	}
+	if n != nil && n.burst != nil && len(n.burst.CreateToBound) > 0 {
+		t.Note("the scheduler bound the pods (%s) create → bound p50/p90/p99 %s: the closer together the bindings, the more of the pods wait for the agent's start turns (--max-parallel-pod-starts)",
+			what, bench.Summarize(n.burst.CreateToBound))
+	}
+	if n != nil && n.runDelays != "" {
+		t.Note("CPU time and waits for a CPU in the kernel's run queues from the burst's start until all its pods ran (%s; /proc/<pid>/task/*/schedstat, every thread summed): %s", what, n.runDelays)
+	}
+	if n != nil && n.runtimeSched != "" {
+		t.Note("nodebench's own goroutines (its fake runtime answering the agent's CRI calls, its watches) over the burst (%s; runtime/metrics /sched/latencies:seconds): %s", what, n.runtimeSched)
+	}
 	t.Add(internal)
 	t.Add(share)
 	t.Add(writes)
