@@ -36,9 +36,9 @@ type CPUSources struct {
 }
 
 // MachineCPU is the CPU the whole machine used over a window, split by
-// whom. Each part is read from its own source (/proc/stat, cgroup usage,
-// /proc/<pid>/stat), so Rest absorbs their rounding: a few ticks either
-// way.
+// whom. Each part is read from its own source (/proc/stat in USER_HZ
+// ticks, cgroup usage, the processes' CPU-time clocks), so Rest absorbs
+// /proc/stat's rounding: a few ticks either way.
 type MachineCPU struct {
 	// Window is how long the account ran; CPUs the machine's CPUs
 	// (/proc/stat's cpuN lines), so the CPU time it had is Window × CPUs.
@@ -47,7 +47,7 @@ type MachineCPU struct {
 	// Busy is the CPU time /proc/stat counts as used on all CPUs (user,
 	// nice, system, irq, softirq, steal: all but idle and iowait).
 	Busy time.Duration
-	// Agent is the node agent's (its /proc/<pid>/stat, every thread).
+	// Agent is the node agent's (its CPU-time clock: every thread, ReadProcStats).
 	Agent time.Duration
 	// Runtime is the usage of CPUSources.RuntimeCgroup (cgroup v1
 	// cpuacct.usage, v2 cpu.stat usage_usec).
@@ -56,7 +56,7 @@ type MachineCPU struct {
 	// cgroups, including each container's runc init once it joined its
 	// cgroup (mounts, pivot_root, exec of the container's process).
 	Pods time.Duration
-	// ControlPlane is the control plane processes' (/proc/<pid>/stat).
+	// ControlPlane is the control plane processes' (their CPU-time clocks).
 	ControlPlane time.Duration
 	// Bench is this process's: the client creating and watching the pods.
 	Bench time.Duration

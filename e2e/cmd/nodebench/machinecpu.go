@@ -14,10 +14,10 @@ var machineParts = []struct {
 	what string
 	part func(*bench.MachineCPU) time.Duration
 }{
-	{"the agent (/proc/<pid>/stat)", func(m *bench.MachineCPU) time.Duration { return m.Agent }},
+	{"the agent (its CPU-time clock)", func(m *bench.MachineCPU) time.Duration { return m.Agent }},
 	{"the runtime (containerd, its shims, runc, the CNI plugins: containerd's cgroup)", func(m *bench.MachineCPU) time.Duration { return m.Runtime }},
 	{"the pods' cgroups (each container's runc init once in its cgroup, pause, sleep)", func(m *bench.MachineCPU) time.Duration { return m.Pods }},
-	{"the control plane (etcd, kube-apiserver, -controller-manager, -scheduler: /proc/<pid>/stat)", func(m *bench.MachineCPU) time.Duration { return m.ControlPlane }},
+	{"the control plane (etcd, kube-apiserver, -controller-manager, -scheduler: their CPU-time clocks)", func(m *bench.MachineCPU) time.Duration { return m.ControlPlane }},
 	{"nodebench (creating and watching the pods)", func(m *bench.MachineCPU) time.Duration { return m.Bench }},
 	{"the rest (other processes, interrupts)", func(m *bench.MachineCPU) time.Duration { return m.Rest }},
 }
