@@ -403,13 +403,14 @@ func (m *Manager) observeWritten(uid types.UID, status *v1.PodStatus, sent, answ
 	if !ok {
 		return
 	}
+	// The phases first: a reader that sees the start's round trip
+	// recorded sees its phases too.
+	if trace != nil {
+		if phases, ok := trace.phases(sent, answered); ok {
+			m.metrics.startPhases(phases)
+		}
+	}
 	m.metrics.started(sent.Sub(seen), answered.Sub(sent))
-	if trace == nil {
-		return
-	}
-	if phases, ok := trace.phases(sent, answered); ok {
-		m.metrics.startPhases(phases)
-	}
 }
 
 // AllContainersStarted reports whether status shows the pod not finished

@@ -58,9 +58,18 @@ func (t *patchTrace) trace(ctx context.Context) context.Context {
 // phases are the durations of the phases (patchPhases' order) of a
 // request sent at sent and answered at answered, and false when a hook
 // was not reached (a client that is not HTTP, as a fake clientset) or
-// the times are out of order (a retried request).
+// the times are out of order otherwise (a retried request). Over HTTP/2
+// the request is written by a goroutine of its own, which can report it
+// written after the connection's read loop took the answer's first byte,
+// or only after the answer was returned (the server answered while the
+// writer waited for a CPU): the write phase then ends at the first byte
+// and the answer phase is empty.
 func (t *patchTrace) phases(sent, answered time.Time) ([len(patchPhases)]time.Duration, bool) {
 	times := [...]int64{sent.UnixNano(), t.gotConn.Load(), t.wrote.Load(), t.firstByte.Load(), answered.UnixNano()}
+	const wrote, firstByte = 2, 3
+	if times[firstByte] != 0 && (times[wrote] == 0 || times[wrote] > times[firstByte]) {
+		times[wrote] = times[firstByte]
+	}
 	var d [len(patchPhases)]time.Duration
 	for i := range d {
 		if times[i+1] == 0 || times[i+1] < times[i] {
