@@ -52,8 +52,13 @@ func TestConfigMapUpdatedInPlace(t *testing.T) {
 	}
 	if second := dataTarget(t, dir); second == first {
 		t.Error("..data was not swapped")
-	} else if _, err := os.Stat(filepath.Join(dir, first)); !os.IsNotExist(err) {
-		t.Error("the old data directory was not removed")
+	} else {
+		// The writer removes the old data directory after the swap
+		// that made the new content visible.
+		f.eventually("the old data directory removed", func() bool {
+			_, err := os.Stat(filepath.Join(dir, first))
+			return os.IsNotExist(err)
+		})
 	}
 	// The update came from the watch: no GET of the configMap.
 	for _, a := range f.client.Actions() {
