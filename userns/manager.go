@@ -434,9 +434,7 @@ func (m *Manager) record(uid types.UID, from, length uint32) error {
 	if _, taken := m.used[index]; taken {
 		return fmt.Errorf("range picked for pod %q already taken", uid)
 	}
-	m.used[index] = uid
-	m.usedBy[uid] = from
-	m.signalAllocated()
+	m.assignLocked(index, uid, from)
 	return nil
 }
 
@@ -455,9 +453,7 @@ func (m *Manager) create(ctx context.Context, uid types.UID) (userNamespace, err
 		}
 	}
 	from := uint32(index+m.first) * m.perPod
-	m.used[index] = uid
-	m.usedBy[uid] = from
-	m.signalAllocated()
+	m.assignLocked(index, uid, from)
 	klog.FromContext(ctx).V(5).Info("New pod user namespace allocation", "podUID", uid, "hostID", from)
 	mapping := []idMapping{{HostID: from, ContainerID: 0, Length: m.perPod}}
 	ns := userNamespace{UIDMappings: mapping, GIDMappings: mapping}
@@ -468,8 +464,12 @@ func (m *Manager) create(ctx context.Context, uid types.UID) (userNamespace, err
 	return ns, nil
 }
 
-// signalAllocated tells Run that a range was recorded.
-func (m *Manager) signalAllocated() {
+// assignLocked gives pod uid the range at index, starting at host ID
+// from, and tells Run that a range is allocated. m.mu is held (or m is
+// being built).
+func (m *Manager) assignLocked(index int, uid types.UID, from uint32) {
+	m.used[index] = uid
+	m.usedBy[uid] = from
 	select {
 	case m.allocated <- struct{}{}:
 	default:
