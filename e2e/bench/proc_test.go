@@ -2,8 +2,11 @@ package bench
 
 import (
 	"os"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestParseSchedstat reads a schedstat line's time on a CPU and time
@@ -26,10 +29,19 @@ func TestReadRunDelayCountsThisProcessesCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy := 20 * time.Millisecond
+	// The loop runs on this thread, which then sleeps in the kernel: a
+	// thread's schedstat counts its time on a CPU up to its last tick or
+	// switch, so a thread still running reads up to a tick short; the
+	// switch into the sleep brings its count up to date.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := time.Now()
 	var x uint64
 	for time.Since(start) < busy {
 		x++
+	}
+	if err := unix.Nanosleep(&unix.Timespec{Nsec: int64(time.Millisecond)}, nil); err != nil {
+		t.Fatal(err)
 	}
 	after, err := ReadRunDelay(os.Getpid())
 	if err != nil {
